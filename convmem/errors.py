@@ -1,0 +1,146 @@
+"""Every error convmem raises, under one root.
+
+```
+ConvmemError
+├── InvalidInput (also ValueError)        a value from outside is wrong; names the field
+│   ├── InvalidKey                         a MemoryKey id is empty, too long or has control characters
+│   ├── InvalidTurn                        a turn or its items break a rule (e.g. a tool result without its call)
+│   └── InvalidConfig                      a configuration setting is out of range
+├── EventDecodeError (also ValueError)    bytes from the log are not an event; carries the bad field's path
+│   └── UnknownEventType                   a well-formed event of a tag this version does not know
+├── ReplayError                           events do not fold: a gap in sequence numbers, a foreign key
+├── MemoryBudgetExceeded                  overflow policy "error": the turn would exceed total_max_tokens
+├── ConcurrencyConflict                   the log's last sequence for a session is not the expected one
+├── LogUnavailable                        the event log cannot be reached or did not answer in time
+├── SessionClosed                         the memory system or session was closed
+├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout
+└── NotBuilt                              a path that this version does not implement
+```
+
+Messages say what happened, where, and what to do; the errors carry fields so
+that callers need not parse messages.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConcurrencyConflict",
+    "ConvmemError",
+    "EventDecodeError",
+    "InvalidConfig",
+    "InvalidInput",
+    "InvalidKey",
+    "InvalidTurn",
+    "LogUnavailable",
+    "MemoryBudgetExceeded",
+    "NotBuilt",
+    "OperationTimeout",
+    "ReplayError",
+    "SessionClosed",
+    "UnknownEventType",
+]
+
+
+class ConvmemError(Exception):
+    """Root of every error convmem raises on purpose."""
+
+
+class InvalidInput(ConvmemError, ValueError):
+    """A value that came from outside is wrong.
+
+    `field` names where the bad value sits (``turn.items[2].call_id``).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidKey(InvalidInput):
+    """A `MemoryKey` id is not usable."""
+
+
+class InvalidTurn(InvalidInput):
+    """A conversation turn breaks one of its rules."""
+
+
+class InvalidConfig(InvalidInput):
+    """A configuration setting is out of range or of the wrong kind."""
+
+
+class EventDecodeError(ConvmemError, ValueError):
+    """Bytes read from the log could not be decoded into an event.
+
+    `path` is the JSON-path-like location of the bad field (``$.turn.ts``) when
+    the decoder knows it; `seq` is the log sequence when the reader knows it.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, seq: int | None = None) -> None:
+        self.path = path
+        self.seq = seq
+        where = f" at sequence {seq}" if seq is not None else ""
+        super().__init__(f"cannot decode event{where}: {message}")
+
+
+class UnknownEventType(EventDecodeError):
+    """A well-formed event whose tag this version does not know (written by a newer convmem).
+
+    A reader may skip it: `event_seq` is the event's own session sequence when
+    the envelope carried one, so a replay can advance past it without a gap.
+    """
+
+    def __init__(self, tag: str, *, event_seq: int | None = None, seq: int | None = None) -> None:
+        self.tag = tag
+        self.event_seq = event_seq
+        super().__init__(
+            f"unknown event type {tag!r} (written by a newer convmem?); "
+            "upgrade convmem or replay with unknown events skipped",
+            path="$.type",
+            seq=seq,
+        )
+
+
+class ReplayError(ConvmemError):
+    """Events that do not fold into a state (a gap, a foreign key, a bad order)."""
+
+
+class MemoryBudgetExceeded(ConvmemError):
+    """Raised by the ``error`` overflow policy before anything is stored."""
+
+    def __init__(self, *, tokens: int, budget: int) -> None:
+        self.tokens = tokens
+        self.budget = budget
+        super().__init__(
+            f"memory context would need {tokens} tokens, over total_max_tokens={budget}; "
+            "nothing was stored (raise the budget or use a truncate_* overflow policy)"
+        )
+
+
+class ConcurrencyConflict(ConvmemError):
+    """Another writer appended to the session since we last read it."""
+
+    def __init__(self, *, key: str, expected_seq: int, actual_seq: int) -> None:
+        self.key = key
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+        super().__init__(
+            f"session {key}: expected last sequence {expected_seq}, log has {actual_seq}; "
+            "reload the session and decide again"
+        )
+
+
+class LogUnavailable(ConvmemError):
+    """The event log could not be reached, or did not answer within its timeout."""
+
+
+class SessionClosed(ConvmemError):
+    """The memory system or the session handle has been closed."""
+
+
+class OperationTimeout(ConvmemError, TimeoutError):
+    """A blocking call did not finish within its timeout."""
+
+
+class NotBuilt(ConvmemError):
+    """A path that this version of convmem does not implement."""

@@ -1,0 +1,76 @@
+"""The vocabulary: keys, turns, configuration, events and their codec. No I/O."""
+
+from convmem.events._codec import (
+    EVENT_TYPES,
+    UPCASTERS,
+    AnyEvent,
+    decode_event,
+    decode_event_json,
+    encode_event,
+    encode_event_json,
+    event_tag,
+)
+from convmem.events._config import (
+    AgentsMemoryConfig,
+    ConversationMemoryConfig,
+    HealthPolicy,
+    MemoryBudget,
+    MemoryHealth,
+    MemoryIsolation,
+    OverflowPolicy,
+    ShortTermMemoryConfig,
+    Strategy,
+)
+from convmem.events._events import (
+    BacklogTrimmed,
+    Event,
+    HealthChanged,
+    SessionCleared,
+    SessionRestored,
+    SessionStarted,
+    SummaryProduced,
+    TurnAdded,
+)
+from convmem.events._key import MAX_ID_LENGTH, MemoryKey, decode_token, encode_token
+from convmem.events._turn import (
+    ConversationTurn,
+    EntityMention,
+    MessageItem,
+    TrajectoryDigest,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "MAX_ID_LENGTH",
+    "UPCASTERS",
+    "AgentsMemoryConfig",
+    "AnyEvent",
+    "BacklogTrimmed",
+    "ConversationMemoryConfig",
+    "ConversationTurn",
+    "EntityMention",
+    "Event",
+    "HealthChanged",
+    "HealthPolicy",
+    "MemoryBudget",
+    "MemoryHealth",
+    "MemoryIsolation",
+    "MemoryKey",
+    "MessageItem",
+    "OverflowPolicy",
+    "SessionCleared",
+    "SessionRestored",
+    "SessionStarted",
+    "ShortTermMemoryConfig",
+    "Strategy",
+    "SummaryProduced",
+    "TrajectoryDigest",
+    "TurnAdded",
+    "decode_event",
+    "decode_event_json",
+    "decode_token",
+    "encode_event",
+    "encode_event_json",
+    "encode_token",
+    "event_tag",
+]

@@ -1,0 +1,217 @@
+"""Configuration: the seed's budget, isolation, health and strategy settings, and ours.
+
+Everything here is plain data that a `SessionStarted` event records, so a
+replay uses the configuration the session really ran with. Callables (token
+estimators, callbacks, summarizers) are not configuration data: the runtime
+takes them as arguments.
+
+Validation happens on construction and on decoding; a bad setting raises
+`InvalidConfig` naming the field. Configuration is encoded with every field,
+defaults included, so that a later change of a default never changes how an
+old session replays.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Literal
+
+import msgspec
+
+from convmem.errors import InvalidConfig
+
+__all__ = [
+    "AgentsMemoryConfig",
+    "ConversationMemoryConfig",
+    "HealthPolicy",
+    "MemoryBudget",
+    "MemoryHealth",
+    "MemoryIsolation",
+    "OverflowPolicy",
+    "ShortTermMemoryConfig",
+    "Strategy",
+]
+
+Strategy = Literal["none", "truncation", "rolling_summary"]
+OverflowPolicy = Literal["truncate_summary", "truncate_oldest", "error"]
+AgentsStrategy = Literal["none", "trimming", "summarizing", "compacting"]
+
+
+class MemoryHealth(enum.Enum):
+    """Health of a session's summarization (the RFC's four states)."""
+
+    HEALTHY = "healthy"
+    RETRY = "retry"
+    DEGRADED = "degraded"
+    RECOVERING = "recovering"
+
+
+def _positive_int(field: str, value: int, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidConfig(field, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _positive_seconds(field: str, value: float) -> None:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise InvalidConfig(field, f"must be a finite number of seconds > 0, got {value!r}")
+
+
+class MemoryBudget(msgspec.Struct, frozen=True, kw_only=True):
+    """Token economy (the seed's fields and defaults)."""
+
+    full_zone_turns: int = 5
+    summary_max_tokens: int = 1000
+    total_max_tokens: int = 10000
+    overflow_policy: OverflowPolicy = "truncate_oldest"
+
+    def __post_init__(self) -> None:
+        _positive_int("budget.full_zone_turns", self.full_zone_turns)
+        _positive_int("budget.summary_max_tokens", self.summary_max_tokens)
+        _positive_int("budget.total_max_tokens", self.total_max_tokens)
+        if self.summary_max_tokens > self.total_max_tokens:
+            raise InvalidConfig(
+                "budget.summary_max_tokens",
+                f"{self.summary_max_tokens} exceeds total_max_tokens={self.total_max_tokens}",
+            )
+        if self.overflow_policy not in ("truncate_summary", "truncate_oldest", "error"):
+            raise InvalidConfig(
+                "budget.overflow_policy",
+                f"must be truncate_summary, truncate_oldest or error, got {self.overflow_policy!r}",
+            )
+
+
+class MemoryIsolation(msgspec.Struct, frozen=True, kw_only=True):
+    """Where to find the key's ids in a planner's tool_context (dotted paths)."""
+
+    tenant_key: str = "tenant_id"
+    user_key: str = "user_id"
+    session_key: str = "session_id"
+    require_explicit_key: bool = True
+
+    def __post_init__(self) -> None:
+        for field in ("tenant_key", "user_key", "session_key"):
+            value = getattr(self, field)
+            if not value or any(not part for part in value.split(".")):
+                raise InvalidConfig(f"isolation.{field}", f"must be a dotted path, got {value!r}")
+
+
+class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Timing of the health machine, in seconds (the RFC's defaults)."""
+
+    retry_backoff_seconds: tuple[float, ...] = (2.0, 4.0, 8.0)
+    """Wait before retry attempt n is `retry_backoff_seconds[n-1]` (the last repeats)."""
+
+    degraded_retry_seconds: float = 30.0
+    """How often a DEGRADED session probes the summarizer again."""
+
+    summarize_timeout_seconds: float = 60.0
+    """A summarizer call that takes longer counts as a failure."""
+
+    def __post_init__(self) -> None:
+        if not self.retry_backoff_seconds:
+            raise InvalidConfig("health.retry_backoff_seconds", "needs at least one interval")
+        for i, seconds in enumerate(self.retry_backoff_seconds):
+            _positive_seconds(f"health.retry_backoff_seconds[{i}]", seconds)
+        _positive_seconds("health.degraded_retry_seconds", self.degraded_retry_seconds)
+        _positive_seconds("health.summarize_timeout_seconds", self.summarize_timeout_seconds)
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before retry `attempt` (1-based)."""
+        index = min(max(attempt, 1), len(self.retry_backoff_seconds)) - 1
+        return self.retry_backoff_seconds[index]
+
+
+class AgentsMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The OpenAI-Agents session strategies (turn-based triggers, user-anchored turns)."""
+
+    strategy: AgentsStrategy = "none"
+    max_turns: int = 8
+    """trimming: once the session holds this many user turns, keep only the last `keep_last_n_turns`."""
+    keep_last_n_turns: int = 3
+    context_limit: int = 8
+    """summarizing: once this many user turns are unsummarized, summarize all but the last `keep_last_n_turns`."""
+    compact_trigger_turns: int = 4
+    """compacting: compact once the session holds more than this many user turns."""
+    compact_keep: int = 2
+    """compacting: the newest turns left untouched."""
+    compact_tool_calls: bool = False
+    """compacting: also replace the arguments of older tool calls."""
+    cross_session_injection: bool = False
+    """Offer the user's latest summary from another session to a new session."""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("none", "trimming", "summarizing", "compacting"):
+            raise InvalidConfig(
+                "agents.strategy",
+                f"must be none, trimming, summarizing or compacting, got {self.strategy!r}",
+            )
+        _positive_int("agents.max_turns", self.max_turns)
+        _positive_int("agents.keep_last_n_turns", self.keep_last_n_turns)
+        _positive_int("agents.context_limit", self.context_limit)
+        _positive_int("agents.compact_trigger_turns", self.compact_trigger_turns, minimum=0)
+        _positive_int("agents.compact_keep", self.compact_keep, minimum=0)
+        if self.keep_last_n_turns > self.max_turns:
+            raise InvalidConfig(
+                "agents.keep_last_n_turns",
+                f"{self.keep_last_n_turns} exceeds max_turns={self.max_turns}",
+            )
+        if self.keep_last_n_turns >= self.context_limit:
+            raise InvalidConfig(
+                "agents.keep_last_n_turns",
+                f"{self.keep_last_n_turns} must be below context_limit={self.context_limit}",
+            )
+
+
+class ConversationMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of the buffer, window, summary and entity memories."""
+
+    max_messages: int | None = None
+    """buffer: keep at most this many non-system messages (None: all)."""
+    window_size: int = 10
+    """window: the number of recent non-system messages shown."""
+    entity_max: int = 50
+    """entity: the most entities tracked; the least mentioned is evicted first."""
+    entity_recent_messages: int = 10
+    """entity: recent messages shown after the entity summary."""
+
+    def __post_init__(self) -> None:
+        if self.max_messages is not None:
+            _positive_int("memories.max_messages", self.max_messages)
+        _positive_int("memories.window_size", self.window_size)
+        _positive_int("memories.entity_max", self.entity_max)
+        _positive_int("memories.entity_recent_messages", self.entity_recent_messages, minimum=0)
+
+
+class ShortTermMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's whole configuration (the seed's fields, defaults and ours)."""
+
+    strategy: Strategy = "none"
+    budget: MemoryBudget = msgspec.field(default_factory=MemoryBudget)
+    isolation: MemoryIsolation = msgspec.field(default_factory=MemoryIsolation)
+    summarizer_model: str | None = None
+    include_trajectory_digest: bool = True
+    recovery_backlog_limit: int = 20
+    retry_attempts: int = 3
+    health: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
+    agents: AgentsMemoryConfig = msgspec.field(default_factory=AgentsMemoryConfig)
+    memories: ConversationMemoryConfig = msgspec.field(default_factory=ConversationMemoryConfig)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("none", "truncation", "rolling_summary"):
+            raise InvalidConfig(
+                "strategy", f"must be none, truncation or rolling_summary, got {self.strategy!r}"
+            )
+        _positive_int("recovery_backlog_limit", self.recovery_backlog_limit)
+        _positive_int("retry_attempts", self.retry_attempts, minimum=0)
+        if self.agents.strategy == "summarizing" and self.strategy != "rolling_summary":
+            raise InvalidConfig(
+                "agents.strategy",
+                "summarizing needs strategy='rolling_summary' (the summaries come from the "
+                "session's summarizer)",
+            )
+
+    @property
+    def summarizes(self) -> bool:
+        """Whether this session asks a summarizer for summaries."""
+        return self.strategy == "rolling_summary"

@@ -1,0 +1,110 @@
+"""The events of a session: everything a replay needs, nothing it must recompute.
+
+Every event carries
+
+* `seq`: its position in the session's own history, 1-based and gapless; a
+  fold ignores an event whose `seq` it already applied, so redelivery is
+  harmless, and refuses a gap;
+* `event_id`: a caller-supplied unique id (the log's message id, so a retried
+  append is stored once);
+* `at`: epoch seconds from the injected clock.
+
+Turn numbers (`TurnAdded.index`) count every turn the session ever stored, so
+a `SummaryProduced` can name the exact range it covers and a clear never
+reuses a number.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from convmem.events._config import MemoryHealth, ShortTermMemoryConfig
+from convmem.events._key import MemoryKey
+from convmem.events._turn import ConversationTurn
+
+__all__ = [
+    "BacklogTrimmed",
+    "Event",
+    "HealthChanged",
+    "SessionCleared",
+    "SessionRestored",
+    "SessionStarted",
+    "SummaryProduced",
+    "TurnAdded",
+]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event; subclasses set a stable domain tag."""
+
+    seq: int
+    event_id: str
+    at: float
+
+
+class SessionStarted(Event, tag="session.started"):
+    """The session's first event: its key and the configuration it runs with.
+
+    When cross-session injection is on, the summary offered from the user's
+    latest other session is recorded here, so a replay shows what was injected.
+    """
+
+    key: MemoryKey
+    config: ShortTermMemoryConfig
+    injected_summary: str | None = None
+    injected_from: MemoryKey | None = None
+
+
+class TurnAdded(Event, tag="turn.added"):
+    """A planner stored a completed turn; `index` is the turn's number in the session."""
+
+    index: int
+    turn: ConversationTurn
+
+
+class SummaryProduced(Event, tag="summary.produced"):
+    """A summarizer's accepted output: the summary of turns `covers_from..covers_through`.
+
+    The summary replaces the previous one (it was made from it), and only the
+    turns in the covered range leave the pending zone.
+    """
+
+    summary: str
+    covers_from: int
+    covers_through: int
+
+
+class HealthChanged(Event, tag="health.changed"):
+    """A transition of the health machine, with why and which attempt it was."""
+
+    old: MemoryHealth
+    new: MemoryHealth
+    reason: str
+    attempt: int = 0
+
+
+class BacklogTrimmed(Event, tag="backlog.trimmed"):
+    """In DEGRADED, the unsummarized backlog went over its limit: turns up to
+    `dropped_through` leave the context (they stay in the log)."""
+
+    dropped_through: int
+    reason: str = ""
+
+
+class SessionCleared(Event, tag="session.cleared"):
+    """The session was cleared: every turn up to `cleared_through` and the summary leave the context."""
+
+    cleared_through: int
+    reason: str = ""
+
+
+class SessionRestored(Event, tag="session.restored"):
+    """State imported from `to_dict()` output: the previous content is replaced.
+
+    The restored turns get the numbers `first_index`, `first_index + 1`, ...;
+    none is covered by `summary`, which stands for turns the import did not carry.
+    """
+
+    summary: str
+    turns: tuple[ConversationTurn, ...]
+    first_index: int

@@ -1,0 +1,189 @@
+"""What a planner stores: a turn pair, its trajectory digest, its agent items, its entities.
+
+A `ConversationTurn` is the seed's atomic unit (one user message, one final
+assistant answer). It may also carry:
+
+* `items`: the message items an agent run produced between the user message
+  and the final answer (tool calls with call ids, tool results, reasoning,
+  intermediate assistant text), so that the OpenAI-Agents strategies can be
+  projected from the same log. A tool result must follow its call inside the
+  same turn: a call is never separated from its result.
+* `entities`: entity mentions with attributes, for the entity memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import msgspec
+
+from convmem.errors import InvalidTurn
+
+__all__ = [
+    "ConversationTurn",
+    "EntityMention",
+    "ItemKind",
+    "MessageItem",
+    "TrajectoryDigest",
+]
+
+MAX_TEXT_LENGTH = 1_000_000
+"""Longest single text field, in characters: a turn is memory, not a document store."""
+
+ItemKind = Literal["message", "function_call", "function_call_output", "reasoning"]
+
+
+def _check_text(field: str, value: str) -> None:
+    if len(value) > MAX_TEXT_LENGTH:
+        raise InvalidTurn(field, f"is {len(value)} characters long, over {MAX_TEXT_LENGTH}")
+    if "\x00" in value:
+        raise InvalidTurn(field, "contains a NUL character")
+
+
+class TrajectoryDigest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Compressed record of the tools a turn used (the seed's fields)."""
+
+    tools_invoked: tuple[str, ...] = ()
+    observations_summary: str = ""
+    reasoning_summary: str | None = None
+    artifacts_refs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_text("trajectory_digest.observations_summary", self.observations_summary)
+        if self.reasoning_summary is not None:
+            _check_text("trajectory_digest.reasoning_summary", self.reasoning_summary)
+        for i, name in enumerate(self.tools_invoked):
+            if not name:
+                raise InvalidTurn(f"trajectory_digest.tools_invoked[{i}]", "must not be empty")
+
+    def to_llm(self) -> dict[str, Any]:
+        """The digest as the LLM sees it (empty fields left out)."""
+        out: dict[str, Any] = {"tools_invoked": list(self.tools_invoked)}
+        if self.observations_summary:
+            out["observations_summary"] = self.observations_summary
+        if self.reasoning_summary:
+            out["reasoning_summary"] = self.reasoning_summary
+        return out
+
+
+class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One agent-run item, in the OpenAI Responses item vocabulary.
+
+    * ``message``: `role` and `content`.
+    * ``function_call``: `call_id`, `name`, `arguments` (a JSON string).
+    * ``function_call_output``: `call_id`, `output`; `name` is optional.
+    * ``reasoning``: `content`.
+    """
+
+    kind: ItemKind = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("content", self.content)
+        if self.kind == "message" and self.role is None:
+            raise InvalidTurn("role", "a message item needs a role")
+        if self.kind in ("function_call", "function_call_output") and not self.call_id:
+            raise InvalidTurn("call_id", f"a {self.kind} item needs a call_id")
+        if self.kind == "function_call" and not self.name:
+            raise InvalidTurn("name", "a function_call item needs the tool name")
+        if self.kind == "function_call_output" and self.output is None:
+            raise InvalidTurn("output", "a function_call_output item needs an output")
+
+    def to_agents(self) -> dict[str, Any]:
+        """The item as an OpenAI-Agents session item (a plain dict)."""
+        if self.kind == "message":
+            return {"role": self.role, "content": self.content}
+        if self.kind == "function_call":
+            return {
+                "type": "function_call",
+                "call_id": self.call_id,
+                "name": self.name,
+                "arguments": self.arguments if self.arguments is not None else "{}",
+            }
+        if self.kind == "function_call_output":
+            return {"type": "function_call_output", "call_id": self.call_id, "output": self.output}
+        return {"type": "reasoning", "content": self.content}
+
+
+class EntityMention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An entity a turn mentions, with what the turn says about it."""
+
+    name: str
+    kind: str | None = None
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise InvalidTurn("entities.name", "must not be blank")
+
+
+class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One completed user-assistant exchange (the seed's fields plus agent items and entities)."""
+
+    user_message: str
+    assistant_response: str
+    trajectory_digest: TrajectoryDigest | None = None
+    artifacts_shown: dict[str, Any] = msgspec.field(default_factory=dict)
+    artifacts_hidden_refs: tuple[str, ...] = ()
+    ts: float = 0.0
+    items: tuple[MessageItem, ...] = ()
+    entities: tuple[EntityMention, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_text("user_message", self.user_message)
+        _check_text("assistant_response", self.assistant_response)
+        if not self.user_message and not self.assistant_response and not self.items:
+            raise InvalidTurn("turn", "has no user message, no assistant response and no items")
+        if not math.isfinite(self.ts) or self.ts < 0:
+            raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {self.ts!r}")
+        _check_items(self.items)
+
+    def to_llm(self, *, include_digest: bool) -> dict[str, Any]:
+        """The turn as the PenguiFlow context shows it."""
+        out: dict[str, Any] = {"user": self.user_message, "assistant": self.assistant_response}
+        if include_digest and self.trajectory_digest is not None:
+            out["trajectory_digest"] = self.trajectory_digest.to_llm()
+        if self.artifacts_shown:
+            out["artifacts"] = self.artifacts_shown
+        return out
+
+    def agent_items(self) -> list[dict[str, Any]]:
+        """The user message, the run's items, then the final answer, as agents items."""
+        out: list[dict[str, Any]] = []
+        if self.user_message:
+            out.append({"role": "user", "content": self.user_message})
+        out.extend(item.to_agents() for item in self.items)
+        if self.assistant_response:
+            out.append({"role": "assistant", "content": self.assistant_response})
+        return out
+
+
+def _check_items(items: tuple[MessageItem, ...]) -> None:
+    open_calls: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if item.kind == "function_call":
+            assert item.call_id is not None
+            if item.call_id in open_calls:
+                raise InvalidTurn(f"items[{i}].call_id", f"{item.call_id!r} is used twice")
+            open_calls[item.call_id] = i
+        elif item.kind == "function_call_output":
+            assert item.call_id is not None
+            if item.call_id not in open_calls:
+                raise InvalidTurn(
+                    f"items[{i}].call_id",
+                    f"tool result {item.call_id!r} has no function_call before it in this turn",
+                )
+            del open_calls[item.call_id]
+    if open_calls:
+        call_id, i = next(iter(open_calls.items()))
+        raise InvalidTurn(
+            f"items[{i}].call_id",
+            f"function_call {call_id!r} has no result in this turn; a call and its result "
+            "belong to one turn",
+        )
