@@ -3,14 +3,14 @@
 ```
 ConvmemError
 ├── InvalidInput (also ValueError)        a value from outside is wrong; names the field
-│   ├── InvalidKey                         a MemoryKey id is empty, too long or has control characters
-│   ├── InvalidTurn                        a turn or its items break a rule (e.g. a tool result without its call)
+│   ├── InvalidKey                         an id is empty, too long or has control characters
+│   ├── InvalidTurn                        a turn or its items break a rule
 │   └── InvalidConfig                      a configuration setting is out of range
-├── EventDecodeError (also ValueError)    bytes from the log are not an event; carries the bad field's path
+├── EventDecodeError (also ValueError)    log bytes are not an event; names the bad field
 │   └── UnknownEventType                   a well-formed event of a tag this version does not know
-├── ReplayError                           events do not fold: a gap in sequence numbers, a foreign key
-├── MemoryBudgetExceeded                  overflow policy "error": the turn would exceed total_max_tokens
-├── ConcurrencyConflict                   the log's last sequence for a session is not the expected one
+├── ReplayError                           events do not fold: a gap, a foreign key
+├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
+├── ConcurrencyConflict                   the session's last sequence is not the expected one
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
 ├── SessionClosed                         the memory system or session was closed
 ├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout

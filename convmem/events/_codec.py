@@ -27,6 +27,7 @@ from convmem.events._events import (
     Event,
     HealthChanged,
     SessionCleared,
+    SessionErased,
     SessionRestored,
     SessionStarted,
     SummaryProduced,
@@ -52,6 +53,7 @@ AnyEvent = (
     | BacklogTrimmed
     | SessionCleared
     | SessionRestored
+    | SessionErased
 )
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
@@ -61,6 +63,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BacklogTrimmed,
     SessionCleared,
     SessionRestored,
+    SessionErased,
 )
 _TAGS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 
@@ -132,7 +135,8 @@ def _decode(
     if head.type in UPCASTERS:
         mapping = UPCASTERS[head.type](raw.decode(data))
         try:
-            return msgspec.convert(mapping, AnyEvent)
+            upcast: AnyEvent = msgspec.convert(mapping, AnyEvent)
+            return upcast
         except msgspec.ValidationError as exc:
             raise _validation_error(exc, seq) from None
     if head.type not in _TAGS:

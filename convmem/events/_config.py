@@ -53,7 +53,12 @@ def _positive_int(field: str, value: int, *, minimum: int = 1) -> None:
 
 
 def _positive_seconds(field: str, value: float) -> None:
-    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise InvalidConfig(field, f"must be a finite number of seconds > 0, got {value!r}")
 
 
@@ -115,6 +120,12 @@ class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
             _positive_seconds(f"health.retry_backoff_seconds[{i}]", seconds)
         _positive_seconds("health.degraded_retry_seconds", self.degraded_retry_seconds)
         _positive_seconds("health.summarize_timeout_seconds", self.summarize_timeout_seconds)
+        # Seconds are floats whatever the caller passed, so equal settings encode equally.
+        msgspec.structs.force_setattr(
+            self, "retry_backoff_seconds", tuple(float(s) for s in self.retry_backoff_seconds)
+        )
+        for name in ("degraded_retry_seconds", "summarize_timeout_seconds"):
+            msgspec.structs.force_setattr(self, name, float(getattr(self, name)))
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry `attempt` (1-based)."""
@@ -130,7 +141,7 @@ class AgentsMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
     """trimming: once the session holds this many user turns, keep only the last `keep_last_n_turns`."""
     keep_last_n_turns: int = 3
     context_limit: int = 8
-    """summarizing: once this many user turns are unsummarized, summarize all but the last `keep_last_n_turns`."""
+    """summarizing: with this many unsummarized user turns, summarize all but the last `keep_last_n_turns`."""
     compact_trigger_turns: int = 4
     """compacting: compact once the session holds more than this many user turns."""
     compact_keep: int = 2

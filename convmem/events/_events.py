@@ -27,6 +27,7 @@ __all__ = [
     "Event",
     "HealthChanged",
     "SessionCleared",
+    "SessionErased",
     "SessionRestored",
     "SessionStarted",
     "SummaryProduced",
@@ -34,15 +35,19 @@ __all__ = [
 ]
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
     """Base of every event; subclasses set a stable domain tag."""
 
     seq: int
     event_id: str
     at: float
 
+    def __post_init__(self) -> None:
+        if isinstance(self.at, int):  # an int time encodes differently from the equal float
+            msgspec.structs.force_setattr(self, "at", float(self.at))
 
-class SessionStarted(Event, tag="session.started"):
+
+class SessionStarted(Event, frozen=True, tag="session.started"):
     """The session's first event: its key and the configuration it runs with.
 
     When cross-session injection is on, the summary offered from the user's
@@ -55,14 +60,14 @@ class SessionStarted(Event, tag="session.started"):
     injected_from: MemoryKey | None = None
 
 
-class TurnAdded(Event, tag="turn.added"):
+class TurnAdded(Event, frozen=True, tag="turn.added"):
     """A planner stored a completed turn; `index` is the turn's number in the session."""
 
     index: int
     turn: ConversationTurn
 
 
-class SummaryProduced(Event, tag="summary.produced"):
+class SummaryProduced(Event, frozen=True, tag="summary.produced"):
     """A summarizer's accepted output: the summary of turns `covers_from..covers_through`.
 
     The summary replaces the previous one (it was made from it), and only the
@@ -74,7 +79,7 @@ class SummaryProduced(Event, tag="summary.produced"):
     covers_through: int
 
 
-class HealthChanged(Event, tag="health.changed"):
+class HealthChanged(Event, frozen=True, tag="health.changed"):
     """A transition of the health machine, with why and which attempt it was."""
 
     old: MemoryHealth
@@ -83,7 +88,7 @@ class HealthChanged(Event, tag="health.changed"):
     attempt: int = 0
 
 
-class BacklogTrimmed(Event, tag="backlog.trimmed"):
+class BacklogTrimmed(Event, frozen=True, tag="backlog.trimmed"):
     """In DEGRADED, the unsummarized backlog went over its limit: turns up to
     `dropped_through` leave the context (they stay in the log)."""
 
@@ -91,14 +96,14 @@ class BacklogTrimmed(Event, tag="backlog.trimmed"):
     reason: str = ""
 
 
-class SessionCleared(Event, tag="session.cleared"):
+class SessionCleared(Event, frozen=True, tag="session.cleared"):
     """The session was cleared: every turn up to `cleared_through` and the summary leave the context."""
 
     cleared_through: int
     reason: str = ""
 
 
-class SessionRestored(Event, tag="session.restored"):
+class SessionRestored(Event, frozen=True, tag="session.restored"):
     """State imported from `to_dict()` output: the previous content is replaced.
 
     The restored turns get the numbers `first_index`, `first_index + 1`, ...;
@@ -108,3 +113,14 @@ class SessionRestored(Event, tag="session.restored"):
     summary: str
     turns: tuple[ConversationTurn, ...]
     first_index: int
+
+
+class SessionErased(Event, frozen=True, tag="session.erased"):
+    """Tombstone left where a session's events were purged (erasure of personal data).
+
+    It may open a history at any `seq`: the events before it no longer exist.
+    Its `seq` stays above every erased event's, so a stale writer that still
+    expects the old last sequence conflicts instead of writing them back.
+    """
+
+    reason: str = ""

@@ -99,9 +99,7 @@ class MemoryKey(msgspec.Struct, frozen=True, kw_only=False):
 
     def composite(self) -> str:
         """``tenant:user:session``, with ``\\`` and ``:`` inside ids escaped."""
-        return ":".join(
-            _escape_composite(v) for v in (self.tenant_id, self.user_id, self.session_id)
-        )
+        return ":".join(_escape_composite(v) for v in (self.tenant_id, self.user_id, self.session_id))
 
     @classmethod
     def from_composite(cls, composite: str) -> MemoryKey:

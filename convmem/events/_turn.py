@@ -140,6 +140,8 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         _check_text("assistant_response", self.assistant_response)
         if not self.user_message and not self.assistant_response and not self.items:
             raise InvalidTurn("turn", "has no user message, no assistant response and no items")
+        if isinstance(self.ts, int) and not isinstance(self.ts, bool):
+            msgspec.structs.force_setattr(self, "ts", float(self.ts))
         if not math.isfinite(self.ts) or self.ts < 0:
             raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {self.ts!r}")
         _check_items(self.items)
@@ -184,6 +186,5 @@ def _check_items(items: tuple[MessageItem, ...]) -> None:
         call_id, i = next(iter(open_calls.items()))
         raise InvalidTurn(
             f"items[{i}].call_id",
-            f"function_call {call_id!r} has no result in this turn; a call and its result "
-            "belong to one turn",
+            f"function_call {call_id!r} has no result in this turn; a call and its result belong to one turn",
         )

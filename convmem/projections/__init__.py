@@ -1,0 +1,75 @@
+"""Pure logic: the fold, the decisions, the health machine and every context view. No I/O."""
+
+from convmem.projections._budget import (
+    ContextSelection,
+    TokenEstimator,
+    default_token_estimator,
+    full_tokens,
+    render,
+    select_context,
+    trim_summary,
+    view_tokens,
+)
+from convmem.projections._context import estimate_tokens, llm_context
+from convmem.projections._decide import (
+    AddTurn,
+    Clear,
+    Command,
+    Restore,
+    StartSession,
+    SummaryFailed,
+    SummaryRequest,
+    SummarySucceeded,
+    decide,
+    next_due_at,
+    summary_due,
+    summary_problem,
+)
+from convmem.projections._evolve import SkippedEvent, evolve, replay, skipped_from_error
+from convmem.projections._serial import (
+    EXPORT_VERSION,
+    decode_state,
+    encode_state,
+    parse_export,
+    state_hash,
+    to_dict,
+)
+from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
+
+__all__ = [
+    "EXPORT_VERSION",
+    "AddTurn",
+    "Clear",
+    "Command",
+    "ContextSelection",
+    "Restore",
+    "SessionState",
+    "SkippedEvent",
+    "StartSession",
+    "SummaryFailed",
+    "SummaryRequest",
+    "SummarySucceeded",
+    "TokenEstimator",
+    "TurnRecord",
+    "decide",
+    "decode_state",
+    "default_token_estimator",
+    "encode_state",
+    "estimate_tokens",
+    "evolve",
+    "full_tokens",
+    "llm_context",
+    "next_due_at",
+    "parse_export",
+    "render",
+    "rendered_turn_length",
+    "replay",
+    "select_context",
+    "skipped_from_error",
+    "state_hash",
+    "summary_due",
+    "summary_problem",
+    "to_dict",
+    "trim_summary",
+    "view_tokens",
+]

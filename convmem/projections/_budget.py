@@ -1,0 +1,218 @@
+"""Token budgets: what the PenguiFlow-shaped view may show, and what it costs.
+
+Tokens are measured on the canonical rendering of the ``conversation_memory``
+object, ``json.dumps(obj, ensure_ascii=False, sort_keys=True)`` (the one
+PenguiFlow's `estimate_tokens` uses). With the default estimator the length of
+that rendering is computed from per-turn lengths stored at fold time, so
+neither budget checks nor views serialise the whole payload. A custom
+estimator is called on the real rendering.
+
+Overflow policies (applied to views; the stored state is never touched):
+
+* ``truncate_oldest``: drop pending turns oldest first, then recent turns
+  oldest first, then the summary;
+* ``truncate_summary``: shorten the summary by whole lines from its end,
+  keeping its tags, then drop it, then drop turns as above;
+* ``error``: refuse, before storing, a turn or summary that would go over the
+  budget (`MemoryBudgetExceeded`); views apply ``truncate_oldest`` as a guard.
+
+Every policy terminates: each step removes one element of a finite view.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from convmem.events import MemoryHealth
+from convmem.projections._state import SessionState, TurnRecord
+
+__all__ = [
+    "ContextSelection",
+    "TokenEstimator",
+    "default_token_estimator",
+    "full_tokens",
+    "render",
+    "select_context",
+    "selection_tokens",
+    "trim_summary",
+    "view_tokens",
+]
+
+TokenEstimator = Callable[[str], int]
+
+_KEY_LEN = {
+    "pending_turns": len('"pending_turns"'),
+    "recent_turns": len('"recent_turns"'),
+    "summary": len('"summary"'),
+}
+_TAG_LINE = re.compile(r"^\s*</?[A-Za-z_][\w.-]*>\s*$")
+
+
+def default_token_estimator(text: str) -> int:
+    """The seed's heuristic: ``len(text) // 4 + 1``."""
+    return len(text) // 4 + 1
+
+
+def render(obj: Any) -> str:
+    """The canonical rendering that tokens are measured on."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+
+class ContextSelection(msgspec.Struct, frozen=True, kw_only=True):
+    """What a view shows: a summary text and the pending and recent turns."""
+
+    summary: str
+    pending: tuple[TurnRecord, ...]
+    recent: tuple[TurnRecord, ...]
+
+    def payload(self, *, include_digest: bool) -> dict[str, Any]:
+        """The ``conversation_memory`` object (PenguiFlow's keys and presence rules)."""
+        out: dict[str, Any] = {
+            "recent_turns": [r.turn.to_llm(include_digest=include_digest) for r in self.recent]
+        }
+        if self.pending:
+            out["pending_turns"] = [r.turn.to_llm(include_digest=include_digest) for r in self.pending]
+        if self.summary:
+            out["summary"] = self.summary
+        return out
+
+
+def _list_len(total: int, count: int) -> int:
+    return 2 + total + 2 * (count - 1) if count else 2
+
+
+def _payload_len(summary_len: int, pending_len: int, n_pending: int, recent_len: int, n_recent: int) -> int:
+    """Exact length of the rendering, from its parts' rendered lengths."""
+    parts = [_KEY_LEN["recent_turns"] + 2 + _list_len(recent_len, n_recent)]
+    if n_pending:
+        parts.append(_KEY_LEN["pending_turns"] + 2 + _list_len(pending_len, n_pending))
+    if summary_len:
+        parts.append(_KEY_LEN["summary"] + 2 + summary_len)
+    return 2 + sum(parts) + 2 * (len(parts) - 1)
+
+
+def _string_len(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False)) if text else 0
+
+
+def selection_tokens(selection: ContextSelection, estimator: TokenEstimator, include_digest: bool) -> int:
+    if estimator is default_token_estimator:
+        length = _payload_len(
+            _string_len(selection.summary),
+            sum(r.rendered_len for r in selection.pending),
+            len(selection.pending),
+            sum(r.rendered_len for r in selection.recent),
+            len(selection.recent),
+        )
+        return length // 4 + 1
+    return estimator(render(selection.payload(include_digest=include_digest)))
+
+
+def _visible(state: SessionState) -> ContextSelection:
+    """The view before any budget applies, by strategy and health (the seed's rules)."""
+    strategy = state.config.strategy
+    if strategy == "none":
+        return ContextSelection(summary="", pending=(), recent=())
+    recent = state.recent()
+    if strategy == "truncation" or state.health is MemoryHealth.DEGRADED:
+        return ContextSelection(summary="", pending=(), recent=recent)
+    return ContextSelection(summary=state.summary, pending=state.pending(), recent=recent)
+
+
+def full_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
+    """Tokens of summary + pending + recent, whatever the health (the ``error`` policy's measure)."""
+    if state.config.strategy == "none":
+        return 0
+    if state.config.strategy == "truncation":
+        selection = ContextSelection(summary="", pending=(), recent=state.recent())
+    else:
+        selection = ContextSelection(summary=state.summary, pending=state.pending(), recent=state.recent())
+    return selection_tokens(selection, estimator, state.config.include_trajectory_digest)
+
+
+def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
+    """Tokens of the view as it shows now, before budgets."""
+    if state.config.strategy == "none":
+        return 0
+    return selection_tokens(_visible(state), estimator, state.config.include_trajectory_digest)
+
+
+def select_context(
+    state: SessionState, estimator: TokenEstimator = default_token_estimator
+) -> ContextSelection:
+    """The view after the overflow policy: never over `total_max_tokens` unless nothing is shown."""
+    selection = _visible(state)
+    budget = state.config.budget.total_max_tokens
+    include = state.config.include_trajectory_digest
+
+    def fits(candidate: ContextSelection) -> bool:
+        return selection_tokens(candidate, estimator, include) <= budget
+
+    if state.config.strategy == "none" or fits(selection):
+        return selection
+    if state.config.budget.overflow_policy == "truncate_summary" and selection.summary:
+        selection = msgspec.structs.replace(
+            selection,
+            summary=trim_summary(
+                selection.summary, lambda s: fits(msgspec.structs.replace(selection, summary=s))
+            ),
+        )
+        if fits(selection):
+            return selection
+    selection = _drop_oldest(selection, fits)
+    if fits(selection):
+        return selection
+    return msgspec.structs.replace(selection, summary="")
+
+
+def _drop_oldest(selection: ContextSelection, fits: Callable[[ContextSelection], bool]) -> ContextSelection:
+    """Drop the fewest oldest turns (pending first, then recent) so the view fits."""
+    turns: Sequence[TurnRecord] = (*selection.pending, *selection.recent)
+    n_pending = len(selection.pending)
+
+    def dropped(k: int) -> ContextSelection:
+        return msgspec.structs.replace(
+            selection,
+            pending=selection.pending[min(k, n_pending) :],
+            recent=selection.recent[max(0, k - n_pending) :],
+        )
+
+    lo, hi = 0, len(turns)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(dropped(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return dropped(lo)
+
+
+def trim_summary(summary: str, fits: Callable[[str], bool]) -> str:
+    """Remove whole content lines from the end, never a tag line, until `fits`; else ''.
+
+    A summary's structure (its ``<tag>`` / ``</tag>`` lines) is never cut: the
+    result is the original with its last k content lines removed, for the
+    smallest k that fits, or empty when no k does.
+    """
+    lines = summary.split("\n")
+    content = [i for i, line in enumerate(lines) if line.strip() and not _TAG_LINE.match(line)]
+
+    def without_last(k: int) -> str:
+        removed = set(content[len(content) - k :])
+        return "\n".join(line for i, line in enumerate(lines) if i not in removed)
+
+    if not content:
+        return ""
+    lo, hi = 1, len(content)  # removing every content line leaves no summary worth showing
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(without_last(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return "" if lo == len(content) else without_last(lo)

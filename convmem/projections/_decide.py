@@ -1,0 +1,462 @@
+"""Decisions: a command, the current state and `now` in; the events to store out.
+
+Nothing here stores anything or reads a clock. The runtime appends what a
+decision returns and folds it with `evolve` only after the log acknowledged
+it, so every prefix of a decision's events must itself be a valid history.
+
+The health machine (the RFC's, with every interval a setting)::
+
+    HEALTHY --fail--> RETRY(1) --fail--> ... RETRY(n) --fail--> DEGRADED
+       ^                 |                                   |  probe every
+       |              success                                |  degraded_retry_seconds
+       +-----------------+                                   v
+       +------ pending drained ------ RECOVERING <--success--+
+                                          |--fail--> DEGRADED
+
+Every transition, a failed DEGRADED probe included, is a `HealthChanged`
+event, so a replay knows when the next retry is due.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from convmem.errors import InvalidInput, MemoryBudgetExceeded
+from convmem.events import (
+    AnyEvent,
+    BacklogTrimmed,
+    ConversationTurn,
+    HealthChanged,
+    MemoryHealth,
+    MemoryKey,
+    SessionCleared,
+    SessionRestored,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    SummaryProduced,
+    TurnAdded,
+)
+from convmem.projections._budget import TokenEstimator, default_token_estimator, full_tokens
+from convmem.projections._evolve import evolve
+from convmem.projections._state import SessionState, TurnRecord
+
+__all__ = [
+    "AddTurn",
+    "Clear",
+    "Command",
+    "Restore",
+    "StartSession",
+    "SummaryFailed",
+    "SummaryRequest",
+    "SummarySucceeded",
+    "decide",
+    "next_due_at",
+    "summary_due",
+    "summary_problem",
+]
+
+
+class StartSession(msgspec.Struct, frozen=True, kw_only=True):
+    """Open a session explicitly (the first other command opens it implicitly)."""
+
+    key: MemoryKey
+    config: ShortTermMemoryConfig
+    injected_summary: str | None = None
+    injected_from: MemoryKey | None = None
+
+
+class AddTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """Store a completed turn."""
+
+    turn: ConversationTurn
+
+
+class Clear(msgspec.Struct, frozen=True, kw_only=True):
+    """Forget the session's turns and summary (they stay in the log)."""
+
+    reason: str = "cleared by caller"
+
+
+class Restore(msgspec.Struct, frozen=True, kw_only=True):
+    """Replace the session's content with a `to_dict()` export's (see `parse_export`).
+
+    A restored session starts HEALTHY: its pending turns are summarized afresh.
+    """
+
+    summary: str
+    turns: tuple[ConversationTurn, ...]
+
+
+class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session asks its summarizer: fold `turns` into `previous_summary`."""
+
+    key: MemoryKey
+    previous_summary: str
+    covers_from: int
+    covers_through: int
+    turns: tuple[ConversationTurn, ...]
+    health: MemoryHealth
+    attempt: int
+    include_digest: bool = True
+
+    def payload(self) -> dict[str, Any]:
+        """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them."""
+        return {
+            "previous_summary": self.previous_summary,
+            "turns": [t.to_llm(include_digest=self.include_digest) for t in self.turns],
+        }
+
+
+class SummarySucceeded(msgspec.Struct, frozen=True, kw_only=True):
+    """The summarizer answered `request` with `summary` (not yet validated)."""
+
+    request: SummaryRequest
+    summary: str
+
+
+class SummaryFailed(msgspec.Struct, frozen=True, kw_only=True):
+    """The summarizer failed on `request` (exception, timeout, bad output)."""
+
+    request: SummaryRequest
+    reason: str
+
+
+Command = StartSession | AddTurn | Clear | Restore | SummarySucceeded | SummaryFailed
+
+
+class _Ids:
+    """Event ids and seqs for one decision: ``{command_id}/{n}``, seqs after `version`."""
+
+    def __init__(self, command_id: str, version: int) -> None:
+        self._command_id = command_id
+        self._n = 0
+        self.seq = version
+
+    def mark(self) -> tuple[int, int]:
+        return self._n, self.seq
+
+    def reset(self, mark: tuple[int, int]) -> None:
+        self._n, self.seq = mark
+
+    def next(self) -> tuple[int, str]:
+        self._n += 1
+        self.seq += 1
+        return self.seq, f"{self._command_id}/{self._n}"
+
+
+def decide(
+    state: SessionState,
+    command: Command,
+    *,
+    now: float,
+    command_id: str,
+    key: MemoryKey | None = None,
+    config: ShortTermMemoryConfig | None = None,
+    estimator: TokenEstimator = default_token_estimator,
+) -> list[AnyEvent]:
+    """The events that `command` produces on `state` at `now`.
+
+    A session that has not started is opened first with `key` and `config`
+    (or the command's own, for `StartSession`). Raises `MemoryBudgetExceeded`
+    for the ``error`` policy and `InvalidInput` for a command that cannot apply.
+    """
+    if not command_id:
+        raise InvalidInput("command_id", "must not be empty")
+    ids = _Ids(command_id, state.version)
+    events: list[AnyEvent] = []
+    if not state.started and isinstance(command, SummarySucceeded | SummaryFailed):
+        return []  # a result for a session that no longer exists (erased) is stale
+    if not state.started:
+        start = command if isinstance(command, StartSession) else None
+        start_key = start.key if start else key
+        start_config = start.config if start else config
+        if start_key is None or start_config is None:
+            raise InvalidInput("key", "a session that has not started needs a key and a config")
+        seq, event_id = ids.next()
+        opened = SessionStarted(
+            seq=seq,
+            event_id=event_id,
+            at=now,
+            key=start_key,
+            config=start_config,
+            injected_summary=start.injected_summary if start else None,
+            injected_from=start.injected_from if start else None,
+        )
+        events.append(opened)
+        state = evolve(state, opened)
+    match command:
+        case StartSession():
+            pass
+        case AddTurn():
+            events.extend(_add_turn(state, command.turn, ids, now, estimator))
+        case Clear():
+            events.extend(_clear(state, command.reason, ids, now))
+        case Restore():
+            events.extend(_restore(state, command, ids, now))
+        case SummarySucceeded():
+            events.extend(_summary_succeeded(state, command, ids, now, estimator))
+        case SummaryFailed():
+            events.extend(_summary_failed(state, command.request, command.reason, ids, now))
+    return events
+
+
+# Turns ---------------------------------------------------------------------------
+
+
+def _add_turn(
+    state: SessionState,
+    turn: ConversationTurn,
+    ids: _Ids,
+    now: float,
+    estimator: TokenEstimator,
+) -> list[AnyEvent]:
+    seq, event_id = ids.next()
+    added = TurnAdded(seq=seq, event_id=event_id, at=now, index=state.next_index, turn=turn)
+    after = evolve(state, added)
+    if state.config.budget.overflow_policy == "error" and state.config.strategy != "none":
+        tokens = full_tokens(after, estimator)
+        if tokens > state.config.budget.total_max_tokens:
+            raise MemoryBudgetExceeded(tokens=tokens, budget=state.config.budget.total_max_tokens)
+    events: list[AnyEvent] = [added]
+    trimmed = _trim_backlog(after, ids, now)
+    if trimmed is not None:
+        events.append(trimmed)
+    return events
+
+
+def _trim_backlog(state: SessionState, ids: _Ids, now: float) -> BacklogTrimmed | None:
+    """In DEGRADED, keep at most `recovery_backlog_limit` unsummarized evicted turns."""
+    if state.health is not MemoryHealth.DEGRADED or not state.config.summarizes:
+        return None
+    backlog = state.pending()
+    excess = len(backlog) - state.config.recovery_backlog_limit
+    if excess <= 0:
+        return None
+    seq, event_id = ids.next()
+    return BacklogTrimmed(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        dropped_through=backlog[excess - 1].index,
+        reason=f"backlog over recovery_backlog_limit={state.config.recovery_backlog_limit}",
+    )
+
+
+def _health(
+    state: SessionState, new: MemoryHealth, reason: str, attempt: int, ids: _Ids, now: float
+) -> HealthChanged:
+    seq, event_id = ids.next()
+    return HealthChanged(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        old=state.health,
+        new=new,
+        reason=reason,
+        attempt=attempt,
+    )
+
+
+def _clear(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyEvent]:
+    events: list[AnyEvent] = []
+    if state.health is not MemoryHealth.HEALTHY:
+        healed = _health(state, MemoryHealth.HEALTHY, "session cleared", 0, ids, now)
+        events.append(healed)
+        state = evolve(state, healed)
+    seq, event_id = ids.next()
+    events.append(
+        SessionCleared(
+            seq=seq, event_id=event_id, at=now, cleared_through=state.next_index - 1, reason=reason
+        )
+    )
+    return events
+
+
+def _restore(state: SessionState, command: Restore, ids: _Ids, now: float) -> list[AnyEvent]:
+    events: list[AnyEvent] = []
+    if state.health is not MemoryHealth.HEALTHY:
+        healed = _health(state, MemoryHealth.HEALTHY, "session restored", 0, ids, now)
+        events.append(healed)
+    seq, event_id = ids.next()
+    events.append(
+        SessionRestored(
+            seq=seq,
+            event_id=event_id,
+            at=now,
+            summary=command.summary,
+            turns=command.turns,
+            first_index=state.next_index,
+        )
+    )
+    return events
+
+
+# Summaries and the health machine ---------------------------------------------------
+
+
+def _summary_zone(config: ShortTermMemoryConfig) -> tuple[int, int]:
+    """(turns kept verbatim, unsummarized evicted turns that trigger a summary)."""
+    agents = config.agents
+    if agents.strategy == "summarizing":
+        return agents.keep_last_n_turns, agents.context_limit - agents.keep_last_n_turns
+    return config.budget.full_zone_turns, 1
+
+
+def _summarizable(state: SessionState) -> tuple[TurnRecord, ...]:
+    keep, _ = _summary_zone(state.config)
+    unsummarized = state.unsummarized()
+    if len(unsummarized) <= keep:
+        return ()
+    return unsummarized[: len(unsummarized) - keep] if keep else unsummarized
+
+
+def next_due_at(state: SessionState) -> float | None:
+    """When the session next wants its summarizer (None: not until something changes).
+
+    HEALTHY and RECOVERING sessions want it as soon as enough turns are pending
+    (returns the last health change time, i.e. "now or earlier"); RETRY waits
+    its back-off; DEGRADED probes every `degraded_retry_seconds`.
+    """
+    if not state.started or not state.config.summarizes:
+        return None
+    turns = _summarizable(state)
+    _, trigger = _summary_zone(state.config)
+    policy = state.config.health
+    match state.health:
+        case MemoryHealth.HEALTHY | MemoryHealth.RECOVERING:
+            return state.health_since if len(turns) >= trigger else None
+        case MemoryHealth.RETRY:
+            return state.health_since + policy.backoff(state.attempt) if turns else None
+        case MemoryHealth.DEGRADED:
+            return state.health_since + policy.degraded_retry_seconds if turns else None
+
+
+def summary_due(state: SessionState, now: float) -> SummaryRequest | None:
+    """The summary the session should ask for at `now`, if any (no call in flight assumed)."""
+    due = next_due_at(state)
+    if due is None or due > now or state.key is None:
+        return None
+    turns = _summarizable(state)
+    return SummaryRequest(
+        key=state.key,
+        previous_summary=state.summary,
+        covers_from=turns[0].index,
+        covers_through=turns[-1].index,
+        turns=tuple(r.turn for r in turns),
+        health=state.health,
+        attempt=state.attempt,
+        include_digest=state.config.include_trajectory_digest,
+    )
+
+
+def _is_stale(state: SessionState, request: SummaryRequest) -> bool:
+    """The session moved on since the request (cleared, restored, or another summary landed)."""
+    return (
+        request.previous_summary != state.summary
+        or request.covers_through <= state.summary_through
+        or not state.turns
+        or request.covers_from < state.turns[0].index
+        or request.covers_through > state.turns[-1].index
+    )
+
+
+def _summary_succeeded(
+    state: SessionState,
+    result: SummarySucceeded,
+    ids: _Ids,
+    now: float,
+    estimator: TokenEstimator,
+) -> list[AnyEvent]:
+    request = result.request
+    if _is_stale(state, request):
+        return []
+    problem = summary_problem(result.summary, state.config, estimator)
+    if problem is not None:
+        return _summary_failed(state, request, problem, ids, now)
+    mark = ids.mark()
+    seq, event_id = ids.next()
+    produced = SummaryProduced(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        summary=result.summary,
+        covers_from=request.covers_from,
+        covers_through=request.covers_through,
+    )
+    events: list[AnyEvent] = [produced]
+    after = evolve(state, produced)
+    budget = state.config.budget
+    if budget.overflow_policy == "error" and full_tokens(after, estimator) > budget.total_max_tokens:
+        ids.reset(mark)
+        return _summary_failed(
+            state,
+            request,
+            f"summary would put the context over total_max_tokens={budget.total_max_tokens}",
+            ids,
+            now,
+        )
+    _, trigger = _summary_zone(state.config)
+    drained = len(_summarizable(after)) < trigger
+    match state.health:
+        case MemoryHealth.HEALTHY:
+            pass
+        case MemoryHealth.RETRY:
+            events.append(_health(after, MemoryHealth.HEALTHY, "summarizer recovered", 0, ids, now))
+        case MemoryHealth.DEGRADED:
+            recovering = _health(
+                after, MemoryHealth.RECOVERING, "summarizer answered a recovery probe", 0, ids, now
+            )
+            events.append(recovering)
+            if drained:
+                after = evolve(after, recovering)
+                events.append(_health(after, MemoryHealth.HEALTHY, "backlog summarized", 0, ids, now))
+        case MemoryHealth.RECOVERING:
+            if drained:
+                events.append(_health(after, MemoryHealth.HEALTHY, "backlog summarized", 0, ids, now))
+    return events
+
+
+def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: TokenEstimator) -> str | None:
+    """Why a summarizer's output cannot be stored, or None when it can."""
+    if not isinstance(summary, str):
+        return f"summary is {type(summary).__name__}, not a string"
+    if not summary.strip():
+        return "summary is empty"
+    if "\x00" in summary:
+        return "summary contains a NUL character"
+    tokens = estimator(summary)
+    if tokens > config.budget.summary_max_tokens:
+        return f"summary is {tokens} tokens, over summary_max_tokens={config.budget.summary_max_tokens}"
+    return None
+
+
+def _summary_failed(
+    state: SessionState, request: SummaryRequest, reason: str, ids: _Ids, now: float
+) -> list[AnyEvent]:
+    if _is_stale(state, request):
+        return []
+    retries = state.config.retry_attempts
+    match state.health:
+        case MemoryHealth.HEALTHY:
+            if retries >= 1:
+                return [_health(state, MemoryHealth.RETRY, reason, 1, ids, now)]
+            return _degrade(state, reason, ids, now)
+        case MemoryHealth.RETRY:
+            if state.attempt < retries:
+                return [_health(state, MemoryHealth.RETRY, reason, state.attempt + 1, ids, now)]
+            return _degrade(state, reason, ids, now)
+        case MemoryHealth.DEGRADED:
+            return [_health(state, MemoryHealth.DEGRADED, reason, state.attempt + 1, ids, now)]
+        case MemoryHealth.RECOVERING:
+            return _degrade(state, reason, ids, now)
+
+
+def _degrade(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyEvent]:
+    degraded = _health(state, MemoryHealth.DEGRADED, reason, 1, ids, now)
+    events: list[AnyEvent] = [degraded]
+    trimmed = _trim_backlog(evolve(state, degraded), ids, now)
+    if trimmed is not None:
+        events.append(trimmed)
+    return events

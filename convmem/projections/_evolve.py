@@ -1,0 +1,196 @@
+"""The fold: `evolve(state, event) -> state` and `replay(events) -> state`.
+
+`evolve` is pure and total over the closed set of event types. An event whose
+`seq` is not above the state's `version` was already applied and changes
+nothing (redelivery is harmless); an event that skips a `seq` raises
+`ReplayError`, because a history with a hole cannot be trusted. The one
+exception is `SessionErased`, a tombstone that may open a history at any seq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import assert_never
+
+import msgspec
+
+from convmem.errors import ReplayError, UnknownEventType
+from convmem.events import (
+    AnyEvent,
+    BacklogTrimmed,
+    HealthChanged,
+    SessionCleared,
+    SessionErased,
+    SessionRestored,
+    SessionStarted,
+    SummaryProduced,
+    TurnAdded,
+)
+from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
+
+__all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
+
+msgspec_replace = msgspec.structs.replace
+
+
+class SkippedEvent:
+    """Stands in a replay for an event this version cannot read (see `replay`)."""
+
+    __slots__ = ("reason", "seq")
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"SkippedEvent(seq={self.seq}, reason={self.reason!r})"
+
+
+def _check_order(state: SessionState, event: AnyEvent | SkippedEvent) -> bool:
+    """True when the event is new; False when already applied; raises on a gap."""
+    if event.seq <= state.version:
+        return False
+    if isinstance(event, SessionErased):
+        return True
+    if event.seq != state.version + 1:
+        raise ReplayError(
+            f"event seq {event.seq} follows seq {state.version}: "
+            f"{event.seq - state.version - 1} event(s) missing"
+        )
+    return True
+
+
+def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
+    """Apply one event; returns the same state object for an already applied event."""
+    if not _check_order(state, event):
+        return state
+    if isinstance(event, SkippedEvent):
+        return msgspec_replace(state, version=event.seq)
+    if not state.started and not isinstance(event, SessionStarted | SessionErased):
+        raise ReplayError(f"event seq {event.seq} ({type(event).__name__}) comes before the session started")
+    common = {"version": event.seq, "last_at": max(state.last_at, event.at)}
+    match event:
+        case SessionStarted():
+            if state.started:
+                raise ReplayError(f"session started twice (seq {event.seq})")
+            if state.key is not None and state.key != event.key:
+                raise ReplayError(f"seq {event.seq} starts session {event.key}, not {state.key}")
+            return msgspec_replace(
+                state,
+                key=event.key,
+                config=event.config,
+                started=True,
+                health_since=event.at,
+                injected_summary=event.injected_summary,
+                injected_from=event.injected_from,
+                **common,
+            )
+        case TurnAdded():
+            record = _record(state, event)
+            return msgspec_replace(state, turns=(*state.turns, record), next_index=event.index + 1, **common)
+        case SummaryProduced():
+            return msgspec_replace(
+                state,
+                summary=event.summary,
+                summary_through=max(state.summary_through, event.covers_through),
+                **common,
+            )
+        case HealthChanged():
+            return msgspec_replace(
+                state, health=event.new, attempt=event.attempt, health_since=event.at, **common
+            )
+        case BacklogTrimmed():
+            return msgspec_replace(
+                state, dropped_through=max(state.dropped_through, event.dropped_through), **common
+            )
+        case SessionCleared():
+            mark = max(event.cleared_through, state.next_index - 1)
+            return msgspec_replace(
+                state,
+                turns=(),
+                summary="",
+                summary_through=mark,
+                dropped_through=mark,
+                next_index=mark + 1,
+                **common,
+            )
+        case SessionRestored():
+            include = state.config.include_trajectory_digest
+            records = tuple(
+                TurnRecord(
+                    index=event.first_index + i,
+                    turn=turn,
+                    at=event.at,
+                    rendered_len=rendered_turn_length(turn, include_digest=include),
+                )
+                for i, turn in enumerate(event.turns)
+            )
+            mark = event.first_index - 1
+            return msgspec_replace(
+                state,
+                turns=records,
+                summary=event.summary,
+                summary_through=mark,
+                dropped_through=mark,
+                next_index=event.first_index + len(records),
+                **common,
+            )
+        case SessionErased():
+            return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
+        case _:
+            assert_never(event)
+
+
+def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
+    if event.index < state.next_index:
+        raise ReplayError(f"turn number {event.index} at seq {event.seq} is not above {state.next_index - 1}")
+    return TurnRecord(
+        index=event.index,
+        turn=event.turn,
+        at=event.at,
+        rendered_len=rendered_turn_length(event.turn, include_digest=state.config.include_trajectory_digest),
+    )
+
+
+def replay(
+    events: Iterable[AnyEvent | SkippedEvent],
+    *,
+    state: SessionState | None = None,
+    on_skipped: Callable[[SkippedEvent], None] | None = None,
+) -> SessionState:
+    """Fold events into a state, starting from `state` (a snapshot) or from scratch.
+
+    `SkippedEvent` stand-ins advance the version (so no gap is reported) and
+    are passed to `on_skipped`; build them from `UnknownEventType` with
+    `skipped_from_error`.
+    """
+    current = state if state is not None else SessionState()
+    # Fast path: runs of TurnAdded collect their records in a list instead of
+    # copying the turn tuple once per event; the result equals the plain fold.
+    added: list[TurnRecord] = []
+    for event in events:
+        if isinstance(event, TurnAdded) and current.started and _check_order(current, event):
+            added.append(_record(current, event))
+            current = msgspec_replace(
+                current,
+                version=event.seq,
+                next_index=event.index + 1,
+                last_at=max(current.last_at, event.at),
+            )
+            continue
+        if added and isinstance(event, SessionCleared | SessionRestored | SessionErased):
+            current = msgspec_replace(current, turns=(*current.turns, *added))
+            added = []
+        if isinstance(event, SkippedEvent) and on_skipped is not None and event.seq > current.version:
+            on_skipped(event)
+        current = evolve(current, event)
+    if added:
+        current = msgspec_replace(current, turns=(*current.turns, *added))
+    return current
+
+
+def skipped_from_error(error: UnknownEventType) -> SkippedEvent:
+    """The stand-in for an event of an unknown tag, when its envelope gave its seq."""
+    if error.event_seq is None:
+        raise ReplayError(f"cannot skip event of unknown type {error.tag!r}: it carries no seq")
+    return SkippedEvent(error.event_seq, f"unknown event type {error.tag!r}")

@@ -1,0 +1,101 @@
+"""The folded state of one session, and the zones a context view reads from it.
+
+`SessionState` is immutable and holds every live turn (the turns since the
+last clear, restore or erasure) with its number, so every strategy can be
+projected from it. Which turns are *summarized*, *pending* or *recent* is not
+stored but derived from two watermarks:
+
+* `summary_through`: the last turn number the summary covers;
+* `dropped_through`: the last turn number dropped from a DEGRADED backlog.
+
+A turn is unsummarized when its number is above both. The recent zone is the
+last `full_zone_turns` live turns; the pending zone is every unsummarized turn
+before it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
+
+__all__ = ["SessionState", "TurnRecord", "rendered_turn_length"]
+
+
+def rendered_turn_length(turn: ConversationTurn, *, include_digest: bool) -> int:
+    """Characters of the turn in the canonical JSON rendering of a context view.
+
+    The rendering is ``json.dumps(..., ensure_ascii=False, sort_keys=True)``,
+    the one `estimate_tokens()` measures, so view lengths add up exactly.
+    """
+    return len(json.dumps(turn.to_llm(include_digest=include_digest), ensure_ascii=False, sort_keys=True))
+
+
+class TurnRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """A stored turn with its number, the time it was stored and its rendered length."""
+
+    index: int
+    turn: ConversationTurn
+    at: float
+    rendered_len: int
+
+
+class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the context views need; a pure function of the session's events."""
+
+    key: MemoryKey | None = None
+    config: ShortTermMemoryConfig = msgspec.field(default_factory=ShortTermMemoryConfig)
+    version: int = 0
+    """`seq` of the last applied event (0: nothing applied)."""
+    started: bool = False
+    turns: tuple[TurnRecord, ...] = ()
+    next_index: int = 1
+    summary: str = ""
+    summary_through: int = 0
+    dropped_through: int = 0
+    health: MemoryHealth = MemoryHealth.HEALTHY
+    attempt: int = 0
+    health_since: float = 0.0
+    injected_summary: str | None = None
+    injected_from: MemoryKey | None = None
+    last_at: float = 0.0
+
+    # Derived zones ---------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """Turns numbered up to here are summarized or dropped."""
+        return max(self.summary_through, self.dropped_through)
+
+    def unsummarized(self) -> tuple[TurnRecord, ...]:
+        """Live turns that no summary covers and no backlog trim dropped."""
+        mark = self.watermark
+        turns = self.turns
+        if not turns or turns[0].index > mark:
+            return turns
+        lo, hi = 0, len(turns)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if turns[mid].index <= mark:
+                lo = mid + 1
+            else:
+                hi = mid
+        return turns[lo:]
+
+    def recent(self) -> tuple[TurnRecord, ...]:
+        """The full zone: the last `full_zone_turns` live turns."""
+        return self.turns[-self.config.budget.full_zone_turns :]
+
+    def pending(self) -> tuple[TurnRecord, ...]:
+        """Unsummarized turns evicted from the full zone, oldest first."""
+        zone = self.config.budget.full_zone_turns
+        if len(self.turns) <= zone:
+            return ()
+        first_recent = self.turns[-zone].index
+        return tuple(r for r in self.unsummarized() if r.index < first_recent)
+
+    def turn_count(self) -> int:
+        """Live turns (since the last clear)."""
+        return len(self.turns)
