@@ -1,0 +1,160 @@
+"""The ports: small Protocols that adapters implement and the runtime alone uses.
+
+Every port is synchronous and thread-safe: session actors are threads and
+call them directly; an adapter built on asyncio (the JetStream log) runs its
+own loop thread and waits on it with a timeout. Each port has an in-memory
+implementation in `convmem.adapters` and one contract suite in the tests that
+every implementation passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from convmem.events import Event, MemoryKey
+
+__all__ = [
+    "Clock",
+    "EventLog",
+    "LoggedEvent",
+    "Snapshot",
+    "SnapshotStore",
+    "Summarizer",
+    "Timer",
+]
+
+
+class LoggedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event as the log returns it, still encoded.
+
+    `position` is the log-wide order (a JetStream stream sequence); `seq` is
+    the event's session sequence as the log recorded it beside the bytes
+    (None when the bytes were not written by convmem). Decoding is left to
+    the reader, so a poison message is reported with its position instead of
+    breaking the read.
+    """
+
+    key: MemoryKey
+    seq: int | None
+    position: int
+    data: bytes
+    event_id: str | None = None
+
+
+class EventLog(Protocol):
+    """An append-only log of session events with optimistic concurrency."""
+
+    def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
+        """Store `events` after the session's event `expected_seq` (0: none yet).
+
+        The events' own `seq` must run `expected_seq + 1, expected_seq + 2, ...`.
+        An event whose `event_id` is already stored for this key is not stored
+        again (a retried append is exactly-once). Returns the session's last
+        seq after the append. Raises `ConcurrencyConflict` when the session's
+        last seq is not `expected_seq`, `LogUnavailable` when the log cannot
+        answer in time.
+        """
+        ...
+
+    def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
+        """The session's events with seq above `after_seq`, in order."""
+        ...
+
+    def last_seq(self, key: MemoryKey) -> int:
+        """The seq of the session's last stored event (0 when it has none)."""
+        ...
+
+    def read_all(
+        self,
+        *,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        until_position: int | None = None,
+    ) -> Iterator[LoggedEvent]:
+        """Every stored event (of a tenant, of a user) in log order, for audit.
+
+        Stops after `until_position` when given. `user_id` needs `tenant_id`.
+        """
+        ...
+
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """The keys that have events (of a tenant, of a user)."""
+        ...
+
+    def erase(self, key: MemoryKey, *, at: float) -> int:
+        """Purge a session's events, leaving a `SessionErased` tombstone; returns events purged.
+
+        The tombstone's seq is above every purged event's, so a stale writer
+        expecting an old last seq conflicts instead of writing them back.
+        """
+        ...
+
+    def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
+        """`erase` every session of one user; returns events purged."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; further calls raise `SessionClosed`."""
+        ...
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """An encoded session state covering the session's events up to `seq`."""
+
+    key: MemoryKey
+    seq: int
+    state_hash: str
+    data: bytes
+
+
+class SnapshotStore(Protocol):
+    """Latest snapshot per session; losing one only costs a longer replay."""
+
+    def load(self, key: MemoryKey) -> Snapshot | None:
+        """The session's latest snapshot, or None (also when it cannot be read)."""
+        ...
+
+    def save(self, snapshot: Snapshot) -> None:
+        """Store `snapshot` unless a newer one (higher seq) is already stored."""
+        ...
+
+    def delete(self, key: MemoryKey) -> None:
+        """Forget the session's snapshot."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """The RFC's summarizer: ``{"previous_summary", "turns"} -> {"summary": str}``.
+
+    It may be a plain function or a coroutine function; the pool runs
+    either, with a timeout. Whatever it returns is validated before it is
+    stored.
+    """
+
+    def __call__(self, request: Mapping[str, Any], /) -> Any: ...
+
+
+class Timer(Protocol):
+    """A scheduled callback that can be cancelled."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time and timers. The system clock in production, a manual one in tests."""
+
+    def now(self) -> float:
+        """Epoch seconds."""
+        ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """Run `callback` (quick, non-blocking) once `now() >= when`."""
+        ...

@@ -1,0 +1,190 @@
+"""In-memory `EventLog` and `SnapshotStore`: real implementations, not mocks.
+
+They keep the same promises as the JetStream adapters (optimistic
+concurrency, exactly-once by event id, tombstones on erasure, log-wide
+positions) and pass the same contract suite. Useful for tests, for
+in-process use and as the reference the durable adapters are checked against.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+from convmem.actors import LoggedEvent, Snapshot
+from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
+from convmem.events import Event, MemoryKey, SessionErased, encode_event
+
+__all__ = ["InMemoryEventLog", "InMemorySnapshotStore"]
+
+
+class InMemoryEventLog:
+    """A thread-safe event log held in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[MemoryKey, list[LoggedEvent]] = {}
+        self._last_seq: dict[MemoryKey, int] = {}
+        self._ids: dict[MemoryKey, set[str]] = {}
+        self._all: list[LoggedEvent | None] = []
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("the in-memory event log is closed")
+
+    def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
+        """See `EventLog.append`."""
+        with self._lock:
+            self._check_open()
+            seen = self._ids.setdefault(key, set())
+            fresh = [e for e in events if e.event_id not in seen]
+            last = self._last_seq.get(key, 0)
+            if not fresh:
+                return last
+            if last != expected_seq + (len(events) - len(fresh)):
+                raise ConcurrencyConflict(key=key.composite(), expected_seq=expected_seq, actual_seq=last)
+            for offset, event in enumerate(fresh, start=1):
+                if event.seq != last + offset:
+                    raise InvalidInput(
+                        f"events[{offset - 1}].seq", f"is {event.seq}, expected {last + offset}"
+                    )
+            self._store(key, fresh)
+            return self._last_seq[key]
+
+    def _store(self, key: MemoryKey, events: Sequence[Event]) -> None:
+        stored = self._sessions.setdefault(key, [])
+        for event in events:
+            record = LoggedEvent(
+                key=key,
+                seq=event.seq,
+                position=len(self._all) + 1,
+                data=encode_event(event),
+                event_id=event.event_id,
+            )
+            self._all.append(record)
+            stored.append(record)
+            self._ids.setdefault(key, set()).add(event.event_id)
+            self._last_seq[key] = event.seq
+
+    def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
+        """Store bytes as they are (a poison message, for tests of readers); returns the position."""
+        with self._lock:
+            self._check_open()
+            record = LoggedEvent(key=key, seq=seq, position=len(self._all) + 1, data=data)
+            self._all.append(record)
+            self._sessions.setdefault(key, []).append(record)
+            if seq is not None:
+                self._last_seq[key] = seq
+            return record.position
+
+    def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
+        """See `EventLog.read`."""
+        with self._lock:
+            self._check_open()
+            return [r for r in self._sessions.get(key, ()) if r.seq is None or r.seq > after_seq]
+
+    def last_seq(self, key: MemoryKey) -> int:
+        """See `EventLog.last_seq`."""
+        with self._lock:
+            self._check_open()
+            return self._last_seq.get(key, 0)
+
+    def read_all(
+        self,
+        *,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        until_position: int | None = None,
+    ) -> Iterator[LoggedEvent]:
+        """See `EventLog.read_all`."""
+        if user_id is not None and tenant_id is None:
+            raise InvalidInput("user_id", "reading one user's events needs tenant_id too")
+        with self._lock:
+            self._check_open()
+            snapshot = list(self._all if until_position is None else self._all[:until_position])
+        for record in snapshot:
+            if record is None:
+                continue
+            if tenant_id is not None and record.key.tenant_id != tenant_id:
+                continue
+            if user_id is not None and record.key.user_id != user_id:
+                continue
+            yield record
+
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """See `EventLog.keys`."""
+        with self._lock:
+            self._check_open()
+            return [
+                k
+                for k, records in self._sessions.items()
+                if records
+                and (tenant_id is None or k.tenant_id == tenant_id)
+                and (user_id is None or k.user_id == user_id)
+            ]
+
+    def erase(self, key: MemoryKey, *, at: float) -> int:
+        """See `EventLog.erase`."""
+        with self._lock:
+            self._check_open()
+            return self._erase_locked(key, at)
+
+    def _erase_locked(self, key: MemoryKey, at: float) -> int:
+        records = self._sessions.get(key, [])
+        if not records:
+            return 0
+        purged = [r for r in records if not _is_tombstone(r)]
+        for record in records:
+            self._all[record.position - 1] = None
+        self._sessions[key] = []
+        seq = self._last_seq.get(key, 0) + 1
+        tombstone = SessionErased(
+            seq=seq, event_id=f"erased/{key.composite()}/{seq}", at=at, reason="erased on request"
+        )
+        self._store(key, [tombstone])
+        return len(purged)
+
+    def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
+        """See `EventLog.erase_user`."""
+        with self._lock:
+            self._check_open()
+            keys = [k for k in self._sessions if k.tenant_id == tenant_id and k.user_id == user_id]
+            return sum(self._erase_locked(k, at) for k in keys)
+
+    def close(self) -> None:
+        """See `EventLog.close`."""
+        with self._lock:
+            self._closed = True
+
+
+def _is_tombstone(record: LoggedEvent) -> bool:
+    return record.event_id is not None and record.event_id.startswith("erased/")
+
+
+class InMemorySnapshotStore:
+    """Latest snapshot per session, held in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshots: dict[MemoryKey, Snapshot] = {}
+
+    def load(self, key: MemoryKey) -> Snapshot | None:
+        """See `SnapshotStore.load`."""
+        with self._lock:
+            return self._snapshots.get(key)
+
+    def save(self, snapshot: Snapshot) -> None:
+        """See `SnapshotStore.save`."""
+        with self._lock:
+            current = self._snapshots.get(snapshot.key)
+            if current is None or current.seq < snapshot.seq:
+                self._snapshots[snapshot.key] = snapshot
+
+    def delete(self, key: MemoryKey) -> None:
+        """See `SnapshotStore.delete`."""
+        with self._lock:
+            self._snapshots.pop(key, None)
+
+    def close(self) -> None:
+        """Nothing to release."""
