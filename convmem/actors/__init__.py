@@ -1,5 +1,10 @@
 """The runtime: session actors, the summarizer pool, the clock, and the ports adapters implement."""
 
+from convmem.actors._clock import ManualClock, SystemClock
+from convmem.actors._handles import AsyncSessionHandle, SessionHandle
+from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
+from convmem.actors._metrics import Metrics
+from convmem.actors._pool import SummarizerPool, SummaryOutcome
 from convmem.actors._ports import (
     Clock,
     EventLog,
@@ -9,13 +14,26 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
+from convmem.actors._system import MemorySystem
 
 __all__ = [
+    "AsyncSessionHandle",
     "Clock",
     "EventLog",
+    "LoadReport",
     "LoggedEvent",
+    "ManualClock",
+    "MemorySystem",
+    "Metrics",
+    "PoisonEvent",
+    "SessionHandle",
     "Snapshot",
     "SnapshotStore",
     "Summarizer",
+    "SummarizerPool",
+    "SummaryOutcome",
+    "SystemClock",
     "Timer",
+    "decode_logged",
+    "load_state",
 ]

@@ -155,6 +155,6 @@ class Clock(Protocol):
         """Epoch seconds."""
         ...
 
-    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+    def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
         """Run `callback` (quick, non-blocking) once `now() >= when`."""
         ...

@@ -1,0 +1,234 @@
+"""Session handles: the seed's memory protocol, blocking (threads) and asyncio.
+
+Writes go to the session's actor and are answered once the log acknowledged
+them. Reads use the latest acknowledged state directly and never queue
+behind writes. The asyncio handle awaits `concurrent.futures.Future`s through
+`asyncio.wrap_future` (never a pykka future), and moves any call that might
+block (activating a passivated session reads the log) off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from convmem.actors._session import Flush, Refresh, Write
+from convmem.errors import InvalidInput, OperationTimeout
+from convmem.events import AnyEvent, ConversationTurn, MemoryHealth, MemoryKey, TurnAdded
+from convmem.projections import (
+    AddTurn,
+    Clear,
+    Command,
+    Restore,
+    SessionState,
+    estimate_tokens,
+    llm_context,
+    parse_export,
+    to_dict,
+)
+
+if TYPE_CHECKING:
+    from convmem.actors._system import MemorySystem
+
+__all__ = ["AsyncSessionHandle", "SessionHandle"]
+
+T = TypeVar("T")
+
+
+def _turn_index(events: list[AnyEvent]) -> int:
+    for event in events:
+        if isinstance(event, TurnAdded):
+            return event.index
+    return 0
+
+
+def _check_turn(turn: object) -> ConversationTurn:
+    if not isinstance(turn, ConversationTurn):
+        raise InvalidInput("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
+    return turn
+
+
+def _check_idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise InvalidInput("idempotency_key", "must be a non-empty string of at most 200 characters")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise InvalidInput("idempotency_key", "must not contain control characters")
+    return value
+
+
+def _restore(state: Mapping[str, Any]) -> Restore:
+    summary, _health, turns = parse_export(state)
+    return Restore(summary=summary, turns=turns)
+
+
+class _Reads:
+    """Read-side views shared by both handles (pure functions of the latest state)."""
+
+    _system: MemorySystem
+    key: MemoryKey
+
+    def _state(self) -> SessionState:
+        return self._system.cell(self.key).state
+
+    def snapshot_state(self) -> SessionState:
+        """The session's latest acknowledged state (immutable)."""
+        return self._state()
+
+    @property
+    def health(self) -> MemoryHealth:
+        """The session's summarization health."""
+        return self._state().health
+
+    def estimate_tokens(self) -> int:
+        """Tokens of the context view (the configured estimator)."""
+        return estimate_tokens(self._state(), self._system.estimator)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The RFC's export of the session's memory."""
+        return to_dict(self._state())
+
+
+class SessionHandle(_Reads):
+    """Blocking handle for threaded planners; every wait has a timeout."""
+
+    def __init__(self, system: MemorySystem, key: MemoryKey) -> None:
+        self._system = system
+        self.key = key
+
+    def _send(self, command: Command, timeout: float | None, command_id: str | None = None) -> list[AnyEvent]:
+        reply: concurrent.futures.Future[list[AnyEvent]] = concurrent.futures.Future()
+        self._system.tell(self.key, Write(command, reply, command_id))
+        return _wait(reply, timeout if timeout is not None else self._system.timeout, "write")
+
+    def add_turn(
+        self, turn: ConversationTurn, *, timeout: float | None = None, idempotency_key: str | None = None
+    ) -> int:
+        """Store a completed turn; returns its number once the log acknowledged it.
+
+        With `idempotency_key`, a retry of the same call stores the turn once
+        (the retry then returns 0: the turn was already stored by the first call).
+        """
+        return _turn_index(
+            self._send(AddTurn(turn=_check_turn(turn)), timeout, _check_idempotency_key(idempotency_key))
+        )
+
+    def get_llm_context(self) -> dict[str, Any]:
+        """The patch to merge into the planner's `llm_context`."""
+        return llm_context(self._state(), self._system.estimator)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
+        reply: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._system.tell(self.key, Flush(reply))
+        _wait(reply, timeout if timeout is not None else self._system.timeout, "flush")
+
+    def clear(self, *, timeout: float | None = None) -> None:
+        """Forget the turns and summary (the log keeps them for audit)."""
+        self._send(Clear(), timeout)
+
+    def from_dict(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Replace the session's content with a `to_dict()` export; ValueError when invalid."""
+        self._send(_restore(state), timeout)
+
+    def refresh(self, *, timeout: float | None = None) -> SessionState:
+        """Reload from the log (to see another process's writes) and return the state."""
+        reply: concurrent.futures.Future[SessionState] = concurrent.futures.Future()
+        self._system.tell(self.key, Refresh(reply))
+        return _wait(reply, timeout if timeout is not None else self._system.timeout, "refresh")
+
+    @property
+    def aio(self) -> AsyncSessionHandle:
+        """The asyncio handle on the same session."""
+        return AsyncSessionHandle(self._system, self.key)
+
+
+class AsyncSessionHandle(_Reads):
+    """asyncio handle: PenguiFlow's `ShortTermMemory` protocol (plus the other views)."""
+
+    def __init__(self, system: MemorySystem, key: MemoryKey) -> None:
+        self._system = system
+        self.key = key
+
+    async def _deliver(self, message: Write | Flush | Refresh) -> None:
+        system = self._system
+        if not system.tell_if_live(self.key, message):
+            await asyncio.to_thread(system.tell, self.key, message)
+
+    async def _send(
+        self, command: Command, timeout: float | None, command_id: str | None = None
+    ) -> list[AnyEvent]:
+        reply: concurrent.futures.Future[list[AnyEvent]] = concurrent.futures.Future()
+        await self._deliver(Write(command, reply, command_id))
+        return await _await(reply, timeout if timeout is not None else self._system.timeout, "write")
+
+    async def _read_state(self) -> SessionState:
+        if self._system.is_live(self.key):
+            return self._state()
+        return await asyncio.to_thread(self._state)
+
+    async def add_turn(
+        self, turn: ConversationTurn, *, timeout: float | None = None, idempotency_key: str | None = None
+    ) -> int:
+        """Store a completed turn; returns its number once the log acknowledged it."""
+        return _turn_index(
+            await self._send(
+                AddTurn(turn=_check_turn(turn)), timeout, _check_idempotency_key(idempotency_key)
+            )
+        )
+
+    async def get_llm_context(self) -> dict[str, Any]:
+        """The patch to merge into the planner's `llm_context`."""
+        return llm_context(await self._read_state(), self._system.estimator)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
+        reply: concurrent.futures.Future[None] = concurrent.futures.Future()
+        await self._deliver(Flush(reply))
+        await _await(reply, timeout if timeout is not None else self._system.timeout, "flush")
+
+    async def clear(self, *, timeout: float | None = None) -> None:
+        """Forget the turns and summary (the log keeps them for audit)."""
+        await self._send(Clear(), timeout)
+
+    async def restore(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Replace the session's content with a `to_dict()` export; ValueError when invalid."""
+        await self._send(_restore(state), timeout)
+
+    def from_dict(self, state: Mapping[str, Any]) -> None:
+        """Synchronous `from_dict` (the RFC's signature); prefer `await restore(state)` on a loop."""
+        SessionHandle(self._system, self.key).from_dict(state)
+
+    async def refresh(self, *, timeout: float | None = None) -> SessionState:
+        """Reload from the log and return the state."""
+        reply: concurrent.futures.Future[SessionState] = concurrent.futures.Future()
+        await self._deliver(Refresh(reply))
+        return await _await(reply, timeout if timeout is not None else self._system.timeout, "refresh")
+
+    async def persist(self, store: Any, key: str) -> None:
+        """Nothing to do: every change is already durable in the log (PenguiFlow's hook)."""
+        del store, key
+
+    async def hydrate(self, store: Any, key: str) -> None:
+        """Nothing to do: the session rebuilds itself from the log (PenguiFlow's hook)."""
+        del store, key
+
+
+def _wait(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
+    try:
+        return reply.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise OperationTimeout(
+            f"{what} did not finish within {timeout:g}s (a write may still complete; retry with "
+            "the same idempotency_key to store it once)"
+        ) from None
+
+
+async def _await(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(reply), timeout)
+    except TimeoutError:
+        raise OperationTimeout(f"{what} did not finish within {timeout:g}s") from None

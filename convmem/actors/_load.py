@@ -1,0 +1,121 @@
+"""Rebuilding a session from its snapshot and the log's tail, reporting poison events.
+
+Used by session activation and by auditors alike, so both see the same state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Literal
+
+import msgspec
+
+from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
+from convmem.errors import EventDecodeError, ReplayError, UnknownEventType
+from convmem.events import AnyEvent, MemoryKey, decode_event
+from convmem.projections import (
+    SessionState,
+    SkippedEvent,
+    decode_state,
+    replay,
+    state_hash,
+)
+
+__all__ = ["LoadReport", "PoisonEvent", "decode_logged", "load_state"]
+
+_log = logging.getLogger("convmem.load")
+
+OnPoison = Literal["skip", "stop"]
+
+
+class PoisonEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored message that could not be applied: where it is and why."""
+
+    key: MemoryKey
+    position: int
+    seq: int | None
+    problem: str
+
+
+class LoadReport(msgspec.Struct, kw_only=True):
+    """How a state was rebuilt."""
+
+    snapshot_seq: int = 0
+    snapshot_rejected: str | None = None
+    events_applied: int = 0
+    poison: list[PoisonEvent] = msgspec.field(default_factory=list)
+
+
+def decode_logged(
+    records: Iterable[LoggedEvent], *, on_poison: OnPoison, report: LoadReport
+) -> Iterator[AnyEvent | SkippedEvent]:
+    """Decode stored records; poison is reported and skipped, or raised as `ReplayError`."""
+    for record in records:
+        try:
+            event = decode_event(record.data, seq=record.position)
+        except EventDecodeError as exc:
+            seq = exc.event_seq if isinstance(exc, UnknownEventType) else None
+            seq = seq if seq is not None else record.seq
+            poison = PoisonEvent(key=record.key, position=record.position, seq=seq, problem=str(exc))
+            report.poison.append(poison)
+            if on_poison == "stop":
+                raise ReplayError(
+                    f"session {record.key}: poison message at log position {record.position}: {exc}"
+                ) from None
+            _log.warning("skipping poison message of %s at position %s: %s", record.key, record.position, exc)
+            if seq is not None:
+                yield SkippedEvent(seq, str(exc))
+            continue
+        if event.seq != record.seq and record.seq is not None:
+            problem = f"header says seq {record.seq}, the event says {event.seq}"
+            report.poison.append(
+                PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=problem)
+            )
+            if on_poison == "stop":
+                raise ReplayError(f"session {record.key} at position {record.position}: {problem}")
+            continue
+        report.events_applied += 1
+        yield event
+
+
+def load_state(
+    log: EventLog,
+    snapshots: SnapshotStore | None,
+    key: MemoryKey,
+    *,
+    on_poison: OnPoison = "skip",
+) -> tuple[SessionState, LoadReport]:
+    """The session's current state: its snapshot (when valid) plus the events after it."""
+    report = LoadReport()
+    start: SessionState | None = None
+    snapshot = snapshots.load(key) if snapshots is not None else None
+    if snapshot is not None:
+        try:
+            candidate = decode_state(snapshot.data)
+            if snapshot.key != key or candidate.key not in (None, key):
+                report.snapshot_rejected = "snapshot belongs to another key"
+            elif candidate.version != snapshot.seq:
+                report.snapshot_rejected = f"snapshot state is at seq {candidate.version}, not {snapshot.seq}"
+            elif state_hash(candidate) != snapshot.state_hash:
+                report.snapshot_rejected = "snapshot hash does not match its state"
+            else:
+                start = candidate
+                report.snapshot_seq = snapshot.seq
+        except EventDecodeError as exc:
+            report.snapshot_rejected = str(exc)
+        if report.snapshot_rejected:
+            _log.warning("ignoring snapshot of %s: %s", key, report.snapshot_rejected)
+    after = start.version if start is not None else 0
+    records = log.read(key, after_seq=after)
+    try:
+        state = replay(decode_logged(records, on_poison=on_poison, report=report), state=start)
+    except ReplayError:
+        if start is None:
+            raise
+        # The snapshot does not continue into the log (e.g. the session was erased): start over.
+        report.snapshot_rejected = "snapshot does not continue into the log"
+        report.snapshot_seq = 0
+        report.events_applied = 0
+        state = replay(decode_logged(log.read(key), on_poison=on_poison, report=report), state=None)
+    return state, report

@@ -1,0 +1,42 @@
+"""Counters and append latencies of a memory system, cheap enough for the write path."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from typing import Any
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    """Thread-safe counters plus the last `window` append latencies."""
+
+    def __init__(self, window: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._latencies: deque[float] = deque(maxlen=window)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add `n` to counter `name`."""
+        with self._lock:
+            self._counts[name] += n
+
+    def observe_append(self, seconds: float) -> None:
+        """Record one acknowledged append's latency."""
+        with self._lock:
+            self._latencies.append(seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and append latency percentiles (milliseconds)."""
+        with self._lock:
+            counts = dict(self._counts)
+            latencies = sorted(self._latencies)
+        out: dict[str, Any] = {"counts": counts}
+        if latencies:
+
+            def pct(p: float) -> float:
+                return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 3)
+
+            out["append_ms"] = {"p50": pct(0.50), "p99": pct(0.99), "max": pct(1.0), "n": len(latencies)}
+        return out

@@ -1,0 +1,309 @@
+"""`SessionActor`: a thin shell around `decide` and `evolve` for one live session.
+
+Write path: decide -> append with the expected last seq -> on acknowledgement
+evolve, publish the new immutable state, reply; on a concurrency conflict,
+reload from the log and decide again. The state changes only by applying an
+acknowledged event, so it always equals a replay of the log.
+
+Readers never queue behind writers: they read the latest published state
+from the session's `StateCell` directly.
+
+Every message is a `concurrent.futures.Future`-carrying struct from a closed
+set; the actor never lets an exception escape into pykka.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pykka
+
+from convmem.actors._pool import SummaryOutcome
+from convmem.actors._ports import Snapshot, Timer
+from convmem.errors import ConcurrencyConflict, ConvmemError
+from convmem.events import AnyEvent, MemoryHealth, MemoryKey
+from convmem.projections import (
+    Command,
+    SessionState,
+    SummaryFailed,
+    SummaryRequest,
+    SummarySucceeded,
+    decide,
+    encode_state,
+    evolve,
+    next_due_at,
+    state_hash,
+    summary_due,
+)
+
+if TYPE_CHECKING:
+    from convmem.actors._system import MemorySystem
+
+__all__ = ["SessionActor", "StateCell"]
+
+_log = logging.getLogger("convmem.session")
+
+MAX_CONFLICT_RETRIES = 20
+
+
+class StateCell:
+    """The latest acknowledged state of a live session, readable from any thread."""
+
+    __slots__ = ("in_flight", "last_used", "state")
+
+    def __init__(self, state: SessionState, now: float) -> None:
+        self.state = state
+        self.last_used = now
+        self.in_flight = False
+
+
+class Write(msgspec.Struct, frozen=True):
+    command: Command
+    reply: concurrent.futures.Future[Any]
+    command_id: str | None = None
+
+
+class Flush(msgspec.Struct, frozen=True):
+    reply: concurrent.futures.Future[None]
+
+
+class Wake(msgspec.Struct, frozen=True):
+    pass
+
+
+class SummaryTimedOut(msgspec.Struct, frozen=True):
+    request: SummaryRequest
+
+
+class SummaryDone(msgspec.Struct, frozen=True):
+    outcome: SummaryOutcome
+
+
+class Refresh(msgspec.Struct, frozen=True):
+    reply: concurrent.futures.Future[SessionState]
+
+
+Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh
+
+
+class SessionActor(pykka.ThreadingActor):
+    """One live session. Started and stopped by `MemorySystem` only."""
+
+    use_daemon_thread = True
+
+    def __init__(self, system: MemorySystem, key: MemoryKey, cell: StateCell) -> None:
+        super().__init__()
+        self._system = system
+        self._key = key
+        self._cell = cell
+        self._in_flight: SummaryRequest | None = None
+        self._timer: Timer | None = None
+        self._timeout_timer: Timer | None = None
+        self._flushes: list[concurrent.futures.Future[None]] = []
+        self._events_since_snapshot = 0
+
+    @property
+    def _state(self) -> SessionState:
+        return self._cell.state
+
+    # pykka hooks -------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._schedule()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            self._dispatch(message)
+        except Exception:  # the last line of defence: never let pykka stop the actor
+            _log.exception("session %s failed to handle %s", self._key, type(message).__name__)
+        return None
+
+    def on_stop(self) -> None:
+        for timer in (self._timer, self._timeout_timer):
+            if timer is not None:
+                timer.cancel()
+        # Anything still queued (sent just before passivation) is handed back to the system.
+        while not self.actor_inbox.empty():
+            envelope = self.actor_inbox.get()
+            message = envelope.message
+            if isinstance(message, Message):
+                self._system.redeliver(self._key, message)
+        for waiter in self._flushes:
+            self._system.redeliver(self._key, Flush(waiter))
+        self._flushes = []
+
+    # Messages ------------------------------------------------------------------------
+
+    def _dispatch(self, message: Any) -> None:
+        self._cell.last_used = self._system.clock.now()
+        match message:
+            case Write():
+                self._write(message)
+            case Flush():
+                self._flushes.append(message.reply)
+                self._settle_flushes()
+            case Wake():
+                self._schedule()
+            case SummaryDone():
+                self._summary_done(message.outcome)
+            case SummaryTimedOut():
+                if self._in_flight is message.request:
+                    limit = self._state.config.health.summarize_timeout_seconds
+                    self._finish_summary(message.request, None, f"summarizer timed out after {limit:g}s")
+            case Refresh():
+                self._reload()
+                message.reply.set_result(self._state)
+            case _:
+                raise TypeError(f"session actor got an unknown message {type(message).__name__}")
+
+    def _write(self, message: Write) -> None:
+        reply = message.reply
+        if not reply.set_running_or_notify_cancel():
+            return
+        # Event ids are log-wide message ids: a caller's idempotency key is scoped to the session.
+        command_id = (
+            f"{'.'.join(self._key.tokens())}/{message.command_id}" if message.command_id else uuid.uuid4().hex
+        )
+        try:
+            result = self._apply(message.command, command_id)
+        except ConvmemError as exc:
+            reply.set_exception(exc)
+        except Exception as exc:
+            _log.exception("session %s: unexpected failure", self._key)
+            reply.set_exception(exc)
+        else:
+            reply.set_result(result)
+        self._schedule()
+
+    def _apply(self, command: Command, command_id: str) -> list[AnyEvent]:
+        """Decide, append, evolve; on a conflict reload and decide again."""
+        system = self._system
+        for _ in range(MAX_CONFLICT_RETRIES):
+            state = self._state
+            events = decide(
+                state,
+                command,
+                now=system.clock.now(),
+                command_id=command_id,
+                key=self._key,
+                config=system.config_for(self._key),
+                estimator=system.estimator,
+            )
+            if not events:
+                return []
+            started = time.perf_counter()
+            try:
+                last = system.log.append(self._key, events, expected_seq=state.version)
+            except ConcurrencyConflict:
+                system.metrics.count("conflicts")
+                self._reload()
+                continue
+            system.metrics.observe_append(time.perf_counter() - started)
+            if last != events[-1].seq:
+                # The log already held these event ids (a retried command): trust the log.
+                self._reload()
+                return []
+            for event in events:
+                state = evolve(state, event)
+            self._publish(state, events)
+            return events
+        raise ConcurrencyConflict(key=self._key.composite(), expected_seq=self._state.version, actual_seq=-1)
+
+    def _reload(self) -> None:
+        state, _ = self._system.load(self._key)
+        self._cell.state = state
+
+    def _publish(self, state: SessionState, events: list[AnyEvent]) -> None:
+        old = self._cell.state
+        self._cell.state = state
+        self._system.notify(self._key, old, state, events)
+        self._events_since_snapshot += len(events)
+        if self._events_since_snapshot >= self._system.snapshot_every:
+            self._events_since_snapshot = 0
+            self._save_snapshot(state)
+
+    def _save_snapshot(self, state: SessionState) -> None:
+        store = self._system.snapshots
+        if store is None:
+            return
+        snapshot = Snapshot(
+            key=self._key, seq=state.version, state_hash=state_hash(state), data=encode_state(state)
+        )
+        try:
+            store.save(snapshot)
+        except Exception:
+            _log.warning("snapshot of %s at seq %s not saved", self._key, state.version, exc_info=True)
+
+    # Summaries -----------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        """Ask for a summary when one is due; otherwise set a timer for when it will be."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._in_flight is None:
+            clock = self._system.clock
+            now = clock.now()
+            request = summary_due(self._state, now)
+            if request is not None:
+                self._submit(request)
+            else:
+                due = next_due_at(self._state)
+                if due is not None:
+                    key, system = self._key, self._system
+                    self._timer = clock.call_at(due, lambda: system.tell_if_live(key, Wake()))
+        self._settle_flushes()
+
+    def _submit(self, request: SummaryRequest) -> None:
+        system, key = self._system, self._key
+        self._in_flight = request
+        self._cell.in_flight = True
+        accepted = system.pool is not None and system.pool.submit(
+            request, lambda outcome: system.tell_if_live(key, SummaryDone(outcome))
+        )
+        if not accepted:
+            reason = "no summarizer configured" if system.pool is None else "summarizer queue is full"
+            self._finish_summary(request, None, reason)
+            return
+        limit = self._state.config.health.summarize_timeout_seconds
+        self._timeout_timer = system.clock.call_at(
+            system.clock.now() + limit, lambda: system.tell_if_live(key, SummaryTimedOut(request))
+        )
+
+    def _summary_done(self, outcome: SummaryOutcome) -> None:
+        if self._in_flight is not outcome.request:
+            return  # a late answer to a request that already timed out
+        self._finish_summary(outcome.request, outcome.summary, outcome.error)
+
+    def _finish_summary(self, request: SummaryRequest, summary: str | None, error: str | None) -> None:
+        self._in_flight = None
+        self._cell.in_flight = False
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+            self._timeout_timer = None
+        command: Command
+        if summary is not None:
+            command = SummarySucceeded(request=request, summary=summary)
+        else:
+            command = SummaryFailed(request=request, reason=error or "summarizer failed")
+            self._system.metrics.count("summary_failures")
+        try:
+            self._apply(command, uuid.uuid4().hex)
+        except ConvmemError:
+            _log.warning("session %s: summary outcome not stored", self._key, exc_info=True)
+        self._schedule()
+
+    def _settle_flushes(self) -> None:
+        if not self._flushes or self._in_flight is not None:
+            return
+        state = self._state
+        if next_due_at(state) is None or state.health is MemoryHealth.DEGRADED:
+            for waiter in self._flushes:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._flushes = []

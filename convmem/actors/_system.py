@@ -1,0 +1,388 @@
+"""`MemorySystem`: the registry of live session actors, the summarizer pool, the clock.
+
+Sessions are virtual. A session activates on its first message (snapshot plus
+the log's tail) and passivates when idle for `idle_seconds` or when the live
+set grows past `max_live_sessions` (least recently used first). Every message
+to a session goes through the registry under one lock, and a session leaves
+the registry before its actor is told to stop, so nothing is sent to a
+stopping actor; whatever was already queued is handed back and delivered to
+the next activation. A passivated session costs no memory and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pykka
+
+from convmem.actors._clock import SystemClock
+from convmem.actors._handles import AsyncSessionHandle, SessionHandle
+from convmem.actors._load import LoadReport, load_state
+from convmem.actors._metrics import Metrics
+from convmem.actors._pool import SummarizerPool
+from convmem.actors._ports import Clock, EventLog, SnapshotStore, Summarizer, Timer
+from convmem.actors._session import Flush, Message, SessionActor, StateCell, Write
+from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
+from convmem.events import (
+    AnyEvent,
+    HealthChanged,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    SummaryProduced,
+    TurnAdded,
+)
+from convmem.projections import SessionState, TokenEstimator, default_token_estimator, next_due_at
+
+__all__ = ["MemorySystem"]
+
+_log = logging.getLogger("convmem.system")
+
+
+class _Live:
+    __slots__ = ("cell", "ref")
+
+    def __init__(self, ref: pykka.ActorRef[SessionActor], cell: StateCell) -> None:
+        self.ref = ref
+        self.cell = cell
+
+
+class MemorySystem:
+    """Short-term memory for many sessions, each a fold over its events in `log`."""
+
+    def __init__(
+        self,
+        config: ShortTermMemoryConfig | None = None,
+        *,
+        log: EventLog,
+        snapshots: SnapshotStore | None = None,
+        summarizer: Summarizer | None = None,
+        clock: Clock | None = None,
+        token_estimator: TokenEstimator | None = None,
+        on_turn_added: Callable[..., Any] | None = None,
+        on_summary_updated: Callable[..., Any] | None = None,
+        on_health_changed: Callable[..., Any] | None = None,
+        max_live_sessions: int = 256,
+        idle_seconds: float = 300.0,
+        snapshot_every: int = 50,
+        summarizer_workers: int = 4,
+        summarizer_queue: int = 1000,
+        on_poison: Literal["skip", "stop"] = "skip",
+        timeout: float = 30.0,
+        close_resources: bool = False,
+    ) -> None:
+        self.config = config if config is not None else ShortTermMemoryConfig()
+        if max_live_sessions < 1:
+            raise InvalidConfig("max_live_sessions", f"must be >= 1, got {max_live_sessions}")
+        if idle_seconds <= 0:
+            raise InvalidConfig("idle_seconds", f"must be > 0, got {idle_seconds}")
+        if snapshot_every < 1:
+            raise InvalidConfig("snapshot_every", f"must be >= 1, got {snapshot_every}")
+        if on_poison not in ("skip", "stop"):
+            raise InvalidConfig("on_poison", f"must be 'skip' or 'stop', got {on_poison!r}")
+        if summarizer is not None and not callable(summarizer):
+            raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
+        self._check_config(self.config, summarizer)
+        self.log = log
+        self.snapshots = snapshots
+        self._own_clock = clock is None
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.estimator: TokenEstimator = token_estimator or default_token_estimator
+        self.snapshot_every = snapshot_every
+        self.max_live_sessions = max_live_sessions
+        self.idle_seconds = idle_seconds
+        self.on_poison: Literal["skip", "stop"] = on_poison
+        self.timeout = timeout
+        self.metrics = Metrics()
+        self._summarizer = summarizer
+        self.pool = (
+            SummarizerPool(
+                summarizer,
+                workers=summarizer_workers,
+                queue_limit=summarizer_queue,
+                call_timeout=self.config.health.summarize_timeout_seconds * 2,
+            )
+            if summarizer is not None
+            else None
+        )
+        self._callbacks = {
+            "turn": _Callback.wrap(on_turn_added),
+            "summary": _Callback.wrap(on_summary_updated),
+            "health": _Callback.wrap(on_health_changed),
+        }
+        self._callback_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="convmem-callback"
+        )
+        self._lock = threading.RLock()
+        self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
+        self._configs: dict[MemoryKey, ShortTermMemoryConfig] = {}
+        self._activation_locks: dict[MemoryKey, threading.Lock] = {}
+        self._closed = False
+        self._close_resources = close_resources
+        self._sweep_timer: Timer | None = None
+        self._schedule_sweep()
+
+    @staticmethod
+    def _check_config(config: ShortTermMemoryConfig, summarizer: Summarizer | None) -> None:
+        if config.summarizes and summarizer is None:
+            raise InvalidConfig(
+                "summarizer",
+                "strategy 'rolling_summary' needs a summarizer "
+                "(e.g. convmem.adapters.ExtractiveSummarizer())",
+            )
+
+    # Public API -------------------------------------------------------------------------
+
+    def session(self, key: MemoryKey, *, config: ShortTermMemoryConfig | None = None) -> SessionHandle:
+        """A blocking handle on the session `key` (for threads).
+
+        `config` applies when the session starts; a started session keeps the
+        configuration its `SessionStarted` event recorded.
+        """
+        self._register(key, config)
+        return SessionHandle(self, key)
+
+    def async_session(
+        self, key: MemoryKey, *, config: ShortTermMemoryConfig | None = None
+    ) -> AsyncSessionHandle:
+        """An asyncio handle on the session `key` (awaitables never block the loop)."""
+        self._register(key, config)
+        return AsyncSessionHandle(self, key)
+
+    def live_sessions(self) -> int:
+        """How many sessions have a live actor now."""
+        with self._lock:
+            return len(self._live)
+
+    def is_live(self, key: MemoryKey) -> bool:
+        """Whether `key` has a live actor now."""
+        with self._lock:
+            return key in self._live
+
+    def passivate(self, key: MemoryKey) -> bool:
+        """Stop the session's actor now (it reactivates on its next message)."""
+        with self._lock:
+            entry = self._live.pop(key, None)
+        if entry is None:
+            return False
+        entry.ref.stop(block=True, timeout=self.timeout)
+        return True
+
+    def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:
+        """Rebuild `key` from its snapshot and the log (what activation does)."""
+        return load_state(self.log, self.snapshots, key, on_poison=self.on_poison)
+
+    def close(self) -> None:
+        """Stop every session actor (after its queued messages), the pool and the timers."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            entries = list(self._live.values())
+            self._live.clear()
+            if self._sweep_timer is not None:
+                self._sweep_timer.cancel()
+        for entry in entries:
+            try:
+                entry.ref.stop(block=True, timeout=self.timeout)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                _log.warning("a session actor did not stop within %ss", self.timeout)
+        if self.pool is not None:
+            self.pool.close()
+        self._callback_pool.shutdown(wait=True)
+        if self._own_clock and isinstance(self.clock, SystemClock):
+            self.clock.close()
+        if self._close_resources:
+            self.log.close()
+            if self.snapshots is not None:
+                self.snapshots.close()
+
+    def __enter__(self) -> MemorySystem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    # Runtime internals (used by handles and actors) ------------------------------------
+
+    def _register(self, key: MemoryKey, config: ShortTermMemoryConfig | None) -> None:
+        if not isinstance(key, MemoryKey):
+            raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
+        if self._closed:
+            raise SessionClosed("the memory system is closed")
+        if config is not None:
+            self._check_config(config, self._summarizer)
+            with self._lock:
+                self._configs[key] = config
+
+    def config_for(self, key: MemoryKey) -> ShortTermMemoryConfig:
+        """The configuration a new session `key` starts with."""
+        with self._lock:
+            return self._configs.get(key, self.config)
+
+    def cell(self, key: MemoryKey) -> StateCell:
+        """The live state cell of `key`, activating the session when needed."""
+        return self._entry(key).cell
+
+    def tell(self, key: MemoryKey, message: Message) -> None:
+        """Deliver `message` to the session, activating it when needed."""
+        while True:
+            if self._closed:
+                _fail(message, SessionClosed("the memory system is closed"))
+                return
+            entry = self._entry(key)
+            with self._lock:
+                if self._live.get(key) is entry:
+                    entry.cell.last_used = self.clock.now()
+                    entry.ref.tell(message)
+                    return
+
+    def tell_if_live(self, key: MemoryKey, message: Message) -> bool:
+        """Deliver `message` only to a live session (timers and summaries of passivated ones lapse)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None or self._closed:
+                return False
+            entry.ref.tell(message)
+            return True
+
+    def redeliver(self, key: MemoryKey, message: Message) -> None:
+        """Messages left in a stopping actor's inbox go to the next activation."""
+        if self._closed:
+            _fail(message, SessionClosed("the memory system closed before the message was handled"))
+            return
+        if isinstance(message, Write | Flush):
+            threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
+
+    def _entry(self, key: MemoryKey) -> _Live:
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is not None:
+                self._live.move_to_end(key)
+                return entry
+            if self._closed:
+                raise SessionClosed("the memory system is closed")
+            key_lock = self._activation_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                entry = self._live.get(key)
+                if entry is not None:
+                    return entry
+            state, report = self.load(key)
+            if report.poison:
+                self.metrics.count("poison_events", len(report.poison))
+            cell = StateCell(state, self.clock.now())
+            ref = SessionActor.start(self, key, cell)
+            evicted: list[_Live] = []
+            with self._lock:
+                entry = _Live(ref, cell)
+                self._live[key] = entry
+                self._activation_locks.pop(key, None)
+                while len(self._live) > self.max_live_sessions:
+                    old_key, old = next(iter(self._live.items()))
+                    if old_key == key:
+                        break
+                    del self._live[old_key]
+                    evicted.append(old)
+            self.metrics.count("activations")
+            for old in evicted:
+                self.metrics.count("passivations")
+                old.ref.stop(block=False)
+            if self._closed:
+                ref.stop(block=False)
+                raise SessionClosed("the memory system is closed")
+            return entry
+
+    def _schedule_sweep(self) -> None:
+        when = self.clock.now() + self.idle_seconds / 2
+        self._sweep_timer = self.clock.call_at(when, self._sweep)
+
+    def _sweep(self) -> None:
+        """Passivate sessions idle for `idle_seconds` with no summary work due."""
+        now = self.clock.now()
+        idle: list[_Live] = []
+        with self._lock:
+            if self._closed:
+                return
+            for key, entry in list(self._live.items()):
+                cell = entry.cell
+                if cell.last_used + self.idle_seconds > now or cell.in_flight:
+                    continue
+                if next_due_at(cell.state) is not None:
+                    continue  # keep healing sessions live; the LRU bound still applies
+                del self._live[key]
+                idle.append(entry)
+        for entry in idle:
+            self.metrics.count("passivations")
+            entry.ref.stop(block=False)
+        self._schedule_sweep()
+
+    def notify(self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]) -> None:
+        """Count the events and fire the callbacks, off the write path."""
+        for event in events:
+            if isinstance(event, TurnAdded):
+                self.metrics.count("turns")
+                self._fire("turn", key, event.turn)
+            elif isinstance(event, SummaryProduced):
+                self.metrics.count("summaries")
+                self._fire("summary", key, old.summary, event.summary)
+            elif isinstance(event, HealthChanged):
+                self.metrics.count(f"health.{event.new.value}")
+                self._fire("health", key, event.old, event.new)
+
+    def _fire(self, kind: str, key: MemoryKey, *args: Any) -> None:
+        callback = self._callbacks[kind]
+        if callback is None or self._closed:
+            return
+        with contextlib.suppress(RuntimeError):  # the pool shuts down with the system
+            self._callback_pool.submit(callback.run, key, *args)
+
+
+class _Callback:
+    """A user callback (sync or async; with or without a `key` keyword), run best-effort."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._fn = fn
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        self._wants_key = "key" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    @classmethod
+    def wrap(cls, fn: Callable[..., Any] | None) -> _Callback | None:
+        if fn is None:
+            return None
+        if not callable(fn):
+            raise InvalidConfig("callback", f"must be callable, got {type(fn).__name__}")
+        return cls(fn)
+
+    def run(self, key: MemoryKey, *args: Any) -> None:
+        try:
+            result = self._fn(*args, key=key) if self._wants_key else self._fn(*args)
+            if inspect.isawaitable(result):
+                asyncio.run(_await(result))
+        except Exception:
+            _log.exception("memory callback %r failed (ignored)", self._fn)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _fail(message: Message, error: Exception) -> None:
+    reply = getattr(message, "reply", None)
+    if isinstance(reply, concurrent.futures.Future) and not reply.done():
+        reply.set_exception(error)

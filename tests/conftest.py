@@ -1,0 +1,20 @@
+"""Shared test settings: hypothesis profiles and the fixtures every suite may use."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# CI machines are noisy: no deadlines, a fixed example budget, derandomized so a
+# failure reproduces. "dev" explores more when run by hand.
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=60,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("dev", deadline=None, max_examples=300)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
