@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from convmem.actors._session import Flush, Refresh, Write
 from convmem.errors import InvalidInput, OperationTimeout
-from convmem.events import AnyEvent, ConversationTurn, MemoryHealth, MemoryKey, TurnAdded
+from convmem.events import (
+    AnyEvent,
+    ConversationTurn,
+    ItemPopped,
+    MemoryHealth,
+    MemoryKey,
+    MessageItem,
+    TurnAdded,
+)
 from convmem.projections import (
+    AddItems,
     AddTurn,
     Clear,
     Command,
+    PopItem,
     Restore,
     SessionState,
     estimate_tokens,
@@ -58,6 +68,25 @@ def _check_idempotency_key(value: str | None) -> str | None:
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise InvalidInput("idempotency_key", "must not contain control characters")
     return value
+
+
+def _items(items: Sequence[Mapping[str, Any] | MessageItem]) -> AddItems:
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+        raise InvalidInput("items", f"must be a list of items, got {type(items).__name__}")
+    parsed = tuple(
+        item if isinstance(item, MessageItem) else MessageItem.from_agents(item, field=f"items[{i}]")
+        for i, item in enumerate(items)
+    )
+    if not parsed:
+        raise InvalidInput("items", "must not be empty")
+    return AddItems(items=parsed)
+
+
+def _popped(events: list[AnyEvent]) -> dict[str, Any] | None:
+    for event in events:
+        if isinstance(event, ItemPopped):
+            return event.item.to_agents()
+    return None
 
 
 def _restore(state: Mapping[str, Any]) -> Restore:
@@ -115,6 +144,16 @@ class SessionHandle(_Reads):
         return _turn_index(
             self._send(AddTurn(turn=_check_turn(turn)), timeout, _check_idempotency_key(idempotency_key))
         )
+
+    def add_items(
+        self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
+    ) -> None:
+        """Store agent items (OpenAI-Agents session items) as they arrive."""
+        self._send(_items(items), timeout)
+
+    def pop_item(self, *, timeout: float | None = None) -> dict[str, Any] | None:
+        """Remove and return the session's last item (None when the session is empty)."""
+        return _popped(self._send(PopItem(), timeout))
 
     def get_llm_context(self) -> dict[str, Any]:
         """The patch to merge into the planner's `llm_context`."""
@@ -179,6 +218,16 @@ class AsyncSessionHandle(_Reads):
                 AddTurn(turn=_check_turn(turn)), timeout, _check_idempotency_key(idempotency_key)
             )
         )
+
+    async def add_items(
+        self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
+    ) -> None:
+        """Store agent items (OpenAI-Agents session items) as they arrive."""
+        await self._send(_items(items), timeout)
+
+    async def pop_item(self, *, timeout: float | None = None) -> dict[str, Any] | None:
+        """Remove and return the session's last item (None when the session is empty)."""
+        return _popped(await self._send(PopItem(), timeout))
 
     async def get_llm_context(self) -> dict[str, Any]:
         """The patch to merge into the planner's `llm_context`."""

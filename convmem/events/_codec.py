@@ -26,6 +26,8 @@ from convmem.events._events import (
     BacklogTrimmed,
     Event,
     HealthChanged,
+    ItemPopped,
+    ItemsAdded,
     SessionCleared,
     SessionErased,
     SessionRestored,
@@ -54,6 +56,8 @@ AnyEvent = (
     | SessionCleared
     | SessionRestored
     | SessionErased
+    | ItemsAdded
+    | ItemPopped
 )
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
@@ -64,6 +68,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionCleared,
     SessionRestored,
     SessionErased,
+    ItemsAdded,
+    ItemPopped,
 )
 _TAGS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 

@@ -14,6 +14,7 @@ assistant answer). It may also carry:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -31,7 +32,7 @@ __all__ = [
 MAX_TEXT_LENGTH = 1_000_000
 """Longest single text field, in characters: a turn is memory, not a document store."""
 
-ItemKind = Literal["message", "function_call", "function_call_output", "reasoning"]
+ItemKind = Literal["message", "function_call", "function_call_output", "reasoning", "other"]
 
 
 def _check_text(field: str, value: str) -> None:
@@ -74,6 +75,10 @@ class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     * ``function_call``: `call_id`, `name`, `arguments` (a JSON string).
     * ``function_call_output``: `call_id`, `output`; `name` is optional.
     * ``reasoning``: `content`.
+    * ``other``: any other SDK item, kept verbatim in `raw`.
+
+    `raw` is the canonical JSON of the item as an agent SDK gave it (see
+    `from_agents`); when present, `to_agents` gives it back unchanged.
     """
 
     kind: ItemKind = "message"
@@ -83,9 +88,12 @@ class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    raw: str | None = None
 
     def __post_init__(self) -> None:
         _check_text("content", self.content)
+        if self.kind == "other" and self.raw is None:
+            raise InvalidTurn("raw", "an item of kind 'other' keeps the SDK item in raw")
         if self.kind == "message" and self.role is None:
             raise InvalidTurn("role", "a message item needs a role")
         if self.kind in ("function_call", "function_call_output") and not self.call_id:
@@ -97,6 +105,9 @@ class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
     def to_agents(self) -> dict[str, Any]:
         """The item as an OpenAI-Agents session item (a plain dict)."""
+        if self.raw is not None:
+            item: dict[str, Any] = msgspec.json.decode(self.raw)
+            return item
         if self.kind == "message":
             return {"role": self.role, "content": self.content}
         if self.kind == "function_call":
@@ -109,6 +120,53 @@ class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         if self.kind == "function_call_output":
             return {"type": "function_call_output", "call_id": self.call_id, "output": self.output}
         return {"type": "reasoning", "content": self.content}
+
+    @classmethod
+    def from_agents(cls, item: Mapping[str, Any], *, field: str = "item") -> MessageItem:
+        """Parse an OpenAI-Agents session item (a mapping), keeping it verbatim in `raw`."""
+        if not isinstance(item, Mapping):
+            raise InvalidTurn(field, f"must be a mapping, got {type(item).__name__}")
+        try:
+            raw = msgspec.json.encode(item, order="sorted").decode()
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise InvalidTurn(field, f"is not JSON-serialisable: {exc}") from None
+        kind = item.get("type")
+        if kind == "function_call":
+            return cls(
+                kind="function_call",
+                call_id=_text_of(item.get("call_id"), f"{field}.call_id"),
+                name=_text_of(item.get("name"), f"{field}.name"),
+                arguments=_text_of(item.get("arguments", "{}"), f"{field}.arguments"),
+                raw=raw,
+            )
+        if kind == "function_call_output":
+            output = item.get("output")
+            return cls(
+                kind="function_call_output",
+                call_id=_text_of(item.get("call_id"), f"{field}.call_id"),
+                output=output if isinstance(output, str) else msgspec.json.encode(output).decode(),
+                raw=raw,
+            )
+        role = item.get("role")
+        if (kind in (None, "message")) and role in ("user", "assistant", "system", "developer"):
+            return cls(kind="message", role=role, content=_content_text(item.get("content")), raw=raw)
+        return cls(kind="other", raw=raw)
+
+
+def _text_of(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidTurn(field, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _content_text(content: object) -> str:
+    """The text of a message's content: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
 
 
 class EntityMention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -134,6 +192,9 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     ts: float = 0.0
     items: tuple[MessageItem, ...] = ()
     entities: tuple[EntityMention, ...] = ()
+    source: Literal["turn", "items"] = "turn"
+    """``items``: built from agent items as they arrived; `items` then holds every item,
+    the user message included, and a call's result may still be to come."""
 
     def __post_init__(self) -> None:
         _check_text("user_message", self.user_message)
@@ -144,7 +205,7 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
             msgspec.structs.force_setattr(self, "ts", float(self.ts))
         if not math.isfinite(self.ts) or self.ts < 0:
             raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {self.ts!r}")
-        _check_items(self.items)
+        _check_items(self.items, complete=self.source == "turn")
 
     def to_llm(self, *, include_digest: bool) -> dict[str, Any]:
         """The turn as the PenguiFlow context shows it."""
@@ -157,6 +218,8 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
 
     def agent_items(self) -> list[dict[str, Any]]:
         """The user message, the run's items, then the final answer, as agents items."""
+        if self.source == "items":
+            return [item.to_agents() for item in self.items]
         out: list[dict[str, Any]] = []
         if self.user_message:
             out.append({"role": "user", "content": self.user_message})
@@ -166,7 +229,7 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         return out
 
 
-def _check_items(items: tuple[MessageItem, ...]) -> None:
+def _check_items(items: tuple[MessageItem, ...], *, complete: bool) -> None:
     open_calls: dict[str, int] = {}
     for i, item in enumerate(items):
         if item.kind == "function_call":
@@ -182,7 +245,7 @@ def _check_items(items: tuple[MessageItem, ...]) -> None:
                     f"tool result {item.call_id!r} has no function_call before it in this turn",
                 )
             del open_calls[item.call_id]
-    if open_calls:
+    if open_calls and complete:
         call_id, i = next(iter(open_calls.items()))
         raise InvalidTurn(
             f"items[{i}].call_id",

@@ -29,8 +29,11 @@ from convmem.events import (
     BacklogTrimmed,
     ConversationTurn,
     HealthChanged,
+    ItemPopped,
+    ItemsAdded,
     MemoryHealth,
     MemoryKey,
+    MessageItem,
     SessionCleared,
     SessionRestored,
     SessionStarted,
@@ -43,9 +46,11 @@ from convmem.projections._evolve import evolve
 from convmem.projections._state import SessionState, TurnRecord
 
 __all__ = [
+    "AddItems",
     "AddTurn",
     "Clear",
     "Command",
+    "PopItem",
     "Restore",
     "StartSession",
     "SummaryFailed",
@@ -71,6 +76,16 @@ class AddTurn(msgspec.Struct, frozen=True, kw_only=True):
     """Store a completed turn."""
 
     turn: ConversationTurn
+
+
+class AddItems(msgspec.Struct, frozen=True, kw_only=True):
+    """Store agent items as they arrive (see `ItemsAdded`)."""
+
+    items: tuple[MessageItem, ...]
+
+
+class PopItem(msgspec.Struct, frozen=True, kw_only=True):
+    """Remove the session's last item (nothing happens on an empty session)."""
 
 
 class Clear(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,7 +138,7 @@ class SummaryFailed(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-Command = StartSession | AddTurn | Clear | Restore | SummarySucceeded | SummaryFailed
+Command = StartSession | AddTurn | AddItems | PopItem | Clear | Restore | SummarySucceeded | SummaryFailed
 
 
 class _Ids:
@@ -190,7 +205,27 @@ def decide(
         case StartSession():
             pass
         case AddTurn():
-            events.extend(_add_turn(state, command.turn, ids, now, estimator))
+            seq, event_id = ids.next()
+            added = TurnAdded(seq=seq, event_id=event_id, at=now, index=state.next_index, turn=command.turn)
+            events.extend(_grow(state, added, ids, now, estimator))
+        case AddItems():
+            if not command.items:
+                raise InvalidInput("items", "must not be empty")
+            seq, event_id = ids.next()
+            items = ItemsAdded(
+                seq=seq, event_id=event_id, at=now, items=command.items, first_index=state.next_index
+            )
+            events.extend(_grow(state, items, ids, now, estimator))
+        case PopItem():
+            if state.turns:
+                last = state.turns[-1].turn
+                item = (
+                    last.items[-1]
+                    if last.source == "items"
+                    else MessageItem.from_agents(last.agent_items()[-1])
+                )
+                seq, event_id = ids.next()
+                events.append(ItemPopped(seq=seq, event_id=event_id, at=now, item=item))
         case Clear():
             events.extend(_clear(state, command.reason, ids, now))
         case Restore():
@@ -205,16 +240,15 @@ def decide(
 # Turns ---------------------------------------------------------------------------
 
 
-def _add_turn(
+def _grow(
     state: SessionState,
-    turn: ConversationTurn,
+    added: TurnAdded | ItemsAdded,
     ids: _Ids,
     now: float,
     estimator: TokenEstimator,
 ) -> list[AnyEvent]:
-    seq, event_id = ids.next()
-    added = TurnAdded(seq=seq, event_id=event_id, at=now, index=state.next_index, turn=turn)
-    after = evolve(state, added)
+    """Store new content: refused under the ``error`` policy when over budget; trims a DEGRADED backlog."""
+    after = evolve(state, added)  # also validates item turns (a result needs its call first)
     if state.config.budget.overflow_policy == "error" and state.config.strategy != "none":
         tokens = full_tokens(after, estimator)
         if tokens > state.config.budget.total_max_tokens:

@@ -18,7 +18,11 @@ from convmem.errors import ReplayError, UnknownEventType
 from convmem.events import (
     AnyEvent,
     BacklogTrimmed,
+    ConversationTurn,
     HealthChanged,
+    ItemPopped,
+    ItemsAdded,
+    MessageItem,
     SessionCleared,
     SessionErased,
     SessionRestored,
@@ -137,8 +141,62 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             )
         case SessionErased():
             return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
+        case ItemsAdded():
+            turns, next_index = _add_items(state, event)
+            return msgspec_replace(state, turns=turns, next_index=next_index, **common)
+        case ItemPopped():
+            return msgspec_replace(state, turns=_pop_item(state), **common)
         case _:
             assert_never(event)
+
+
+def items_turn(items: tuple[MessageItem, ...]) -> ConversationTurn:
+    """The turn that agent items form: its user text, its assistant text, every item."""
+    first = items[0]
+    user = first.content if first.kind == "message" and first.role == "user" else ""
+    said = [i.content for i in items if i.kind == "message" and i.role == "assistant" and i.content]
+    return ConversationTurn(
+        user_message=user, assistant_response="\n".join(said), items=items, source="items"
+    )
+
+
+def _items_record(state: SessionState, index: int, items: tuple[MessageItem, ...], at: float) -> TurnRecord:
+    turn = items_turn(items)
+    include = state.config.include_trajectory_digest
+    return TurnRecord(
+        index=index, turn=turn, at=at, rendered_len=rendered_turn_length(turn, include_digest=include)
+    )
+
+
+def _add_items(state: SessionState, event: ItemsAdded) -> tuple[tuple[TurnRecord, ...], int]:
+    """A user message opens a turn; any other item joins the last turn if it was built from items."""
+    if event.first_index < state.next_index:
+        raise ReplayError(f"item turn number {event.first_index} at seq {event.seq} is reused")
+    turns = list(state.turns)
+    index = event.first_index
+    for item in event.items:
+        opens = item.kind == "message" and item.role == "user"
+        if opens or not turns or turns[-1].turn.source != "items":
+            turns.append(_items_record(state, index, (item,), event.at))
+            index += 1
+        else:
+            last = turns[-1]
+            turns[-1] = _items_record(state, last.index, (*last.turn.items, item), last.at)
+    return tuple(turns), max(index, state.next_index)
+
+
+def _pop_item(state: SessionState) -> tuple[TurnRecord, ...]:
+    """Remove the session's last item; a turn left with no item leaves the context."""
+    if not state.turns:
+        return state.turns
+    last = state.turns[-1]
+    if last.turn.source == "items":
+        items = last.turn.items[:-1]
+    else:
+        items = tuple(MessageItem.from_agents(i) for i in last.turn.agent_items())[:-1]
+    if not items:
+        return state.turns[:-1]
+    return (*state.turns[:-1], _items_record(state, last.index, items, last.at))
 
 
 def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
@@ -178,7 +236,9 @@ def replay(
                 last_at=max(current.last_at, event.at),
             )
             continue
-        if added and isinstance(event, SessionCleared | SessionRestored | SessionErased):
+        if added and isinstance(
+            event, SessionCleared | SessionRestored | SessionErased | ItemsAdded | ItemPopped
+        ):
             current = msgspec_replace(current, turns=(*current.turns, *added))
             added = []
         if isinstance(event, SkippedEvent) and on_skipped is not None and event.seq > current.version:

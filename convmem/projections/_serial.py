@@ -59,6 +59,8 @@ def _dump_turn(record: TurnRecord) -> dict[str, Any]:
         out["items"] = msgspec.to_builtins(turn.items)
     if turn.entities:
         out["entities"] = msgspec.to_builtins(turn.entities)
+    if turn.source != "turn":
+        out["source"] = turn.source
     return out
 
 
