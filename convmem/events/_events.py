@@ -16,16 +16,21 @@ reuses a number.
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
+from convmem.errors import InvalidInput
 from convmem.events._config import MemoryHealth, ShortTermMemoryConfig
 from convmem.events._key import MemoryKey
-from convmem.events._turn import ConversationTurn
+from convmem.events._turn import ConversationTurn, MessageItem
 
 __all__ = [
     "BacklogTrimmed",
     "Event",
     "HealthChanged",
+    "ItemPopped",
+    "ItemsAdded",
     "SessionCleared",
     "SessionErased",
     "SessionRestored",
@@ -43,8 +48,12 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_de
     at: float
 
     def __post_init__(self) -> None:
+        if isinstance(self.seq, bool) or self.seq < 1:
+            raise InvalidInput("seq", f"must be an integer >= 1, got {self.seq!r}")
         if isinstance(self.at, int):  # an int time encodes differently from the equal float
             msgspec.structs.force_setattr(self, "at", float(self.at))
+        if not math.isfinite(self.at):  # JSON cannot carry NaN or infinity back
+            raise InvalidInput("at", f"must be a finite epoch time, got {self.at!r}")
 
 
 class SessionStarted(Event, frozen=True, tag="session.started"):
@@ -124,3 +133,24 @@ class SessionErased(Event, frozen=True, tag="session.erased"):
     """
 
     reason: str = ""
+
+
+class ItemsAdded(Event, frozen=True, tag="items.added"):
+    """Agent items stored as they arrived (an OpenAI-Agents session's `add_items`).
+
+    A user message item opens a new turn (numbered from `first_index` on);
+    every other item joins the session's last turn.
+    """
+
+    items: tuple[MessageItem, ...]
+    first_index: int
+
+
+class ItemPopped(Event, frozen=True, tag="item.popped"):
+    """The session's last item was removed (an OpenAI-Agents session's `pop_item`).
+
+    A turn left without items leaves the context; its number is not reused.
+    `item` is the item removed, as it was.
+    """
+
+    item: MessageItem
