@@ -1,5 +1,14 @@
 """The runtime: session actors, the summarizer pool, the clock, and the ports adapters implement."""
 
+from convmem.actors._audit import (
+    SessionCheck,
+    TimelineRow,
+    export_jsonl,
+    read_jsonl,
+    replay_session,
+    timeline,
+    verify,
+)
 from convmem.actors._clock import ManualClock, SystemClock
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
@@ -26,6 +35,7 @@ __all__ = [
     "MemorySystem",
     "Metrics",
     "PoisonEvent",
+    "SessionCheck",
     "SessionHandle",
     "Snapshot",
     "SnapshotStore",
@@ -33,7 +43,13 @@ __all__ = [
     "SummarizerPool",
     "SummaryOutcome",
     "SystemClock",
+    "TimelineRow",
     "Timer",
     "decode_logged",
+    "export_jsonl",
     "load_state",
+    "read_jsonl",
+    "replay_session",
+    "timeline",
+    "verify",
 ]

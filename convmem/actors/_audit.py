@@ -1,0 +1,290 @@
+"""Auditing: rebuild any session from the log, as of any point, and check it.
+
+These functions read through the `EventLog` port only, so they work the same
+on the in-memory log, on JetStream, and on an exported JSONL file.
+
+* `replay_session`: a session's state as of its latest event, a log
+  position, or a time;
+* `verify`: rebuild sessions from their events alone and compare them with
+  their snapshots (and, when given, with live states); report poison;
+* `timeline`: a session's events as rows for people;
+* `export_jsonl` / `read_jsonl`: one event per line, for offline audits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from convmem.actors._load import LoadReport, PoisonEvent, decode_logged
+from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
+from convmem.errors import EventDecodeError, InvalidInput, ReplayError
+from convmem.events import (
+    AnyEvent,
+    BacklogTrimmed,
+    HealthChanged,
+    ItemPopped,
+    ItemsAdded,
+    MemoryKey,
+    SessionCleared,
+    SessionErased,
+    SessionRestored,
+    SessionStarted,
+    SummaryProduced,
+    TurnAdded,
+    decode_event,
+    decode_event_json,
+    encode_event,
+    encode_event_json,
+)
+from convmem.projections import SessionState, SkippedEvent, decode_state, replay, state_hash
+
+__all__ = [
+    "SessionCheck",
+    "TimelineRow",
+    "export_jsonl",
+    "read_jsonl",
+    "replay_session",
+    "timeline",
+    "verify",
+]
+
+
+def _in_scope(record: LoggedEvent, key: MemoryKey) -> bool:
+    return record.key == key
+
+
+def replay_session(
+    records: Iterable[LoggedEvent],
+    key: MemoryKey,
+    *,
+    until_position: int | None = None,
+    until_time: float | None = None,
+    on_poison: Literal["skip", "stop"] = "skip",
+) -> tuple[SessionState, LoadReport]:
+    """Fold `key`'s events, stopping after a log position or a time when given."""
+    report = LoadReport()
+
+    def chosen() -> Iterator[AnyEvent | SkippedEvent]:
+        for event in decode_logged(
+            (
+                r
+                for r in records
+                if _in_scope(r, key) and (until_position is None or r.position <= until_position)
+            ),
+            on_poison=on_poison,
+            report=report,
+        ):
+            if until_time is not None and not isinstance(event, SkippedEvent) and event.at > until_time:
+                return
+            yield event
+
+    return replay(chosen()), report
+
+
+class SessionCheck(msgspec.Struct, kw_only=True):
+    """The verdict on one session."""
+
+    key: MemoryKey
+    events: int = 0
+    turns: int = 0
+    summaries: int = 0
+    last_seq: int = 0
+    snapshot_seq: int | None = None
+    problems: list[str] = msgspec.field(default_factory=list)
+    poison: list[PoisonEvent] = msgspec.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No problem and no poison."""
+        return not self.problems and not self.poison
+
+
+def verify(
+    log: EventLog,
+    snapshots: SnapshotStore | None = None,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    key: MemoryKey | None = None,
+    live: Mapping[MemoryKey, SessionState] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[SessionCheck]:
+    """Rebuild each session in scope from its events alone and check it.
+
+    A session fails when an event does not decode or does not fold (a gap, a
+    bad order), when its snapshot does not equal the replay of the events it
+    claims to cover, or when a given live state differs from the replay.
+    """
+    if key is not None:
+        records: Iterable[LoggedEvent] = log.read(key)
+    else:
+        records = log.read_all(tenant_id=tenant_id, user_id=user_id)
+    by_key: dict[MemoryKey, list[LoggedEvent]] = defaultdict(list)
+    for n, record in enumerate(records, start=1):
+        by_key[record.key].append(record)
+        if progress is not None and n % 1000 == 0:
+            progress(n)
+    checks = []
+    for session_key in sorted(by_key, key=lambda k: k.composite()):
+        checks.append(_check(session_key, by_key[session_key], snapshots, live))
+    return checks
+
+
+def _check(
+    key: MemoryKey,
+    records: list[LoggedEvent],
+    snapshots: SnapshotStore | None,
+    live: Mapping[MemoryKey, SessionState] | None,
+) -> SessionCheck:
+    check = SessionCheck(key=key, events=len(records))
+    report = LoadReport()
+    states: dict[int, SessionState] = {}
+    snapshot = snapshots.load(key) if snapshots is not None else None
+    want = snapshot.seq if snapshot is not None else None
+    state = SessionState()
+    try:
+        for event in decode_logged(records, on_poison="skip", report=report):
+            state = replay([event], state=state)
+            if want is not None and state.version == want:
+                states[want] = state
+            if isinstance(event, TurnAdded):
+                check.turns += 1
+            elif isinstance(event, SummaryProduced):
+                check.summaries += 1
+    except ReplayError as exc:
+        check.problems.append(f"does not fold: {exc}")
+    check.poison = list(report.poison)
+    check.last_seq = state.version
+    if snapshot is not None:
+        check.snapshot_seq = snapshot.seq
+        rebuilt = states.get(snapshot.seq)
+        try:
+            stored = decode_state(snapshot.data)
+        except EventDecodeError as exc:
+            check.problems.append(f"snapshot at seq {snapshot.seq} does not decode: {exc}")
+        else:
+            if rebuilt is None:
+                if state.version >= snapshot.seq and not _erased(records):
+                    check.problems.append(f"snapshot at seq {snapshot.seq} matches no point of the log")
+            elif state_hash(rebuilt) != snapshot.state_hash or stored != rebuilt:
+                check.problems.append(
+                    f"snapshot at seq {snapshot.seq} differs from the replay of the events it covers"
+                )
+    if live is not None and key in live and live[key] != state:
+        check.problems.append(
+            f"live state (seq {live[key].version}) differs from the replay (seq {state.version})"
+        )
+    return check
+
+
+def _erased(records: list[LoggedEvent]) -> bool:
+    return any(r.event_id is not None and r.event_id.startswith("erased/") for r in records)
+
+
+class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of a session, described for people."""
+
+    position: int
+    seq: int | None
+    at: float | None
+    type: str
+    detail: str
+
+
+def _describe(event: AnyEvent) -> tuple[str, str]:
+    match event:
+        case SessionStarted():
+            extra = f", injected summary from {event.injected_from}" if event.injected_from else ""
+            return "session.started", f"strategy={event.config.strategy}{extra}"
+        case TurnAdded():
+            return "turn.added", f"#{event.index} user: {_clip(event.turn.user_message)}"
+        case SummaryProduced():
+            return (
+                "summary.produced",
+                f"turns {event.covers_from}-{event.covers_through}: {_clip(event.summary)}",
+            )
+        case HealthChanged():
+            return (
+                "health.changed",
+                f"{event.old.value} -> {event.new.value} (attempt {event.attempt}): {event.reason}",
+            )
+        case BacklogTrimmed():
+            return "backlog.trimmed", f"dropped through #{event.dropped_through}"
+        case SessionCleared():
+            return "session.cleared", f"through #{event.cleared_through}: {event.reason}"
+        case SessionRestored():
+            return "session.restored", f"{len(event.turns)} turns from #{event.first_index}"
+        case SessionErased():
+            return "session.erased", event.reason
+        case ItemsAdded():
+            return "items.added", f"{len(event.items)} items from #{event.first_index}"
+        case ItemPopped():
+            return "item.popped", f"{event.item.kind}"
+
+
+def _clip(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def timeline(records: Iterable[LoggedEvent]) -> list[TimelineRow]:
+    """Each record as a row; a poison record shows what is wrong with it."""
+    rows = []
+    for record in records:
+        try:
+            event = decode_event(record.data, seq=record.position)
+        except EventDecodeError as exc:
+            rows.append(
+                TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=str(exc))
+            )
+            continue
+        kind, detail = _describe(event)
+        rows.append(
+            TimelineRow(position=record.position, seq=event.seq, at=event.at, type=kind, detail=detail)
+        )
+    return rows
+
+
+def export_jsonl(records: Iterable[LoggedEvent]) -> Iterator[str]:
+    """One JSON line per record: key, position, seq and the event (or the raw bytes of poison)."""
+    for record in records:
+        line: dict[str, Any] = {
+            "key": msgspec.to_builtins(record.key),
+            "position": record.position,
+            "seq": record.seq,
+        }
+        try:
+            event = decode_event(record.data, seq=record.position)
+        except EventDecodeError as exc:
+            line["raw"] = base64.b64encode(record.data).decode("ascii")
+            line["error"] = str(exc)
+        else:
+            line["event"] = json.loads(encode_event_json(event))
+        yield json.dumps(line, ensure_ascii=False, sort_keys=True)
+
+
+def read_jsonl(lines: Iterable[str], *, source: str = "<jsonl>") -> Iterator[LoggedEvent]:
+    """Records back from `export_jsonl` lines; a malformed line raises `InvalidInput` naming it."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            row = json.loads(line)
+            key = msgspec.convert(row["key"], MemoryKey)
+            position = int(row["position"])
+            seq = row.get("seq")
+            if "event" in row:
+                event = decode_event_json(json.dumps(row["event"]))
+                data = encode_event(event)
+            else:
+                data = base64.b64decode(row["raw"], validate=True)
+        except (ValueError, KeyError, TypeError, msgspec.ValidationError, EventDecodeError) as exc:
+            raise InvalidInput(where, f"not an exported event line: {exc}") from None
+        yield LoggedEvent(key=key, seq=seq, position=position, data=data)
