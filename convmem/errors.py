@@ -14,6 +14,7 @@ ConvmemError
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
 ├── SessionClosed                         the memory system or session was closed
 ├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout
+├── SummarizerError                       a summarizer failed: HTTP error, timeout, malformed reply
 └── NotBuilt                              a path that this version does not implement
 ```
 
@@ -37,6 +38,7 @@ __all__ = [
     "OperationTimeout",
     "ReplayError",
     "SessionClosed",
+    "SummarizerError",
     "UnknownEventType",
 ]
 
@@ -140,6 +142,18 @@ class SessionClosed(ConvmemError):
 
 class OperationTimeout(ConvmemError, TimeoutError):
     """A blocking call did not finish within its timeout."""
+
+
+class SummarizerError(ConvmemError):
+    """A summarizer could not produce a summary: the service failed, timed out or answered badly.
+
+    `status` is the HTTP status when the service answered with an error.
+    The runtime treats it like any summarizer failure (retry, then degrade).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class NotBuilt(ConvmemError):
