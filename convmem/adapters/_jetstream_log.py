@@ -1,0 +1,235 @@
+"""`EventLog` on a NATS JetStream stream: one subject per session.
+
+The stream (file storage) holds every session's events on
+``{prefix}.{tenant}.{user}.{session}``, the tokens being `MemoryKey.tokens()`
+so no id can reach another session's subject. Writes go through
+`SessionWriter` on the connection's loop; reads use batched direct gets, so
+they leave no consumer behind on the server. Every blocking call waits at
+most the connection's timeout and raises `LogUnavailable` past it.
+
+On a single server, durability rests on the server's ``sync_interval``
+(`EmbeddedNatsServer` uses ``always``); with ``replicas=3`` on a cluster an
+acknowledged event survives the loss of a server. Direct gets may be served
+by a replica that lags the leader by a moment; appends are checked by the
+leader, so a stale read costs a `ConcurrencyConflict`, never a lost update.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+
+from convmem.actors import LoggedEvent
+from convmem.adapters._jetstream_read import SubjectKeys, read_range, to_logged
+from convmem.adapters._jetstream_setup import check_names, ensure_stream, subject_pattern
+from convmem.adapters._jetstream_write import SessionWriter
+from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
+from convmem.events import Event, MemoryKey, encode_event
+
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
+
+_HEADER_SAFE = re.compile(r"^(?=\S)[^\x00-\x1f\x7f]*(?<=\S)$")
+
+DEFAULT_STREAM = "CONVMEM_EVENTS"
+DEFAULT_PREFIX = "convmem.ev"
+
+
+class JetStreamEventLog:
+    """The durable `EventLog`: a JetStream stream with one subject per session."""
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        *,
+        stream: str = DEFAULT_STREAM,
+        prefix: str = DEFAULT_PREFIX,
+        replicas: int = 1,
+        duplicate_window: float = 120.0,
+        read_batch: int = 2048,
+    ) -> None:
+        """Use an open connection (leased until `close`); creates or checks the stream.
+
+        `duplicate_window` (seconds) must outlast any retry of an append;
+        `read_batch` is how many messages one read request brings back.
+        """
+        check_names(stream=stream, prefix=prefix)
+        if replicas < 1:
+            raise InvalidConfig("replicas", f"is {replicas}, must be 1 or more")
+        if duplicate_window <= 0:
+            raise InvalidConfig("duplicate_window", f"is {duplicate_window}, must be positive seconds")
+        if read_batch < 1:
+            raise InvalidConfig("read_batch", f"is {read_batch}, must be 1 or more")
+        connection.lease()
+        self._conn = connection
+        self._stream = stream
+        self._keys = SubjectKeys(prefix)
+        self._writer = SessionWriter(connection, stream)
+        self._read_batch = read_batch
+        self._closed = False
+        self._close_lock = threading.Lock()
+        try:
+            connection.call(
+                lambda: ensure_stream(
+                    connection, stream, prefix, replicas=replicas, duplicate_window=duplicate_window
+                ),
+                what=f"checking stream {stream!r}",
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        stream: str = DEFAULT_STREAM,
+        prefix: str = DEFAULT_PREFIX,
+        replicas: int = 1,
+        duplicate_window: float = 120.0,
+        timeout: float = 5.0,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+    ) -> JetStreamEventLog:
+        """Connect to the NATS server at `url`; the log owns the connection and closes it.
+
+        `LogUnavailable` when nothing answers there (or without JetStream).
+        """
+        connection = NatsConnection.connect(url, timeout=timeout, max_control_line=max_control_line)
+        try:
+            return cls(
+                connection, stream=stream, prefix=prefix, replicas=replicas, duplicate_window=duplicate_window
+            )
+        finally:
+            connection.release()  # the log holds its own lease from here on
+
+    @property
+    def stream(self) -> str:
+        return self._stream
+
+    @property
+    def subjects(self) -> str:
+        """The stream's subject pattern."""
+        return subject_pattern(self._keys.prefix)
+
+    def subject(self, key: MemoryKey) -> str:
+        """The subject that holds `key`'s events."""
+        return self._keys.subject(key)
+
+    def _open_subject(self, key: MemoryKey, *, publish: bool) -> str:
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        subject = self._keys.subject(key)
+        if publish:
+            self._conn.check_subject(subject, key)
+        return subject
+
+    def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
+        """See `EventLog.append`. Several events are stored as one atomic batch."""
+        subject = self._open_subject(key, publish=True)
+        events = tuple(events)
+        if not events:
+            return self.last_seq(key)
+        for offset, event in enumerate(events):
+            if event.seq != expected_seq + 1 + offset:
+                raise InvalidInput(
+                    f"events[{offset}].seq", f"is {event.seq}, expected {expected_seq + 1 + offset}"
+                )
+            if not _HEADER_SAFE.match(event.event_id):
+                raise InvalidInput(
+                    f"events[{offset}].event_id",
+                    f"{event.event_id[:80]!r} must be non-empty, without control characters or "
+                    "surrounding whitespace (it travels as the Nats-Msg-Id header)",
+                )
+        payloads = tuple(encode_event(e) for e in events)
+        return self._conn.call(
+            lambda: self._writer.append(key, subject, events, payloads, expected_seq),
+            what=f"append to {key}",
+        )
+
+    def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
+        """Store bytes as they are (a poison message, for tests of readers); returns the position."""
+        subject = self._open_subject(key, publish=True)
+        return self._conn.call(
+            lambda: self._writer.append_raw(subject, data, seq), what=f"raw append to {key}"
+        )
+
+    def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
+        """See `EventLog.read`."""
+        subject = self._open_subject(key, publish=False)
+        messages = self._conn.call(lambda: self._writer.read(subject), what=f"read {key}")
+        records = [to_logged(m, key) for m in messages]
+        return [r for r in records if r.seq is None or r.seq > after_seq]
+
+    def last_seq(self, key: MemoryKey) -> int:
+        """See `EventLog.last_seq`."""
+        subject = self._open_subject(key, publish=False)
+        return self._conn.call(lambda: self._writer.load_last(subject), what=f"last seq of {key}").seq
+
+    def read_all(
+        self,
+        *,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        until_position: int | None = None,
+    ) -> Iterator[LoggedEvent]:
+        """See `EventLog.read_all`. Ends at the stream's last message when iteration starts.
+
+        One batch is read ahead while the caller consumes the last one.
+        """
+        if user_id is not None and tenant_id is None:
+            raise InvalidInput("user_id", "reading one user's events needs tenant_id too")
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        end = self._conn.call(self._stream_last_seq, what=f"info of stream {self._stream!r}")
+        if until_position is not None:
+            end = min(end, until_position)
+        subjects = self._keys.filter(tenant_id, user_id)
+        if subjects is None:
+            return
+        yield from read_range(self._conn, self._stream, self._keys, subjects, end, batch=self._read_batch)
+
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """See `EventLog.keys`. From the stream's per-subject counts; no message is read."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        subject_filter = self._keys.filter(tenant_id, user_id)
+        if subject_filter is None:
+            return []
+        subjects = self._conn.call(lambda: self._subjects(subject_filter), what="list session subjects")
+        keys = (self._keys.key(s) for s in sorted(subjects))
+        return [k for k in keys if k is not None]
+
+    async def _stream_last_seq(self) -> int:
+        info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")
+        return int(info["state"]["last_seq"])
+
+    async def _subjects(self, subject_filter: str) -> list[str]:
+        subjects: list[str] = []
+        while True:
+            info = await self._conn.api(
+                f"$JS.API.STREAM.INFO.{self._stream}",
+                {"subjects_filter": subject_filter, "offset": len(subjects)},
+            )
+            page = info["state"].get("subjects") or {}
+            subjects.extend(page)
+            if not page or len(subjects) >= int(info.get("total", 0)):
+                return subjects
+
+    def erase(self, key: MemoryKey, *, at: float) -> int:
+        """See `EventLog.erase`."""
+        subject = self._open_subject(key, publish=True)
+        return self._conn.call(lambda: self._writer.erase(key, subject, at), what=f"erase {key}")
+
+    def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
+        """See `EventLog.erase_user`."""
+        return sum(self.erase(key, at=at) for key in self.keys(tenant_id=tenant_id, user_id=user_id))
+
+    def close(self) -> None:
+        """See `EventLog.close`. Releases this log's share of the connection."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._conn.release()

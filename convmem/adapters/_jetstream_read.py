@@ -1,0 +1,216 @@
+"""Reading the events stream: batched direct gets, and stream messages as `LoggedEvent`s.
+
+A batched direct get (nats-server 2.11+) asks for up to N messages of a
+subject filter from a start sequence in one request; the server streams them
+back and ends with an EOB status that says how many remain. It needs no
+consumer on the server, so reading a session leaves nothing behind, and the
+reader pulls one batch at a time, which bounds memory however slow the
+caller is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import msgspec
+import nats.js.errors
+from nats.aio.msg import Msg
+
+from convmem.actors import LoggedEvent
+from convmem.adapters._loop import wait
+from convmem.adapters._nats import NatsConnection, StoredMessage
+from convmem.errors import InvalidKey, LogUnavailable
+from convmem.events import MemoryKey
+
+__all__ = [
+    "MSG_ID",
+    "SEQ_HEADER",
+    "Batch",
+    "SubjectKeys",
+    "fetch_batch",
+    "fetch_subject",
+    "read_range",
+    "session_seq",
+    "to_logged",
+]
+
+MSG_ID = "Nats-Msg-Id"
+SEQ_HEADER = "Convmem-Seq"
+"""The event's session sequence, written beside the bytes so readers need not decode them."""
+
+
+class Batch(msgspec.Struct, frozen=True):
+    """Messages of one direct get batch and how many matching messages remain after them."""
+
+    messages: list[StoredMessage]
+    pending: int
+
+
+async def fetch_batch(
+    conn: NatsConnection, stream: str, subject: str, *, start: int, batch: int, max_bytes: int = 8 << 20
+) -> Batch:
+    """Up to `batch` messages on `subject` (wildcards allowed) from stream sequence `start`."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    messages: list[StoredMessage] = []
+
+    async def on_message(msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status is None:
+            messages.append(
+                StoredMessage(
+                    subject=headers.get("Nats-Subject", ""),
+                    seq=int(headers.get("Nats-Sequence", "0")),
+                    headers=headers,
+                    data=msg.data,
+                )
+            )
+        elif not done.done():
+            if status == "204":  # end of batch
+                done.set_result(int(headers.get("Nats-Num-Pending", "0")))
+            elif status == "404":  # nothing matches
+                done.set_result(0)
+            else:
+                done.set_exception(
+                    nats.js.errors.APIError(code=int(status), description=headers.get("Description"))
+                )
+
+    inbox = conn.nc.new_inbox()
+    sub = await conn.nc.subscribe(inbox, cb=on_message)
+    try:
+        request = {"seq": start, "next_by_subj": subject, "batch": batch, "max_bytes": max_bytes}
+        await conn.nc.publish(f"$JS.API.DIRECT.GET.{stream}", msgspec.json.encode(request), reply=inbox)
+        try:
+            pending = await asyncio.wait_for(done, conn.timeout)
+        except TimeoutError:
+            raise LogUnavailable(
+                f"reading stream {stream!r} did not finish within {conn.timeout:g}s; "
+                "is the stream's allow_direct on and the server up?"
+            ) from None
+    finally:
+        await sub.unsubscribe()
+    return Batch(messages, pending)
+
+
+async def fetch_subject(conn: NatsConnection, stream: str, subject: str) -> list[StoredMessage]:
+    """Every message of one subject, in stream order."""
+    out: list[StoredMessage] = []
+    start = 1
+    while True:
+        batch = await fetch_batch(conn, stream, subject, start=start, batch=10_000)
+        out.extend(batch.messages)
+        if batch.pending == 0 or not batch.messages:
+            return out
+        start = batch.messages[-1].seq + 1
+
+
+def read_range(
+    conn: NatsConnection, stream: str, keys: SubjectKeys, subject: str, end: int, *, batch: int = 2048
+) -> Iterator[LoggedEvent]:
+    """Messages on `subject` up to stream sequence `end`, for a caller on another thread.
+
+    One batch is read ahead while the caller consumes the last, so the loop
+    stays busy but never holds more than two batches for a slow reader.
+    """
+    if end <= 0:
+        return
+    start = 1
+
+    def request(first: int) -> concurrent.futures.Future[Batch]:
+        return conn.submit(
+            lambda: fetch_batch(conn, stream, subject, start=first, batch=batch),
+            what=f"reading stream {stream!r}",
+        )
+
+    future: concurrent.futures.Future[Batch] | None = request(start)
+    try:
+        while future is not None:
+            got = wait(future, timeout=conn.timeout + 1.0, what=f"reading stream {stream!r}")
+            future = None
+            if got.messages and got.pending > 0 and got.messages[-1].seq < end:
+                future = request(got.messages[-1].seq + 1)
+            for message in got.messages:
+                if message.seq > end:
+                    return
+                key = keys.key(message.subject)
+                if key is not None:  # a subject convmem could not have written is no session
+                    yield to_logged(message, key)
+    finally:
+        if future is not None:
+            future.cancel()
+
+
+def session_seq(headers: dict[str, str]) -> int | None:
+    """The session sequence convmem wrote beside the event; None for bytes it did not write."""
+    value = headers.get(SEQ_HEADER)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def to_logged(message: StoredMessage, key: MemoryKey) -> LoggedEvent:
+    """A stream message as the port returns it; decoding is the reader's job."""
+    return LoggedEvent(
+        key=key,
+        seq=session_seq(message.headers),
+        position=message.seq,
+        data=message.data,
+        event_id=message.headers.get(MSG_ID),
+    )
+
+
+class SubjectKeys:
+    """Subject <-> `MemoryKey`, with a bounded cache of decoded subjects."""
+
+    def __init__(self, prefix: str, *, size: int = 65_536) -> None:
+        self.prefix = prefix
+        self._skip = prefix.count(".") + 1
+        self._size = size
+        self._keys: OrderedDict[str, MemoryKey | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def subject(self, key: MemoryKey) -> str:
+        tenant, user, session = key.tokens()
+        return f"{self.prefix}.{tenant}.{user}.{session}"
+
+    def filter(self, tenant_id: str | None, user_id: str | None) -> str | None:
+        """The subject filter of every session, or of a tenant's, a user's or both's.
+
+        None when an id could never be part of a key (so nothing matches).
+        """
+        try:
+            probe = MemoryKey(
+                tenant_id if tenant_id is not None else "x", user_id if user_id is not None else "x", "x"
+            )
+        except InvalidKey:
+            return None
+        tenant, user, _ = probe.tokens()
+        tenant = tenant if tenant_id is not None else "*"
+        user = user if user_id is not None else "*"
+        return f"{self.prefix}.{tenant}.{user}.*"
+
+    def key(self, subject: str) -> MemoryKey | None:
+        """The key of a session subject; None for a subject convmem could not have written."""
+        with self._lock:
+            if subject in self._keys:
+                return self._keys[subject]
+        tokens = subject.split(".")[self._skip :]
+        key: MemoryKey | None = None
+        if len(tokens) == 3:
+            try:
+                key = MemoryKey.from_tokens(tokens[0], tokens[1], tokens[2])
+            except InvalidKey:
+                key = None
+        with self._lock:
+            self._keys[subject] = key
+            if len(self._keys) > self._size:
+                self._keys.popitem(last=False)
+        return key

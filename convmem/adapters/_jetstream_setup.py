@@ -1,0 +1,138 @@
+"""Create the events stream and the snapshots bucket when missing; check them when present.
+
+An existing stream or bucket whose configuration differs from what convmem
+needs is reported as `InvalidConfig` naming every difference. It is never
+updated silently: a changed duplicate window or subject layout would weaken
+the guarantees of data already stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import nats.js.errors
+
+from convmem.adapters._nats import NatsConnection
+from convmem.errors import InvalidConfig
+
+__all__ = ["check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
+
+_NS = 1_000_000_000
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def check_names(*, stream: str | None = None, prefix: str | None = None, bucket: str | None = None) -> None:
+    """Refuse names NATS would reject or that could reach another stream's subjects."""
+    if stream is not None and not _NAME.match(stream):
+        raise InvalidConfig("stream", f"{stream!r} must be letters, digits, '_' or '-'")
+    if bucket is not None and not _NAME.match(bucket):
+        raise InvalidConfig("bucket", f"{bucket!r} must be letters, digits, '_' or '-'")
+    if prefix is not None and not all(_TOKEN.match(t) for t in prefix.split(".")):
+        raise InvalidConfig(
+            "prefix", f"{prefix!r} must be dot-separated tokens of letters, digits, '_' or '-'"
+        )
+
+
+def subject_pattern(prefix: str) -> str:
+    """The stream's one subject pattern: ``{prefix}.{tenant}.{user}.{session}``."""
+    return f"{prefix}.*.*.*"
+
+
+def _stream_config(name: str, prefix: str, *, replicas: int, duplicate_window: float) -> dict[str, Any]:
+    return {
+        "name": name,
+        "subjects": [subject_pattern(prefix)],
+        "retention": "limits",
+        "storage": "file",
+        "num_replicas": replicas,
+        "duplicate_window": int(duplicate_window * _NS),
+        "max_age": 0,
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_msgs_per_subject": -1,
+        "max_msg_size": -1,
+        "discard": "old",
+        "allow_direct": True,
+        "allow_atomic": True,
+        "deny_purge": False,
+    }
+
+
+async def ensure_stream(
+    conn: NatsConnection, name: str, prefix: str, *, replicas: int, duplicate_window: float
+) -> None:
+    """Create the events stream if missing; raise `InvalidConfig` if it exists and differs."""
+    wanted = _stream_config(name, prefix, replicas=replicas, duplicate_window=duplicate_window)
+    found = await _stream_config_of(conn, name)
+    if found is None:
+        try:
+            await conn.api(f"$JS.API.STREAM.CREATE.{name}", wanted)
+            return
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == 10065:  # subjects overlap with another stream
+                raise InvalidConfig(
+                    "prefix",
+                    f"subjects {wanted['subjects']} overlap another stream's on the server "
+                    f"({exc.description}); choose another prefix or remove that stream",
+                ) from None
+            if exc.err_code != 10058:  # 10058: created meanwhile by another process
+                raise
+        found = await _stream_config_of(conn, name)
+        assert found is not None
+    _compare(f"stream {name!r}", wanted, found, ignore={"name"})
+
+
+async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> None:
+    """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs."""
+    stream = f"KV_{bucket}"
+    found = await _stream_config_of(conn, stream)
+    if found is None:
+        try:
+            await conn.js.create_key_value(
+                bucket=bucket, history=1, storage=nats.js.api.StorageType.FILE, replicas=replicas
+            )
+            return
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10058:
+                raise
+        found = await _stream_config_of(conn, stream)
+        assert found is not None
+    wanted = {
+        "subjects": [f"$KV.{bucket}.>"],
+        "storage": "file",
+        "num_replicas": replicas,
+        "max_msgs_per_subject": 1,
+        "allow_rollup_hdrs": True,
+        "max_age": 0,
+    }
+    _compare(f"key-value bucket {bucket!r}", wanted, found, ignore=set())
+
+
+async def _stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
+    try:
+        info = await conn.api(f"$JS.API.STREAM.INFO.{name}")
+    except nats.js.errors.APIError as exc:
+        if exc.err_code == 10059:  # stream not found
+            return None
+        raise
+    config: dict[str, Any] = info["config"]
+    return config
+
+
+def _compare(what: str, wanted: dict[str, Any], found: dict[str, Any], *, ignore: set[str]) -> None:
+    defaults: dict[str, Any] = {"allow_direct": False, "allow_atomic": False, "deny_purge": False}
+    problems = [
+        f"{field} is {found.get(field, defaults.get(field))!r}, convmem needs {value!r}"
+        for field, value in wanted.items()
+        if field not in ignore and found.get(field, defaults.get(field)) != value
+    ]
+    if found.get("sealed"):
+        problems.append("it is sealed")
+    if problems:
+        raise InvalidConfig(
+            "stream",
+            f"the existing {what} does not match: {'; '.join(problems)}. convmem never changes an "
+            "existing stream; use another name, or update or delete it yourself (nats stream edit)",
+        )

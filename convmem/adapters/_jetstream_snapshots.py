@@ -1,0 +1,147 @@
+"""`SnapshotStore` on a JetStream key-value bucket: one key per session.
+
+The key is the session's three subject tokens joined by dots (always a valid
+KV key, and never another session's); the value is the msgpack of
+`Snapshot`. A save reads the stored snapshot and writes only if it is older,
+conditioned on the revision it read, so two savers racing never put an older
+snapshot over a newer one.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import msgspec
+import nats.js.errors
+
+from convmem.actors import Snapshot
+from convmem.adapters._jetstream_setup import check_names, ensure_bucket
+from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
+from convmem.errors import InvalidConfig, LogUnavailable, SessionClosed
+from convmem.events import MemoryKey
+
+__all__ = ["DEFAULT_BUCKET", "JetStreamSnapshotStore"]
+
+DEFAULT_BUCKET = "CONVMEM_SNAPSHOTS"
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Snapshot)
+_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_OPERATION = "KV-Operation"
+
+
+class JetStreamSnapshotStore:
+    """The durable `SnapshotStore`: latest snapshot per session in a KV bucket."""
+
+    def __init__(
+        self, connection: NatsConnection, *, bucket: str = DEFAULT_BUCKET, replicas: int = 1
+    ) -> None:
+        """Use an open connection (leased until `close`); creates or checks the bucket."""
+        check_names(bucket=bucket)
+        if replicas < 1:
+            raise InvalidConfig("replicas", f"is {replicas}, must be 1 or more")
+        connection.lease()
+        self._conn = connection
+        self._bucket = bucket
+        self._stream = f"KV_{bucket}"
+        self._closed = False
+        self._close_lock = threading.Lock()
+        try:
+            connection.call(
+                lambda: ensure_bucket(connection, bucket, replicas=replicas),
+                what=f"checking bucket {bucket!r}",
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        replicas: int = 1,
+        timeout: float = 5.0,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+    ) -> JetStreamSnapshotStore:
+        """Connect to the NATS server at `url`; the store owns the connection and closes it."""
+        connection = NatsConnection.connect(url, timeout=timeout, max_control_line=max_control_line)
+        try:
+            return cls(connection, bucket=bucket, replicas=replicas)
+        finally:
+            connection.release()
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    def subject(self, key: MemoryKey) -> str:
+        """The bucket subject that holds `key`'s snapshot."""
+        return f"$KV.{self._bucket}.{'.'.join(key.tokens())}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("the JetStream snapshot store is closed")
+
+    def load(self, key: MemoryKey) -> Snapshot | None:
+        """See `SnapshotStore.load`: None when missing, deleted, undecodable or another key's."""
+        self._check_open()
+        subject = self.subject(key)
+        message = self._conn.call(lambda: self._get(subject), what=f"load snapshot of {key}")
+        snapshot = _decode(message)
+        return snapshot if snapshot is not None and snapshot.key == key else None
+
+    def save(self, snapshot: Snapshot) -> None:
+        """See `SnapshotStore.save`."""
+        self._check_open()
+        subject = self.subject(snapshot.key)
+        self._conn.check_subject(subject, snapshot.key)
+        data = _encoder.encode(snapshot)
+
+        async def put() -> None:
+            for _ in range(10):
+                current = await self._get(subject)
+                stored = _decode(current)
+                if stored is not None and stored.key == snapshot.key and stored.seq >= snapshot.seq:
+                    return
+                expected = str(current.seq if current is not None else 0)
+                try:
+                    await self._conn.js.publish(subject, data, headers={_EXPECTED: expected})
+                    return
+                except nats.js.errors.APIError as exc:
+                    if exc.err_code not in (10071, 10164):
+                        raise
+            raise LogUnavailable(f"saving the snapshot of {snapshot.key} kept racing other savers")
+
+        self._conn.call(put, what=f"save snapshot of {snapshot.key}")
+
+    def delete(self, key: MemoryKey) -> None:
+        """See `SnapshotStore.delete`. Purges every revision, leaving the bucket's purge marker."""
+        self._check_open()
+        subject = self.subject(key)
+        self._conn.check_subject(subject, key)
+
+        async def purge() -> None:
+            await self._conn.js.publish(subject, b"", headers={_OPERATION: "PURGE", "Nats-Rollup": "sub"})
+
+        self._conn.call(purge, what=f"delete snapshot of {key}")
+
+    async def _get(self, subject: str) -> StoredMessage | None:
+        return await self._conn.get_message(self._stream, {"last_by_subj": subject})
+
+    def close(self) -> None:
+        """See `SnapshotStore.close`. Releases this store's share of the connection."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._conn.release()
+
+
+def _decode(message: StoredMessage | None) -> Snapshot | None:
+    if message is None or message.headers.get(_OPERATION) in ("DEL", "PURGE") or not message.data:
+        return None
+    try:
+        return _decoder.decode(message.data)
+    except (msgspec.MsgspecError, ValueError, TypeError):
+        return None

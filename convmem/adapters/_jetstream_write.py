@@ -1,0 +1,246 @@
+"""The loop side of the JetStream log: conditional appends, the last-message cache, erasure.
+
+Every message carries ``Nats-Msg-Id`` (the event id) and ``Convmem-Seq``
+(its session seq); the first of an append carries
+``Nats-Expected-Last-Subject-Sequence``, the stream sequence of the session's
+last message, cached from acks and reads. An append of several events is one
+atomic batch, stored whole or not at all.
+
+When the server refuses an append, the session's last message decides what
+happened: if it is our own event, an earlier attempt whose ack was lost got
+through (a single server answers such a retry with "wrong last sequence",
+not "duplicate"), otherwise another writer got there first and the caller
+gets `ConcurrencyConflict` with the session's real last seq.
+
+All of this runs on the connection's loop thread only, so the cache and the
+per-session locks need no thread locks. Sessions do not wait for each other:
+only one session's appends are serialised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple
+
+import nats.js.errors
+
+from convmem.adapters._jetstream_read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
+from convmem.adapters._nats import NatsConnection, StoredMessage
+from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable
+from convmem.events import Event, MemoryKey, SessionErased, encode_event
+
+__all__ = ["SessionWriter"]
+
+_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
+_CACHE_SIZE = 100_000
+_ATTEMPTS = 5
+
+
+class _Last(NamedTuple):
+    """What an append must know of a session: its last event seq and the subject's last message."""
+
+    seq: int
+    stream_seq: int
+    event_id: str | None
+
+
+_EMPTY = _Last(0, 0, None)
+
+
+class _Refused(Exception):
+    """The server refused a conditional publish (the subject moved on, or an id is a duplicate)."""
+
+
+class SessionWriter:
+    """Writes of every session of one stream, pipelined across sessions, ordered within one."""
+
+    def __init__(self, conn: NatsConnection, stream: str) -> None:
+        self._conn = conn
+        self._stream = stream
+        self._last: OrderedDict[str, _Last] = OrderedDict()
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def append(
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+    ) -> int:
+        """Store `events` after session seq `expected`; returns the session's last seq."""
+        async with self._session(subject):
+            try:
+                last = self._last.get(subject)
+                if last is None or last.seq != expected:
+                    last = await self.load_last(subject)
+                done = 0
+                if last.seq != expected:
+                    done = await self._stored_prefix(key, subject, events, expected, last)
+                for _ in range(_ATTEMPTS):
+                    if done == len(events):
+                        return last.seq
+                    try:
+                        return await self._publish(subject, events[done:], payloads[done:], last)
+                    except _Refused:
+                        fresh = await self.load_last(subject)
+                    if fresh.seq != last.seq or fresh.stream_seq == last.stream_seq:
+                        done = await self._stored_prefix(key, subject, events, expected, fresh)
+                    last = fresh  # else only foreign messages (no session seq) came in between
+                raise LogUnavailable(f"append to {key} kept losing races on its subject; retry")
+            except (ConcurrencyConflict, InvalidInput):
+                raise
+            except BaseException:
+                self._last.pop(subject, None)  # the outcome is unknown: ask the server next time
+                raise
+
+    async def _stored_prefix(
+        self, key: MemoryKey, subject: str, events: tuple[Event, ...], expected: int, last: _Last
+    ) -> int:
+        """How many of `events` are stored already (a retry); `ConcurrencyConflict` if another writer won."""
+        ahead = last.seq - expected
+        if 0 < ahead <= len(events) and last.event_id == events[ahead - 1].event_id:
+            return ahead  # an atomic batch ending in our event: the events before it are ours too
+        if ahead > len(events):  # others wrote after us, or instead of us
+            stored = {session_seq(m.headers): m.headers.get(MSG_ID) for m in await self.read(subject)}
+            if all(stored.get(e.seq) == e.event_id for e in events):
+                return len(events)
+        raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
+
+    async def _publish(
+        self, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: _Last
+    ) -> int:
+        nc = self._conn.nc
+        batch = uuid.uuid4().hex if len(events) > 1 else None
+        reply = None
+        for index, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
+            headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq)}
+            if index == 1:
+                headers[_EXPECTED] = str(last.stream_seq)
+            if batch is not None:
+                headers["Nats-Batch-Id"] = batch
+                headers["Nats-Batch-Sequence"] = str(index)
+            if index < len(events):
+                await nc.publish(subject, payload, headers=headers)
+                continue
+            if batch is not None:
+                headers["Nats-Batch-Commit"] = "1"
+            reply = await nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+        assert reply is not None
+        ack = _ack(reply.data)
+        if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
+            return (await self.load_last(subject)).seq
+        self._remember(subject, _Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
+        return events[-1].seq
+
+    async def append_raw(self, subject: str, data: bytes, seq: int | None) -> int:
+        """Publish bytes as they are, unconditionally; returns their stream sequence."""
+        async with self._session(subject):
+            self._last.pop(subject, None)
+            headers = {SEQ_HEADER: str(seq)} if seq is not None else None
+            reply = await self._conn.nc.request(subject, data, timeout=self._conn.timeout, headers=headers)
+            return int(_ack(reply.data)["seq"])
+
+    async def read(self, subject: str) -> list[StoredMessage]:
+        """Every message of a session's subject (and remember its last)."""
+        messages = await fetch_subject(self._conn, self._stream, subject)
+        if messages:
+            seqs = (session_seq(m.headers) for m in reversed(messages))
+            seq = next((s for s in seqs if s is not None), 0)
+            self._remember(subject, _Last(seq, messages[-1].seq, messages[-1].headers.get(MSG_ID)))
+        return messages
+
+    async def load_last(self, subject: str) -> _Last:
+        """The session's last seq and its subject's last message, from the stream leader."""
+        message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+        if message is None:
+            self._last.pop(subject, None)
+            return _EMPTY
+        seq = session_seq(message.headers)
+        if seq is None:  # a foreign message last: the session seq is the latest one written
+            messages = await fetch_subject(self._conn, self._stream, subject)
+            seq = next((s for m in reversed(messages) if (s := session_seq(m.headers)) is not None), 0)
+        last = _Last(seq, message.seq, message.headers.get(MSG_ID))
+        self._remember(subject, last)
+        return last
+
+    async def erase(self, key: MemoryKey, subject: str, at: float) -> int:
+        """Purge the subject, then write the tombstone on the emptied subject; returns events purged.
+
+        The tombstone expects an empty subject, so a writer that slipped in
+        after the purge makes us purge again rather than leave its event
+        beside the tombstone; its seq stays above every seq seen.
+        """
+        async with self._session(subject):
+            purged = 0
+            top = 0
+            for attempt in range(_ATTEMPTS):
+                last = await self.load_last(subject)
+                if attempt == 0 and last.stream_seq == 0:
+                    return 0
+                top = max(top, last.seq)
+                if last.stream_seq:
+                    purged += await self._purge(subject, through=last.stream_seq)
+                seq = top + 1
+                tombstone = SessionErased(
+                    seq=seq, event_id=f"erased/{key.composite()}/{seq}", at=at, reason="erased on request"
+                )
+                try:
+                    await self._publish(subject, (tombstone,), (encode_event(tombstone),), _EMPTY)
+                except _Refused:
+                    continue
+                return purged
+            raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
+
+    async def _purge(self, subject: str, *, through: int) -> int:
+        """Purge the subject up to stream sequence `through`; returns the events (not tombstones) gone."""
+        first = await self._conn.get_message(self._stream, {"seq": 1, "next_by_subj": subject})
+        tombstone = first is not None and first.headers.get(MSG_ID, "").startswith("erased/")
+        reply = await self._conn.api(
+            f"$JS.API.STREAM.PURGE.{self._stream}", {"filter": subject, "seq": through + 1}
+        )
+        return max(0, int(reply.get("purged", 0)) - int(tombstone))
+
+    def _remember(self, subject: str, last: _Last) -> None:
+        known = self._last.get(subject)
+        if known is not None and known.stream_seq > last.stream_seq:
+            return  # a read that started before our own latest append
+        self._last[subject] = last
+        self._last.move_to_end(subject)
+        if len(self._last) > _CACHE_SIZE:
+            self._last.popitem(last=False)
+
+    @contextlib.asynccontextmanager
+    async def _session(self, subject: str) -> AsyncIterator[None]:
+        """Serialise one session's writes; other sessions' go on meanwhile."""
+        lock, users = self._locks.get(subject, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[subject] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[subject]
+            if users <= 1:
+                del self._locks[subject]
+            else:
+                self._locks[subject] = (lock, users - 1)
+
+
+def _ack(data: bytes) -> dict[str, Any]:
+    ack: dict[str, Any] = json.loads(data)
+    error = ack.get("error")
+    if error is None:
+        return ack
+    if error.get("err_code") in _REFUSED:
+        raise _Refused(error.get("description"))
+    raise nats.js.errors.APIError(
+        code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
+    )

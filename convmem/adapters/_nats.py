@@ -1,0 +1,301 @@
+"""One NATS connection on its own loop thread, shared by the JetStream log and snapshot store.
+
+Everything that touches nats-py runs on the loop; the adapters' synchronous
+methods wait on it through `call`, always with a timeout. The connection is
+leased: the log and the snapshot store each hold a lease and the connection
+closes when the last lease is released (or when it is closed outright).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import json
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from convmem.adapters._loop import EventLoopThread
+from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
+
+__all__ = [
+    "DEFAULT_MAX_CONTROL_LINE",
+    "MIN_SERVER_VERSION",
+    "NatsConnection",
+    "StoredMessage",
+    "parse_headers",
+    "unavailable",
+]
+
+T = TypeVar("T")
+
+DEFAULT_MAX_CONTROL_LINE = 4096
+"""nats-server's default; the embedded server allows more, enough for the longest ids."""
+_CONTROL_OVERHEAD = 160  # "HPUB", the reply inbox and the sizes around the subject
+
+MIN_SERVER_VERSION = (2, 12)
+"""Atomic batch publish (one append of several events is all or nothing) came in 2.12."""
+
+_log = logging.getLogger("convmem.nats")
+_HDR_LINE = b"NATS/1.0"
+
+
+class StoredMessage(msgspec.Struct, frozen=True):
+    """A stream message as a get or a direct get returns it."""
+
+    subject: str
+    seq: int
+    headers: dict[str, str]
+    data: bytes
+
+
+def parse_headers(raw: bytes) -> dict[str, str]:
+    """Parse a NATS header block as UTF-8 (``email``'s parser mangles non-ASCII values)."""
+    out: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def unavailable(exc: BaseException, what: str) -> LogUnavailable:
+    """Turn a nats-py failure into the one error the ports promise."""
+    detail = _describe(exc)
+    if isinstance(exc, nats.js.errors.APIError) and exc.description:
+        detail = f"{exc.description} (code {exc.code}, err_code {exc.err_code})"
+    return LogUnavailable(f"{what} failed: {detail}; check that nats-server is up with JetStream, then retry")
+
+
+class NatsConnection:
+    """A nats-py client, its JetStream context and the loop thread that owns them."""
+
+    def __init__(
+        self,
+        loop: EventLoopThread,
+        nc: Client,
+        js: JetStreamContext,
+        *,
+        url: str,
+        timeout: float,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+    ) -> None:
+        self._loop = loop
+        self.nc = nc
+        self.js = js
+        self.url = url
+        self.timeout = timeout
+        self.max_control_line = max_control_line
+        self._lock = threading.Lock()
+        self._leases = 1  # the creator's
+        self._closed = False
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        name: str = "convmem",
+    ) -> NatsConnection:
+        """Connect to `url` and check that JetStream is there; `LogUnavailable` if not.
+
+        `max_control_line` is the server's setting of that name: a publish
+        whose subject would not fit is refused here, because the server
+        answers one by dropping the whole connection.
+        """
+        loop = EventLoopThread(name=f"{name}-nats-loop")
+        try:
+            nc, js = loop.call(lambda: _open(url, timeout, name), timeout=2 * timeout + 2.0, what="connect")
+        except BaseException:
+            loop.stop()
+            raise
+        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line)
+
+    def check_subject(self, subject: str, key: object) -> None:
+        """Refuse to publish on a subject the server would drop the connection for."""
+        size = len(subject.encode()) + _CONTROL_OVERHEAD
+        if size > self.max_control_line:
+            raise InvalidKey(
+                "key",
+                f"{key}'s subject makes a {size}-byte protocol line, over the server's max_control_line "
+                f"of {self.max_control_line}; use shorter ids or raise max_control_line on the server "
+                "(and pass it to convmem)",
+            )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def lease(self) -> None:
+        """Take a share of the connection; `release` gives it back."""
+        with self._lock:
+            if self._closed:
+                raise SessionClosed("the NATS connection is closed")
+            self._leases += 1
+
+    def release(self) -> None:
+        """Give back a share; the last one closes the connection."""
+        with self._lock:
+            self._leases -= 1
+            last = self._leases <= 0
+        if last:
+            self.close()
+
+    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], *, what: str, timeout: float | None = None) -> T:
+        """Run `fn()` on the loop, waiting at most the timeout; nats-py errors become `LogUnavailable`."""
+        if self._closed:
+            raise SessionClosed("the NATS connection is closed")
+        wait = self.timeout if timeout is None else timeout
+        return self._loop.call(_guarded(fn, what), timeout=wait, what=what)
+
+    def submit(self, fn: Callable[[], Coroutine[Any, Any, T]], *, what: str) -> concurrent.futures.Future[T]:
+        """Schedule `fn()` without waiting; the caller waits on the future (`_loop.wait`)."""
+        if self._closed:
+            raise SessionClosed("the NATS connection is closed")
+        return self._loop.submit(_guarded(fn, what))
+
+    def close(self) -> None:
+        """Drain and close the connection and stop the loop. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+
+        async def shut() -> None:
+            try:
+                await asyncio.wait_for(self.nc.drain(), self.timeout)
+            except Exception:  # a dead server: close without draining
+                await self.nc.close()
+
+        try:
+            self._loop.call(shut, timeout=self.timeout + 1.0, what="close")
+        except ConvmemError:
+            _log.warning("closing the NATS connection to %s timed out", self.url)
+        finally:
+            self._loop.stop()
+
+    async def api(self, subject: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A JetStream API request; an error reply raises nats-py's `APIError`."""
+        payload = json.dumps(request).encode() if request is not None else b""
+        msg = await self.nc.request(subject, payload, timeout=self.timeout)
+        reply: dict[str, Any] = json.loads(msg.data)
+        if "error" in reply:
+            error = reply["error"]
+            raise nats.js.errors.APIError(
+                code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
+            )
+        return reply
+
+    async def get_message(self, stream: str, request: dict[str, Any]) -> StoredMessage | None:
+        """A message by `STREAM.MSG.GET` (answered by the stream leader); None when there is none."""
+        try:
+            reply = await self.api(f"$JS.API.STREAM.MSG.GET.{stream}", request)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == 10037:  # no message found
+                return None
+            raise
+        message = reply["message"]
+        raw = base64.b64decode(message["hdrs"]) if message.get("hdrs") else b""
+        return StoredMessage(
+            subject=message["subject"],
+            seq=int(message["seq"]),
+            headers=parse_headers(raw) if raw.startswith(_HDR_LINE) else {},
+            data=base64.b64decode(message.get("data") or b""),
+        )
+
+
+def _guarded(fn: Callable[[], Coroutine[Any, Any, T]], what: str) -> Callable[[], Coroutine[Any, Any, T]]:
+    async def guarded() -> T:
+        try:
+            return await fn()
+        except ConvmemError:
+            raise
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise unavailable(exc, what) from None
+
+    return guarded
+
+
+class _Client(Client):
+    """nats-py's client, parsing plain header blocks faster.
+
+    nats-py checks every header name character by character; a stream read
+    brings ~9 headers per message and spent most of its time there. Blocks
+    with an inline status (``NATS/1.0 404``) still go to nats-py's parser.
+    """
+
+    async def _process_headers(self, headers: bytes | None) -> dict[str, str] | None:
+        if headers and headers.startswith(b"NATS/1.0\r\n"):
+            return parse_headers(headers) or None
+        return await super()._process_headers(headers)
+
+
+async def _open(url: str, timeout: float, name: str) -> tuple[Client, JetStreamContext]:
+    nc = _Client()
+    try:
+        await asyncio.wait_for(
+            nc.connect(
+                servers=[u.strip() for u in url.split(",") if u.strip()],
+                name=name,
+                connect_timeout=max(1, int(timeout)),
+                allow_reconnect=True,
+                max_reconnect_attempts=1,  # on the first connect only; unbounded once connected
+                reconnect_time_wait=0.25,  # type: ignore[arg-type]  # nats-py annotates int, uses float
+                error_cb=_on_error,
+                disconnected_cb=_on_disconnected,
+                reconnected_cb=_on_reconnected,
+            ),
+            timeout,
+        )
+    except (TimeoutError, nats.errors.Error, OSError) as exc:
+        await nc.close()
+        raise LogUnavailable(
+            f"cannot connect to NATS at {url} ({_describe(exc)}); start nats-server with "
+            "JetStream (nats-server -js) or pass the URL of a running one (None starts an embedded server)"
+        ) from None
+    nc.options["max_reconnect_attempts"] = -1
+    try:
+        version = nc.connected_server_version
+        if (version.major, version.minor) < MIN_SERVER_VERSION:
+            raise LogUnavailable(
+                f"the NATS server at {url} is version {version}; convmem needs nats-server "
+                f"{MIN_SERVER_VERSION[0]}.{MIN_SERVER_VERSION[1]} or newer (atomic batch publish)"
+            )
+        js = nc.jetstream(timeout=timeout)
+        try:
+            await js.account_info()
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise LogUnavailable(
+                f"the NATS server at {url} does not answer JetStream requests ({_describe(exc)}); "
+                "enable JetStream (nats-server -js, or a jetstream block in its config)"
+            ) from None
+    except BaseException:
+        await nc.close()
+        raise
+    return nc, js
+
+
+async def _on_error(exc: Exception) -> None:
+    _log.warning("NATS connection error: %s", _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+async def _on_disconnected() -> None:
+    _log.info("disconnected from NATS; reconnecting")
+
+
+async def _on_reconnected() -> None:
+    _log.info("reconnected to NATS")

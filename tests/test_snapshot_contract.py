@@ -1,0 +1,209 @@
+"""The `SnapshotStore` contract, for the in-memory store and the JetStream key-value store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import msgspec
+import pytest
+
+from convmem.actors import Snapshot, SnapshotStore
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemorySnapshotStore,
+    JetStreamEventLog,
+    JetStreamSnapshotStore,
+)
+from convmem.adapters._nats import NatsConnection
+from convmem.errors import SessionClosed
+from convmem.events import MemoryKey
+
+OpenStore = Callable[[], SnapshotStore]
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+def open_store(request: pytest.FixtureRequest) -> Iterator[OpenStore]:
+    """A factory of handles on one fresh store; every handle is closed in teardown."""
+    handles: list[SnapshotStore] = []
+    if request.param == "memory":
+        shared = InMemorySnapshotStore()
+
+        def open_memory() -> SnapshotStore:
+            handles.append(shared)
+            return shared
+
+        yield open_memory
+    else:
+        server = request.getfixturevalue("nats_server")
+
+        def open_jetstream() -> SnapshotStore:
+            handles.append(JetStreamSnapshotStore.connect(server.url, timeout=10.0))
+            return handles[-1]
+
+        yield open_jetstream
+    for handle in handles:
+        handle.close()
+
+
+@pytest.fixture
+def store(open_store: OpenStore) -> SnapshotStore:
+    return open_store()
+
+
+KEY = MemoryKey("acme", "alice", "s1")
+
+
+def snap(seq: int, key: MemoryKey = KEY, data: bytes = b"state") -> Snapshot:
+    return Snapshot(key=key, seq=seq, state_hash=f"hash-{seq}", data=data + bytes([seq % 256]))
+
+
+def test_a_missing_snapshot_loads_as_none(store: SnapshotStore) -> None:
+    """A session never snapshotted has no snapshot."""
+    assert store.load(KEY) is None
+
+
+def test_a_saved_snapshot_loads_back_equal(store: SnapshotStore) -> None:
+    """save then load returns the same snapshot, bytes and hash included."""
+    saved = snap(7, data=b"\x00\xff" * 1000)
+    store.save(saved)
+    assert store.load(KEY) == saved
+
+
+def test_a_newer_snapshot_replaces_an_older_one(store: SnapshotStore) -> None:
+    """A snapshot with a higher seq replaces the stored one."""
+    store.save(snap(3))
+    store.save(snap(9))
+    assert store.load(KEY) == snap(9)
+
+
+@pytest.mark.parametrize("older", [4, 9])
+def test_an_older_snapshot_never_overwrites_a_newer_one(store: SnapshotStore, older: int) -> None:
+    """Saving a snapshot with a lower (or equal) seq keeps the stored one."""
+    store.save(snap(9))
+    store.save(snap(older, data=b"other"))
+    assert store.load(KEY) == snap(9)
+
+
+def test_delete_forgets_the_snapshot_and_a_later_save_works(store: SnapshotStore) -> None:
+    """delete() leaves no snapshot; the session may be snapshotted again, from any seq."""
+    store.save(snap(9))
+    store.delete(KEY)
+    assert store.load(KEY) is None
+    store.delete(KEY)
+    store.save(snap(2))
+    assert store.load(KEY) == snap(2)
+
+
+def test_snapshots_of_hostile_ids_stay_apart(store: SnapshotStore) -> None:
+    """Keys that differ only in dots, wildcards, colons or unicode never share a snapshot."""
+    keys = [
+        MemoryKey("a.b", "c", "d"),
+        MemoryKey("a", "b.c", "d"),
+        MemoryKey("a", "*", "d"),
+        MemoryKey("a", ">", "d"),
+        MemoryKey("a:b", "c", "d"),
+        MemoryKey("=41", "c", "d"),
+        MemoryKey("A", "c", "d"),
+        MemoryKey("用户", "🙂", "a b"),
+    ]
+    for seq, key in enumerate(keys, start=1):
+        store.save(snap(seq, key))
+    for seq, key in enumerate(keys, start=1):
+        assert store.load(key) == snap(seq, key)
+    store.delete(keys[0])
+    assert store.load(keys[0]) is None
+    assert store.load(keys[1]) == snap(2, keys[1])
+
+
+def test_racing_savers_leave_the_newest_snapshot(open_store: OpenStore) -> None:
+    """Concurrent saves of many seqs through several handles end with the highest one stored."""
+    handles = [open_store() for _ in range(3)]
+    barrier = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def save(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            for seq in range(index, 60, 6):
+                handles[index % 3].save(snap(seq + 1))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not failures
+    assert handles[0].load(KEY) == snap(60)
+
+
+# -- JetStream only: what the bucket may hold that the in-memory store cannot ----------------
+
+
+@pytest.fixture
+def bucket_store(nats_server: EmbeddedNatsServer) -> Iterator[JetStreamSnapshotStore]:
+    store = JetStreamSnapshotStore.connect(nats_server.url)
+    yield store
+    store.close()
+
+
+def put_raw(url: str, subject: str, data: bytes) -> None:
+    """Write bytes into the bucket under `subject`, bypassing the store."""
+    connection = NatsConnection.connect(url)
+    try:
+
+        async def put() -> None:
+            await connection.js.publish(subject, data)
+
+        connection.call(put, what="raw put")
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xc1 not msgpack", b"\x93\x01\x02\x03", b'{"key": "json"}', b"\x84\xa3key\x93\xa0\xa1b\xa1c"],
+)
+def test_corrupt_bytes_in_the_bucket_load_as_none(
+    nats_server: EmbeddedNatsServer, bucket_store: JetStreamSnapshotStore, data: bytes
+) -> None:
+    """A value that does not decode to a valid snapshot is ignored, never raised; a save replaces it."""
+    put_raw(nats_server.url, bucket_store.subject(KEY), data)
+    assert bucket_store.load(KEY) is None
+    bucket_store.save(snap(1))
+    assert bucket_store.load(KEY) == snap(1)
+
+
+def test_a_snapshot_of_another_key_is_ignored(
+    nats_server: EmbeddedNatsServer, bucket_store: JetStreamSnapshotStore
+) -> None:
+    """A valid snapshot stored under the wrong key is not returned for this key."""
+    other = MemoryKey("acme", "bob", "s1")
+    put_raw(nats_server.url, bucket_store.subject(KEY), msgspec.msgpack.encode(snap(5, other)))
+    assert bucket_store.load(KEY) is None
+
+
+def test_a_closed_store_raises_session_closed(bucket_store: JetStreamSnapshotStore) -> None:
+    """After close() the JetStream store refuses every call."""
+    bucket_store.close()
+    with pytest.raises(SessionClosed):
+        bucket_store.load(KEY)
+    with pytest.raises(SessionClosed):
+        bucket_store.save(snap(1))
+    with pytest.raises(SessionClosed):
+        bucket_store.delete(KEY)
+
+
+def test_the_log_and_the_store_share_one_connection(nats_server: EmbeddedNatsServer) -> None:
+    """Closing one of two adapters on a connection leaves the other working; the last closes it."""
+    connection = NatsConnection.connect(nats_server.url)
+    log = JetStreamEventLog(connection)
+    store = JetStreamSnapshotStore(connection)
+    connection.release()
+    log.close()
+    store.save(snap(1))
+    assert store.load(KEY) == snap(1)
+    store.close()
+    assert connection.closed
