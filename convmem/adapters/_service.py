@@ -1,0 +1,301 @@
+"""`MemoryService`: the session protocol over NATS request/reply, for other processes and languages.
+
+```python
+system = convmem.connect("nats://127.0.0.1:4222")
+with MemoryService(system, "nats://127.0.0.1:4222"):
+    ...  # serving until the block ends
+```
+
+The service subscribes to ``{api_prefix}.v1.>`` in a queue group, so several
+services on one NATS share the requests; optimistic concurrency on the log
+keeps a session written through several of them correct, and reads check
+the log's last sequence first, so a session read through one service shows
+what was written through another. Operator requests (``{api_prefix}.ops.v1.>``)
+are answered by every instance (no queue group).
+
+nats-py runs on the service's own loop thread. The blocking `MemorySystem`
+calls run on a bounded thread pool, never on the loop: when every worker is
+busy, further requests wait in the subscription's queue. `stop()` drains:
+it unsubscribes, answers every request already received, then closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from convmem.actors import MemorySystem
+from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._protocol import DEFAULT_API_PREFIX, check_api_prefix, encode_error, wants_msgpack
+from convmem.adapters._protocol_errors import ErrorInfo
+from convmem.adapters._service_ops import ApiOperations
+from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
+
+__all__ = ["MemoryService"]
+
+_log = logging.getLogger("convmem.service")
+
+
+class MemoryService:
+    """Serves a `MemorySystem`'s sessions on NATS (see the module docstring).
+
+    `url` is the NATS server of the API (it may differ from the log's).
+    `max_concurrency` bounds the requests handled at once; `max_timeout`
+    caps the seconds a request may ask for; `fresh_reads` (default on) makes
+    reads check the log for writes made through other services;
+    `drain_timeout` bounds how long `stop()` waits for requests in flight.
+    `connect_options` go to nats-py's ``connect`` (credentials, TLS).
+    The service never closes `system`: its owner does, after `stop()`.
+    """
+
+    def __init__(
+        self,
+        system: MemorySystem,
+        url: str,
+        *,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        queue_group: str = "convmem",
+        max_concurrency: int = 64,
+        max_timeout: float = 60.0,
+        fresh_reads: bool = True,
+        drain_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        name: str = "convmem-service",
+        connect_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
+        for field, seconds in (("max_timeout", max_timeout), ("drain_timeout", drain_timeout)):
+            if not seconds > 0:
+                raise InvalidConfig(field, f"must be a number of seconds > 0, got {seconds!r}")
+        self.system = system
+        self.url = url
+        self.api_prefix = check_api_prefix(api_prefix)
+        self.queue_group = queue_group
+        self.max_concurrency = max_concurrency
+        self.max_timeout = max_timeout
+        self.fresh_reads = fresh_reads
+        self.drain_timeout = drain_timeout
+        self.connect_timeout = connect_timeout
+        self.name = name
+        self.instance = uuid.uuid4().hex[:12]
+        self._connect_options = dict(connect_options or {})
+        self._ops = ApiOperations(
+            system,
+            api_prefix=self.api_prefix,
+            instance=self.instance,
+            max_timeout=max_timeout,
+            fresh_reads=fresh_reads,
+            running=lambda: self.running,
+        )
+        self._lock = threading.Lock()
+        self._state = "new"
+        self._stopped = threading.Event()
+        self._loop: EventLoopThread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix=f"{name}-worker")
+        self._nc: Client | None = None
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots: asyncio.Semaphore | None = None
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def subjects(self) -> tuple[str, str]:
+        """The subscribed subjects: session requests (queue group), operator requests."""
+        return f"{self.api_prefix}.v1.>", f"{self.api_prefix}.ops.v1.>"
+
+    @property
+    def running(self) -> bool:
+        """Whether the service is subscribed and answering."""
+        return self._state == "running"
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` has begun (requests in flight are still being answered)."""
+        return self._state in ("stopping", "stopped")
+
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        return self._ops.stats.in_flight
+
+    def start(self) -> MemoryService:
+        """Connect and subscribe; returns once requests are being received. Idempotent."""
+        with self._lock:
+            if self._state == "running":
+                return self
+            if self._state != "new":
+                raise SessionClosed("a stopped MemoryService cannot start again; make a new one")
+            loop = EventLoopThread(name=f"{self.name}-loop")
+            try:
+                loop.call(self._open, timeout=self.connect_timeout + 5.0, what="starting the convmem service")
+            except BaseException:
+                loop.stop()
+                self._pool.shutdown(wait=False)
+                self._state = "stopped"
+                self._stopped.set()
+                raise
+            self._loop = loop
+            self._ops.started_at = time.monotonic()
+            self._state = "running"
+        _log.info("convmem service %s answering on %s", self.instance, ", ".join(self.subjects))
+        return self
+
+    def stop(self) -> None:
+        """Unsubscribe, answer the requests already received, close. Idempotent and thread-safe.
+
+        A second caller waits for the first to finish. Must not be called
+        from a request handler (it waits for the handlers).
+        """
+        with self._lock:
+            state = self._state
+            if state in ("new", "running"):
+                self._state = "stopping"
+        if state in ("stopping", "stopped"):
+            self._stopped.wait(self.drain_timeout + 10.0)
+            return
+        loop = self._loop
+        try:
+            if loop is not None:
+                loop.call(self._drain, timeout=self.drain_timeout * 2 + 5.0, what="stopping the service")
+        except ConvmemError as exc:
+            _log.warning("convmem service %s did not stop cleanly: %s", self.instance, exc)
+        finally:
+            if loop is not None:
+                loop.stop()
+            self._pool.shutdown(wait=True)
+            self._state = "stopped"
+            self._stopped.set()
+            _log.info("convmem service %s stopped", self.instance)
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Serve until `stop_event` is set (say, by a SIGTERM handler), then `stop()`."""
+        self.start()
+        try:
+            while not stop_event.wait(1.0):
+                pass
+        finally:
+            self.stop()
+
+    def __enter__(self) -> MemoryService:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"MemoryService({self.url!r}, api_prefix={self.api_prefix!r}, {self._state})"
+
+    # On the loop ----------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        options: dict[str, Any] = {
+            "name": self.name,
+            "connect_timeout": max(1, int(self.connect_timeout)),
+            "allow_reconnect": True,
+            "max_reconnect_attempts": 1,  # on the first connect only; unbounded once connected
+            "reconnect_time_wait": 0.25,
+            "error_cb": _on_error,
+        }
+        options.update(self._connect_options)
+        try:
+            nc = await asyncio.wait_for(nats.connect(self.url, **options), self.connect_timeout)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise LogUnavailable(
+                f"the convmem service cannot connect to NATS at {self.url} ({exc or type(exc).__name__}); "
+                "check the URL and the credentials"
+            ) from None
+        nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
+        self._nc = nc
+        self._slots = asyncio.Semaphore(self.max_concurrency)
+        try:
+            sessions, operators = self.subjects
+            self._subs = [
+                await nc.subscribe(sessions, queue=self.queue_group, cb=self._on_message),
+                await nc.subscribe(operators, cb=self._on_message),
+            ]
+            await nc.flush(timeout=max(1, int(self.connect_timeout)))
+        except BaseException:
+            await nc.close()
+            raise
+
+    async def _on_message(self, msg: Msg) -> None:
+        assert self._slots is not None
+        await self._slots.acquire()  # a full pool holds the rest in the subscription's queue
+        self._ops.stats.begin()
+        task = asyncio.get_running_loop().create_task(self._serve(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, msg: Msg) -> None:
+        assert self._slots is not None
+        assert self._nc is not None
+        op, error = "unknown", None
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self._ops.answer, msg.subject, msg.data
+            )
+            op, error = answer.op, answer.error
+            if msg.reply:
+                await self._respond(self._nc, msg, answer.reply)
+        except Exception:
+            _log.exception("convmem service: request on %s not answered", msg.subject)
+        finally:
+            self._ops.stats.end(op, error)
+            self._slots.release()
+
+    @staticmethod
+    async def _respond(nc: Client, msg: Msg, reply: bytes) -> None:
+        try:
+            await nc.publish(msg.reply, reply)
+        except nats.errors.MaxPayloadError:
+            error = ErrorInfo(
+                type="ReplyTooLarge",
+                message=f"the reply is {len(reply)} bytes, over the server's max_payload of "
+                f"{nc.max_payload}; raise max_payload on the server or ask for a smaller view",
+            )
+            await nc.publish(msg.reply, encode_error(error, msgpack=wants_msgpack(msg.data)))
+
+    async def _drain(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.drain()  # type: ignore[no-untyped-call]  # no new requests; received ones are handled
+        if self._tasks:
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=self.drain_timeout)
+            if pending:
+                _log.warning("%d requests were still running after %ss", len(pending), self.drain_timeout)
+        nc = self._nc
+        if nc is not None and not nc.is_closed:
+            try:
+                await asyncio.wait_for(nc.drain(), self.drain_timeout)
+            except Exception:  # a dead server: close without draining
+                await nc.close()
+
+    def health(self) -> dict[str, Any]:
+        """What ``ops.v1.health`` answers (whether the log answers, live sessions, load)."""
+        return self._ops.health()
+
+    def metrics(self) -> dict[str, Any]:
+        """What ``ops.v1.metrics`` answers (the memory system's counters and this service's)."""
+        return self._ops.metrics()
+
+
+async def _on_error(exc: Exception) -> None:
+    _log.warning("convmem service NATS error: %s", exc or type(exc).__name__)
