@@ -1,3 +1,42 @@
-"""convmem: short-term conversation memory for LLM planners, event-sourced on NATS JetStream."""
+"""convmem: short-term conversation memory for LLM planners, event-sourced on NATS JetStream.
+
+The common names are available here lazily (importing `convmem` alone loads
+nothing heavy): `convmem.connect`, `convmem.MemorySystem`, `convmem.MemoryKey`,
+`convmem.ConversationTurn`, `convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ConversationTurn": "convmem.events",
+    "MemoryBudget": "convmem.events",
+    "MemoryHealth": "convmem.events",
+    "MemoryKey": "convmem.events",
+    "MemorySystem": "convmem.actors",
+    "ShortTermMemoryConfig": "convmem.events",
+    "TrajectoryDigest": "convmem.events",
+    "connect": "convmem.adapters",
+}
+
+__all__ = [
+    "ConversationTurn",
+    "MemoryBudget",
+    "MemoryHealth",
+    "MemoryKey",
+    "MemorySystem",
+    "ShortTermMemoryConfig",
+    "TrajectoryDigest",
+    "__version__",
+    "connect",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'convmem' has no attribute {name!r}")

