@@ -132,11 +132,12 @@ def _decode(
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
         error: msgspec.MsgspecError = exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        # Malformed bytes: msgspec reports bad UTF-8 inside a string as UnicodeDecodeError.
         raise EventDecodeError(f"not a valid encoded event ({exc})", path="$", seq=seq) from None
     try:
         head = envelope.decode(data)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
         raise _validation_error(error, seq) from None
     if head.type in UPCASTERS:
         mapping = UPCASTERS[head.type](raw.decode(data))

@@ -1,0 +1,42 @@
+"""Whatever bytes the log holds, decoding fails only with EventDecodeError."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from convmem.errors import EventDecodeError
+from convmem.events import decode_event, decode_event_json
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes_raise_only_event_decode_error(data: bytes) -> None:
+    """Arbitrary bytes either decode to an event or raise EventDecodeError, never anything else."""
+    try:
+        decode_event(data, seq=7)
+    except EventDecodeError as exc:
+        assert exc.seq == 7  # noqa: PT017 - most inputs decode to nothing; pytest.raises cannot say 'if it raises'
+
+
+@given(
+    st.dictionaries(st.sampled_from(["type", "seq", "event_id", "at", "index", "turn", "summary"]), _values)
+)
+def test_event_shaped_maps_raise_only_event_decode_error(fields: dict[str, object]) -> None:
+    """Maps with event-like keys and wrong values are refused with the bad field's path."""
+    for encoded, decode in (
+        (msgspec.msgpack.encode(fields), decode_event),
+        (msgspec.json.encode(fields), decode_event_json),
+    ):
+        try:
+            decode(encoded)
+        except EventDecodeError as exc:
+            assert exc.path is None or exc.path.startswith("$")  # noqa: PT017 - raising is optional here
+        except msgspec.EncodeError:
+            pass
