@@ -123,10 +123,12 @@ async def _stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] |
 
 def _compare(what: str, wanted: dict[str, Any], found: dict[str, Any], *, ignore: set[str]) -> None:
     defaults: dict[str, Any] = {"allow_direct": False, "allow_atomic": False, "deny_purge": False}
+    # The replica count is the operator's to scale (nats stream edit --replicas); an existing
+    # stream or bucket is used with the count it has, so readers need not know it.
     problems = [
         f"{field} is {found.get(field, defaults.get(field))!r}, convmem needs {value!r}"
         for field, value in wanted.items()
-        if field not in ignore and found.get(field, defaults.get(field)) != value
+        if field not in ignore | {"num_replicas"} and found.get(field, defaults.get(field)) != value
     ]
     if found.get("sealed"):
         problems.append("it is sealed")

@@ -37,6 +37,7 @@ from convmem.events import Event, MemoryKey, SessionErased, encode_event
 __all__ = ["SessionWriter"]
 
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
 _CACHE_SIZE = 100_000
 _ATTEMPTS = 5
@@ -148,8 +149,23 @@ class SessionWriter:
             return int(_ack(reply.data)["seq"])
 
     async def read(self, subject: str) -> list[StoredMessage]:
-        """Every message of a session's subject (and remember its last)."""
-        messages = await fetch_subject(self._conn, self._stream, subject)
+        """Every message of a session's subject, at least up to what the stream leader holds.
+
+        Direct gets may be answered by any replica, and a follower can lag the
+        leader; a read that ends before the leader's last message of the
+        subject is made again (a few times, backing off), so that a session
+        rebuilt after a write always includes that write.
+        """
+        for attempt in range(_READ_ATTEMPTS):
+            messages = await fetch_subject(self._conn, self._stream, subject)
+            leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+            if leader is None or (messages and messages[-1].seq >= leader.seq):
+                break
+            await asyncio.sleep(min(0.005 * 2**attempt, 0.25))
+        else:
+            raise LogUnavailable(
+                f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
+            )
         if messages:
             seqs = (session_seq(m.headers) for m in reversed(messages))
             seq = next((s for s in seqs if s is not None), 0)

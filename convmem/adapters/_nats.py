@@ -57,6 +57,11 @@ class StoredMessage(msgspec.Struct, frozen=True):
     data: bytes
 
 
+def server_list(url: str) -> list[str]:
+    """The servers of a URL option: one URL, or several separated by commas (a cluster)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 def parse_headers(raw: bytes) -> dict[str, str]:
     """Parse a NATS header block as UTF-8 (``email``'s parser mangles non-ASCII values)."""
     out: dict[str, str] = {}
@@ -245,7 +250,7 @@ async def _open(url: str, timeout: float, name: str) -> tuple[Client, JetStreamC
     try:
         await asyncio.wait_for(
             nc.connect(
-                servers=[u.strip() for u in url.split(",") if u.strip()],
+                servers=server_list(url),
                 name=name,
                 connect_timeout=max(1, int(timeout)),
                 allow_reconnect=True,

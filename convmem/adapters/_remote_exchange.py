@@ -20,6 +20,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from convmem.adapters._nats import server_list
 from convmem.adapters._protocol import decode_reply
 from convmem.adapters._protocol_errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.errors import InvalidInput, SessionClosed
@@ -198,7 +199,7 @@ async def open_client(
     if inbox_prefix is not None:
         options["inbox_prefix"] = inbox_prefix
     try:
-        nc = await asyncio.wait_for(nats.connect(url, **options), timeout + 1.0)
+        nc = await asyncio.wait_for(nats.connect(servers=server_list(url), **options), timeout + 1.0)
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         raise ServiceUnavailable(
             f"cannot connect to NATS at {url} ({exc or type(exc).__name__}); check the URL and credentials"

@@ -40,6 +40,7 @@ from nats.aio.subscription import Subscription
 
 from convmem.actors import MemorySystem
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._nats import server_list
 from convmem.adapters._protocol import DEFAULT_API_PREFIX, check_api_prefix, encode_error, wants_msgpack
 from convmem.adapters._protocol_errors import ErrorInfo
 from convmem.adapters._service_ops import ApiOperations
@@ -216,7 +217,9 @@ class MemoryService:
         }
         options.update(self._connect_options)
         try:
-            nc = await asyncio.wait_for(nats.connect(self.url, **options), self.connect_timeout)
+            nc = await asyncio.wait_for(
+                nats.connect(servers=server_list(self.url), **options), self.connect_timeout
+            )
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             raise LogUnavailable(
                 f"the convmem service cannot connect to NATS at {self.url} ({exc or type(exc).__name__}); "
