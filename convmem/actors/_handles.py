@@ -14,8 +14,10 @@ import concurrent.futures
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from convmem.actors._session import Flush, Refresh, Write
-from convmem.errors import InvalidInput, OperationTimeout
+from convmem.errors import ConvmemError, InvalidInput, OperationTimeout
 from convmem.events import (
     AnyEvent,
     ConversationTurn,
@@ -33,6 +35,7 @@ from convmem.projections import (
     PopItem,
     Restore,
     SessionState,
+    StartSession,
     estimate_tokens,
     llm_context,
     parse_export,
@@ -89,6 +92,13 @@ def _popped(events: list[AnyEvent]) -> dict[str, Any] | None:
     return None
 
 
+def _start(handle: _Reads, injected_summary: str | None, injected_from: MemoryKey | None) -> StartSession:
+    config = handle._system.config_for(handle.key)
+    return StartSession(
+        key=handle.key, config=config, injected_summary=injected_summary, injected_from=injected_from
+    )
+
+
 def _restore(state: Mapping[str, Any]) -> Restore:
     summary, _health, turns = parse_export(state)
     return Restore(summary=summary, turns=turns)
@@ -101,7 +111,11 @@ class _Reads:
     key: MemoryKey
 
     def _state(self) -> SessionState:
-        return self._system.cell(self.key).state
+        state = self._system.cell(self.key).state
+        if not state.started:
+            # Nothing stored yet: views follow the configuration the session will start with.
+            return msgspec.structs.replace(state, config=self._system.config_for(self.key))
+        return state
 
     def snapshot_state(self) -> SessionState:
         """The session's latest acknowledged state (immutable)."""
@@ -144,6 +158,19 @@ class SessionHandle(_Reads):
         return _turn_index(
             self._send(AddTurn(turn=_check_turn(turn)), timeout, _check_idempotency_key(idempotency_key))
         )
+
+    def start(
+        self,
+        *,
+        injected_summary: str | None = None,
+        injected_from: MemoryKey | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Open the session now, recording a summary injected from another session.
+
+        Returns False when the session had already started (nothing is written).
+        """
+        return bool(self._send(_start(self, injected_summary, injected_from), timeout))
 
     def add_items(
         self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
@@ -219,6 +246,19 @@ class AsyncSessionHandle(_Reads):
             )
         )
 
+    async def start(
+        self,
+        *,
+        injected_summary: str | None = None,
+        injected_from: MemoryKey | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Open the session now, recording a summary injected from another session.
+
+        Returns False when the session had already started (nothing is written).
+        """
+        return bool(await self._send(_start(self, injected_summary, injected_from), timeout))
+
     async def add_items(
         self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
     ) -> None:
@@ -269,6 +309,8 @@ class AsyncSessionHandle(_Reads):
 def _wait(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
     try:
         return reply.result(timeout=timeout)
+    except ConvmemError:
+        raise  # the work's own error (an OperationTimeout included), not our wait timing out
     except concurrent.futures.TimeoutError:
         raise OperationTimeout(
             f"{what} did not finish within {timeout:g}s (a write may still complete; retry with "
@@ -279,5 +321,7 @@ def _wait(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
 async def _await(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
     try:
         return await asyncio.wait_for(asyncio.wrap_future(reply), timeout)
+    except ConvmemError:
+        raise  # the work's own error (an OperationTimeout included), not our wait timing out
     except TimeoutError:
         raise OperationTimeout(f"{what} did not finish within {timeout:g}s") from None

@@ -118,4 +118,9 @@ def load_state(
         report.snapshot_seq = 0
         report.events_applied = 0
         state = replay(decode_logged(log.read(key), on_poison=on_poison, report=report), state=None)
+    if start is not None and snapshots is not None and state.version > start.version and not state.started:
+        # A tombstone after the snapshot: the snapshot holds erased data (a stale writer saved it
+        # after the erasure); remove it rather than keep personal data the log no longer has.
+        snapshots.delete(key)
+        report.snapshot_rejected = "snapshot predates an erasure"
     return state, report

@@ -106,15 +106,15 @@ class SessionActor(pykka.ThreadingActor):
         self._timeout_timer: Timer | None = None
         self._flushes: list[concurrent.futures.Future[None]] = []
         self._events_since_snapshot = 0
+        self._uncertain = False
+        # Commands whose append failed without an answer (bounded: the oldest are forgotten).
+        self._doubtful: dict[str, None] = {}
 
     @property
     def _state(self) -> SessionState:
         return self._cell.state
 
     # pykka hooks -------------------------------------------------------------------
-
-    def on_start(self) -> None:
-        self._schedule()
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -181,9 +181,21 @@ class SessionActor(pykka.ThreadingActor):
         self._schedule()
 
     def _apply(self, command: Command, command_id: str) -> list[AnyEvent]:
-        """Decide, append, evolve; on a conflict reload and decide again."""
+        """Decide, append, evolve; on a conflict reload and decide again.
+
+        When an earlier append of the same command (a caller's retry with its
+        idempotency key) failed without an answer, the log may hold that
+        attempt's events under the same ids, decided at another time; the log
+        then answers the retry as already stored, so the state is confirmed
+        against the log instead of trusting this attempt's decision.
+        """
         system = self._system
         for _ in range(MAX_CONFLICT_RETRIES):
+            if self._uncertain:
+                # An earlier append failed without an answer: it may have been stored anyway.
+                # Read the log before deciding, so the live state never diverges from it.
+                self._reload()
+                self._uncertain = False
             state = self._state
             events = decide(
                 state,
@@ -202,7 +214,17 @@ class SessionActor(pykka.ThreadingActor):
             except ConcurrencyConflict:
                 system.metrics.count("conflicts")
                 self._reload()
+                if self._state.version == state.version and self._already_stored(command_id):
+                    # Nobody else wrote: the log kept some of these event ids from an earlier
+                    # attempt of this command (a retry whose decision has changed since).
+                    return []
                 continue
+            except Exception:
+                self._uncertain = True
+                self._doubtful[command_id] = None
+                while len(self._doubtful) > 1024:
+                    del self._doubtful[next(iter(self._doubtful))]
+                raise
             system.metrics.observe_append(time.perf_counter() - started)
             if last != events[-1].seq:
                 # The log already held these event ids (a retried command): trust the log.
@@ -210,9 +232,21 @@ class SessionActor(pykka.ThreadingActor):
                 return []
             for event in events:
                 state = evolve(state, event)
+            if command_id in self._doubtful:
+                del self._doubtful[command_id]
+                stored, _ = system.load(self._key)
+                if stored != state:  # the log kept the earlier attempt: it is the truth
+                    self._cell.state = stored
+                    return []
             self._publish(state, events)
             return events
         raise ConcurrencyConflict(key=self._key.composite(), expected_seq=self._state.version, actual_seq=-1)
+
+    def _already_stored(self, command_id: str) -> bool:
+        prefix = f"{command_id}/"
+        return any(
+            r.event_id is not None and r.event_id.startswith(prefix) for r in self._system.log.read(self._key)
+        )
 
     def _reload(self) -> None:
         state, _ = self._system.load(self._key)

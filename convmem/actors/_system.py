@@ -29,7 +29,7 @@ from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, SnapshotStore, Summarizer, Timer
-from convmem.actors._session import Flush, Message, SessionActor, StateCell, Write
+from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import (
     AnyEvent,
@@ -77,6 +77,7 @@ class MemorySystem:
         on_poison: Literal["skip", "stop"] = "skip",
         timeout: float = 30.0,
         close_resources: bool = False,
+        on_close: Callable[[], object] | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
         if max_live_sessions < 1:
@@ -124,8 +125,12 @@ class MemorySystem:
         self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
         self._configs: dict[MemoryKey, ShortTermMemoryConfig] = {}
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
+        # Actors told to stop that may still be handling their last messages: a new
+        # activation of the key waits for them, or it would load the log too early.
+        self._stopping: dict[MemoryKey, pykka.ActorRef[SessionActor]] = {}
         self._closed = False
         self._close_resources = close_resources
+        self._on_close = on_close
         self._sweep_timer: Timer | None = None
         self._schedule_sweep()
 
@@ -170,10 +175,36 @@ class MemorySystem:
         """Stop the session's actor now (it reactivates on its next message)."""
         with self._lock:
             entry = self._live.pop(key, None)
-        if entry is None:
-            return False
+            if entry is None:
+                return False
+            self._stopping[key] = entry.ref
         entry.ref.stop(block=True, timeout=self.timeout)
         return True
+
+    def erase(self, key: MemoryKey) -> int:
+        """Purge a session's events and snapshot (erasure of personal data); returns events purged.
+
+        The log keeps a tombstone above the purged events, so a stale writer
+        conflicts instead of writing them back; the session may start afresh.
+        """
+        self.passivate(key)
+        if self.snapshots is not None:
+            self.snapshots.delete(key)
+        purged = self.log.erase(key, at=self.clock.now())
+        self.passivate(key)  # drop any activation that raced in before the purge
+        return purged
+
+    def erase_user(self, tenant_id: str, user_id: str) -> int:
+        """`erase` every session of one user; returns events purged."""
+        keys = self.log.keys(tenant_id=tenant_id, user_id=user_id)
+        for key in keys:
+            self.passivate(key)
+            if self.snapshots is not None:
+                self.snapshots.delete(key)
+        purged = self.log.erase_user(tenant_id, user_id, at=self.clock.now())
+        for key in keys:
+            self.passivate(key)
+        return purged
 
     def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:
         """Rebuild `key` from its snapshot and the log (what activation does)."""
@@ -203,6 +234,8 @@ class MemorySystem:
             self.log.close()
             if self.snapshots is not None:
                 self.snapshots.close()
+        if self._on_close is not None:
+            self._on_close()
 
     def __enter__(self) -> MemorySystem:
         return self
@@ -267,43 +300,54 @@ class MemorySystem:
             threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
 
     def _entry(self, key: MemoryKey) -> _Live:
-        with self._lock:
-            entry = self._live.get(key)
-            if entry is not None:
-                self._live.move_to_end(key)
-                return entry
-            if self._closed:
-                raise SessionClosed("the memory system is closed")
-            key_lock = self._activation_locks.setdefault(key, threading.Lock())
-        with key_lock:
+        while True:
             with self._lock:
                 entry = self._live.get(key)
                 if entry is not None:
+                    self._live.move_to_end(key)
                     return entry
-            state, report = self.load(key)
-            if report.poison:
-                self.metrics.count("poison_events", len(report.poison))
-            cell = StateCell(state, self.clock.now())
-            ref = SessionActor.start(self, key, cell)
-            evicted: list[_Live] = []
-            with self._lock:
-                entry = _Live(ref, cell)
-                self._live[key] = entry
-                self._activation_locks.pop(key, None)
-                while len(self._live) > self.max_live_sessions:
-                    old_key, old = next(iter(self._live.items()))
-                    if old_key == key:
-                        break
-                    del self._live[old_key]
-                    evicted.append(old)
-            self.metrics.count("activations")
-            for old in evicted:
-                self.metrics.count("passivations")
-                old.ref.stop(block=False)
-            if self._closed:
-                ref.stop(block=False)
-                raise SessionClosed("the memory system is closed")
-            return entry
+                if self._closed:
+                    raise SessionClosed("the memory system is closed")
+                key_lock = self._activation_locks.setdefault(key, threading.Lock())
+            with key_lock:
+                with self._lock:
+                    entry = self._live.get(key)
+                    if entry is not None:
+                        return entry
+                    if self._activation_locks.get(key) is not key_lock:
+                        # An activation retired this lock while we waited for it: another thread
+                        # may hold the current one, so take that, or two actors would start.
+                        continue
+                    previous = self._stopping.pop(key, None)
+                if previous is not None and not previous.actor_stopped.wait(self.timeout):
+                    _log.warning("session %s: the previous actor did not stop within %ss", key, self.timeout)
+                state, report = self.load(key)
+                if report.poison:
+                    self.metrics.count("poison_events", len(report.poison))
+                cell = StateCell(state, self.clock.now())
+                ref = SessionActor.start(self, key, cell)
+                evicted: list[_Live] = []
+                with self._lock:
+                    entry = _Live(ref, cell)
+                    self._live[key] = entry
+                    # Summary work starts only now that replies (tell_if_live) can find the actor.
+                    ref.tell(Wake())
+                    self._activation_locks.pop(key, None)
+                    while len(self._live) > self.max_live_sessions:
+                        old_key, old = next(iter(self._live.items()))
+                        if old_key == key:
+                            break
+                        del self._live[old_key]
+                        self._stopping[old_key] = old.ref
+                        evicted.append(old)
+                self.metrics.count("activations")
+                for old in evicted:
+                    self.metrics.count("passivations")
+                    old.ref.stop(block=False)
+                if self._closed:
+                    ref.stop(block=False)
+                    raise SessionClosed("the memory system is closed")
+                return entry
 
     def _schedule_sweep(self) -> None:
         when = self.clock.now() + self.idle_seconds / 2
@@ -323,7 +367,11 @@ class MemorySystem:
                 if next_due_at(cell.state) is not None:
                     continue  # keep healing sessions live; the LRU bound still applies
                 del self._live[key]
+                self._stopping[key] = entry.ref
                 idle.append(entry)
+            for key, ref in list(self._stopping.items()):
+                if not ref.is_alive():
+                    del self._stopping[key]
         for entry in idle:
             self.metrics.count("passivations")
             entry.ref.stop(block=False)
