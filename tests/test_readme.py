@@ -21,7 +21,9 @@ def test_readme_has_snippets() -> None:
     assert len(_snippets()) >= 3
 
 
-@pytest.mark.parametrize(("line", "code"), _snippets(), ids=lambda v: f"line{v}" if isinstance(v, int) else "")
+@pytest.mark.parametrize(
+    ("line", "code"), _snippets(), ids=lambda v: f"line{v}" if isinstance(v, int) else ""
+)
 def test_readme_snippet_runs(line: int, code: str) -> None:
     """A README snippet executes without error; its asserts are the documented behaviour."""
     namespace: dict[str, object] = {"__name__": f"readme_line_{line}"}

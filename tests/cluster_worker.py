@@ -1,0 +1,76 @@
+"""A planner process for the cluster tests: a MemorySystem on the R3 stream, writing its own sessions.
+
+    python tests/cluster_worker.py URLS WRITER SESSIONS TURNS
+
+URLS is comma-separated (every node). Writes TURNS turns to each of the
+sessions ``cluster:WRITER:s0`` .. (round robin, four threads), each with an
+idempotency key, retrying a failed write with the same key until it is
+acknowledged or a minute has passed. Prints ``ACK <session> <text>`` after
+each acknowledgement and ``RETRY <session> <text> <error>`` after each
+failure, flushed, so the parent sees what happened when. At the end, for each
+session, ``STATE <session> <the live state, msgpack in base64>``, then ``DONE``.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import threading
+import time
+
+import msgspec
+
+import convmem
+from convmem.errors import ConvmemError
+from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+
+RETRY_FOR = 60.0
+
+
+def main() -> int:
+    urls, writer, sessions, turns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    out = threading.Lock()
+    config = ShortTermMemoryConfig(strategy="truncation")
+    keys = [MemoryKey("cluster", writer, f"s{i}") for i in range(sessions)]
+    failed: list[str] = []
+
+    def say(line: str) -> None:
+        with out:
+            print(line, flush=True)
+
+    with convmem.connect(urls, config=config, replicas=3, timeout=2.0) as memory:
+
+        def plan(group: list[MemoryKey]) -> None:
+            for n in range(turns):
+                for key in group:
+                    text = f"{writer}-{n}"
+                    turn = ConversationTurn(user_message=text, assistant_response="ok")
+                    deadline = time.monotonic() + RETRY_FOR
+                    while True:
+                        try:
+                            memory.session(key).add_turn(turn, timeout=5, idempotency_key=text)
+                            break
+                        except ConvmemError as exc:
+                            say(f"RETRY {key.session_id} {text} {type(exc).__name__}")
+                            if time.monotonic() > deadline:
+                                failed.append(f"{key.session_id} {text}")
+                                return
+                    say(f"ACK {key.session_id} {text}")
+
+        threads = [threading.Thread(target=plan, args=(keys[i::4],)) for i in range(min(4, sessions))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failed:
+            say(f"GAVE-UP {' '.join(failed)}")
+            return 1
+        for key in keys:
+            state = memory.session(key).snapshot_state()
+            say(f"STATE {key.session_id} {base64.b64encode(msgspec.msgpack.encode(state)).decode()}")
+    say("DONE")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
