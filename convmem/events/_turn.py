@@ -14,6 +14,7 @@ assistant answer). It may also carry:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -35,11 +36,29 @@ MAX_TEXT_LENGTH = 1_000_000
 ItemKind = Literal["message", "function_call", "function_call_output", "reasoning", "other"]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _check_text(field: str, value: str) -> None:
     if len(value) > MAX_TEXT_LENGTH:
         raise InvalidTurn(field, f"is {len(value)} characters long, over {MAX_TEXT_LENGTH}")
     if "\x00" in value:
         raise InvalidTurn(field, "contains a NUL character")
+    _check_strings(field, value)
+
+
+def _check_strings(field: str, value: object) -> None:
+    """Every string in `value` must be encodable as UTF-8 (no lone surrogate), or it cannot be stored."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
+    elif isinstance(value, Mapping):
+        for key, inner in value.items():
+            _check_strings(field, key)
+            _check_strings(f"{field}.{key}", inner)
+    elif isinstance(value, list | tuple):
+        for i, inner in enumerate(value):
+            _check_strings(f"{field}[{i}]", inner)
 
 
 class TrajectoryDigest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -57,6 +76,8 @@ class TrajectoryDigest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         for i, name in enumerate(self.tools_invoked):
             if not name:
                 raise InvalidTurn(f"trajectory_digest.tools_invoked[{i}]", "must not be empty")
+        _check_strings("trajectory_digest.tools_invoked", self.tools_invoked)
+        _check_strings("trajectory_digest.artifacts_refs", self.artifacts_refs)
 
     def to_llm(self) -> dict[str, Any]:
         """The digest as the LLM sees it (empty fields left out)."""
@@ -92,6 +113,8 @@ class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
     def __post_init__(self) -> None:
         _check_text("content", self.content)
+        for field in ("call_id", "name", "arguments", "output", "raw"):
+            _check_strings(field, getattr(self, field))
         if self.kind == "other" and self.raw is None:
             raise InvalidTurn("raw", "an item of kind 'other' keeps the SDK item in raw")
         if self.kind == "message" and self.role is None:
@@ -179,6 +202,9 @@ class EntityMention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     def __post_init__(self) -> None:
         if not self.name.strip():
             raise InvalidTurn("entities.name", "must not be blank")
+        _check_strings("entities.name", self.name)
+        _check_strings("entities.kind", self.kind)
+        _check_strings("entities.attributes", self.attributes)
 
 
 class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -201,6 +227,9 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         _check_text("assistant_response", self.assistant_response)
         if not self.user_message and not self.assistant_response and not self.items:
             raise InvalidTurn("turn", "has no user message, no assistant response and no items")
+        if self.artifacts_shown:
+            _check_strings("artifacts_shown", self.artifacts_shown)
+        _check_strings("artifacts_hidden_refs", self.artifacts_hidden_refs)
         if isinstance(self.ts, int) and not isinstance(self.ts, bool):
             msgspec.structs.force_setattr(self, "ts", float(self.ts))
         if not math.isfinite(self.ts) or self.ts < 0:

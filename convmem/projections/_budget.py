@@ -50,7 +50,7 @@ _KEY_LEN = {
     "recent_turns": len('"recent_turns"'),
     "summary": len('"summary"'),
 }
-_TAG_LINE = re.compile(r"^\s*</?[A-Za-z_][\w.-]*>\s*$")
+_TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 
 
 def default_token_estimator(text: str) -> int:
@@ -155,6 +155,7 @@ def select_context(
 
     if state.config.strategy == "none" or fits(selection):
         return selection
+    full = selection
     if state.config.budget.overflow_policy == "truncate_summary" and selection.summary:
         selection = msgspec.structs.replace(
             selection,
@@ -167,7 +168,8 @@ def select_context(
     selection = _drop_oldest(selection, fits)
     if fits(selection):
         return selection
-    return msgspec.structs.replace(selection, summary="")
+    # Not even the summary alone fits: drop it, and show the newest turns that fit without it.
+    return _drop_oldest(msgspec.structs.replace(full, summary=""), fits)
 
 
 def _drop_oldest(selection: ContextSelection, fits: Callable[[ContextSelection], bool]) -> ContextSelection:
@@ -193,26 +195,28 @@ def _drop_oldest(selection: ContextSelection, fits: Callable[[ContextSelection],
 
 
 def trim_summary(summary: str, fits: Callable[[str], bool]) -> str:
-    """Remove whole content lines from the end, never a tag line, until `fits`; else ''.
+    """Remove whole content lines from the end, never a line holding a tag, until `fits`; else ''.
 
-    A summary's structure (its ``<tag>`` / ``</tag>`` lines) is never cut: the
-    result is the original with its last k content lines removed, for the
-    smallest k that fits, or empty when no k does.
+    A summary's structure (its ``<tag>`` / ``</tag>`` markers) is never cut:
+    the result is the original with its last k tag-free content lines
+    removed, for the smallest k that fits, or empty when no k does or when
+    only tags would remain.
     """
     lines = summary.split("\n")
-    content = [i for i, line in enumerate(lines) if line.strip() and not _TAG_LINE.match(line)]
+    content = [i for i, line in enumerate(lines) if line.strip() and not _TAG.search(line)]
 
     def without_last(k: int) -> str:
         removed = set(content[len(content) - k :])
         return "\n".join(line for i, line in enumerate(lines) if i not in removed)
 
-    if not content:
-        return ""
-    lo, hi = 1, len(content)  # removing every content line leaves no summary worth showing
+    lo, hi = 1, len(content) + 1  # hi: no k fits
     while lo < hi:
         mid = (lo + hi) // 2
         if fits(without_last(mid)):
             hi = mid
         else:
             lo = mid + 1
-    return "" if lo == len(content) else without_last(lo)
+    if lo > len(content):
+        return ""
+    trimmed = without_last(lo)
+    return trimmed if _TAG.sub("", trimmed).strip() else ""  # tags alone are no summary worth showing

@@ -19,6 +19,7 @@ event, so a replay knows when the next retry is due.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -140,6 +141,14 @@ class SummaryFailed(msgspec.Struct, frozen=True, kw_only=True):
 
 Command = StartSession | AddTurn | AddItems | PopItem | Clear | Restore | SummarySucceeded | SummaryFailed
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate cannot be encoded as UTF-8, so no event may carry one."""
+
+
+def _storable(text: str) -> str:
+    """`text` with lone surrogates replaced: reasons come from exception messages."""
+    return text.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(text) else text
+
 
 class _Ids:
     """Event ids and seqs for one decision: ``{command_id}/{n}``, seqs after `version`."""
@@ -229,7 +238,7 @@ def decide(
         case Clear():
             events.extend(_clear(state, command.reason, ids, now))
         case Restore():
-            events.extend(_restore(state, command, ids, now))
+            events.extend(_restore(state, command, ids, now, estimator))
         case SummarySucceeded():
             events.extend(_summary_succeeded(state, command, ids, now, estimator))
         case SummaryFailed():
@@ -288,7 +297,7 @@ def _health(
         at=now,
         old=state.health,
         new=new,
-        reason=reason,
+        reason=_storable(reason),
         attempt=attempt,
     )
 
@@ -302,28 +311,43 @@ def _clear(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyE
     seq, event_id = ids.next()
     events.append(
         SessionCleared(
-            seq=seq, event_id=event_id, at=now, cleared_through=state.next_index - 1, reason=reason
+            seq=seq,
+            event_id=event_id,
+            at=now,
+            cleared_through=state.next_index - 1,
+            reason=_storable(reason),
         )
     )
     return events
 
 
-def _restore(state: SessionState, command: Restore, ids: _Ids, now: float) -> list[AnyEvent]:
+def _restore(
+    state: SessionState, command: Restore, ids: _Ids, now: float, estimator: TokenEstimator
+) -> list[AnyEvent]:
+    if "\x00" in command.summary:
+        raise InvalidInput("summary", "contains a NUL character")
+    if _SURROGATE.search(command.summary):
+        raise InvalidInput("summary", "contains a lone surrogate, which cannot be stored")
     events: list[AnyEvent] = []
     if state.health is not MemoryHealth.HEALTHY:
         healed = _health(state, MemoryHealth.HEALTHY, "session restored", 0, ids, now)
         events.append(healed)
+        state = evolve(state, healed)
     seq, event_id = ids.next()
-    events.append(
-        SessionRestored(
-            seq=seq,
-            event_id=event_id,
-            at=now,
-            summary=command.summary,
-            turns=command.turns,
-            first_index=state.next_index,
-        )
+    restored = SessionRestored(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        summary=command.summary,
+        turns=command.turns,
+        first_index=state.next_index,
     )
+    budget = state.config.budget
+    if budget.overflow_policy == "error" and state.config.strategy != "none":
+        tokens = full_tokens(evolve(state, restored), estimator)
+        if tokens > budget.total_max_tokens:
+            raise MemoryBudgetExceeded(tokens=tokens, budget=budget.total_max_tokens)
+    events.append(restored)
     return events
 
 
@@ -386,9 +410,12 @@ def summary_due(state: SessionState, now: float) -> SummaryRequest | None:
 
 
 def _is_stale(state: SessionState, request: SummaryRequest) -> bool:
-    """The session moved on since the request (cleared, restored, or another summary landed)."""
+    """The session moved on since the request (cleared, restored, or another summary landed),
+    or the request was never this session's to make."""
     return (
-        request.previous_summary != state.summary
+        not state.config.summarizes
+        or request.key != state.key
+        or request.previous_summary != state.summary
         or request.covers_through <= state.summary_through
         or not state.turns
         or request.covers_from < state.turns[0].index
@@ -460,6 +487,8 @@ def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: T
         return "summary is empty"
     if "\x00" in summary:
         return "summary contains a NUL character"
+    if _SURROGATE.search(summary):
+        return "summary contains a lone surrogate"
     tokens = estimator(summary)
     if tokens > config.budget.summary_max_tokens:
         return f"summary is {tokens} tokens, over summary_max_tokens={config.budget.summary_max_tokens}"
@@ -469,8 +498,8 @@ def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: T
 def _summary_failed(
     state: SessionState, request: SummaryRequest, reason: str, ids: _Ids, now: float
 ) -> list[AnyEvent]:
-    if _is_stale(state, request):
-        return []
+    if _is_stale(state, request) or (request.health, request.attempt) != (state.health, state.attempt):
+        return []  # stale, or a late or repeated failure that the health machine already counted
     retries = state.config.retry_attempts
     match state.health:
         case MemoryHealth.HEALTHY:

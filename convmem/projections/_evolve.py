@@ -169,14 +169,17 @@ def _items_record(state: SessionState, index: int, items: tuple[MessageItem, ...
 
 
 def _add_items(state: SessionState, event: ItemsAdded) -> tuple[tuple[TurnRecord, ...], int]:
-    """A user message opens a turn; any other item joins the last turn if it was built from items."""
+    """A user message opens a turn; any other item joins the last turn if it was built from
+    items and no summary covers it yet."""
     if event.first_index < state.next_index:
         raise ReplayError(f"item turn number {event.first_index} at seq {event.seq} is reused")
     turns = list(state.turns)
     index = event.first_index
     for item in event.items:
         opens = item.kind == "message" and item.role == "user"
-        if opens or not turns or turns[-1].turn.source != "items":
+        # A summarized turn is closed: an item joining it would never be shown again.
+        closed = not turns or turns[-1].turn.source != "items" or turns[-1].index <= state.watermark
+        if opens or closed:
             turns.append(_items_record(state, index, (item,), event.at))
             index += 1
         else:

@@ -31,8 +31,13 @@ __all__ = [
 ]
 
 EXPORT_VERSION = 1
-_state_encoder = msgspec.msgpack.Encoder()
+_state_encoder = msgspec.msgpack.Encoder(order="deterministic")  # equal states, equal bytes
 _state_decoder = msgspec.msgpack.Decoder(SessionState)
+
+
+def _plain(value: Any) -> Any:
+    """Plain JSON data (lists, not tuples), so that an export equals its own JSON round trip."""
+    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 def _dump_turn(record: TurnRecord) -> dict[str, Any]:
@@ -51,14 +56,14 @@ def _dump_turn(record: TurnRecord) -> dict[str, Any]:
             if digest is not None
             else None
         ),
-        "artifacts_shown": dict(turn.artifacts_shown),
+        "artifacts_shown": _plain(turn.artifacts_shown),
         "artifacts_hidden_refs": list(turn.artifacts_hidden_refs),
         "ts": turn.ts,
     }
     if turn.items:
-        out["items"] = msgspec.to_builtins(turn.items)
+        out["items"] = _plain(turn.items)
     if turn.entities:
-        out["entities"] = msgspec.to_builtins(turn.entities)
+        out["entities"] = _plain(turn.entities)
     if turn.source != "turn":
         out["source"] = turn.source
     return out
@@ -66,7 +71,8 @@ def _dump_turn(record: TurnRecord) -> dict[str, Any]:
 
 def to_dict(state: SessionState) -> dict[str, Any]:
     """The RFC's export of the session's memory (JSON-serialisable)."""
-    pending = [_dump_turn(r) for r in state.pending()]
+    # Only a summarizing session has pending turns; truncation has dropped them (PenguiFlow's shape).
+    pending = [_dump_turn(r) for r in state.pending()] if state.config.summarizes else []
     degraded = state.health is MemoryHealth.DEGRADED
     return {
         "version": EXPORT_VERSION,
@@ -75,12 +81,14 @@ def to_dict(state: SessionState) -> dict[str, Any]:
         "turns": [_dump_turn(r) for r in state.recent()],
         "pending": [] if degraded else pending,
         "backlog": pending if degraded else [],
-        "config_snapshot": msgspec.to_builtins(state.config),
+        "config_snapshot": _plain(state.config),
     }
 
 
 def _turns(state: Mapping[str, Any], field: str) -> tuple[ConversationTurn, ...]:
-    value = state.get(field) or []
+    value = state.get(field)
+    if value is None:
+        return ()
     if not isinstance(value, list | tuple):
         raise InvalidInput(field, f"must be a list of turns, got {type(value).__name__}")
     turns = []
@@ -104,9 +112,13 @@ def parse_export(state: object) -> tuple[str, MemoryHealth, tuple[ConversationTu
     health = state.get("health")
     if health not in {h.value for h in MemoryHealth}:
         raise InvalidInput("health", f"invalid health value {health!r}")
-    summary = state.get("summary") or ""
+    summary = state.get("summary")
+    if summary is None:
+        summary = ""
     if not isinstance(summary, str):
         raise InvalidInput("summary", f"must be a string, got {type(summary).__name__}")
+    if "\x00" in summary:
+        raise InvalidInput("summary", "contains a NUL character")
     snapshot = state.get("config_snapshot")
     if snapshot is not None and not isinstance(snapshot, Mapping):
         raise InvalidInput("config_snapshot", "must be a mapping")

@@ -1,0 +1,160 @@
+"""The layer rule, checked by walking imports: adapters -> actors -> projections -> events; a pure core."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import convmem
+
+LAYERS = ("events", "projections", "actors", "adapters")
+"""Lowest first: a layer may import only the layers before it."""
+
+PURE = ("events", "projections")
+IMPURE_MODULES = frozenset(
+    {
+        "pykka",
+        "nats",
+        "asyncio",
+        "threading",
+        "logging",
+        "time",
+        "random",
+        "uuid",
+        "socket",
+        "subprocess",
+        "os",
+        "httpx",
+        "requests",
+        "concurrent",
+        "secrets",
+        "multiprocessing",
+    }
+)
+"""What does I/O, runs threads, keeps time or draws randomness: none of it in the pure layers."""
+IMPURE_CALLS = frozenset(
+    {"now", "utcnow", "today", "uuid1", "uuid4", "time", "monotonic", "perf_counter", "sleep"}
+)
+"""Calls that read a clock or make an id (e.g. ``datetime.now()``): time and ids come in as arguments."""
+
+
+def _layer(module: str, package: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == package and parts[1] in LAYERS:
+        return parts[1]
+    return None
+
+
+def _imported(
+    node: ast.Import | ast.ImportFrom, module_parts: tuple[str, ...], is_package: bool
+) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = list(module_parts if is_package else module_parts[:-1])
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join([*base, node.module] if node.module else base)
+        return [prefix] if node.module else [f"{prefix}.{alias.name}" for alias in node.names]
+    module = node.module or ""
+    return [module, *(f"{module}.{alias.name}" for alias in node.names)]
+
+
+def layer_violations(package_dir: Path) -> list[str]:
+    """Every import or call in `package_dir` that breaks the layer rule, as ``path:line: what``."""
+    package = package_dir.name
+    problems: list[str] = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir.parent)
+        is_package = path.name == "__init__.py"
+        parts = relative.with_suffix("").parts
+        module_parts = parts[:-1] if is_package else parts
+        mine = _layer(".".join(module_parts), package)
+        if mine is None:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for name in _imported(node, module_parts, is_package):
+                    other = _layer(name, package)
+                    if other is not None and LAYERS.index(other) > LAYERS.index(mine):
+                        problems.append(f"{relative}:{node.lineno}: {mine}/ imports {name}, a higher layer")
+                    if mine in PURE and name.split(".")[0] in IMPURE_MODULES:
+                        problems.append(
+                            f"{relative}:{node.lineno}: {mine}/ imports {name} (I/O, clock or randomness)"
+                        )
+            elif mine in PURE and isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in IMPURE_CALLS:
+                    problems.append(
+                        f"{relative}:{node.lineno}: {mine}/ calls {called}() (time and ids are arguments)"
+                    )
+    return problems
+
+
+PACKAGE_DIR = Path(convmem.__file__).resolve().parent
+
+
+def test_the_package_keeps_the_layer_rule() -> None:
+    """events/ and projections/ do no I/O and keep no time; no layer imports a higher one."""
+    assert layer_violations(PACKAGE_DIR) == []
+
+
+def test_every_layer_exists_where_the_checker_looks() -> None:
+    """The checker walks real layer folders (a renamed folder would make it vacuous)."""
+    for layer in LAYERS:
+        assert (PACKAGE_DIR / layer / "__init__.py").is_file(), layer
+    assert any((PACKAGE_DIR / "events").glob("_*.py"))
+    assert any((PACKAGE_DIR / "projections").glob("_*.py"))
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    package = root / "pkg"
+    for name, text in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    for layer in LAYERS:
+        (package / layer).mkdir(parents=True, exist_ok=True)
+        (package / layer / "__init__.py").touch()
+    (package / "__init__.py").touch()
+    return package
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"events/_bad.py": "import time\n"}, "events/ imports time"),
+        ({"events/_bad.py": "from uuid import uuid4\n"}, "events/ imports uuid"),
+        ({"projections/_bad.py": "import asyncio\n"}, "projections/ imports asyncio"),
+        ({"projections/_bad.py": "import logging.handlers\n"}, "projections/ imports logging.handlers"),
+        ({"projections/_bad.py": "from concurrent.futures import Future\n"}, "imports concurrent.futures"),
+        ({"events/_bad.py": "import datetime\nx = datetime.datetime.now()\n"}, "events/ calls now()"),
+        ({"projections/_bad.py": "from datetime import date\nx = date.today()\n"}, "calls today()"),
+        ({"events/_bad.py": "from pkg.projections import evolve\n"}, "events/ imports pkg.projections"),
+        ({"events/_bad.py": "from pkg import projections\n"}, "events/ imports pkg.projections"),
+        ({"projections/_bad.py": "from ..actors import _session\n"}, "projections/ imports pkg.actors"),
+        ({"projections/sub/_bad.py": "from ...adapters import x\n"}, "projections/ imports pkg.adapters"),
+        ({"actors/_bad.py": "import pkg.adapters._nats\n"}, "actors/ imports pkg.adapters._nats"),
+    ],
+)
+def test_the_checker_catches_a_bad_package(tmp_path: Path, files: dict[str, str], expected: str) -> None:
+    """Run on a small synthetic package, the checker reports each kind of violation."""
+    problems = layer_violations(_write(tmp_path, files))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_the_checker_accepts_a_good_package(tmp_path: Path) -> None:
+    """Imports that point down, and pure modules, pass."""
+    package = _write(
+        tmp_path,
+        {
+            "events/_ok.py": "import json\nimport msgspec\nfrom datetime import datetime\n",
+            "projections/_ok.py": "from pkg.events import x\nfrom ..events import y\nfrom . import _other\n",
+            "actors/_ok.py": "import threading\nimport time\nfrom pkg.projections import evolve\n",
+            "adapters/_ok.py": "import asyncio\nfrom pkg.actors import System\n",
+        },
+    )
+    assert layer_violations(package) == []
