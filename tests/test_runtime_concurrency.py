@@ -1,0 +1,172 @@
+"""Many writers: one session from many threads, many sessions at once, two systems on one log."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from runtime_helpers import (
+    EchoSummarizer,
+    Harness,
+    PlannedSummarizer,
+    assert_each_writer_in_order,
+    key,
+    replay_log,
+    run_threads,
+    stored_users,
+    summarizing_config,
+    turn,
+    users,
+)
+
+from convmem.errors import ConcurrencyConflict
+from convmem.events import MemoryBudget, MemoryKey, ShortTermMemoryConfig
+
+TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness()
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def test_many_threads_on_one_session_store_every_turn_once_in_each_threads_order(harness: Harness) -> None:
+    """Concurrent add_turn on one session: no turn lost or doubled, each thread's order kept."""
+    summarizer = EchoSummarizer()
+    system = harness.system(summarizing_config(full_zone_turns=4), summarizer=summarizer)
+    threads, per_thread = 8, 25
+    numbers: list[int] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        session = system.session(key())
+        for i in range(per_thread):
+            n = session.add_turn(turn(f"w{t}-{i}"))
+            with lock:
+                numbers.append(n)
+
+    run_threads(threads, work)
+    assert sorted(numbers) == list(range(1, threads * per_thread + 1))
+    session = system.session(key())
+    session.flush(timeout=10)
+    assert_each_writer_in_order(stored_users(harness.log, key()), threads, per_thread)
+    assert users(session.snapshot_state()) == stored_users(harness.log, key())
+    assert session.snapshot_state() == replay_log(harness.log, key())
+    assert summarizer.calls > 0
+
+
+def test_many_sessions_from_many_threads_keep_their_own_turns(harness: Harness) -> None:
+    """Threads writing to many sessions at once: each session holds exactly its turns, in order."""
+    system = harness.system(TRUNCATION)
+    sessions = [key(f"s{i}") for i in range(12)]
+    threads, per_session = 6, 8
+
+    def work(t: int) -> None:
+        for i in range(per_session):
+            for k in sessions:
+                system.session(k).add_turn(turn(f"w{t}-{i}"))
+
+    run_threads(threads, work)
+    for k in sessions:
+        assert_each_writer_in_order(stored_users(harness.log, k), threads, per_session)
+        assert system.session(k).snapshot_state() == replay_log(harness.log, k)
+
+
+def test_a_writer_with_a_stale_state_reloads_and_stores_after_the_other(harness: Harness) -> None:
+    """Two systems on one log: the stale one hits a conflict, reloads and appends after the other's turn."""
+    first = harness.system(TRUNCATION, snapshots=None)
+    second = harness.system(TRUNCATION, snapshots=None)
+    a, b = first.session(key()), second.session(key())
+    assert a.add_turn(turn("a1")) == 1
+    assert b.add_turn(turn("b1")) == 2  # b's actor activated after a1 and is current
+    assert a.add_turn(turn("a2")) == 3  # a's actor is stale: conflict, reload, decide again
+    assert first.metrics.snapshot()["counts"]["conflicts"] == 1
+    assert stored_users(harness.log, key()) == ["a1", "b1", "a2"]
+    assert a.snapshot_state() == replay_log(harness.log, key())
+    assert b.refresh(timeout=10) == replay_log(harness.log, key())
+
+
+def test_two_systems_writing_one_session_concurrently_lose_no_acknowledged_turn(harness: Harness) -> None:
+    """Two systems sharing one log and one session: every acknowledged turn is in the log exactly once."""
+    systems = [harness.system(TRUNCATION, snapshots=None) for _ in range(2)]
+    threads, per_thread = 6, 20
+    acked: list[str] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        session = systems[t % 2].session(key())
+        for i in range(per_thread):
+            text = f"w{t}-{i}"
+            try:
+                session.add_turn(turn(text))
+            except ConcurrencyConflict:  # gave up after its retries: not acknowledged, not stored
+                with lock:
+                    refused.append(text)
+                continue
+            with lock:
+                acked.append(text)
+
+    run_threads(threads, work)
+    stored = stored_users(harness.log, key())
+    assert sorted(stored) == sorted(acked)
+    assert not set(refused) & set(stored)
+    assert len(acked) >= threads * per_thread // 2  # a writer may give up under contention, not starve
+    for t in range(threads):
+        mine = [int(u.split("-")[1]) for u in stored if u.startswith(f"w{t}-")]
+        assert mine == sorted(mine), f"thread {t}'s turns out of order"
+    replayed = replay_log(harness.log, key())
+    assert users(replayed) == stored
+    for system in systems:
+        assert system.session(key()).refresh(timeout=10) == replayed
+
+
+def test_readers_never_see_a_half_applied_write(harness: Harness) -> None:
+    """Concurrent readers only ever see states that the log held: turn counts never go backwards."""
+    system = harness.system(TRUNCATION)
+    done = threading.Event()
+    observed: list[list[int]] = []
+
+    def work(t: int) -> None:
+        session = system.session(key())
+        if t == 0:
+            for i in range(150):
+                session.add_turn(turn(f"w0-{i}"))
+            done.set()
+            return
+        counts: list[int] = []
+        while not done.is_set():
+            state = session.snapshot_state()
+            counts.append(len(state.turns))
+            assert state.version == (len(state.turns) + 1 if state.turns else 0)
+        observed.append(counts)
+
+    run_threads(4, work)
+    for counts in observed:
+        assert counts == sorted(counts)
+    assert system.session(key()).snapshot_state() == replay_log(harness.log, key())
+
+
+def test_writes_to_one_session_do_not_block_other_sessions(harness: Harness) -> None:
+    """A session whose summarizer hangs does not stop other sessions from being written."""
+    summarizer = PlannedSummarizer(default="hang")
+    system = harness.system(summarizing_config(), summarizer=summarizer, summarizer_workers=1)
+    stuck = system.session(key("stuck"))
+    for i in range(3):
+        stuck.add_turn(turn(f"t{i}"))
+    summarizer.wait_calls(1)
+    others: list[MemoryKey] = [key(f"o{i}") for i in range(5)]
+
+    def work(t: int) -> None:
+        for i in range(10):
+            system.session(others[t]).add_turn(turn(f"w{t}-{i}"), timeout=10)
+
+    run_threads(len(others), work)
+    for t, k in enumerate(others):
+        assert stored_users(harness.log, k) == [f"w{t}-{i}" for i in range(10)]
+    assert summarizer.hanging >= 1
