@@ -70,7 +70,7 @@ def test_the_first_command_opens_the_session() -> None:
     assert isinstance(started, SessionStarted)
     assert isinstance(added, TurnAdded)
     assert (started.key, started.config, started.at) == (KEY, session.config, 1000.0)
-    assert [(e.seq, e.event_id) for e in events] == [(1, "cmd1/1"), (2, "cmd1/2")]
+    assert [(e.seq, e.event_id) for e in events] == [(1, "cmd1/session.started/1"), (2, "cmd1/turn.added/1")]
     assert (added.index, added.turn) == (1, turn(1))
 
 

@@ -118,8 +118,8 @@ class _Reads:
         return state
 
     def snapshot_state(self) -> SessionState:
-        """The session's latest acknowledged state (immutable)."""
-        return self._state()
+        """The session's latest acknowledged state (immutable): exactly what a replay gives."""
+        return self._system.cell(self.key).state
 
     @property
     def health(self) -> MemoryHealth:

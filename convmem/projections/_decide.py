@@ -151,23 +151,28 @@ def _storable(text: str) -> str:
 
 
 class _Ids:
-    """Event ids and seqs for one decision: ``{command_id}/{n}``, seqs after `version`."""
+    """Event ids and seqs for one decision: ``{command_id}/{tag}/{k}``, seqs after `version`."""
 
     def __init__(self, command_id: str, version: int) -> None:
         self._command_id = command_id
         self._n = 0
+        self._kinds: dict[str, int] = {}
         self.seq = version
 
-    def mark(self) -> tuple[int, int]:
-        return self._n, self.seq
+    def mark(self) -> tuple[int, int, dict[str, int]]:
+        return self._n, self.seq, dict(self._kinds)
 
-    def reset(self, mark: tuple[int, int]) -> None:
-        self._n, self.seq = mark
+    def reset(self, mark: tuple[int, int, dict[str, int]]) -> None:
+        self._n, self.seq, kinds = mark
+        self._kinds = dict(kinds)
 
-    def next(self) -> tuple[int, str]:
+    def next(self, tag: str) -> tuple[int, str]:
+        """The next seq, and an id naming the event's kind: a retried command's events
+        get the same ids kind by kind, even when the retry decides fewer events."""
         self._n += 1
         self.seq += 1
-        return self.seq, f"{self._command_id}/{self._n}"
+        self._kinds[tag] = self._kinds.get(tag, 0) + 1
+        return self.seq, f"{self._command_id}/{tag}/{self._kinds[tag]}"
 
 
 def decide(
@@ -198,7 +203,7 @@ def decide(
         start_config = start.config if start else config
         if start_key is None or start_config is None:
             raise InvalidInput("key", "a session that has not started needs a key and a config")
-        seq, event_id = ids.next()
+        seq, event_id = ids.next("session.started")
         opened = SessionStarted(
             seq=seq,
             event_id=event_id,
@@ -214,13 +219,13 @@ def decide(
         case StartSession():
             pass
         case AddTurn():
-            seq, event_id = ids.next()
+            seq, event_id = ids.next("turn.added")
             added = TurnAdded(seq=seq, event_id=event_id, at=now, index=state.next_index, turn=command.turn)
             events.extend(_grow(state, added, ids, now, estimator))
         case AddItems():
             if not command.items:
                 raise InvalidInput("items", "must not be empty")
-            seq, event_id = ids.next()
+            seq, event_id = ids.next("items.added")
             items = ItemsAdded(
                 seq=seq, event_id=event_id, at=now, items=command.items, first_index=state.next_index
             )
@@ -233,7 +238,7 @@ def decide(
                     if last.source == "items"
                     else MessageItem.from_agents(last.agent_items()[-1])
                 )
-                seq, event_id = ids.next()
+                seq, event_id = ids.next("item.popped")
                 events.append(ItemPopped(seq=seq, event_id=event_id, at=now, item=item))
         case Clear():
             events.extend(_clear(state, command.reason, ids, now))
@@ -277,7 +282,7 @@ def _trim_backlog(state: SessionState, ids: _Ids, now: float) -> BacklogTrimmed 
     excess = len(backlog) - state.config.recovery_backlog_limit
     if excess <= 0:
         return None
-    seq, event_id = ids.next()
+    seq, event_id = ids.next("backlog.trimmed")
     return BacklogTrimmed(
         seq=seq,
         event_id=event_id,
@@ -290,7 +295,7 @@ def _trim_backlog(state: SessionState, ids: _Ids, now: float) -> BacklogTrimmed 
 def _health(
     state: SessionState, new: MemoryHealth, reason: str, attempt: int, ids: _Ids, now: float
 ) -> HealthChanged:
-    seq, event_id = ids.next()
+    seq, event_id = ids.next("health.changed")
     return HealthChanged(
         seq=seq,
         event_id=event_id,
@@ -308,7 +313,7 @@ def _clear(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyE
         healed = _health(state, MemoryHealth.HEALTHY, "session cleared", 0, ids, now)
         events.append(healed)
         state = evolve(state, healed)
-    seq, event_id = ids.next()
+    seq, event_id = ids.next("session.cleared")
     events.append(
         SessionCleared(
             seq=seq,
@@ -333,7 +338,7 @@ def _restore(
         healed = _health(state, MemoryHealth.HEALTHY, "session restored", 0, ids, now)
         events.append(healed)
         state = evolve(state, healed)
-    seq, event_id = ids.next()
+    seq, event_id = ids.next("session.restored")
     restored = SessionRestored(
         seq=seq,
         event_id=event_id,
@@ -437,7 +442,7 @@ def _summary_succeeded(
     if problem is not None:
         return _summary_failed(state, request, problem, ids, now)
     mark = ids.mark()
-    seq, event_id = ids.next()
+    seq, event_id = ids.next("summary.produced")
     produced = SummaryProduced(
         seq=seq,
         event_id=event_id,
