@@ -98,6 +98,11 @@ _OWN_GIST = re.compile(r"^The conversation so far \((\d+) turns?\)")
 _NOT_NAMES = _word_set(
     "I I'm I’m I'll I’ll I've I’ve I'd I’d OK Okay Ok Yes No Hi Hey Hello Thanks Thank Oh Wow"
 )
+_FUNCTION = _word_set(
+    "a an and are as at be but by did do for from had has he her him his if in is it me my no nor "
+    "not of oh on or our she so the to too up us was we who why yes yet you"
+)
+"""Short function words: capitalised mid-sentence in run-together chat, never a name."""
 _STOPWORDS = _word_set(
     """
     about above after again against also although always another anything around because been
@@ -334,8 +339,15 @@ def _names(sentence: str) -> list[str]:
     end = -2
     for i, match in enumerate(_WORD.finditer(sentence)):
         word = match.group()
-        if i == 0 or not word[0].isupper() or word in _NOT_NAMES:
-            continue
+        folded = word.casefold()
+        if (
+            i == 0
+            or not word[0].isupper()
+            or word in _NOT_NAMES
+            or folded in _STOPWORDS
+            or folded in _FUNCTION
+        ):
+            continue  # chat often runs sentences together: "... too Also yeah ..." names nothing
         if match.start() == end + 1 and sentence[end] == " ":
             names[-1] += " " + word
         else:
