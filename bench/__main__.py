@@ -1,0 +1,7 @@
+"""``python -m bench``: see `bench._run`."""
+
+import sys
+
+from bench._run import main
+
+sys.exit(main())

@@ -1,0 +1,262 @@
+"""2. `add_turn` latency under open-loop load, with a healthy and with a hung summarizer.
+
+Open loop: one asyncio scheduler issues request *i* at ``t0 + i / rate``
+whatever happened to the requests before it, each through the awaitable
+`AsyncSessionHandle.add_turn`, and a request's latency runs from its
+*scheduled* time to its acknowledgement. A system that falls behind therefore
+shows its queueing delay instead of hiding it (no coordinated omission).
+
+Sessions use ``rolling_summary`` (full zone 5, so every turn past the fifth
+asks for a summary) on a JetStream log. Healthy: the summarizer answers at
+once with a short summary (its `SummaryProduced` appends share the log with
+the turns). Hung: the summarizer blocks on an `Event` until the run ends, so
+every summarizer worker and the queue fill up. A third run with
+``truncation`` (no summarizer) is the fairer reference for the hung one: a
+healthy summarizer adds a `SummaryProduced` append per turn, a hung one adds
+none. The three systems share one server (each on sessions of its own) and
+run side by side, each rate in four bursts per system taken in turn, so a
+slow moment of the machine falls on all three; once with the server's
+default flush and once with ``sync_interval: always``. The garbage
+collector's pauses during the runs are recorded beside the figures: a full
+collection stops every thread for tens of milliseconds, and the burst it
+lands in takes the p99 with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench._common import (
+    Figure,
+    Result,
+    Sizes,
+    Target,
+    embedded_backend,
+    percentile,
+    sample_turn,
+    session_keys,
+    sync_label,
+)
+from bench._profile import py_spy
+from convmem.actors import AsyncSessionHandle, MemorySystem
+from convmem.adapters import JetStreamBackend
+from convmem.events import ConversationTurn, ShortTermMemoryConfig
+
+__all__ = ["run"]
+
+_SUMMARY = "<session_summary>\nThe user asked about budgets and orders.\n</session_summary>"
+
+Latencies = dict[int, tuple[list[float], float, int]]
+"""Per offered rate: latencies (s), the rate the scheduler achieved, failed requests."""
+
+
+class _Summarizer:
+    """Answers at once, or (hung) blocks until `release`."""
+
+    def __init__(self, *, hung: bool) -> None:
+        self.hung = hung
+        self._gate = threading.Event()
+        self.calls = 0
+
+    def __call__(self, request: Mapping[str, Any], /) -> dict[str, str]:
+        self.calls += 1
+        if self.hung:
+            self._gate.wait(timeout=600)
+        return {"summary": _SUMMARY}
+
+    def release(self) -> None:
+        self._gate.set()
+
+
+async def _open_loop(
+    handles: list[AsyncSessionHandle], turns: list[ConversationTurn], rate: float, seconds: float
+) -> tuple[list[float], float, int]:
+    """Latencies (s) from scheduled time to acknowledgement; achieved rate; failures."""
+    loop = asyncio.get_running_loop()
+    count = max(1, int(rate * seconds))
+    latencies: list[float] = [0.0] * count
+    failures = 0
+
+    async def one(i: int, scheduled: float) -> None:
+        nonlocal failures
+        try:
+            await handles[i % len(handles)].add_turn(turns[i % len(turns)], timeout=120)
+        except Exception:
+            failures += 1
+        latencies[i] = loop.time() - scheduled
+
+    tasks = []
+    start = loop.time() + 0.02
+    for i in range(count):
+        scheduled = start + i / rate
+        delay = scheduled - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(loop.create_task(one(i, scheduled)))
+    issued = loop.time() - start
+    await asyncio.gather(*tasks)
+    return latencies, count / max(issued, 1e-9), failures
+
+
+class _GcPauses:
+    """Collector pauses while installed (wall time of each collection, by generation)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def summary(self) -> dict[str, float]:
+        oldest = [s for generation, s in self.pauses if generation == 2]
+        return {
+            "collections": len(self.pauses),
+            "gen2_collections": len(oldest),
+            "gen2_max_ms": round(max(oldest, default=0.0) * 1000, 1),
+            "max_ms": round(max((s for _, s in self.pauses), default=0.0) * 1000, 1),
+            "total_ms": round(sum(s for _, s in self.pauses) * 1000, 1),
+        }
+
+
+def _merge(parts: list[tuple[list[float], float, int]]) -> tuple[list[float], float, int]:
+    latencies = [x for part in parts for x in part[0]]
+    return latencies, sum(p[1] for p in parts) / len(parts), sum(p[2] for p in parts)
+
+
+def _three_runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -> dict[str, Latencies]:
+    """The healthy, hung and summarizer-less systems side by side, their bursts interleaved.
+
+    Each rate runs in `rounds` bursts per system, in turn (healthy, hung,
+    plain, healthy, ...), so a slow moment of the machine falls on all three.
+    """
+    rounds = 1 if sizes.smoke else 4
+    summarizers: dict[str, _Summarizer | None] = {
+        "healthy": _Summarizer(hung=False),
+        "hung": _Summarizer(hung=True),
+        "plain": None,
+    }
+    turns = [sample_turn(n) for n in range(64)]
+    systems: dict[str, MemorySystem] = {}
+    parts: dict[str, dict[int, list[tuple[list[float], float, int]]]] = {n: {} for n in summarizers}
+    try:
+        for name, summarizer in summarizers.items():
+            config = ShortTermMemoryConfig(strategy="rolling_summary" if summarizer else "truncation")
+            systems[name] = MemorySystem(
+                config, log=backend.log, snapshots=backend.snapshots, summarizer=summarizer
+            )
+        handles = {
+            name: [system.async_session(k) for k in session_keys(sizes.lat_sessions, user=f"lat-{name}")]
+            for name, system in systems.items()
+        }
+
+        async def drive() -> None:
+            for name in systems:  # start every session and fill its full zone before timing anything
+                for _ in range(6):
+                    await asyncio.gather(*(h.add_turn(turns[0], timeout=120) for h in handles[name]))
+            for rate, seconds in zip(sizes.lat_rates, sizes.lat_seconds, strict=True):
+                for _ in range(rounds):
+                    for name in systems:
+                        burst = await _open_loop(handles[name], turns, rate, seconds / rounds)
+                        parts[name].setdefault(rate, []).append(burst)
+                        await asyncio.sleep(0.1)  # let background summaries settle between bursts
+            healthy_p99 = percentile(_merge(parts["healthy"].get(1000, [([], 0.0, 0)]))[0], 99.0)
+            if sizes.profile and healthy_p99 > 0.005:
+                with py_spy(sizes.out_dir, f"latency-{label}", result.details):
+                    await _open_loop(handles["healthy"], turns, 1000, 3.0)
+
+        with _GcPauses() as pauses:
+            asyncio.run(drive())
+        result.details[f"gc pauses [{label}]"] = pauses.summary()
+    finally:
+        for summarizer in summarizers.values():
+            if summarizer is not None:
+                summarizer.release()
+        for system in systems.values():
+            system.close()
+    return {
+        name: {rate: _merge(bursts) for rate, bursts in by_rate.items()} for name, by_rate in parts.items()
+    }
+
+
+def _summary(latencies: list[float], achieved: float, failures: int) -> dict[str, float]:
+    ms = [x * 1000 for x in latencies]
+    return {
+        "n": len(ms),
+        "offered_rate_achieved": round(achieved, 1),
+        "failures": failures,
+        "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
+        "p99_ms": percentile(ms, 99),
+        "p999_ms": percentile(ms, 99.9),
+        "max_ms": max(ms) if ms else float("nan"),
+    }
+
+
+def _figures(
+    sizes: Sizes, label: str, healthy: Latencies, hung: Latencies, plain: Latencies, result: Result
+) -> None:
+    for rate in sizes.lat_rates:
+        ok, ok_rate, ok_failed = healthy[rate]
+        bad, bad_rate, bad_failed = hung[rate]
+        base, base_rate, base_failed = plain[rate]
+        for p in (50.0, 99.0, 99.9):
+            result.add(
+                Figure(
+                    f"p{p:g} @ {rate}/s healthy [{label}]",
+                    percentile(ok, p) * 1000,
+                    "ms",
+                    target=Target("value", "<=", 5.0) if (rate == 1000 and p == 99.0) else None,
+                )
+            )
+        for versus, reference, reference_label in (
+            ("healthy", ok, "p99 with a healthy summarizer, same rate"),
+            ("no summarizer", base, "p99 with strategy truncation (the same appends as the hung run)"),
+        ):
+            result.add(
+                Figure(
+                    f"p99 @ {rate}/s hung summarizer vs {versus} [{label}]",
+                    percentile(bad, 99.0) * 1000,
+                    "ms",
+                    reference=percentile(reference, 99.0) * 1000,
+                    reference_label=reference_label,
+                    target=Target("ratio", "<=", 1.2) if rate == 1000 else None,
+                )
+            )
+        result.details[f"{label} {rate}/s"] = {
+            "healthy": _summary(ok, ok_rate, ok_failed),
+            "hung": _summary(bad, bad_rate, bad_failed),
+            "no_summarizer": _summary(base, base_rate, base_failed),
+        }
+
+
+def run(sizes: Sizes) -> Result:
+    result = Result()
+    for sync_interval in (None, "always"):
+        label = sync_label(sync_interval)
+        with embedded_backend(sync_interval) as backend:
+            runs = _three_runs(sizes, backend, label, result)
+        _figures(sizes, label, runs["healthy"], runs["hung"], runs["plain"], result)
+    result.notes.append(
+        "open loop: requests issued at fixed times by one asyncio scheduler through "
+        "AsyncSessionHandle.add_turn, latency measured from the scheduled time (no coordinated omission); "
+        f"{sizes.lat_sessions} sessions per system, rolling_summary, full zone 5; "
+        "seconds per rate and system "
+        f"{dict(zip(sizes.lat_rates, sizes.lat_seconds, strict=True))}"
+    )
+    return result

@@ -1,0 +1,49 @@
+"""The benchmark harness's smoke run: it cannot rot unnoticed (the harness itself is no test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXPECTED = {
+    "throughput": ["add_turn turns/s, 8 threads, 40 sessions [sync=default]", "[sync=always]"],
+    "latency": ["p99 @ 1000/s healthy [sync=always]", "p99 @ 1000/s hung summarizer vs healthy"],
+    "context": ["SessionHandle.get_llm_context @ 100 turns", "llm_context(state), pure @ 5 turns"],
+    "replay": ["JetStream read_all + decode + fold", "in memory: fold only, replay() per session"],
+    "activation": ["MemorySystem.load(key) p50", "first get_llm_context of a passivated session p99"],
+    "scale": ["RSS after touching 200 sessions", "40 sessions round-robin, 8 live"],
+    "quality": ["rolling_summary: evidence visible at each session's end @ 500 tokens"],
+}
+
+
+def test_smoke_run_writes_every_figure_of_every_measure(tmp_path: Path) -> None:
+    """`python -m bench --smoke` exits 0 and its JSON holds every measure's figures, none failed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    doc = json.loads((tmp_path / "latest.json").read_text(encoding="utf-8"))
+    assert doc["mode"] == "smoke"
+    assert doc["machine"]["nproc"] >= 1
+    assert set(doc["measures"]) == set(EXPECTED)
+    for name, wanted in EXPECTED.items():
+        measure = doc["measures"][name]
+        assert measure["error"] is None, (name, measure["error"])
+        if name == "quality" and measure["skipped"]:
+            continue  # no LoCoMo data on this machine: the run says so instead of failing
+        names = [f["name"] for f in measure["figures"]]
+        for fragment in wanted:
+            assert any(fragment in n for n in names), (name, fragment, names)
+        for figure in measure["figures"]:
+            assert isinstance(figure["value"], int | float), (name, figure)
+    assert "measure" in done.stdout
+    assert "figure" in done.stdout
