@@ -143,7 +143,8 @@ def test_readers_never_see_a_half_applied_write(harness: Harness) -> None:
         while not done.is_set():
             state = session.snapshot_state()
             counts.append(len(state.turns))
-            assert state.version == (len(state.turns) + 1 if state.turns else 0)
+            # one SessionStarted (appended on its own, before the first turn), then one event per turn
+            assert state.version == len(state.turns) + (1 if state.started else 0)
         observed.append(counts)
 
     run_threads(4, work)

@@ -117,6 +117,28 @@ class _Reads:
             return msgspec.structs.replace(state, config=self._system.config_for(self.key))
         return state
 
+    def _context(self, state: SessionState) -> dict[str, Any]:
+        """The context view of `state`, built once per state.
+
+        A state is immutable, so its view is cached on the session's cell and
+        each call gets fresh outer dicts and lists: a caller may add to them
+        freely. The turn dicts inside are shared between calls; treat them as
+        read-only (changing one changes later views of the same state, never
+        the stored state or the log).
+        """
+        cell = self._system.cell(self.key)
+        cached = cell.view
+        if cached is not None and cached[0] is state:
+            patch = cached[1]
+        else:
+            patch = llm_context(state, self._system.estimator)
+            if state is cell.state:
+                cell.view = (state, patch)
+        if not patch:
+            return {}
+        memory = patch["conversation_memory"]
+        return {"conversation_memory": {k: list(v) if isinstance(v, list) else v for k, v in memory.items()}}
+
     def snapshot_state(self) -> SessionState:
         """The session's latest acknowledged state (immutable): exactly what a replay gives."""
         return self._system.cell(self.key).state
@@ -183,8 +205,8 @@ class SessionHandle(_Reads):
         return _popped(self._send(PopItem(), timeout))
 
     def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context`."""
-        return llm_context(self._state(), self._system.estimator)
+        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
+        return self._context(self._state())
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
@@ -270,8 +292,8 @@ class AsyncSessionHandle(_Reads):
         return _popped(await self._send(PopItem(), timeout))
 
     async def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context`."""
-        return llm_context(await self._read_state(), self._system.estimator)
+        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
+        return self._context(await self._read_state())
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""

@@ -30,6 +30,7 @@ from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
     SessionState,
+    StartSession,
     SummaryFailed,
     SummaryRequest,
     SummarySucceeded,
@@ -54,12 +55,14 @@ MAX_CONFLICT_RETRIES = 20
 class StateCell:
     """The latest acknowledged state of a live session, readable from any thread."""
 
-    __slots__ = ("in_flight", "last_used", "state")
+    __slots__ = ("in_flight", "last_used", "state", "view")
 
     def __init__(self, state: SessionState, now: float) -> None:
         self.state = state
         self.last_used = now
         self.in_flight = False
+        self.view: tuple[SessionState, dict[str, Any]] | None = None
+        """The context view last built, with the state it was built from."""
 
 
 class Write(msgspec.Struct, frozen=True):
@@ -136,6 +139,7 @@ class SessionActor(pykka.ThreadingActor):
         for waiter in self._flushes:
             self._system.redeliver(self._key, Flush(waiter))
         self._flushes = []
+        self._system.forget_stopped(self._key, self.actor_ref)
 
     # Messages ------------------------------------------------------------------------
 
@@ -190,6 +194,21 @@ class SessionActor(pykka.ThreadingActor):
         against the log instead of trusting this attempt's decision.
         """
         system = self._system
+        if not self._state.started and not isinstance(command, StartSession):
+            # Open the session on its own: a lone event is one plain publish, where the two
+            # events of an opening decision would be an atomic batch (fsynced by the server).
+            # Deciding the whole command first keeps its refusals before anything is stored.
+            config = system.config_for(self._key)
+            decide(
+                self._state,
+                command,
+                now=system.clock.now(),
+                command_id=command_id,
+                key=self._key,
+                config=config,
+                estimator=system.estimator,
+            )
+            self._apply(StartSession(key=self._key, config=config), command_id + ".start")
         for _ in range(MAX_CONFLICT_RETRIES):
             if self._uncertain:
                 # An earlier append failed without an answer: it may have been stored anyway.
@@ -214,7 +233,7 @@ class SessionActor(pykka.ThreadingActor):
             except ConcurrencyConflict:
                 system.metrics.count("conflicts")
                 self._reload()
-                if self._state.version == state.version and self._already_stored(command_id):
+                if self._state.version == state.version and self._already_stored(events):
                     # Nobody else wrote: the log kept some of these event ids from an earlier
                     # attempt of this command (a retry whose decision has changed since).
                     return []
@@ -242,11 +261,10 @@ class SessionActor(pykka.ThreadingActor):
             return events
         raise ConcurrencyConflict(key=self._key.composite(), expected_seq=self._state.version, actual_seq=-1)
 
-    def _already_stored(self, command_id: str) -> bool:
-        prefix = f"{command_id}/"
-        return any(
-            r.event_id is not None and r.event_id.startswith(prefix) for r in self._system.log.read(self._key)
-        )
+    def _already_stored(self, events: list[AnyEvent]) -> bool:
+        """Whether the log holds one of these events' ids (an earlier attempt of the command)."""
+        ids = {e.event_id for e in events}
+        return any(r.event_id in ids for r in self._system.log.read(self._key))
 
     def _reload(self) -> None:
         state, _ = self._system.load(self._key)

@@ -181,6 +181,12 @@ class MemorySystem:
         entry.ref.stop(block=True, timeout=self.timeout)
         return True
 
+    def forget_stopped(self, key: MemoryKey, ref: pykka.ActorRef[SessionActor]) -> None:
+        """A stopped actor's entry goes, so a passivated session holds no memory."""
+        with self._lock:
+            if self._stopping.get(key) is ref:
+                del self._stopping[key]
+
     def erase(self, key: MemoryKey) -> int:
         """Purge a session's events and snapshot (erasure of personal data); returns events purged.
 

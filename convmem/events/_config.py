@@ -62,7 +62,7 @@ def _positive_seconds(field: str, value: float) -> None:
         raise InvalidConfig(field, f"must be a finite number of seconds > 0, got {value!r}")
 
 
-class MemoryBudget(msgspec.Struct, frozen=True, kw_only=True):
+class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Token economy (the seed's fields and defaults)."""
 
     full_zone_turns: int = 5
@@ -86,7 +86,7 @@ class MemoryBudget(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
-class MemoryIsolation(msgspec.Struct, frozen=True, kw_only=True):
+class MemoryIsolation(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Where to find the key's ids in a planner's tool_context (dotted paths)."""
 
     tenant_key: str = "tenant_id"
@@ -101,7 +101,7 @@ class MemoryIsolation(msgspec.Struct, frozen=True, kw_only=True):
                 raise InvalidConfig(f"isolation.{field}", f"must be a dotted path, got {value!r}")
 
 
-class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
+class HealthPolicy(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Timing of the health machine, in seconds (the RFC's defaults)."""
 
     retry_backoff_seconds: tuple[float, ...] = (2.0, 4.0, 8.0)
@@ -133,7 +133,7 @@ class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
         return self.retry_backoff_seconds[index]
 
 
-class AgentsMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+class AgentsMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The OpenAI-Agents session strategies (turn-based triggers, user-anchored turns)."""
 
     strategy: AgentsStrategy = "none"
@@ -174,7 +174,7 @@ class AgentsMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
-class ConversationMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ConversationMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Settings of the buffer, window, summary and entity memories."""
 
     max_messages: int | None = None
@@ -194,7 +194,7 @@ class ConversationMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
         _positive_int("memories.entity_recent_messages", self.entity_recent_messages, minimum=0)
 
 
-class ShortTermMemoryConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A session's whole configuration (the seed's fields, defaults and ours)."""
 
     strategy: Strategy = "none"

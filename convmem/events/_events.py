@@ -40,8 +40,13 @@ __all__ = [
 ]
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
-    """Base of every event; subclasses set a stable domain tag."""
+class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type", omit_defaults=True):
+    """Base of every event; subclasses set a stable domain tag.
+
+    Events, turns and states are immutable trees that never form reference
+    cycles, so they are not tracked by the cycle collector (``gc=False``):
+    full collections stay short however many turns are live.
+    """
 
     seq: int
     event_id: str
@@ -56,7 +61,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_de
             raise InvalidInput("at", f"must be a finite epoch time, got {self.at!r}")
 
 
-class SessionStarted(Event, frozen=True, tag="session.started"):
+class SessionStarted(Event, frozen=True, gc=False, tag="session.started"):
     """The session's first event: its key and the configuration it runs with.
 
     When cross-session injection is on, the summary offered from the user's
@@ -69,14 +74,14 @@ class SessionStarted(Event, frozen=True, tag="session.started"):
     injected_from: MemoryKey | None = None
 
 
-class TurnAdded(Event, frozen=True, tag="turn.added"):
+class TurnAdded(Event, frozen=True, gc=False, tag="turn.added"):
     """A planner stored a completed turn; `index` is the turn's number in the session."""
 
     index: int
     turn: ConversationTurn
 
 
-class SummaryProduced(Event, frozen=True, tag="summary.produced"):
+class SummaryProduced(Event, frozen=True, gc=False, tag="summary.produced"):
     """A summarizer's accepted output: the summary of turns `covers_from..covers_through`.
 
     The summary replaces the previous one (it was made from it), and only the
@@ -88,7 +93,7 @@ class SummaryProduced(Event, frozen=True, tag="summary.produced"):
     covers_through: int
 
 
-class HealthChanged(Event, frozen=True, tag="health.changed"):
+class HealthChanged(Event, frozen=True, gc=False, tag="health.changed"):
     """A transition of the health machine, with why and which attempt it was."""
 
     old: MemoryHealth
@@ -97,7 +102,7 @@ class HealthChanged(Event, frozen=True, tag="health.changed"):
     attempt: int = 0
 
 
-class BacklogTrimmed(Event, frozen=True, tag="backlog.trimmed"):
+class BacklogTrimmed(Event, frozen=True, gc=False, tag="backlog.trimmed"):
     """In DEGRADED, the unsummarized backlog went over its limit: turns up to
     `dropped_through` leave the context (they stay in the log)."""
 
@@ -105,14 +110,14 @@ class BacklogTrimmed(Event, frozen=True, tag="backlog.trimmed"):
     reason: str = ""
 
 
-class SessionCleared(Event, frozen=True, tag="session.cleared"):
+class SessionCleared(Event, frozen=True, gc=False, tag="session.cleared"):
     """The session was cleared: every turn up to `cleared_through` and the summary leave the context."""
 
     cleared_through: int
     reason: str = ""
 
 
-class SessionRestored(Event, frozen=True, tag="session.restored"):
+class SessionRestored(Event, frozen=True, gc=False, tag="session.restored"):
     """State imported from `to_dict()` output: the previous content is replaced.
 
     The restored turns get the numbers `first_index`, `first_index + 1`, ...;
@@ -124,7 +129,7 @@ class SessionRestored(Event, frozen=True, tag="session.restored"):
     first_index: int
 
 
-class SessionErased(Event, frozen=True, tag="session.erased"):
+class SessionErased(Event, frozen=True, gc=False, tag="session.erased"):
     """Tombstone left where a session's events were purged (erasure of personal data).
 
     It may open a history at any `seq`: the events before it no longer exist.
@@ -135,7 +140,7 @@ class SessionErased(Event, frozen=True, tag="session.erased"):
     reason: str = ""
 
 
-class ItemsAdded(Event, frozen=True, tag="items.added"):
+class ItemsAdded(Event, frozen=True, gc=False, tag="items.added"):
     """Agent items stored as they arrived (an OpenAI-Agents session's `add_items`).
 
     A user message item opens a new turn (numbered from `first_index` on);
@@ -146,7 +151,7 @@ class ItemsAdded(Event, frozen=True, tag="items.added"):
     first_index: int
 
 
-class ItemPopped(Event, frozen=True, tag="item.popped"):
+class ItemPopped(Event, frozen=True, gc=False, tag="item.popped"):
     """The session's last item was removed (an OpenAI-Agents session's `pop_item`).
 
     A turn left without items leaves the context; its number is not reused.

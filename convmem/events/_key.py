@@ -85,7 +85,7 @@ def _escape_composite(value: str) -> str:
     return value.replace("\\", "\\\\").replace(":", "\\:")
 
 
-class MemoryKey(msgspec.Struct, frozen=True, kw_only=False):
+class MemoryKey(msgspec.Struct, frozen=True, gc=False, kw_only=False):
     """Composite key for memory isolation: one session of one user of one tenant."""
 
     tenant_id: str

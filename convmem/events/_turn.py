@@ -50,7 +50,7 @@ def _check_text(field: str, value: str) -> None:
 def _check_strings(field: str, value: object) -> None:
     """Every string in `value` must be encodable as UTF-8 (no lone surrogate), or it cannot be stored."""
     if isinstance(value, str):
-        if _SURROGATE.search(value):
+        if not value.isascii() and _SURROGATE.search(value):  # ASCII has no surrogates: skip the scan
             raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
     elif isinstance(value, Mapping):
         for key, inner in value.items():
@@ -61,7 +61,7 @@ def _check_strings(field: str, value: object) -> None:
             _check_strings(f"{field}[{i}]", inner)
 
 
-class TrajectoryDigest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class TrajectoryDigest(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """Compressed record of the tools a turn used (the seed's fields)."""
 
     tools_invoked: tuple[str, ...] = ()
@@ -89,7 +89,7 @@ class TrajectoryDigest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         return out
 
 
-class MessageItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """One agent-run item, in the OpenAI Responses item vocabulary.
 
     * ``message``: `role` and `content`.
@@ -192,7 +192,7 @@ def _content_text(content: object) -> str:
     return ""
 
 
-class EntityMention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class EntityMention(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """An entity a turn mentions, with what the turn says about it."""
 
     name: str
@@ -207,7 +207,7 @@ class EntityMention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
         _check_strings("entities.attributes", self.attributes)
 
 
-class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """One completed user-assistant exchange (the seed's fields plus agent items and entities)."""
 
     user_message: str
@@ -242,7 +242,7 @@ class ConversationTurn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
         if include_digest and self.trajectory_digest is not None:
             out["trajectory_digest"] = self.trajectory_digest.to_llm()
         if self.artifacts_shown:
-            out["artifacts"] = self.artifacts_shown
+            out["artifacts"] = dict(self.artifacts_shown)  # never the stored turn's own dict
         return out
 
     def agent_items(self) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ before it.
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 
@@ -30,10 +31,23 @@ def rendered_turn_length(turn: ConversationTurn, *, include_digest: bool) -> int
     The rendering is ``json.dumps(..., ensure_ascii=False, sort_keys=True)``,
     the one `estimate_tokens()` measures, so view lengths add up exactly.
     """
+    if not turn.artifacts_shown and (not include_digest or turn.trajectory_digest is None):
+        # {"assistant": "...", "user": "..."}: 25 characters of frame around the two strings.
+        return 25 + _string_length(turn.assistant_response) + _string_length(turn.user_message)
     return len(json.dumps(turn.to_llm(include_digest=include_digest), ensure_ascii=False, sort_keys=True))
 
 
-class TurnRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+
+
+def _string_length(text: str) -> int:
+    """Characters of `text` as a JSON string (ensure_ascii=False): quotes plus any escapes."""
+    if _ESCAPED.search(text) is None:
+        return len(text) + 2
+    return len(json.dumps(text, ensure_ascii=False))
+
+
+class TurnRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, array_like=True):
     """A stored turn with its number, the time it was stored and its rendered length."""
 
     index: int
@@ -42,7 +56,7 @@ class TurnRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     rendered_len: int
 
 
-class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Everything the context views need; a pure function of the session's events."""
 
     key: MemoryKey | None = None
