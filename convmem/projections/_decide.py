@@ -19,9 +19,6 @@ event, so a replay knows when the next retry is due.
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import msgspec
 
 from convmem.errors import InvalidInput, MemoryBudgetExceeded
@@ -44,7 +41,17 @@ from convmem.events import (
 )
 from convmem.projections._budget import TokenEstimator, default_token_estimator, full_tokens
 from convmem.projections._evolve import evolve
-from convmem.projections._state import SessionState, TurnRecord
+from convmem.projections._health import (
+    SURROGATE,
+    SummaryRequest,
+    is_stale,
+    next_due_at,
+    summarizable,
+    summary_due,
+    summary_problem,
+    summary_zone,
+)
+from convmem.projections._state import SessionState
 
 __all__ = [
     "AddItems",
@@ -105,26 +112,6 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
     turns: tuple[ConversationTurn, ...]
 
 
-class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What a session asks its summarizer: fold `turns` into `previous_summary`."""
-
-    key: MemoryKey
-    previous_summary: str
-    covers_from: int
-    covers_through: int
-    turns: tuple[ConversationTurn, ...]
-    health: MemoryHealth
-    attempt: int
-    include_digest: bool = True
-
-    def payload(self) -> dict[str, Any]:
-        """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them."""
-        return {
-            "previous_summary": self.previous_summary,
-            "turns": [t.to_llm(include_digest=self.include_digest) for t in self.turns],
-        }
-
-
 class SummarySucceeded(msgspec.Struct, frozen=True, kw_only=True):
     """The summarizer answered `request` with `summary` (not yet validated)."""
 
@@ -141,13 +128,10 @@ class SummaryFailed(msgspec.Struct, frozen=True, kw_only=True):
 
 Command = StartSession | AddTurn | AddItems | PopItem | Clear | Restore | SummarySucceeded | SummaryFailed
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-"""A lone surrogate cannot be encoded as UTF-8, so no event may carry one."""
-
 
 def _storable(text: str) -> str:
     """`text` with lone surrogates replaced: reasons come from exception messages."""
-    return text.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(text) else text
+    return text.encode("utf-8", "replace").decode("utf-8") if SURROGATE.search(text) else text
 
 
 class _Ids:
@@ -331,7 +315,7 @@ def _restore(
 ) -> list[AnyEvent]:
     if "\x00" in command.summary:
         raise InvalidInput("summary", "contains a NUL character")
-    if _SURROGATE.search(command.summary):
+    if SURROGATE.search(command.summary):
         raise InvalidInput("summary", "contains a lone surrogate, which cannot be stored")
     events: list[AnyEvent] = []
     if state.health is not MemoryHealth.HEALTHY:
@@ -359,75 +343,6 @@ def _restore(
 # Summaries and the health machine ---------------------------------------------------
 
 
-def _summary_zone(config: ShortTermMemoryConfig) -> tuple[int, int]:
-    """(turns kept verbatim, unsummarized evicted turns that trigger a summary)."""
-    agents = config.agents
-    if agents.strategy == "summarizing":
-        return agents.keep_last_n_turns, agents.context_limit - agents.keep_last_n_turns
-    return config.budget.full_zone_turns, 1
-
-
-def _summarizable(state: SessionState) -> tuple[TurnRecord, ...]:
-    keep, _ = _summary_zone(state.config)
-    unsummarized = state.unsummarized()
-    if len(unsummarized) <= keep:
-        return ()
-    return unsummarized[: len(unsummarized) - keep] if keep else unsummarized
-
-
-def next_due_at(state: SessionState) -> float | None:
-    """When the session next wants its summarizer (None: not until something changes).
-
-    HEALTHY and RECOVERING sessions want it as soon as enough turns are pending
-    (returns the last health change time, i.e. "now or earlier"); RETRY waits
-    its back-off; DEGRADED probes every `degraded_retry_seconds`.
-    """
-    if not state.started or not state.config.summarizes:
-        return None
-    turns = _summarizable(state)
-    _, trigger = _summary_zone(state.config)
-    policy = state.config.health
-    match state.health:
-        case MemoryHealth.HEALTHY | MemoryHealth.RECOVERING:
-            return state.health_since if len(turns) >= trigger else None
-        case MemoryHealth.RETRY:
-            return state.health_since + policy.backoff(state.attempt) if turns else None
-        case MemoryHealth.DEGRADED:
-            return state.health_since + policy.degraded_retry_seconds if turns else None
-
-
-def summary_due(state: SessionState, now: float) -> SummaryRequest | None:
-    """The summary the session should ask for at `now`, if any (no call in flight assumed)."""
-    due = next_due_at(state)
-    if due is None or due > now or state.key is None:
-        return None
-    turns = _summarizable(state)
-    return SummaryRequest(
-        key=state.key,
-        previous_summary=state.summary,
-        covers_from=turns[0].index,
-        covers_through=turns[-1].index,
-        turns=tuple(r.turn for r in turns),
-        health=state.health,
-        attempt=state.attempt,
-        include_digest=state.config.include_trajectory_digest,
-    )
-
-
-def _is_stale(state: SessionState, request: SummaryRequest) -> bool:
-    """The session moved on since the request (cleared, restored, or another summary landed),
-    or the request was never this session's to make."""
-    return (
-        not state.config.summarizes
-        or request.key != state.key
-        or request.previous_summary != state.summary
-        or request.covers_through <= state.summary_through
-        or not state.turns
-        or request.covers_from < state.turns[0].index
-        or request.covers_through > state.turns[-1].index
-    )
-
-
 def _summary_succeeded(
     state: SessionState,
     result: SummarySucceeded,
@@ -436,7 +351,7 @@ def _summary_succeeded(
     estimator: TokenEstimator,
 ) -> list[AnyEvent]:
     request = result.request
-    if _is_stale(state, request):
+    if is_stale(state, request):
         return []
     problem = summary_problem(result.summary, state.config, estimator)
     if problem is not None:
@@ -463,8 +378,8 @@ def _summary_succeeded(
             ids,
             now,
         )
-    _, trigger = _summary_zone(state.config)
-    drained = len(_summarizable(after)) < trigger
+    _, trigger = summary_zone(state.config)
+    drained = len(summarizable(after)) < trigger
     match state.health:
         case MemoryHealth.HEALTHY:
             pass
@@ -484,26 +399,10 @@ def _summary_succeeded(
     return events
 
 
-def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: TokenEstimator) -> str | None:
-    """Why a summarizer's output cannot be stored, or None when it can."""
-    if not isinstance(summary, str):
-        return f"summary is {type(summary).__name__}, not a string"
-    if not summary.strip():
-        return "summary is empty"
-    if "\x00" in summary:
-        return "summary contains a NUL character"
-    if _SURROGATE.search(summary):
-        return "summary contains a lone surrogate"
-    tokens = estimator(summary)
-    if tokens > config.budget.summary_max_tokens:
-        return f"summary is {tokens} tokens, over summary_max_tokens={config.budget.summary_max_tokens}"
-    return None
-
-
 def _summary_failed(
     state: SessionState, request: SummaryRequest, reason: str, ids: _Ids, now: float
 ) -> list[AnyEvent]:
-    if _is_stale(state, request) or (request.health, request.attempt) != (state.health, state.attempt):
+    if is_stale(state, request) or (request.health, request.attempt) != (state.health, state.attempt):
         return []  # stale, or a late or repeated failure that the health machine already counted
     retries = state.config.retry_attempts
     match state.health:

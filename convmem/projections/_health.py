@@ -1,0 +1,137 @@
+"""The health machine's timing and the questions a session asks its summarizer.
+
+Pure queries on a state: when the session next wants a summary
+(`next_due_at`), what it asks for (`summary_due`), whether an answer still
+applies (`is_stale`) and whether a summary can be stored (`summary_problem`).
+The transitions themselves are decisions, in `_decide`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
+from convmem.projections._budget import TokenEstimator
+from convmem.projections._state import SessionState, TurnRecord
+
+__all__ = [
+    "SURROGATE",
+    "SummaryRequest",
+    "is_stale",
+    "next_due_at",
+    "summarizable",
+    "summary_due",
+    "summary_problem",
+    "summary_zone",
+]
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate cannot be encoded as UTF-8, so no event may carry one."""
+
+
+class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session asks its summarizer: fold `turns` into `previous_summary`."""
+
+    key: MemoryKey
+    previous_summary: str
+    covers_from: int
+    covers_through: int
+    turns: tuple[ConversationTurn, ...]
+    health: MemoryHealth
+    attempt: int
+    include_digest: bool = True
+
+    def payload(self) -> dict[str, Any]:
+        """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them."""
+        return {
+            "previous_summary": self.previous_summary,
+            "turns": [t.to_llm(include_digest=self.include_digest) for t in self.turns],
+        }
+
+
+def summary_zone(config: ShortTermMemoryConfig) -> tuple[int, int]:
+    """(turns kept verbatim, unsummarized evicted turns that trigger a summary)."""
+    agents = config.agents
+    if agents.strategy == "summarizing":
+        return agents.keep_last_n_turns, agents.context_limit - agents.keep_last_n_turns
+    return config.budget.full_zone_turns, 1
+
+
+def summarizable(state: SessionState) -> tuple[TurnRecord, ...]:
+    keep, _ = summary_zone(state.config)
+    unsummarized = state.unsummarized()
+    if len(unsummarized) <= keep:
+        return ()
+    return unsummarized[: len(unsummarized) - keep] if keep else unsummarized
+
+
+def next_due_at(state: SessionState) -> float | None:
+    """When the session next wants its summarizer (None: not until something changes).
+
+    HEALTHY and RECOVERING sessions want it as soon as enough turns are pending
+    (returns the last health change time, i.e. "now or earlier"); RETRY waits
+    its back-off; DEGRADED probes every `degraded_retry_seconds`.
+    """
+    if not state.started or not state.config.summarizes:
+        return None
+    turns = summarizable(state)
+    _, trigger = summary_zone(state.config)
+    policy = state.config.health
+    match state.health:
+        case MemoryHealth.HEALTHY | MemoryHealth.RECOVERING:
+            return state.health_since if len(turns) >= trigger else None
+        case MemoryHealth.RETRY:
+            return state.health_since + policy.backoff(state.attempt) if turns else None
+        case MemoryHealth.DEGRADED:
+            return state.health_since + policy.degraded_retry_seconds if turns else None
+
+
+def summary_due(state: SessionState, now: float) -> SummaryRequest | None:
+    """The summary the session should ask for at `now`, if any (no call in flight assumed)."""
+    due = next_due_at(state)
+    if due is None or due > now or state.key is None:
+        return None
+    turns = summarizable(state)
+    return SummaryRequest(
+        key=state.key,
+        previous_summary=state.summary,
+        covers_from=turns[0].index,
+        covers_through=turns[-1].index,
+        turns=tuple(r.turn for r in turns),
+        health=state.health,
+        attempt=state.attempt,
+        include_digest=state.config.include_trajectory_digest,
+    )
+
+
+def is_stale(state: SessionState, request: SummaryRequest) -> bool:
+    """The session moved on since the request (cleared, restored, or another summary landed),
+    or the request was never this session's to make."""
+    return (
+        not state.config.summarizes
+        or request.key != state.key
+        or request.previous_summary != state.summary
+        or request.covers_through <= state.summary_through
+        or not state.turns
+        or request.covers_from < state.turns[0].index
+        or request.covers_through > state.turns[-1].index
+    )
+
+
+def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: TokenEstimator) -> str | None:
+    """Why a summarizer's output cannot be stored, or None when it can."""
+    if not isinstance(summary, str):
+        return f"summary is {type(summary).__name__}, not a string"
+    if not summary.strip():
+        return "summary is empty"
+    if "\x00" in summary:
+        return "summary contains a NUL character"
+    if SURROGATE.search(summary):
+        return "summary contains a lone surrogate"
+    tokens = estimator(summary)
+    if tokens > config.budget.summary_max_tokens:
+        return f"summary is {tokens} tokens, over summary_max_tokens={config.budget.summary_max_tokens}"
+    return None
