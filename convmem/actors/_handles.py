@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from convmem.actors._session import Flush, Refresh, Write
+from convmem.actors._session import Flush, Refresh, StateCell, Write
 from convmem.errors import ConvmemError, InvalidInput, OperationTimeout
 from convmem.events import (
     AnyEvent,
@@ -111,14 +111,16 @@ class _Reads:
     key: MemoryKey
 
     def _state(self) -> SessionState:
-        state = self._system.cell(self.key).state
+        return self._view_state(self._system.cell(self.key).state)
+
+    def _view_state(self, state: SessionState) -> SessionState:
         if not state.started:
             # Nothing stored yet: views follow the configuration the session will start with.
             return msgspec.structs.replace(state, config=self._system.config_for(self.key))
         return state
 
-    def _context(self, state: SessionState) -> dict[str, Any]:
-        """The context view of `state`, built once per state.
+    def _context(self, cell: StateCell) -> dict[str, Any]:
+        """The context view of the cell's state, built once per state.
 
         A state is immutable, so its view is cached on the session's cell and
         each call gets fresh outer dicts and lists: a caller may add to them
@@ -126,7 +128,7 @@ class _Reads:
         read-only (changing one changes later views of the same state, never
         the stored state or the log).
         """
-        cell = self._system.cell(self.key)
+        state = self._view_state(cell.state)
         cached = cell.view
         if cached is not None and cached[0] is state:
             patch = cached[1]
@@ -206,7 +208,7 @@ class SessionHandle(_Reads):
 
     def get_llm_context(self) -> dict[str, Any]:
         """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
-        return self._context(self._state())
+        return self._context(self._system.cell(self.key))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
@@ -293,7 +295,10 @@ class AsyncSessionHandle(_Reads):
 
     async def get_llm_context(self) -> dict[str, Any]:
         """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
-        return self._context(await self._read_state())
+        cell = self._system.live_cell(self.key)
+        if cell is None:  # activating reads the log: not on the event loop
+            cell = await asyncio.to_thread(self._system.cell, self.key)
+        return self._context(cell)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""

@@ -275,6 +275,15 @@ class MemorySystem:
         """The live state cell of `key`, activating the session when needed."""
         return self._entry(key).cell
 
+    def live_cell(self, key: MemoryKey) -> StateCell | None:
+        """The state cell of `key` if its session is live (never activates: safe on an event loop)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None:
+                return None
+            self._live.move_to_end(key)
+            return entry.cell
+
     def tell(self, key: MemoryKey, message: Message) -> None:
         """Deliver `message` to the session, activating it when needed."""
         while True:
