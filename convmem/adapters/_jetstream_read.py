@@ -170,7 +170,7 @@ def to_logged(message: StoredMessage, key: MemoryKey) -> LoggedEvent:
 class SubjectKeys:
     """Subject <-> `MemoryKey`, with a bounded cache of decoded subjects."""
 
-    def __init__(self, prefix: str, *, size: int = 65_536) -> None:
+    def __init__(self, prefix: str, *, size: int = 8_192) -> None:
         self.prefix = prefix
         self._skip = prefix.count(".") + 1
         self._size = size

@@ -39,7 +39,7 @@ __all__ = ["SessionWriter"]
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
-_CACHE_SIZE = 100_000
+_CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
 
 
