@@ -23,11 +23,12 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
-from convmem.actors._system import MemorySystem
+from convmem.actors._system import Erased, MemorySystem
 
 __all__ = [
     "AsyncSessionHandle",
     "Clock",
+    "Erased",
     "EventLog",
     "LoadReport",
     "LoggedEvent",

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Literal
 
+import msgspec
 import pykka
 
 from convmem.actors._clock import SystemClock
@@ -41,9 +42,16 @@ from convmem.events import (
 )
 from convmem.projections import SessionState, TokenEstimator, default_token_estimator, next_due_at
 
-__all__ = ["MemorySystem"]
+__all__ = ["Erased", "MemorySystem"]
 
 _log = logging.getLogger("convmem.system")
+
+
+class Erased(msgspec.Struct, frozen=True, kw_only=True):
+    """What an erasure purged: events, from how many sessions."""
+
+    events: int
+    sessions: int
 
 
 class _Live:
@@ -76,7 +84,6 @@ class MemorySystem:
         summarizer_queue: int = 1000,
         on_poison: Literal["skip", "stop"] = "skip",
         timeout: float = 30.0,
-        close_resources: bool = False,
         on_close: Callable[[], object] | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
@@ -129,7 +136,6 @@ class MemorySystem:
         # activation of the key waits for them, or it would load the log too early.
         self._stopping: dict[MemoryKey, pykka.ActorRef[SessionActor]] = {}
         self._closed = False
-        self._close_resources = close_resources
         self._on_close = on_close
         self._sweep_timer: Timer | None = None
         self._schedule_sweep()
@@ -187,30 +193,28 @@ class MemorySystem:
             if self._stopping.get(key) is ref:
                 del self._stopping[key]
 
-    def erase(self, key: MemoryKey) -> int:
-        """Purge a session's events and snapshot (erasure of personal data); returns events purged.
+    def erase(self, key: MemoryKey) -> Erased:
+        """Purge a session's events and snapshot (erasure of personal data).
 
         The log keeps a tombstone above the purged events, so a stale writer
         conflicts instead of writing them back; the session may start afresh.
         """
-        self.passivate(key)
-        if self.snapshots is not None:
-            self.snapshots.delete(key)
-        purged = self.log.erase(key, at=self.clock.now())
-        self.passivate(key)  # drop any activation that raced in before the purge
-        return purged
+        return self._erase([key], lambda at: self.log.erase(key, at=at))
 
-    def erase_user(self, tenant_id: str, user_id: str) -> int:
-        """`erase` every session of one user; returns events purged."""
+    def erase_user(self, tenant_id: str, user_id: str) -> Erased:
+        """`erase` every session of one user."""
         keys = self.log.keys(tenant_id=tenant_id, user_id=user_id)
+        return self._erase(keys, lambda at: self.log.erase_user(tenant_id, user_id, at=at))
+
+    def _erase(self, keys: list[MemoryKey], purge: Callable[[float], int]) -> Erased:
         for key in keys:
-            self.passivate(key)
+            self.passivate(key)  # no live actor keeps (or snapshots) what is being purged
             if self.snapshots is not None:
                 self.snapshots.delete(key)
-        purged = self.log.erase_user(tenant_id, user_id, at=self.clock.now())
+        events = purge(self.clock.now())
         for key in keys:
-            self.passivate(key)
-        return purged
+            self.passivate(key)  # drop any activation that raced in before the purge
+        return Erased(events=events, sessions=len(keys))
 
     def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:
         """Rebuild `key` from its snapshot and the log (what activation does)."""
@@ -236,10 +240,6 @@ class MemorySystem:
         self._callback_pool.shutdown(wait=True)
         if self._own_clock and isinstance(self.clock, SystemClock):
             self.clock.close()
-        if self._close_resources:
-            self.log.close()
-            if self.snapshots is not None:
-                self.snapshots.close()
         if self._on_close is not None:
             self._on_close()
 

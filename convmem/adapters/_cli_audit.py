@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 
 from convmem.actors import (
-    EventLog,
     LoggedEvent,
+    MemorySystem,
     export_jsonl,
     read_jsonl,
     replay_session,
@@ -36,7 +36,6 @@ from convmem.adapters._cli_common import (
     table,
 )
 from convmem.adapters._memory import InMemoryEventLog
-from convmem.events import MemoryKey
 from convmem.projections import agent_items, llm_context
 
 __all__ = ["add_audit_commands"]
@@ -260,16 +259,6 @@ def _confirm(what: str, token: str) -> bool:
     return answer.strip() == token
 
 
-def _erase(log: EventLog, snapshots: Any, keys: list[MemoryKey], user: tuple[str, str] | None) -> int:
-    now = time.time()
-    for key in keys:
-        if snapshots is not None:
-            snapshots.delete(key)
-    if user is not None:
-        return log.erase_user(user[0], user[1], at=now)
-    return sum(log.erase(key, at=now) for key in keys)
-
-
 def cmd_erase(args: argparse.Namespace) -> int:
     if bool(args.key) == bool(args.user):
         raise CliError("say what to erase: --key tenant:user:session, or --tenant T --user U", EXIT_USAGE)
@@ -281,13 +270,14 @@ def cmd_erase(args: argparse.Namespace) -> int:
     if not args.yes and not _confirm(what, token):
         print("not erased", file=sys.stderr)
         return EXIT_FAILED
-    with backend(args) as (log, snapshots):
-        keys = [key] if key else log.keys(tenant_id=args.tenant, user_id=args.user)
-        if not keys or (key is not None and log.last_seq(key) == 0):
+    with backend(args) as (log, snapshots), MemorySystem(log=log, snapshots=snapshots) as system:
+        if key is not None and log.last_seq(key) == 0:
             raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
-        purged = _erase(log, snapshots, keys, None if key else (args.tenant, args.user))
+        erased = system.erase(key) if key is not None else system.erase_user(args.tenant, args.user)
+        if not erased.sessions:
+            raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
     if args.json:
-        emit_json({"erased_sessions": len(keys), "purged_events": purged})
+        emit_json({"erased_sessions": erased.sessions, "purged_events": erased.events})
     else:
-        print(f"erased {what}: {purged} events purged from {len(keys)} session(s)")
+        print(f"erased {what}: {erased.events} events purged from {erased.sessions} session(s)")
     return EXIT_OK

@@ -86,13 +86,6 @@ def backend(args: argparse.Namespace) -> Iterator[tuple[EventLog, SnapshotStore 
         bucket=args.bucket,
         timeout=args.timeout,
     )
-    if isinstance(opened, tuple):
-        log, snapshots = opened
-        try:
-            yield log, snapshots
-        finally:
-            log.close()
-        return
     try:
         yield opened.log, opened.snapshots
     finally:

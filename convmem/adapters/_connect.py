@@ -18,13 +18,13 @@ from typing import Any
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._jetstream import JetStreamBackend
-from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
 
-__all__ = ["MEMORY_URL", "connect", "open_backend"]
+__all__ = ["MEMORY_URL", "Backend", "connect", "open_backend"]
 
-MEMORY_URL = "memory://"
+Backend = JetStreamBackend | InMemoryBackend
 
 
 def open_backend(
@@ -37,13 +37,13 @@ def open_backend(
     replicas: int = 1,
     sync_interval: str | None = "always",
     timeout: float = 5.0,
-) -> JetStreamBackend | tuple[InMemoryEventLog, InMemorySnapshotStore]:
+) -> Backend:
     """The log and snapshot store behind `url` (see the module docstring)."""
     names: dict[str, Any] = {
         k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None
     }
     if url == MEMORY_URL:
-        return InMemoryEventLog(), InMemorySnapshotStore()
+        return InMemoryBackend()
     if url is None:
         return JetStreamBackend.embedded(data_dir, sync_interval=sync_interval, timeout=timeout, **names)
     if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
@@ -87,11 +87,6 @@ def connect(
         sync_interval=sync_interval,
         timeout=timeout,
     )
-    if isinstance(backend, tuple):
-        log, snapshots = backend
-        return MemorySystem(
-            config, log=log, snapshots=snapshots, summarizer=summarizer, close_resources=True, **system
-        )
     try:
         return MemorySystem(
             config,

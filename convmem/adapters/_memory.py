@@ -15,7 +15,9 @@ from convmem.actors import LoggedEvent, Snapshot
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
-__all__ = ["InMemoryEventLog", "InMemorySnapshotStore"]
+__all__ = ["MEMORY_URL", "InMemoryBackend", "InMemoryEventLog", "InMemorySnapshotStore"]
+
+MEMORY_URL = "memory://"
 
 
 class InMemoryEventLog:
@@ -188,3 +190,19 @@ class InMemorySnapshotStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class InMemoryBackend:
+    """The log and snapshot store behind ``memory://``, shaped like `JetStreamBackend`."""
+
+    url = MEMORY_URL
+    server = None
+
+    def __init__(self) -> None:
+        self.log = InMemoryEventLog()
+        self.snapshots = InMemorySnapshotStore()
+
+    def close(self) -> None:
+        """Close the log and the snapshot store."""
+        self.log.close()
+        self.snapshots.close()

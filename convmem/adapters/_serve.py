@@ -21,7 +21,7 @@ import msgspec
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._cli_common import EXIT_OK, EXIT_USAGE, CliError, emit_json
-from convmem.adapters._connect import open_backend
+from convmem.adapters._connect import MEMORY_URL, open_backend
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._openai import OpenAIChatSummarizer
 from convmem.adapters._protocol import DEFAULT_API_PREFIX
@@ -119,7 +119,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr)
         stop.set()
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    if args.nats == MEMORY_URL:
+        raise CliError(
+            "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
+        )
     opened = open_backend(
         args.nats,
         data_dir=args.data_dir,
@@ -129,10 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         timeout=args.timeout,
     )
-    if isinstance(opened, tuple):
-        raise CliError(
-            "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
-        )
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         system = MemorySystem(
             config,

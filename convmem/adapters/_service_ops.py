@@ -198,25 +198,12 @@ class ApiOperations:
         return handle.snapshot_state()  # activation reads the log anyway
 
     def _erase(self, key: MemoryKey) -> dict[str, int]:
-        system = self.system
-        system.passivate(key)  # no live actor keeps (or snapshots) what is being purged
-        purged = system.log.erase(key, at=system.clock.now())
-        if system.snapshots is not None:
-            system.snapshots.delete(key)
-        system.passivate(key)  # a request that reactivated it meanwhile holds stale state
-        return {"events_purged": purged, "sessions": 1}
+        erased = self.system.erase(key)
+        return {"events_purged": erased.events, "sessions": erased.sessions}
 
     def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
-        system = self.system
-        keys = system.log.keys(tenant_id=tenant_id, user_id=user_id)
-        for key in keys:
-            system.passivate(key)
-        purged = system.log.erase_user(tenant_id, user_id, at=system.clock.now())
-        for key in keys:
-            if system.snapshots is not None:
-                system.snapshots.delete(key)
-            system.passivate(key)
-        return {"events_purged": purged, "sessions": len(keys)}
+        erased = self.system.erase_user(tenant_id, user_id)
+        return {"events_purged": erased.events, "sessions": erased.sessions}
 
     def health(self) -> dict[str, Any]:
         """What ``ops.v1.health`` answers: whether the log answers, live sessions, load."""
