@@ -198,17 +198,10 @@ class SessionActor(pykka.ThreadingActor):
             # Open the session on its own: a lone event is one plain publish, where the two
             # events of an opening decision would be an atomic batch (fsynced by the server).
             # Deciding the whole command first keeps its refusals before anything is stored.
-            config = system.config_for(self._key)
-            decide(
-                self._state,
-                command,
-                now=system.clock.now(),
-                command_id=command_id,
-                key=self._key,
-                config=config,
-                estimator=system.estimator,
+            self._decide(self._state, command, command_id)
+            self._apply(
+                StartSession(key=self._key, config=system.config_for(self._key)), command_id + ".start"
             )
-            self._apply(StartSession(key=self._key, config=config), command_id + ".start")
         for _ in range(MAX_CONFLICT_RETRIES):
             if self._uncertain:
                 # An earlier append failed without an answer: it may have been stored anyway.
@@ -216,15 +209,7 @@ class SessionActor(pykka.ThreadingActor):
                 self._reload()
                 self._uncertain = False
             state = self._state
-            events = decide(
-                state,
-                command,
-                now=system.clock.now(),
-                command_id=command_id,
-                key=self._key,
-                config=system.config_for(self._key),
-                estimator=system.estimator,
-            )
+            events = self._decide(state, command, command_id)
             if not events:
                 return []
             started = time.perf_counter()
@@ -260,6 +245,18 @@ class SessionActor(pykka.ThreadingActor):
             self._publish(state, events)
             return events
         raise ConcurrencyConflict(key=self._key.composite(), expected_seq=self._state.version, actual_seq=-1)
+
+    def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
+        system = self._system
+        return decide(
+            state,
+            command,
+            now=system.clock.now(),
+            command_id=command_id,
+            key=self._key,
+            config=system.config_for(self._key),
+            estimator=system.estimator,
+        )
 
     def _already_stored(self, events: list[AnyEvent]) -> bool:
         """Whether the log holds one of these events' ids (an earlier attempt of the command)."""
