@@ -20,6 +20,7 @@ __all__ = [
     "Clock",
     "EventLog",
     "LoggedEvent",
+    "NotifyingEventLog",
     "Snapshot",
     "SnapshotStore",
     "Summarizer",
@@ -99,6 +100,27 @@ class EventLog(Protocol):
     def close(self) -> None:
         """Release connections; further calls raise `SessionClosed`."""
         ...
+
+
+@runtime_checkable
+class NotifyingEventLog(Protocol):
+    """An `EventLog` that can tell its acknowledgement before its waiting caller wakes.
+
+    Optional: the runtime uses it when a log has it. `append_notifying` is
+    `append`, plus `on_stored(last_seq)` called once the log acknowledged the
+    events, from whichever thread learns of it first (a loop thread), before
+    `append` returns. A session actor answers its caller from there, which
+    saves waking the actor first. `on_stored` must be quick and must not block.
+    """
+
+    def append_notifying(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        on_stored: Callable[[int], None],
+    ) -> int: ...
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ import msgspec
 import pykka
 
 from convmem.actors._pool import SummaryOutcome
-from convmem.actors._ports import Snapshot, Timer
+from convmem.actors._ports import NotifyingEventLog, Snapshot, Timer
 from convmem.errors import ConcurrencyConflict, ConvmemError
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
@@ -63,6 +64,51 @@ class StateCell:
         self.in_flight = False
         self.view: tuple[SessionState, dict[str, Any]] | None = None
         """The context view last built, with the state it was built from."""
+
+
+class _EarlyReply:
+    """Publishes a write's state and answers its caller from the thread that learns of the ack.
+
+    Called by a `NotifyingEventLog` (on its loop thread) while the actor still
+    waits in `append`: the caller is answered without first waking the actor.
+    The actor `close`s it when its wait ends, whichever way; a call after that
+    does nothing, so the state is never published twice or after a failure.
+    """
+
+    __slots__ = ("_base", "_cell", "_closed", "_events", "_lock", "_reply", "state")
+
+    def __init__(
+        self,
+        cell: StateCell,
+        base: SessionState,
+        events: list[AnyEvent],
+        reply: concurrent.futures.Future[Any],
+    ) -> None:
+        self._cell = cell
+        self._base = base
+        self._events = events
+        self._reply = reply
+        self._lock = threading.Lock()
+        self._closed = False
+        self.state: SessionState | None = None
+        """The state published, once answered."""
+
+    def __call__(self, last: int) -> None:
+        with self._lock:
+            if self._closed or last != self._events[-1].seq or self._reply.done():
+                return  # the log answered for another attempt: the actor finds out
+            state = self._base
+            for event in self._events:
+                state = evolve(state, event)
+            self._cell.state = state
+            self.state = state
+            self._reply.set_result(self._events)
+
+    def close(self) -> bool:
+        """No answer from here on; whether one was given."""
+        with self._lock:
+            self._closed = True
+            return self.state is not None
 
 
 class Write(msgspec.Struct, frozen=True):
@@ -112,6 +158,7 @@ class SessionActor(pykka.ThreadingActor):
         self._uncertain = False
         # Commands whose append failed without an answer (bounded: the oldest are forgotten).
         self._doubtful: dict[str, None] = {}
+        self._notifying = isinstance(system.log, NotifyingEventLog)
 
     @property
     def _state(self) -> SessionState:
@@ -174,17 +221,23 @@ class SessionActor(pykka.ThreadingActor):
             f"{'.'.join(self._key.tokens())}/{message.command_id}" if message.command_id else uuid.uuid4().hex
         )
         try:
-            result = self._apply(message.command, command_id)
+            result = self._apply(message.command, command_id, reply)
         except ConvmemError as exc:
             reply.set_exception(exc)
         except Exception as exc:
             _log.exception("session %s: unexpected failure", self._key)
             reply.set_exception(exc)
         else:
-            reply.set_result(result)
+            if not reply.done():  # else answered as soon as the log acknowledged (`_EarlyReply`)
+                reply.set_result(result)
         self._schedule()
 
-    def _apply(self, command: Command, command_id: str) -> list[AnyEvent]:
+    def _apply(
+        self,
+        command: Command,
+        command_id: str,
+        reply: concurrent.futures.Future[Any] | None = None,
+    ) -> list[AnyEvent]:
         """Decide, append, evolve; on a conflict reload and decide again.
 
         When an earlier append of the same command (a caller's retry with its
@@ -213,8 +266,9 @@ class SessionActor(pykka.ThreadingActor):
             if not events:
                 return []
             started = time.perf_counter()
+            early = self._early_reply(state, events, command_id, reply)
             try:
-                last = system.log.append(self._key, events, expected_seq=state.version)
+                last = self._append(events, state.version, early)
             except ConcurrencyConflict:
                 system.metrics.count("conflicts")
                 self._reload()
@@ -230,6 +284,9 @@ class SessionActor(pykka.ThreadingActor):
                     del self._doubtful[next(iter(self._doubtful))]
                 raise
             system.metrics.observe_append(time.perf_counter() - started)
+            if early is not None and early.state is not None:  # published and answered on the ack
+                self._publish(early.state, events, old=state)
+                return events
             if last != events[-1].seq:
                 # The log already held these event ids (a retried command): trust the log.
                 self._reload()
@@ -245,6 +302,32 @@ class SessionActor(pykka.ThreadingActor):
             self._publish(state, events)
             return events
         raise ConcurrencyConflict(key=self._key.composite(), expected_seq=self._state.version, actual_seq=-1)
+
+    def _early_reply(
+        self,
+        state: SessionState,
+        events: list[AnyEvent],
+        command_id: str,
+        reply: concurrent.futures.Future[Any] | None,
+    ) -> _EarlyReply | None:
+        """An answer to give from the log's own thread, when the log can and the outcome is plain."""
+        if reply is None or not self._notifying or command_id in self._doubtful:
+            return None
+        return _EarlyReply(self._cell, state, events, reply)
+
+    def _append(self, events: list[AnyEvent], expected_seq: int, early: _EarlyReply | None) -> int:
+        log = self._system.log
+        if early is None:
+            return log.append(self._key, events, expected_seq=expected_seq)
+        assert isinstance(log, NotifyingEventLog)
+        try:
+            return log.append_notifying(self._key, events, expected_seq=expected_seq, on_stored=early)
+        except Exception:
+            if early.close():  # the ack came in as the wait gave up: stored, published and answered
+                return events[-1].seq
+            raise
+        finally:
+            early.close()
 
     def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
         system = self._system
@@ -267,8 +350,11 @@ class SessionActor(pykka.ThreadingActor):
         state, _ = self._system.load(self._key)
         self._cell.state = state
 
-    def _publish(self, state: SessionState, events: list[AnyEvent]) -> None:
-        old = self._cell.state
+    def _publish(
+        self, state: SessionState, events: list[AnyEvent], *, old: SessionState | None = None
+    ) -> None:
+        if old is None:
+            old = self._cell.state
         self._cell.state = state
         self._system.notify(self._key, old, state, events)
         self._events_since_snapshot += len(events)

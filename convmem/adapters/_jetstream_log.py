@@ -16,14 +16,16 @@ leader, so a stale read costs a `ConcurrencyConflict`, never a lost update.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from convmem.actors import LoggedEvent
 from convmem.adapters._jetstream_read import SubjectKeys, read_range, to_logged
 from convmem.adapters._jetstream_setup import check_names, ensure_stream, subject_pattern
 from convmem.adapters._jetstream_write import SessionWriter
+from convmem.adapters._loop import wait
 from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
@@ -127,6 +129,26 @@ class JetStreamEventLog:
 
     def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
         """See `EventLog.append`. Several events are stored as one atomic batch."""
+        return self._append(key, events, expected_seq, None)
+
+    def append_notifying(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        on_stored: Callable[[int], None],
+    ) -> int:
+        """See `NotifyingEventLog`: `on_stored` runs on the connection's loop thread."""
+        return self._append(key, events, expected_seq, on_stored)
+
+    def _append(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        expected_seq: int,
+        on_stored: Callable[[int], None] | None,
+    ) -> int:
         subject = self._open_subject(key, publish=True)
         events = tuple(events)
         if not events:
@@ -143,10 +165,14 @@ class JetStreamEventLog:
                     "surrounding whitespace (it travels as the Nats-Msg-Id header)",
                 )
         payloads = tuple(encode_event(e) for e in events)
-        return self._conn.call(
-            lambda: self._writer.append(key, subject, events, payloads, expected_seq),
-            what=f"append to {key}",
+        what = f"append to {key}"
+        done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        writer = self._writer
+        self._conn.post(
+            lambda: writer.start_append(key, subject, events, payloads, expected_seq, done, what, on_stored),
+            done,
         )
+        return wait(done, timeout=self._conn.timeout, what=what)
 
     def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
         """Store bytes as they are (a poison message, for tests of readers); returns the position."""

@@ -15,23 +15,34 @@ gets `ConcurrencyConflict` with the session's real last seq.
 All of this runs on the connection's loop thread only, so the cache and the
 per-session locks need no thread locks. Sessions do not wait for each other:
 only one session's appends are serialised.
+
+`start_append` is the hot path. When the session's last message is cached,
+matches the expected seq, and nothing else is writing the session, one event
+goes out as a plain publish with a reply subject of ours, and its acknowledgement settles the
+caller's future from a callback: no task, no lock, no request per event. Any
+other case, and any refusal or duplicate answer, takes the full `append`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import itertools
 import json
+import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
+import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
 
 from convmem.adapters._jetstream_read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
-from convmem.adapters._nats import NatsConnection, StoredMessage
-from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable
+from convmem.adapters._nats import NatsConnection, StoredMessage, log_error
+from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
 __all__ = ["SessionWriter"]
@@ -41,6 +52,9 @@ _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is a
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
 _CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
+_log = logging.getLogger("convmem.jetstream")
+
+OnStored = Callable[[int], None]
 
 
 class _Last(NamedTuple):
@@ -66,6 +80,140 @@ class SessionWriter:
         self._stream = stream
         self._last: OrderedDict[str, _Last] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._fast: dict[str, asyncio.Future[bytes]] = {}
+        """Subjects with a fast-path publish awaiting its acknowledgement."""
+        self._acks: dict[str, asyncio.Future[bytes]] = {}
+        self._ack_prefix: str | None = None
+        self._tokens = itertools.count()
+
+    async def start_append(
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+        done: concurrent.futures.Future[int],
+        what: str,
+        on_stored: OnStored | None = None,
+    ) -> None:
+        """Begin `append` and return at once; `done` gets its result or its (log) error.
+
+        `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
+        """
+        last = self._last.get(subject)
+        if (
+            len(events) > 1
+            or last is None
+            or last.seq != expected
+            or subject in self._locks
+            or subject in self._fast
+            or not self._conn.nc.is_connected
+        ):
+            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            return
+        event = events[0]
+        headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq), _EXPECTED: str(last.stream_seq)}
+        loop = asyncio.get_running_loop()
+        if self._ack_prefix is None:
+            prefix = self._conn.nc.new_inbox() + "."
+            await self._conn.nc.subscribe(prefix + "*", cb=self._on_ack)
+            self._ack_prefix = prefix
+        token = str(next(self._tokens))
+        ack: asyncio.Future[bytes] = loop.create_future()
+        self._acks[token] = ack
+        try:
+            await self._conn.nc.publish(subject, payloads[0], reply=self._ack_prefix + token, headers=headers)
+        except BaseException:
+            del self._acks[token]
+            self._last.pop(subject, None)  # it may have gone out: ask the server next time
+            raise
+        self._fast[subject] = ack
+        timer = loop.call_later(self._conn.timeout, self._expire, token)
+
+        def acked(future: asyncio.Future[bytes]) -> None:
+            timer.cancel()
+            if self._fast.get(subject) is future:
+                del self._fast[subject]
+            self._fast_acked(future, key, subject, events, payloads, expected, done, what, on_stored)
+
+        ack.add_done_callback(acked)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        assert self._ack_prefix is not None
+        ack = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
+        if ack is None or ack.done():
+            return  # late: its append already timed out
+        if msg.headers and msg.headers.get("Status") == "503":
+            ack.set_exception(nats.errors.NoRespondersError())
+        else:
+            ack.set_result(msg.data)
+
+    def _expire(self, token: str) -> None:
+        ack = self._acks.pop(token, None)
+        if ack is not None and not ack.done():
+            ack.cancel()
+
+    def _fast_acked(
+        self,
+        ack: asyncio.Future[bytes],
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+        done: concurrent.futures.Future[int],
+        what: str,
+        on_stored: OnStored | None,
+    ) -> None:
+        if ack.cancelled():  # no answer in time: it may be stored or not
+            self._last.pop(subject, None)
+            done.set_exception(
+                LogUnavailable(
+                    f"{what} got no acknowledgement within {self._conn.timeout:g}s; the NATS server may "
+                    "be down or overloaded (retrying is safe: appends are exactly-once by event id)"
+                )
+            )
+            return
+        try:
+            reply = _ack(ack.result())
+        except _Refused:
+            # Not stored: the full append finds out who wrote meanwhile, or retries.
+            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            return
+        except Exception as exc:
+            self._last.pop(subject, None)
+            done.set_exception(log_error(exc, what))
+            return
+        if reply.get("duplicate"):  # stored long ago under this id: the full append reports the session
+            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            return
+        self._remember(subject, _Last(events[-1].seq, int(reply["seq"]), events[-1].event_id))
+        _settle(done, events[-1].seq, on_stored)
+
+    def _append_in_task(
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+        done: concurrent.futures.Future[int],
+        what: str,
+        on_stored: OnStored | None,
+    ) -> None:
+        async def run() -> None:
+            try:
+                last = await self.append(key, subject, events, payloads, expected)
+            except asyncio.CancelledError:
+                done.set_exception(SessionClosed(f"{what} was cancelled because the connection closed"))
+                raise
+            except BaseException as exc:
+                done.set_exception(log_error(exc, what))
+            else:
+                _settle(done, last, on_stored)
+
+        asyncio.get_running_loop().create_task(run())
 
     async def append(
         self,
@@ -235,6 +383,8 @@ class SessionWriter:
     @contextlib.asynccontextmanager
     async def _session(self, subject: str) -> AsyncIterator[None]:
         """Serialise one session's writes; other sessions' go on meanwhile."""
+        while (pending := self._fast.get(subject)) is not None:
+            await asyncio.wait([pending])  # a fast-path publish of this session is still unanswered
         lock, users = self._locks.get(subject, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
@@ -248,6 +398,15 @@ class SessionWriter:
                 del self._locks[subject]
             else:
                 self._locks[subject] = (lock, users - 1)
+
+
+def _settle(done: concurrent.futures.Future[int], last: int, on_stored: OnStored | None) -> None:
+    if on_stored is not None:
+        try:
+            on_stored(last)
+        except Exception:  # the caller's hook must not keep the append's own answer from it
+            _log.exception("an on_stored hook failed")
+    done.set_result(last)
 
 
 def _ack(data: bytes) -> dict[str, Any]:

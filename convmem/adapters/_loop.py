@@ -4,6 +4,11 @@ The ports are synchronous (session actors are threads) while nats-py is
 asyncio. One daemon thread runs the loop that owns the connection; callers
 hand it a coroutine function and wait on a `concurrent.futures.Future` with a
 timeout, so no caller ever blocks the loop and no wait is unbounded.
+
+`submit` costs a task and a wake-up of the loop per call. `post` is for the
+hot path (appends from many session actors at once): posted work waits in a
+list, the loop wakes once for whatever piled up and starts it all from one
+task, and each piece settles its own future later.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ __all__ = ["EventLoopThread"]
 
 T = TypeVar("T")
 
+Start = Callable[[], Coroutine[Any, Any, None]]
+"""Posted work: begins (sends, spawns) without waiting on the network; settles its future later."""
+
 
 class EventLoopThread:
     """A running event loop and the thread that runs it."""
@@ -28,6 +36,8 @@ class EventLoopThread:
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._stopped = False
+        self._posted: list[tuple[Start, concurrent.futures.Future[Any]]] = []
+        self._draining = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -43,6 +53,10 @@ class EventLoopThread:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        with self._lock:
+            posted, self._posted = self._posted, []
+        for _, future in posted:
+            future.cancel()
         pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
         for task in pending:
             task.cancel()
@@ -58,6 +72,28 @@ class EventLoopThread:
             if self._stopped:
                 raise SessionClosed("the NATS connection of this log is closed")
             return asyncio.run_coroutine_threadsafe(fn(), self._loop)
+
+    def post(self, start: Start, future: concurrent.futures.Future[Any]) -> None:
+        """Run `start()` on the loop with whatever else was posted meanwhile, in one task.
+
+        `start` must not wait on the network (it would hold up the rest of its
+        batch): it sends or spawns, and settles `future` when the work is done.
+        An exception it raises settles `future`; a closing loop cancels it.
+        """
+        with self._lock:
+            if self._stopped:
+                raise SessionClosed("the NATS connection of this log is closed")
+            self._posted.append((start, future))
+            if self._draining:
+                return
+            self._draining = True
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            batch, self._posted = self._posted, []
+            self._draining = False
+        self._loop.create_task(_start_all(batch))
 
     def call(self, fn: Callable[[], Coroutine[Any, Any, T]], *, timeout: float, what: str) -> T:
         """Run `fn()` on the loop and wait at most `timeout` seconds for its result.
@@ -78,6 +114,22 @@ class EventLoopThread:
         self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+
+async def _start_all(batch: list[tuple[Start, concurrent.futures.Future[Any]]]) -> None:
+    for index, (start, future) in enumerate(batch):
+        if not future.set_running_or_notify_cancel():
+            continue  # its caller stopped waiting before the loop got to it
+        try:
+            await start()
+        except asyncio.CancelledError:  # the loop is closing: nobody will start the rest
+            future.set_exception(SessionClosed("the NATS connection closed"))
+            for _, rest in batch[index + 1 :]:
+                rest.cancel()
+            raise
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
 
 
 def wait(future: concurrent.futures.Future[T], *, timeout: float, what: str) -> T:

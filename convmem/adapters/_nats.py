@@ -23,7 +23,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._loop import EventLoopThread, Start
 from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MIN_SERVER_VERSION",
     "NatsConnection",
     "StoredMessage",
+    "log_error",
     "parse_headers",
     "unavailable",
 ]
@@ -169,6 +170,12 @@ class NatsConnection:
             raise SessionClosed("the NATS connection is closed")
         return self._loop.submit(_guarded(fn, what))
 
+    def post(self, start: Start, future: concurrent.futures.Future[Any]) -> None:
+        """Start `start()` on the loop in a batch with other posted work (see `EventLoopThread.post`)."""
+        if self._closed:
+            raise SessionClosed("the NATS connection is closed")
+        self._loop.post(start, future)
+
     def close(self) -> None:
         """Drain and close the connection and stop the loop. Idempotent."""
         with self._lock:
@@ -219,14 +226,22 @@ class NatsConnection:
         )
 
 
+def log_error(exc: BaseException, what: str) -> BaseException:
+    """The error a caller of the log sees for `exc`: nats-py failures become `LogUnavailable`."""
+    if isinstance(exc, ConvmemError) or not isinstance(exc, TimeoutError | nats.errors.Error | OSError):
+        return exc
+    return unavailable(exc, what)
+
+
 def _guarded(fn: Callable[[], Coroutine[Any, Any, T]], what: str) -> Callable[[], Coroutine[Any, Any, T]]:
     async def guarded() -> T:
         try:
             return await fn()
-        except ConvmemError:
-            raise
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise unavailable(exc, what) from None
+        except BaseException as exc:
+            error = log_error(exc, what)
+            if error is exc:
+                raise
+            raise error from None
 
     return guarded
 
