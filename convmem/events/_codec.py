@@ -85,7 +85,8 @@ class _Envelope(msgspec.Struct):
 
 
 _msgpack_encoder = msgspec.msgpack.Encoder()
-_msgpack_decoder = msgspec.msgpack.Decoder(AnyEvent)
+_msgpack_decoder: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
+_msgpack_decode = _msgpack_decoder.decode
 _msgpack_envelope = msgspec.msgpack.Decoder(_Envelope)
 _msgpack_raw = msgspec.msgpack.Decoder(dict[str, Any])
 _json_encoder = msgspec.json.Encoder()
@@ -112,6 +113,10 @@ def encode_event_json(event: Event) -> bytes:
 
 def decode_event(data: bytes, *, seq: int | None = None) -> AnyEvent:
     """Decode log bytes; raises `EventDecodeError` / `UnknownEventType` with the bad path."""
+    try:  # a replay decodes every stored event here: a valid one returns without another call
+        return _msgpack_decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
+        pass  # `_decode` decodes it again to say why, or to upcast it
     return _decode(data, seq, _msgpack_decoder, _msgpack_envelope, _msgpack_raw)
 
 

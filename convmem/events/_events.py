@@ -39,6 +39,9 @@ __all__ = [
     "TurnAdded",
 ]
 
+_INF = math.inf
+_NEG_INF = -math.inf
+
 
 class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type", omit_defaults=True):
     """Base of every event; subclasses set a stable domain tag.
@@ -53,6 +56,11 @@ class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type
     at: float
 
     def __post_init__(self) -> None:
+        # Every event decoded from the log runs this: an int seq >= 1 and a finite
+        # float time (what the decoder gives for a valid event) pass without a call.
+        seq, at = self.seq, self.at
+        if type(seq) is int and seq >= 1 and type(at) is float and _NEG_INF < at < _INF:
+            return
         if isinstance(self.seq, bool) or self.seq < 1:
             raise InvalidInput("seq", f"must be an integer >= 1, got {self.seq!r}")
         if isinstance(self.at, int):  # an int time encodes differently from the equal float

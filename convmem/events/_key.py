@@ -35,6 +35,8 @@ def _check_id(field: str, value: object) -> None:
         raise InvalidKey(field, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidKey(field, f"is {len(value)} characters long, over the limit of {MAX_ID_LENGTH}")
+    if value.isascii() and value.isprintable():  # only U+0020..U+007E: nothing below can refuse it
+        return
     for position, char in enumerate(value):
         code = ord(char)
         if code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code <= 0xDFFF:

@@ -14,7 +14,6 @@ assistant answer). It may also carry:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -36,7 +35,23 @@ MAX_TEXT_LENGTH = 1_000_000
 ItemKind = Literal["message", "function_call", "function_call_output", "reasoning", "other"]
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_INF = math.inf
+
+
+def _has_lone_surrogate(value: str) -> bool:
+    """True when `value` holds a lone surrogate, so it cannot be encoded as UTF-8 (nor stored).
+
+    Strict UTF-8 encoding fails exactly on the code points U+D800..U+DFFF, and
+    it runs in C several times faster than a regular-expression scan; ASCII
+    text, the common case, cannot hold one and is not encoded at all.
+    """
+    if value.isascii():
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _check_text(field: str, value: str) -> None:
@@ -50,7 +65,7 @@ def _check_text(field: str, value: str) -> None:
 def _check_strings(field: str, value: object) -> None:
     """Every string in `value` must be encodable as UTF-8 (no lone surrogate), or it cannot be stored."""
     if isinstance(value, str):
-        if not value.isascii() and _SURROGATE.search(value):  # ASCII has no surrogates: skip the scan
+        if _has_lone_surrogate(value):
             raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
     elif isinstance(value, Mapping):
         for key, inner in value.items():
@@ -223,18 +238,31 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
     the user message included, and a call's result may still be to come."""
 
     def __post_init__(self) -> None:
-        _check_text("user_message", self.user_message)
-        _check_text("assistant_response", self.assistant_response)
-        if not self.user_message and not self.assistant_response and not self.items:
-            raise InvalidTurn("turn", "has no user message, no assistant response and no items")
-        if self.artifacts_shown:
-            _check_strings("artifacts_shown", self.artifacts_shown)
-        _check_strings("artifacts_hidden_refs", self.artifacts_hidden_refs)
-        if isinstance(self.ts, int) and not isinstance(self.ts, bool):
-            msgspec.structs.force_setattr(self, "ts", float(self.ts))
-        if not math.isfinite(self.ts) or self.ts < 0:
-            raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {self.ts!r}")
-        _check_items(self.items, complete=self.source == "turn")
+        # Every turn decoded from the log runs this, so the common turn (two texts of
+        # at most MAX_TEXT_LENGTH characters with no NUL and no lone surrogate, a float
+        # time, nothing else) is accepted inline, without a call per field. It accepts
+        # only turns that `_check_turn` accepts; anything else is checked in full there.
+        user = self.user_message
+        answer = self.assistant_response
+        ts = self.ts
+        if (
+            type(user) is str
+            and type(answer) is str
+            and (user or answer)
+            and len(user) <= MAX_TEXT_LENGTH
+            and len(answer) <= MAX_TEXT_LENGTH
+            and "\x00" not in user
+            and "\x00" not in answer
+            and (user.isascii() or not _has_lone_surrogate(user))
+            and (answer.isascii() or not _has_lone_surrogate(answer))
+            and type(ts) is float
+            and 0.0 <= ts < _INF
+            and not self.items
+            and not self.artifacts_shown
+            and not self.artifacts_hidden_refs
+        ):
+            return
+        _check_turn(self)
 
     def to_llm(self, *, include_digest: bool) -> dict[str, Any]:
         """The turn as the PenguiFlow context shows it."""
@@ -256,6 +284,22 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
         if self.assistant_response:
             out.append({"role": "assistant", "content": self.assistant_response})
         return out
+
+
+def _check_turn(turn: ConversationTurn) -> None:
+    """Every rule of a turn, in order: the first one broken raises `InvalidTurn`."""
+    _check_text("user_message", turn.user_message)
+    _check_text("assistant_response", turn.assistant_response)
+    if not turn.user_message and not turn.assistant_response and not turn.items:
+        raise InvalidTurn("turn", "has no user message, no assistant response and no items")
+    if turn.artifacts_shown:
+        _check_strings("artifacts_shown", turn.artifacts_shown)
+    _check_strings("artifacts_hidden_refs", turn.artifacts_hidden_refs)
+    if isinstance(turn.ts, int) and not isinstance(turn.ts, bool):
+        msgspec.structs.force_setattr(turn, "ts", float(turn.ts))
+    if not math.isfinite(turn.ts) or turn.ts < 0:
+        raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {turn.ts!r}")
+    _check_items(turn.items, complete=turn.source == "turn")
 
 
 def _check_items(items: tuple[MessageItem, ...], *, complete: bool) -> None:

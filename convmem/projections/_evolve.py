@@ -204,13 +204,17 @@ def _pop_item(state: SessionState) -> tuple[TurnRecord, ...]:
 
 def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
     if event.index < state.next_index:
-        raise ReplayError(f"turn number {event.index} at seq {event.seq} is not above {state.next_index - 1}")
+        raise _reused_turn_number(event.index, event.seq, state.next_index)
     return TurnRecord(
         index=event.index,
         turn=event.turn,
         at=event.at,
         rendered_len=rendered_turn_length(event.turn, include_digest=state.config.include_trajectory_digest),
     )
+
+
+def _reused_turn_number(index: int, seq: int, next_index: int) -> ReplayError:
+    return ReplayError(f"turn number {index} at seq {seq} is not above {next_index - 1}")
 
 
 def replay(
@@ -226,29 +230,59 @@ def replay(
     `skipped_from_error`.
     """
     current = state if state is not None else SessionState()
-    # Fast path: runs of TurnAdded collect their records in a list instead of
-    # copying the turn tuple once per event; the result equals the plain fold.
+    # Fast path: a run of TurnAdded, each the next seq of a started session, keeps
+    # what `evolve` would change (version, next_index, last_at, the new records) in
+    # locals and builds the state once when the run ends, instead of copying the
+    # state and its turn tuple once per event. Any other event (a redelivered or
+    # out-of-order turn included) ends the run and goes through `evolve`; the
+    # result equals the plain fold.
     added: list[TurnRecord] = []
+    version = current.version
+    next_index = current.next_index
+    last_at = current.last_at
+    include = current.config.include_trajectory_digest
+    started = current.started
     for event in events:
-        if isinstance(event, TurnAdded) and current.started and _check_order(current, event):
-            added.append(_record(current, event))
+        if started and isinstance(event, TurnAdded) and event.seq == version + 1:
+            index = event.index
+            if index < next_index:
+                raise _reused_turn_number(index, event.seq, next_index)
+            turn = event.turn
+            at = event.at
+            added.append(
+                TurnRecord(
+                    index=index,
+                    turn=turn,
+                    at=at,
+                    rendered_len=rendered_turn_length(turn, include_digest=include),
+                )
+            )
+            version = event.seq
+            next_index = index + 1
+            if at > last_at:  # noqa: PLR1730 - max(last_at, at) as evolve takes it, without max()'s 50 ns call
+                last_at = at
+            continue
+        if version != current.version:
             current = msgspec_replace(
                 current,
-                version=event.seq,
-                next_index=event.index + 1,
-                last_at=max(current.last_at, event.at),
+                turns=(*current.turns, *added),
+                version=version,
+                next_index=next_index,
+                last_at=last_at,
             )
-            continue
-        if added and isinstance(
-            event, SessionCleared | SessionRestored | SessionErased | ItemsAdded | ItemPopped
-        ):
-            current = msgspec_replace(current, turns=(*current.turns, *added))
             added = []
         if isinstance(event, SkippedEvent) and on_skipped is not None and event.seq > current.version:
             on_skipped(event)
         current = evolve(current, event)
-    if added:
-        current = msgspec_replace(current, turns=(*current.turns, *added))
+        version = current.version
+        next_index = current.next_index
+        last_at = current.last_at
+        include = current.config.include_trajectory_digest
+        started = current.started
+    if version != current.version:
+        current = msgspec_replace(
+            current, turns=(*current.turns, *added), version=version, next_index=next_index, last_at=last_at
+        )
     return current
 
 
