@@ -324,3 +324,16 @@ def test_the_jetstream_runtime_answers_every_write_with_its_state_visible(
     finally:
         system.close()
         log.close()
+
+
+def test_an_append_on_a_dropped_client_is_a_log_error(log: JetStreamEventLog) -> None:
+    """nats-py's own errors never reach the actor raw: they arrive as `LogUnavailable`."""
+    log.append(KEY, [cleared(1, "d-1")], expected_seq=0)
+    conn = log._conn
+
+    async def drop() -> None:
+        await conn.nc.close()
+
+    conn.call(drop, what="dropping the client")
+    with pytest.raises(LogUnavailable, match="append to"):
+        log.append(KEY, [cleared(2, "d-2")], expected_seq=1)

@@ -101,6 +101,25 @@ class SessionWriter:
 
         `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
         """
+        try:
+            await self._start_append(key, subject, events, payloads, expected, done, what, on_stored)
+        except BaseException as exc:
+            error = log_error(exc, what)
+            if error is exc:
+                raise
+            raise error from None
+
+    async def _start_append(
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+        done: concurrent.futures.Future[int],
+        what: str,
+        on_stored: OnStored | None,
+    ) -> None:
         last = self._last.get(subject)
         if (
             len(events) > 1
