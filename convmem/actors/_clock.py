@@ -19,15 +19,67 @@ _log = logging.getLogger("convmem.clock")
 
 
 class _Handle:
-    __slots__ = ("callback", "cancelled", "when")
+    __slots__ = ("_heap", "callback", "cancelled", "when")
 
-    def __init__(self, when: float, callback: Callable[[], object]) -> None:
+    def __init__(self, when: float, callback: Callable[[], object], heap: _TimerHeap | None = None) -> None:
         self.when = when
         self.callback = callback
         self.cancelled = False
+        self._heap = heap
 
     def cancel(self) -> None:
+        """Never run; the callback (and whatever it holds) is let go at once."""
+        if self.cancelled:
+            return
         self.cancelled = True
+        self.callback = _nothing
+        heap, self._heap = self._heap, None
+        if heap is not None:
+            heap.forget_one()
+
+
+def _nothing() -> None:
+    return None
+
+
+class _TimerHeap:
+    """Timers by due time. Cancelled ones leave the heap once they are half of it.
+
+    A session sets a timeout for every summary and cancels it a moment later;
+    left in the heap until due (a minute on), tens of thousands of dead timers
+    would pile up under load and slow every garbage collection.
+    """
+
+    __slots__ = ("_cancelled", "_counter", "_lock", "entries")
+
+    def __init__(self, lock: threading.Lock | threading.RLock | threading.Condition) -> None:
+        self.entries: list[tuple[float, int, _Handle]] = []
+        self._counter = itertools.count()
+        self._cancelled = 0
+        self._lock = lock
+
+    def push(self, when: float, callback: Callable[[], object]) -> _Handle:
+        """Add a timer (the caller holds the lock)."""
+        handle = _Handle(when, callback, self)
+        heapq.heappush(self.entries, (when, next(self._counter), handle))
+        return handle
+
+    def pop(self) -> _Handle:
+        """Take the earliest timer (the caller holds the lock)."""
+        _, _, handle = heapq.heappop(self.entries)
+        if handle.cancelled:
+            self._cancelled -= 1
+        else:
+            handle._heap = None  # leaving the heap: a cancel after this counts nothing
+        return handle
+
+    def forget_one(self) -> None:
+        with self._lock:
+            self._cancelled += 1
+            if self._cancelled > 64 and 2 * self._cancelled > len(self.entries):
+                self.entries = [entry for entry in self.entries if not entry[2].cancelled]
+                heapq.heapify(self.entries)
+                self._cancelled = 0
 
 
 def _run(handle: _Handle) -> None:
@@ -41,9 +93,8 @@ class SystemClock:
     """Wall-clock time; timers run on one daemon thread started on first use."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Handle]] = []
-        self._counter = itertools.count()
         self._cond = threading.Condition()
+        self._timers = _TimerHeap(self._cond)
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -53,12 +104,12 @@ class SystemClock:
 
     def call_at(self, when: float, callback: Callable[[], object]) -> _Handle:
         """Run `callback` on the timer thread once `now() >= when`."""
-        handle = _Handle(when, callback)
         with self._cond:
             if self._closed:
+                handle = _Handle(when, callback)
                 handle.cancel()
                 return handle
-            heapq.heappush(self._heap, (when, next(self._counter), handle))
+            handle = self._timers.push(when, callback)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="convmem-timers", daemon=True)
                 self._thread.start()
@@ -68,12 +119,14 @@ class SystemClock:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (not self._heap or self._heap[0][0] > time.time()):
-                    wait = self._heap[0][0] - time.time() if self._heap else None
+                heap = self._timers.entries
+                while not self._closed and (not heap or heap[0][0] > time.time()):
+                    wait = heap[0][0] - time.time() if heap else None
                     self._cond.wait(timeout=wait)
+                    heap = self._timers.entries
                 if self._closed:
                     return
-                _, _, handle = heapq.heappop(self._heap)
+                handle = self._timers.pop()
             if not handle.cancelled:
                 _run(handle)
 
@@ -95,9 +148,8 @@ class ManualClock:
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start
-        self._heap: list[tuple[float, int, _Handle]] = []
-        self._counter = itertools.count()
         self._lock = threading.RLock()
+        self._timers = _TimerHeap(self._lock)
 
     def now(self) -> float:
         """The current manual time."""
@@ -106,13 +158,12 @@ class ManualClock:
 
     def call_at(self, when: float, callback: Callable[[], object]) -> _Handle:
         """Schedule `callback`; runs immediately when `when` has already come."""
-        handle = _Handle(when, callback)
         with self._lock:
             due = when <= self._now
             if not due:
-                heapq.heappush(self._heap, (when, next(self._counter), handle))
-        if due:
-            _run(handle)
+                return self._timers.push(when, callback)
+        handle = _Handle(when, callback)
+        _run(handle)
         return handle
 
     def advance(self, seconds: float) -> None:
@@ -128,15 +179,16 @@ class ManualClock:
                 raise ValueError(f"a clock does not go backwards ({when} < {self._now})")
         while True:
             with self._lock:
-                if not self._heap or self._heap[0][0] > when:
+                heap = self._timers.entries
+                if not heap or heap[0][0] > when:
                     self._now = when
                     return
-                at, _, handle = heapq.heappop(self._heap)
-                self._now = max(self._now, at)
+                handle = self._timers.pop()
+                self._now = max(self._now, handle.when)
             if not handle.cancelled:
                 _run(handle)
 
     def pending_timers(self) -> int:
         """Timers scheduled and not yet fired or cancelled."""
         with self._lock:
-            return sum(1 for _, _, h in self._heap if not h.cancelled)
+            return sum(1 for _, _, h in self._timers.entries if not h.cancelled)
