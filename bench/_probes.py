@@ -39,6 +39,7 @@ from bench._common import (
     session_keys,
 )
 from convmem.actors import MemorySystem
+from convmem.adapters._jetstream_write import PendingAppend
 from convmem.events import ShortTermMemoryConfig, TurnAdded, encode_event
 
 __all__ = ["PROBES", "main"]
@@ -109,8 +110,9 @@ def throughput() -> None:
                     added = event(key, "fast")
                     done: concurrent.futures.Future[int] = concurrent.futures.Future()
                     done.set_running_or_notify_cancel()
+                    subject, payload = log.subject(key), encode_event(added)
                     await writer.start_append(
-                        key, log.subject(key), (added,), (encode_event(added),), added.seq - 1, done, "probe"
+                        PendingAppend(key, subject, (added,), (payload,), added.seq - 1, done, "probe")
                     )
                     await asyncio.wrap_future(done)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from convmem.actors import LoggedEvent
 from convmem.adapters._jetstream_read import SubjectKeys, read_range, to_logged
 from convmem.adapters._jetstream_setup import check_names, ensure_stream, subject_pattern
-from convmem.adapters._jetstream_write import SessionWriter
+from convmem.adapters._jetstream_write import PendingAppend, SessionWriter
 from convmem.adapters._loop import wait
 from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
@@ -167,11 +167,9 @@ class JetStreamEventLog:
         payloads = tuple(encode_event(e) for e in events)
         what = f"append to {key}"
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        pending = PendingAppend(key, subject, events, payloads, expected_seq, done, what, on_stored)
         writer = self._writer
-        self._conn.post(
-            lambda: writer.start_append(key, subject, events, payloads, expected_seq, done, what, on_stored),
-            done,
-        )
+        self._conn.post(lambda: writer.start_append(pending), done)
         return wait(done, timeout=self._conn.timeout, what=what)
 
     def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:

@@ -45,7 +45,7 @@ from convmem.adapters._nats import NatsConnection, StoredMessage, log_error
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
-__all__ = ["SessionWriter"]
+__all__ = ["PendingAppend", "SessionWriter"]
 
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
@@ -68,6 +68,31 @@ class _Last(NamedTuple):
 _EMPTY = _Last(0, 0, None)
 
 
+class PendingAppend(NamedTuple):
+    """One append handed to the loop: what to store, and whom to tell."""
+
+    key: MemoryKey
+    subject: str
+    events: tuple[Event, ...]
+    payloads: tuple[bytes, ...]
+    expected: int
+    """The session seq the events follow."""
+    done: concurrent.futures.Future[int]
+    """Settled with the session's last seq, or the log error."""
+    what: str
+    """How errors name the append ("append to <key>")."""
+    on_stored: OnStored | None = None
+    """Told the last seq on the loop once stored, before `done` is settled."""
+
+    def settle(self, last: int) -> None:
+        if self.on_stored is not None:
+            try:
+                self.on_stored(last)
+            except Exception:  # the caller's hook must not keep the append's own answer from it
+                _log.exception("an on_stored hook failed")
+        self.done.set_result(last)
+
+
 class _Refused(Exception):
     """The server refused a conditional publish (the subject moved on, or an id is a duplicate)."""
 
@@ -86,50 +111,31 @@ class SessionWriter:
         self._ack_prefix: str | None = None
         self._tokens = itertools.count()
 
-    async def start_append(
-        self,
-        key: MemoryKey,
-        subject: str,
-        events: tuple[Event, ...],
-        payloads: tuple[bytes, ...],
-        expected: int,
-        done: concurrent.futures.Future[int],
-        what: str,
-        on_stored: OnStored | None = None,
-    ) -> None:
-        """Begin `append` and return at once; `done` gets its result or its (log) error.
+    async def start_append(self, pending: PendingAppend) -> None:
+        """Begin `pending` and return at once; its `done` gets the result or the (log) error.
 
-        `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
+        Its `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
         """
         try:
-            await self._start_append(key, subject, events, payloads, expected, done, what, on_stored)
+            await self._start_append(pending)
         except BaseException as exc:
-            error = log_error(exc, what)
+            error = log_error(exc, pending.what)
             if error is exc:
                 raise
             raise error from None
 
-    async def _start_append(
-        self,
-        key: MemoryKey,
-        subject: str,
-        events: tuple[Event, ...],
-        payloads: tuple[bytes, ...],
-        expected: int,
-        done: concurrent.futures.Future[int],
-        what: str,
-        on_stored: OnStored | None,
-    ) -> None:
+    async def _start_append(self, pending: PendingAppend) -> None:
+        subject, events = pending.subject, pending.events
         last = self._last.get(subject)
         if (
             len(events) > 1
             or last is None
-            or last.seq != expected
+            or last.seq != pending.expected
             or subject in self._locks
             or subject in self._fast
             or not self._conn.nc.is_connected
         ):
-            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            self._append_in_task(pending)
             return
         event = events[0]
         headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq), _EXPECTED: str(last.stream_seq)}
@@ -142,7 +148,9 @@ class SessionWriter:
         ack: asyncio.Future[bytes] = loop.create_future()
         self._acks[token] = ack
         try:
-            await self._conn.nc.publish(subject, payloads[0], reply=self._ack_prefix + token, headers=headers)
+            await self._conn.nc.publish(
+                subject, pending.payloads[0], reply=self._ack_prefix + token, headers=headers
+            )
         except BaseException:
             del self._acks[token]
             self._last.pop(subject, None)  # it may have gone out: ask the server next time
@@ -154,7 +162,7 @@ class SessionWriter:
             timer.cancel()
             if self._fast.get(subject) is future:
                 del self._fast[subject]
-            self._fast_acked(future, key, subject, events, payloads, expected, done, what, on_stored)
+            self._fast_acked(future, pending)
 
         ack.add_done_callback(acked)
 
@@ -173,24 +181,15 @@ class SessionWriter:
         if ack is not None and not ack.done():
             ack.cancel()
 
-    def _fast_acked(
-        self,
-        ack: asyncio.Future[bytes],
-        key: MemoryKey,
-        subject: str,
-        events: tuple[Event, ...],
-        payloads: tuple[bytes, ...],
-        expected: int,
-        done: concurrent.futures.Future[int],
-        what: str,
-        on_stored: OnStored | None,
-    ) -> None:
+    def _fast_acked(self, ack: asyncio.Future[bytes], pending: PendingAppend) -> None:
+        subject, done = pending.subject, pending.done
         if ack.cancelled():  # no answer in time: it may be stored or not
             self._last.pop(subject, None)
             done.set_exception(
                 LogUnavailable(
-                    f"{what} got no acknowledgement within {self._conn.timeout:g}s; the NATS server may "
-                    "be down or overloaded (retrying is safe: appends are exactly-once by event id)"
+                    f"{pending.what} got no acknowledgement within {self._conn.timeout:g}s; the NATS "
+                    "server may be down or overloaded (retrying is safe: appends are exactly-once by "
+                    "event id)"
                 )
             )
             return
@@ -198,39 +197,34 @@ class SessionWriter:
             reply = _ack(ack.result())
         except _Refused:
             # Not stored: the full append finds out who wrote meanwhile, or retries.
-            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            self._append_in_task(pending)
             return
         except Exception as exc:
             self._last.pop(subject, None)
-            done.set_exception(log_error(exc, what))
+            done.set_exception(log_error(exc, pending.what))
             return
         if reply.get("duplicate"):  # stored long ago under this id: the full append reports the session
-            self._append_in_task(key, subject, events, payloads, expected, done, what, on_stored)
+            self._append_in_task(pending)
             return
-        self._remember(subject, _Last(events[-1].seq, int(reply["seq"]), events[-1].event_id))
-        _settle(done, events[-1].seq, on_stored)
+        event = pending.events[-1]
+        self._remember(subject, _Last(event.seq, int(reply["seq"]), event.event_id))
+        pending.settle(event.seq)
 
-    def _append_in_task(
-        self,
-        key: MemoryKey,
-        subject: str,
-        events: tuple[Event, ...],
-        payloads: tuple[bytes, ...],
-        expected: int,
-        done: concurrent.futures.Future[int],
-        what: str,
-        on_stored: OnStored | None,
-    ) -> None:
+    def _append_in_task(self, pending: PendingAppend) -> None:
         async def run() -> None:
             try:
-                last = await self.append(key, subject, events, payloads, expected)
+                last = await self.append(
+                    pending.key, pending.subject, pending.events, pending.payloads, pending.expected
+                )
             except asyncio.CancelledError:
-                done.set_exception(SessionClosed(f"{what} was cancelled because the connection closed"))
+                pending.done.set_exception(
+                    SessionClosed(f"{pending.what} was cancelled because the connection closed")
+                )
                 raise
             except BaseException as exc:
-                done.set_exception(log_error(exc, what))
+                pending.done.set_exception(log_error(exc, pending.what))
             else:
-                _settle(done, last, on_stored)
+                pending.settle(last)
 
         asyncio.get_running_loop().create_task(run())
 
@@ -417,15 +411,6 @@ class SessionWriter:
                 del self._locks[subject]
             else:
                 self._locks[subject] = (lock, users - 1)
-
-
-def _settle(done: concurrent.futures.Future[int], last: int, on_stored: OnStored | None) -> None:
-    if on_stored is not None:
-        try:
-            on_stored(last)
-        except Exception:  # the caller's hook must not keep the append's own answer from it
-            _log.exception("an on_stored hook failed")
-    done.set_result(last)
 
 
 def _ack(data: bytes) -> dict[str, Any]:
