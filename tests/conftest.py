@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 from nats_fixtures import *  # noqa: F403
+from runtime_helpers import Harness
 
 # CI machines are noisy: no deadlines, a fixed example budget, derandomized so a
 # failure reproduces. "dev" explores more when run by hand.
@@ -19,3 +22,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    """A `Harness` (one log, snapshot store and manual clock) closed after the test, also on failure."""
+    h = Harness()
+    try:
+        yield h
+    finally:
+        h.close()

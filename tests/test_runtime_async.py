@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import pytest
@@ -28,15 +28,6 @@ from convmem.errors import OperationTimeout, SessionClosed
 from convmem.events import ConversationTurn, MemoryBudget, MemoryHealth, ShortTermMemoryConfig
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 class Heartbeat:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -49,15 +48,6 @@ from convmem.events import (
 from convmem.projections import encode_state, estimate_tokens, llm_context, state_hash
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def check_replay(system: MemorySystem, log: InMemoryEventLog, k: MemoryKey) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
-import pytest
 from runtime_helpers import (
     EchoSummarizer,
     Harness,
@@ -24,15 +22,6 @@ from convmem.errors import ConcurrencyConflict
 from convmem.events import MemoryBudget, MemoryKey, ShortTermMemoryConfig
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def test_many_threads_on_one_session_store_every_turn_once_in_each_threads_order(harness: Harness) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 
 import pytest
 from runtime_helpers import (
@@ -37,15 +36,6 @@ HEALTHY, RETRY, DEGRADED, RECOVERING = (
     MemoryHealth.DEGRADED,
     MemoryHealth.RECOVERING,
 )
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def wait_health(session: SessionHandle, health: MemoryHealth, attempt: int) -> None:

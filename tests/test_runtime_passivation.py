@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
 
 import pykka
 import pytest
@@ -29,15 +28,6 @@ from convmem.adapters import InMemoryEventLog
 from convmem.events import MemoryBudget, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def test_the_live_set_never_exceeds_its_bound_and_no_acknowledged_turn_is_lost(harness: Harness) -> None:

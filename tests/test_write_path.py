@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 from runtime_helpers import WAIT, Harness, key, live_state, turn, users
 
-from convmem.actors import MemorySystem, NotifyingEventLog
+from convmem.actors import MemorySystem, NotifyingEventLog, SessionHandle
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
 from convmem.adapters._loop import EventLoopThread, wait
 from convmem.errors import ConcurrencyConflict, LogUnavailable, SessionClosed
@@ -230,15 +230,6 @@ class HoldingLog(InMemoryEventLog):
         return last
 
 
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.close()
-
-
 def test_a_write_is_answered_and_readable_while_the_actor_still_waits(harness: Harness) -> None:
     """The caller's answer and its read of the new state do not wait for the actor to wake."""
     log = HoldingLog()
@@ -258,18 +249,26 @@ def test_a_write_is_answered_and_readable_while_the_actor_still_waits(harness: H
     assert users(live_state(system, key())) == ["first", "second", "third"]
 
 
-def test_an_ack_that_lands_as_the_wait_fails_counts_as_stored(harness: Harness) -> None:
-    """Told of the ack, then the wait raises: the caller already has its answer, the state keeps it."""
-    log = HoldingLog()
+def held_second_turn(
+    harness: Harness, log: HoldingLog
+) -> tuple[MemorySystem, SessionHandle, concurrent.futures.Future[int], threading.Thread]:
+    """A session with one turn; its second add_turn (on a thread) held inside the armed `log`."""
     system = harness.system(TRUNCATION, log=log)
     handle = system.session(key())
     handle.add_turn(turn("first"))
     log.armed = True
-    log.fail_after_telling = True
     reply: concurrent.futures.Future[int] = concurrent.futures.Future()
     worker = threading.Thread(target=lambda: reply.set_result(handle.add_turn(turn("second"))))
     worker.start()
     assert log.held.wait(WAIT)
+    return system, handle, reply, worker
+
+
+def test_an_ack_that_lands_as_the_wait_fails_counts_as_stored(harness: Harness) -> None:
+    """Told of the ack, then the wait raises: the caller already has its answer, the state keeps it."""
+    log = HoldingLog()
+    log.fail_after_telling = True
+    system, handle, reply, worker = held_second_turn(harness, log)
     assert reply.result(WAIT) == 2
     log.gate.set()
     worker.join(WAIT)
@@ -280,15 +279,8 @@ def test_an_ack_that_lands_as_the_wait_fails_counts_as_stored(harness: Harness) 
 def test_an_ack_for_other_events_is_not_answered_early(harness: Harness) -> None:
     """When the log reports another last seq (a retry it already held), the actor decides, not the hook."""
     log = HoldingLog()
-    system = harness.system(TRUNCATION, log=log)
-    handle = system.session(key())
-    handle.add_turn(turn("first"))
-    log.armed = True
     log.last_override = 99
-    reply: concurrent.futures.Future[int] = concurrent.futures.Future()
-    worker = threading.Thread(target=lambda: reply.set_result(handle.add_turn(turn("second"))))
-    worker.start()
-    assert log.held.wait(WAIT)
+    system, _, reply, worker = held_second_turn(harness, log)
     assert not reply.done()
     log.gate.set()
     assert reply.result(WAIT) == 2
