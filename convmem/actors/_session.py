@@ -22,8 +22,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pykka
 
+from convmem.actors._dispatch import PooledActor
 from convmem.actors._pool import SummaryOutcome
 from convmem.actors._ports import NotifyingEventLog, Snapshot, Timer
 from convmem.errors import ConcurrencyConflict, ConvmemError
@@ -140,13 +140,12 @@ class Refresh(msgspec.Struct, frozen=True):
 Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh
 
 
-class SessionActor(pykka.ThreadingActor):
+class SessionActor(PooledActor):
     """One live session. Started and stopped by `MemorySystem` only."""
-
-    use_daemon_thread = True
 
     def __init__(self, system: MemorySystem, key: MemoryKey, cell: StateCell) -> None:
         super().__init__()
+        self.dispatcher = system.dispatcher
         self._system = system
         self._key = key
         self._cell = cell

@@ -25,6 +25,7 @@ import msgspec
 import pykka
 
 from convmem.actors._clock import SystemClock
+from convmem.actors._dispatch import Dispatcher
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
@@ -82,6 +83,7 @@ class MemorySystem:
         snapshot_every: int = 50,
         summarizer_workers: int = 4,
         summarizer_queue: int = 1000,
+        actor_threads: int = 64,
         on_poison: Literal["skip", "stop"] = "skip",
         timeout: float = 30.0,
         on_close: Callable[[], object] | None = None,
@@ -93,6 +95,8 @@ class MemorySystem:
             raise InvalidConfig("idle_seconds", f"must be > 0, got {idle_seconds}")
         if snapshot_every < 1:
             raise InvalidConfig("snapshot_every", f"must be >= 1, got {snapshot_every}")
+        if actor_threads < 1:
+            raise InvalidConfig("actor_threads", f"must be >= 1, got {actor_threads}")
         if on_poison not in ("skip", "stop"):
             raise InvalidConfig("on_poison", f"must be 'skip' or 'stop', got {on_poison!r}")
         if summarizer is not None and not callable(summarizer):
@@ -109,6 +113,8 @@ class MemorySystem:
         self.on_poison: Literal["skip", "stop"] = on_poison
         self.timeout = timeout
         self.metrics = Metrics()
+        self.dispatcher = Dispatcher(actor_threads, name="convmem-session")
+        """The threads the session actors run on (a session holds one only while it handles a message)."""
         self._summarizer = summarizer
         self.pool = (
             SummarizerPool(
@@ -237,6 +243,7 @@ class MemorySystem:
                 _log.warning("a session actor did not stop within %ss", self.timeout)
         if self.pool is not None:
             self.pool.close()
+        self.dispatcher.close(self.timeout)
         self._callback_pool.shutdown(wait=True)
         if self._own_clock and isinstance(self.clock, SystemClock):
             self.clock.close()

@@ -42,6 +42,7 @@ ENVIRONMENT = {
     "CONVMEM_CONFIG": "--config: JSON or TOML file with the ShortTermMemoryConfig",
     "CONVMEM_SUMMARIZER": "--summarizer: extractive (default, offline) or openai",
     "CONVMEM_MAX_LIVE_SESSIONS": "--max-live-sessions: live session actors at most",
+    "CONVMEM_ACTOR_THREADS": "--actor-threads: threads the session actors share",
     "CONVMEM_SUMMARIZER_WORKERS": "--summarizer-workers: concurrent summarizer calls",
     "CONVMEM_REPLICAS": "--replicas: stream and bucket replicas (3 on a cluster)",
 }
@@ -73,6 +74,7 @@ def add_serve_command(commands: Any) -> None:
         "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
     )
     p.add_argument("--max-live-sessions", type=int, default=_env_int("CONVMEM_MAX_LIVE_SESSIONS", 256))
+    p.add_argument("--actor-threads", type=int, default=_env_int("CONVMEM_ACTOR_THREADS", 64))
     p.add_argument("--summarizer-workers", type=int, default=_env_int("CONVMEM_SUMMARIZER_WORKERS", 4))
     p.add_argument("--replicas", type=int, default=_env_int("CONVMEM_REPLICAS", 1))
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
@@ -140,6 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             snapshots=opened.snapshots,
             summarizer=summarizer,
             max_live_sessions=args.max_live_sessions,
+            actor_threads=args.actor_threads,
             summarizer_workers=args.summarizer_workers,
         )
         try:

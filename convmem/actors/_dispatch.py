@@ -1,0 +1,176 @@
+"""Pykka actors that share a pool of threads instead of owning a thread each.
+
+A `ThreadingActor` sleeps on a thread of its own between messages; with a
+thousand live sessions every message wakes one of a thousand threads, and the
+hand-offs (a futex wake, then a wait for the GIL behind the others) cost more
+than the session's own work. A `PooledActor` keeps pykka's contract (an
+`ActorRef`, `tell`/`ask`, proxies, the registry, one message at a time, in
+order, `on_start`/`on_stop`/`on_failure`) while its messages run on one of a
+`Dispatcher`'s threads: an actor with mail is queued on the dispatcher once,
+a free thread runs a slice of its inbox, and a busy dispatcher takes new mail
+without waking anyone.
+
+A handler may block (the session actor waits for the log): it holds one
+dispatcher thread meanwhile, and the others go on with other actors. Handlers
+must not wait on another pooled actor that could be waiting for a thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+import threading
+from typing import Any
+
+import pykka
+from pykka import ActorRegistry, ThreadingFuture
+
+__all__ = ["Dispatcher", "PooledActor"]
+
+_log = logging.getLogger("convmem.dispatch")
+
+_SLICE = 32
+"""Messages an actor handles before its thread goes to the next actor in line."""
+
+
+class Dispatcher:
+    """A fixed set of daemon threads running the actors that have mail, in turn."""
+
+    def __init__(self, threads: int, *, name: str = "convmem-actors") -> None:
+        if threads < 1:
+            raise ValueError(f"a dispatcher needs at least one thread, got {threads}")
+        self._ready: collections.deque[PooledActor] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True) for n in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def schedule(self, actor: PooledActor) -> None:
+        with self._cond:
+            self._ready.append(actor)
+            self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready and not self._closed:
+                    self._cond.wait()
+                if not self._ready:
+                    return
+                actor = self._ready.popleft()
+            actor._run_slice()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Let the threads finish what is queued, then stop them (waiting at most `timeout` each)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+
+class _Inbox:
+    """A pykka inbox that queues its actor on the dispatcher when mail comes to an idle actor."""
+
+    __slots__ = ("_items", "_lock", "_scheduled", "actor")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = True  # until the actor has started: its start schedules it
+        self.actor: PooledActor | None = None
+
+    def put(self, envelope: Any, /) -> None:
+        with self._lock:
+            self._items.append(envelope)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        assert self.actor is not None
+        self.actor.dispatcher.schedule(self.actor)
+
+    def get(self) -> Any:
+        """The next message (pykka's teardown asks only after `empty()` said there is one)."""
+        with self._lock:
+            return self._items.popleft()
+
+    def empty(self) -> bool:
+        with self._lock:
+            return not self._items
+
+    def take(self) -> Any | None:
+        """The next message, or None, and the actor counts as idle until the next `put`."""
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
+            self._scheduled = False
+            return None
+
+
+class PooledActor(pykka.Actor):
+    """A pykka actor run by a `Dispatcher` (set `dispatcher` before `start` returns)."""
+
+    dispatcher: Dispatcher
+    actor_inbox: _Inbox
+
+    @staticmethod
+    def _create_actor_inbox() -> _Inbox:
+        return _Inbox()
+
+    @staticmethod
+    def _create_future() -> ThreadingFuture[Any]:
+        return ThreadingFuture()
+
+    def _start_actor_loop(self) -> None:
+        self._set_up = False
+        self._torn_down = False
+        self.actor_inbox.actor = self
+        self.dispatcher.schedule(self)
+
+    def _run_slice(self) -> None:
+        """Run on a dispatcher thread: start up once, then handle up to `_SLICE` messages."""
+        if not self._set_up:
+            self._set_up = True
+            self._actor_loop_setup()
+        for _ in range(_SLICE):
+            if self.actor_stopped.is_set():
+                self._tear_down()
+                return
+            envelope = self.actor_inbox.take()
+            if envelope is None:
+                return
+            self._handle_envelope(envelope)
+        if self.actor_stopped.is_set():
+            self._tear_down()
+            return
+        self.dispatcher.schedule(self)  # more mail, perhaps: back in line behind the others
+
+    def _tear_down(self) -> None:
+        if not self._torn_down:
+            self._torn_down = True
+            self._actor_loop_teardown()
+
+    def _handle_envelope(self, envelope: Any) -> None:
+        """What pykka's thread loop does with one message, exceptions included."""
+        try:
+            response = self._handle_receive(envelope.message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception:
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+            else:
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:
+                    self._handle_failure(*sys.exc_info())
+        except BaseException:  # as pykka does: stop everything, but keep the dispatcher thread
+            _log.debug("%r in %s: stopping all actors", sys.exc_info()[1], self)
+            self._stop()
+            threading.Thread(target=ActorRegistry.stop_all, daemon=True).start()
