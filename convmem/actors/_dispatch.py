@@ -88,11 +88,11 @@ class _Inbox:
     def put(self, envelope: Any, /) -> None:
         with self._lock:
             self._items.append(envelope)
-            if self._scheduled:
-                return
+            actor = self.actor
+            if self._scheduled or actor is None:
+                return  # already in line, or torn down (as a stopped thread's queue, nobody reads it)
             self._scheduled = True
-        assert self.actor is not None
-        self.actor.dispatcher.schedule(self.actor)
+        actor.dispatcher.schedule(actor)
 
     def get(self) -> Any:
         """The next message (pykka's teardown asks only after `empty()` said there is one)."""
@@ -154,6 +154,8 @@ class PooledActor(pykka.Actor):
         if not self._torn_down:
             self._torn_down = True
             self._actor_loop_teardown()
+            with self.actor_inbox._lock:
+                self.actor_inbox.actor = None  # no cycle keeps a stopped actor and its state alive
 
     def _handle_envelope(self, envelope: Any) -> None:
         """What pykka's thread loop does with one message, exceptions included."""
