@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -386,6 +388,10 @@ class Process:
         code = self.proc.wait(timeout)
         self._reader.join(timeout)
         return code
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process holds its connections but answers nothing, as a hung machine."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""

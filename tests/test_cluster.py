@@ -275,6 +275,7 @@ class TenantLoad:
         self.retries: Counter[str] = Counter()
         self.failures: list[str] = []
         self.third = threading.Event()
+        self.retried = threading.Event()
         self._total = len(keys) * turns
         self._lock = threading.Lock()
         self._threads = [
@@ -307,6 +308,7 @@ class TenantLoad:
             except ConvmemError as exc:  # a clear error: retry with the same key
                 with self._lock:
                     self.retries[type(exc).__name__] += 1
+                self.retried.set()
                 if time.monotonic() > deadline:
                     self.failures.append(text)
                     return False
@@ -321,7 +323,7 @@ class TenantLoad:
 def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
     cluster: NatsCluster, tmp_path: Path
 ) -> None:
-    """kill -9 of one `convmem serve`: requests go to the other through the queue group, nothing lost."""
+    """kill -9 of one `convmem serve` with requests in flight: the other takes over, nothing lost."""
     urls = compose_urls(cluster)  # both replicas exactly as compose configures them
     serves = [start_serve(urls, tmp_path, f"serve-{n}") for n in (1, 2)]
     sessions, turns = 40, 40 * SCALE
@@ -335,6 +337,10 @@ def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
             load.start()
             try:
                 assert load.third.wait(DEADLINE), "the load did not reach a third of its turns"
+                # Freeze it first, so that requests are surely in flight to it when it dies: a plain
+                # kill found none often enough (requests spend a millisecond or two in a serve).
+                serves[0].freeze()
+                assert load.retried.wait(DEADLINE), "no request reached the frozen service"
                 killed_at = time.monotonic()
                 serves[0].kill()
             finally:
