@@ -8,12 +8,14 @@ import threading
 import pykka
 import pytest
 from runtime_helpers import (
+    WAIT,
     EchoSummarizer,
     GatedLog,
     Harness,
     PlannedSummarizer,
     assert_each_writer_in_order,
     key,
+    live_state,
     replay_log,
     run_threads,
     stored_users,
@@ -295,3 +297,27 @@ def test_a_passivated_session_reactivates_from_the_log_with_an_equal_state(
     assert (report.snapshot_seq > 0) is with_snapshots
     assert session.add_turn(turn("after")) == 11
     assert session.snapshot_state() == replay_log(harness.log, key())
+
+
+def test_a_session_with_a_summary_under_way_is_not_passivated_until_it_lands(harness: Harness) -> None:
+    """The live bound gives way to a session whose summary is being made, then holds again.
+
+    Passivating it would throw the summary away, and the session would be woken
+    again to ask for it anew: with more such sessions than the bound allows, they
+    evicted each other without end (20,000 activations for 38 turns in a run).
+    """
+    summarizer = PlannedSummarizer("hang")
+    system = harness.system(summarizing_config(), summarizer=summarizer, max_live_sessions=1)
+    busy, other, third = key("busy"), key("other"), key("third")
+    for n in range(3):  # full zone 2: the third turn asks for a summary
+        system.session(busy).add_turn(turn(f"b{n}"))
+    summarizer.wait_calls(1)
+    system.session(other).add_turn(turn("o0"))
+    assert system.is_live(busy)  # kept: its summary is under way
+    assert system.live_sessions() == 2
+    summarizer.release()
+    system.session(busy).flush(timeout=WAIT)
+    assert live_state(system, busy).summary.startswith("covers")
+    system.session(third).add_turn(turn("t0"))
+    assert system.live_sessions() == 1  # idle again: the bound holds
+    assert system.is_live(third)

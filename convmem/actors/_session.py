@@ -56,14 +56,21 @@ MAX_CONFLICT_RETRIES = 20
 class StateCell:
     """The latest acknowledged state of a live session, readable from any thread."""
 
-    __slots__ = ("in_flight", "last_used", "state", "view")
+    __slots__ = ("in_flight", "last_used", "state", "view", "waiters")
 
     def __init__(self, state: SessionState, now: float) -> None:
         self.state = state
         self.last_used = now
         self.in_flight = False
+        """A summary of the session is being made."""
+        self.waiters = 0
+        """Flushes waiting for the session's summary work to settle."""
         self.view: tuple[SessionState, dict[str, Any]] | None = None
         """The context view last built, with the state it was built from."""
+
+    def busy(self) -> bool:
+        """Whether passivating the session now would abandon work under way."""
+        return self.in_flight or self.waiters > 0
 
 
 class _EarlyReply:
@@ -185,6 +192,7 @@ class SessionActor(PooledActor):
         for waiter in self._flushes:
             self._system.redeliver(self._key, Flush(waiter))
         self._flushes = []
+        self._cell.waiters = 0
         self._system.forget_stopped(self._key, self.actor_ref)
 
     # Messages ------------------------------------------------------------------------
@@ -196,6 +204,7 @@ class SessionActor(PooledActor):
                 self._write(message)
             case Flush():
                 self._flushes.append(message.reply)
+                self._cell.waiters = len(self._flushes)
                 self._settle_flushes()
             case Wake():
                 self._schedule()
@@ -441,3 +450,4 @@ class SessionActor(PooledActor):
                 if not waiter.done():
                     waiter.set_result(None)
             self._flushes = []
+            self._cell.waiters = 0

@@ -355,13 +355,19 @@ class MemorySystem:
                     # Summary work starts only now that replies (tell_if_live) can find the actor.
                     ref.tell(Wake())
                     self._activation_locks.pop(key, None)
-                    while len(self._live) > self.max_live_sessions:
-                        old_key, old = next(iter(self._live.items()))
-                        if old_key == key:
+                    excess = len(self._live) - self.max_live_sessions
+                    for old_key, old in list(self._live.items()) if excess > 0 else ():
+                        if excess <= 0 or old_key == key:
                             break
+                        if old.cell.busy():
+                            # Its summary or a flush is under way: passivating it would throw the
+                            # work away and wake it again at once (sessions then evict each other
+                            # without end). The bound gives way until the work is done.
+                            continue
                         del self._live[old_key]
                         self._stopping[old_key] = old.ref
                         evicted.append(old)
+                        excess -= 1
                 self.metrics.count("activations")
                 for old in evicted:
                     self.metrics.count("passivations")
