@@ -37,8 +37,8 @@ from convmem.projections import (
     SummarySucceeded,
     decide,
     encode_state,
-    evolve,
     next_due_at,
+    replay,
     state_hash,
     summary_due,
 )
@@ -104,9 +104,7 @@ class _EarlyReply:
         with self._lock:
             if self._closed or last != self._events[-1].seq or self._reply.done():
                 return  # the log answered for another attempt: the actor finds out
-            state = self._base
-            for event in self._events:
-                state = evolve(state, event)
+            state = replay(self._events, state=self._base)
             self._cell.state = state
             self.state = state
             self._reply.set_result(self._events)
@@ -299,8 +297,7 @@ class SessionActor(PooledActor):
                 # The log already held these event ids (a retried command): trust the log.
                 self._reload()
                 return []
-            for event in events:
-                state = evolve(state, event)
+            state = replay(events, state=state)
             if command_id in self._doubtful:
                 del self._doubtful[command_id]
                 stored, _ = system.load(self._key)
@@ -329,13 +326,13 @@ class SessionActor(PooledActor):
             return log.append(self._key, events, expected_seq=expected_seq)
         assert isinstance(log, NotifyingEventLog)
         try:
-            return log.append_notifying(self._key, events, expected_seq=expected_seq, on_stored=early)
+            last = log.append_notifying(self._key, events, expected_seq=expected_seq, on_stored=early)
         except Exception:
-            if early.close():  # the ack came in as the wait gave up: stored, published and answered
-                return events[-1].seq
-            raise
-        finally:
-            early.close()
+            if not early.close():
+                raise
+            return events[-1].seq  # the ack came in as the wait gave up: stored, published and answered
+        early.close()
+        return last
 
     def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
         system = self._system

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -356,18 +357,16 @@ class MemorySystem:
                     ref.tell(Wake())
                     self._activation_locks.pop(key, None)
                     excess = len(self._live) - self.max_live_sessions
-                    for old_key, old in list(self._live.items()) if excess > 0 else ():
-                        if excess <= 0 or old_key == key:
-                            break
-                        if old.cell.busy():
-                            # Its summary or a flush is under way: passivating it would throw the
-                            # work away and wake it again at once (sessions then evict each other
-                            # without end). The bound gives way until the work is done.
-                            continue
-                        del self._live[old_key]
-                        self._stopping[old_key] = old.ref
-                        evicted.append(old)
-                        excess -= 1
+                    if excess > 0:
+                        # Least recently used first, but not a session whose summary or flush is
+                        # under way: passivating it would throw the work away and wake it again at
+                        # once (sessions then evict each other without end). The bound gives way
+                        # until the work is done.
+                        idle = ((k, e) for k, e in self._live.items() if k != key and not e.cell.busy())
+                        for old_key, old in list(itertools.islice(idle, excess)):
+                            del self._live[old_key]
+                            self._stopping[old_key] = old.ref
+                            evicted.append(old)
                 self.metrics.count("activations")
                 for old in evicted:
                     self.metrics.count("passivations")
