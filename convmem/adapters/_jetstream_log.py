@@ -169,7 +169,7 @@ class JetStreamEventLog:
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
         pending = PendingAppend(key, subject, events, payloads, expected_seq, done, what, on_stored)
         writer = self._writer
-        self._conn.post(lambda: writer.start_append(pending), done)
+        self._conn.post(lambda: writer.start_append(pending), done, what=what)
         return wait(done, timeout=self._conn.timeout, what=what)
 
     def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:

@@ -116,15 +116,6 @@ class SessionWriter:
 
         Its `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
         """
-        try:
-            await self._start_append(pending)
-        except BaseException as exc:
-            error = log_error(exc, pending.what)
-            if error is exc:
-                raise
-            raise error from None
-
-    async def _start_append(self, pending: PendingAppend) -> None:
         subject, events = pending.subject, pending.events
         last = self._last.get(subject)
         if (

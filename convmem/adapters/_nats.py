@@ -170,11 +170,14 @@ class NatsConnection:
             raise SessionClosed("the NATS connection is closed")
         return self._loop.submit(_guarded(fn, what))
 
-    def post(self, start: Start, future: concurrent.futures.Future[Any]) -> None:
-        """Start `start()` on the loop in a batch with other posted work (see `EventLoopThread.post`)."""
+    def post(self, start: Start, future: concurrent.futures.Future[Any], *, what: str) -> None:
+        """Start `start()` on the loop in a batch with other posted work (see `EventLoopThread.post`).
+
+        nats-py errors raised while starting become `LogUnavailable`, as in `call` and `submit`.
+        """
         if self._closed:
             raise SessionClosed("the NATS connection is closed")
-        self._loop.post(start, future)
+        self._loop.post(_guarded(start, what), future)
 
     def close(self) -> None:
         """Drain and close the connection and stop the loop. Idempotent."""
