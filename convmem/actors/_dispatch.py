@@ -128,7 +128,6 @@ class PooledActor(pykka.Actor):
 
     def _start_actor_loop(self) -> None:
         self._set_up = False
-        self._torn_down = False
         self.actor_inbox.actor = self
         self.dispatcher.schedule(self)
 
@@ -139,23 +138,18 @@ class PooledActor(pykka.Actor):
             self._actor_loop_setup()
         for _ in range(_SLICE):
             if self.actor_stopped.is_set():
-                self._tear_down()
-                return
+                break
             envelope = self.actor_inbox.take()
             if envelope is None:
                 return
             self._handle_envelope(envelope)
         if self.actor_stopped.is_set():
-            self._tear_down()
-            return
-        self.dispatcher.schedule(self)  # more mail, perhaps: back in line behind the others
-
-    def _tear_down(self) -> None:
-        if not self._torn_down:
-            self._torn_down = True
+            # Once: a stopped actor is never queued again (its inbox no longer points to it).
             self._actor_loop_teardown()
             with self.actor_inbox._lock:
                 self.actor_inbox.actor = None  # no cycle keeps a stopped actor and its state alive
+            return
+        self.dispatcher.schedule(self)  # more mail, perhaps: back in line behind the others
 
     def _handle_envelope(self, envelope: Any) -> None:
         """What pykka's thread loop does with one message, exceptions included."""
