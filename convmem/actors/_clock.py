@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +64,10 @@ class _TimerHeap:
         handle = _Handle(when, callback, self)
         heapq.heappush(self.entries, (when, next(self._counter), handle))
         return handle
+
+    def due(self) -> float:
+        """When the earliest timer is due (infinity when there is none; the caller holds the lock)."""
+        return self.entries[0][0] if self.entries else math.inf
 
     def pop(self) -> _Handle:
         """Take the earliest timer (the caller holds the lock)."""
@@ -119,11 +124,8 @@ class SystemClock:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                heap = self._timers.entries
-                while not self._closed and (not heap or heap[0][0] > time.time()):
-                    wait = heap[0][0] - time.time() if heap else None
-                    self._cond.wait(timeout=wait)
-                    heap = self._timers.entries
+                while not self._closed and (due := self._timers.due()) > time.time():
+                    self._cond.wait(timeout=None if due == math.inf else due - time.time())
                 if self._closed:
                     return
                 handle = self._timers.pop()
@@ -179,8 +181,7 @@ class ManualClock:
                 raise ValueError(f"a clock does not go backwards ({when} < {self._now})")
         while True:
             with self._lock:
-                heap = self._timers.entries
-                if not heap or heap[0][0] > when:
+                if self._timers.due() > when:
                     self._now = when
                     return
                 handle = self._timers.pop()
