@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pykka
 import pytest
-from runtime_helpers import WAIT, Harness, key, live_state, turn, users
+from runtime_helpers import WAIT, GatedLog, Harness, key, live_state, replay_log, turn, users, wait_until
 
-from convmem.actors._dispatch import Dispatcher, PooledActor
-from convmem.errors import InvalidConfig
-from convmem.events import ShortTermMemoryConfig
+from convmem.actors._dispatch import Dispatcher, PooledActor, claim
+from convmem.adapters import InMemoryEventLog
+from convmem.errors import InvalidConfig, OperationTimeout
+from convmem.events import Event, MemoryKey, ShortTermMemoryConfig
 
 
 @pytest.fixture
@@ -21,6 +22,10 @@ def dispatcher() -> Iterator[Dispatcher]:
     yield pool
     pykka.ActorRegistry.stop_all(block=True, timeout=WAIT)
     pool.close(WAIT)
+
+
+class Interrupt(BaseException):
+    """What a KeyboardInterrupt is to a thread, without pytest taking it for the user's Ctrl-C."""
 
 
 class Recorder(PooledActor):
@@ -56,6 +61,8 @@ class Recorder(PooledActor):
                 assert message.wait(WAIT)
             elif message == "boom":
                 raise ValueError("boom")
+            elif message == "interrupt":
+                raise Interrupt()
             self.seen.append(message)
             return len(self.seen)
         finally:
@@ -156,3 +163,125 @@ def test_sessions_share_the_systems_actor_threads(harness: Harness) -> None:
 def test_actor_threads_must_be_positive(harness: Harness) -> None:
     with pytest.raises(InvalidConfig, match="actor_threads"):
         harness.system(ShortTermMemoryConfig(strategy="truncation"), actor_threads=0)
+
+
+# A thread that waits anyway runs the message itself --------------------------------------------
+
+
+def claimed(ref: pykka.ActorRef[Any]) -> PooledActor:
+    """`ref`'s actor, held for this thread, once it is idle (it may still be finishing a slice)."""
+    held: list[PooledActor] = []
+
+    def take() -> bool:
+        actor = claim(ref)
+        if actor is not None:
+            held.append(actor)
+        return actor is not None
+
+    wait_until(take, message="the actor is idle")
+    return held[0]
+
+
+def test_a_claimed_actor_runs_one_message_on_the_calling_thread(dispatcher: Dispatcher) -> None:
+    ref = Recorder.start(dispatcher)
+    assert ref.ask("first", timeout=WAIT) == 1
+    actor = claimed(ref)
+    assert isinstance(actor, Recorder)
+    actor.run_claimed("here")
+    assert actor.seen == ["first", "here"]
+    assert threading.current_thread().name in actor.threads
+    assert ref.ask("after", timeout=WAIT) == 3  # let go: the dispatcher runs it again
+
+
+def test_mail_sent_during_a_claimed_run_follows_it_in_order(dispatcher: Dispatcher) -> None:
+    ref = Recorder.start(dispatcher)
+    actor = claimed(ref)
+    gate = threading.Event()
+    runner = threading.Thread(target=actor.run_claimed, args=(gate,))
+    runner.start()
+    wait_until(lambda: bool(actor.threads), message="the claimed run started")
+    ref.tell("a")
+    ref.tell("b")
+    assert claim(ref) is None  # held by the runner, and with mail waiting
+    gate.set()
+    runner.join(WAIT)
+    assert ref.ask("c", timeout=WAIT) == 4
+    assert actor.seen == [gate, "a", "b", "c"]
+
+
+def test_an_actor_with_mail_or_at_work_is_not_claimed(dispatcher: Dispatcher) -> None:
+    ref = Recorder.start(dispatcher)
+    gate = threading.Event()
+    ref.tell(gate)  # held on a dispatcher thread
+    ref.tell("queued")
+    assert claim(ref) is None
+    gate.set()
+    assert ref.ask("done", timeout=WAIT) == 3
+
+
+def test_an_interrupt_of_the_calling_thread_stops_that_actor_only(dispatcher: Dispatcher) -> None:
+    interrupted, other = Recorder.start(dispatcher), Recorder.start(dispatcher)
+    actor = claimed(interrupted)
+    assert isinstance(actor, Recorder)
+    with pytest.raises(Interrupt):
+        actor.run_claimed("interrupt")
+    assert actor.stopped.is_set()
+    assert not interrupted.is_alive()
+    assert other.ask("still here", timeout=WAIT) == 1
+    assert actor.failures == []  # not a failure of the actor: the caller's own interrupt
+
+
+class InterruptingLog(InMemoryEventLog):
+    """Stores the next append of `key`, then interrupts the thread that made it."""
+
+    def __init__(self, key: MemoryKey) -> None:
+        super().__init__()
+        self.key = key
+        self.armed = False
+
+    def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
+        last = super().append(key, events, expected_seq=expected_seq)
+        if self.armed and key == self.key:
+            self.armed = False
+            raise Interrupt()
+        return last
+
+
+def test_an_idle_sessions_write_runs_on_the_callers_thread(harness: Harness) -> None:
+    """With the one actor thread held by another session, a blocking add_turn still completes."""
+    log = GatedLog()
+    system = harness.system(ShortTermMemoryConfig(strategy="truncation"), log=log, actor_threads=1)
+    held, free = system.session(key("held")), system.session(key("free"))
+    assert free.add_turn(turn("free-0")) == 1
+    assert held.add_turn(turn("held-0")) == 1
+    log.arm()
+    # A timeout below the system's keeps the caller apart: this write goes to the actor thread.
+    waiting = threading.Thread(target=held.add_turn, args=(turn("held-1"),), kwargs={"timeout": WAIT / 2})
+    waiting.start()
+    assert log.entered.wait(WAIT)
+    try:
+        assert free.add_turn(turn("free-1")) == 2  # ran here: the only actor thread is held
+        with pytest.raises(OperationTimeout):
+            free.add_turn(turn("free-2"), timeout=0.2)  # queued behind the held thread, answered in time
+    finally:
+        log.gate.set()
+    waiting.join(WAIT)
+    free.flush()
+    assert users(live_state(system, key("free"))) == ["free-0", "free-1", "free-2"]
+    assert users(live_state(system, key("held"))) == ["held-0", "held-1"]
+
+
+def test_an_interrupted_write_loses_nothing_and_the_session_reloads_from_the_log(harness: Harness) -> None:
+    """Ctrl-C in the caller's thread after the log stored its turn: the next call sees that turn."""
+    k = key("interrupted")
+    log = InterruptingLog(k)
+    system = harness.system(ShortTermMemoryConfig(strategy="truncation"), log=log)
+    handle = system.session(k)
+    assert handle.add_turn(turn("first")) == 1
+    log.armed = True
+    with pytest.raises(Interrupt):
+        handle.add_turn(turn("stored, then interrupted"))
+    assert not system.is_live(k)  # the actor stopped: its state may be behind the log
+    assert handle.add_turn(turn("third")) == 3
+    assert users(live_state(system, k)) == ["first", "stored, then interrupted", "third"]
+    assert live_state(system, k) == replay_log(log, k)

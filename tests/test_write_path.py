@@ -230,6 +230,10 @@ class HoldingLog(InMemoryEventLog):
         return last
 
 
+APART = WAIT / 2
+"""A blocking call's timeout below the system's: the write runs on the actor's thread, not the caller's."""
+
+
 def test_a_write_is_answered_and_readable_while_the_actor_still_waits(harness: Harness) -> None:
     """The caller's answer and its read of the new state do not wait for the actor to wake."""
     log = HoldingLog()
@@ -238,7 +242,7 @@ def test_a_write_is_answered_and_readable_while_the_actor_still_waits(harness: H
     handle.add_turn(turn("first"))
     log.armed = True
     try:
-        assert handle.add_turn(turn("second")) == 2
+        assert handle.add_turn(turn("second"), timeout=APART) == 2
         assert log.held.is_set()
         assert not log.gate.is_set()
         assert users(live_state(system, key())) == ["first", "second"]
@@ -258,7 +262,7 @@ def held_second_turn(
     handle.add_turn(turn("first"))
     log.armed = True
     reply: concurrent.futures.Future[int] = concurrent.futures.Future()
-    worker = threading.Thread(target=lambda: reply.set_result(handle.add_turn(turn("second"))))
+    worker = threading.Thread(target=lambda: reply.set_result(handle.add_turn(turn("second"), timeout=APART)))
     worker.start()
     assert log.held.wait(WAIT)
     return system, handle, reply, worker

@@ -13,6 +13,11 @@ without waking anyone.
 A handler may block (the session actor waits for the log): it holds one
 dispatcher thread meanwhile, and the others go on with other actors. Handlers
 must not wait on another pooled actor that could be waiting for a thread.
+
+A thread that is about to wait for an idle actor's answer anyway can run the
+message itself (`_Inbox.claim`, then `PooledActor.run_claimed`): one message,
+in order, with the actor held for it as a dispatcher thread would hold it.
+That saves the two thread hand-offs of a round trip through the dispatcher.
 """
 
 from __future__ import annotations
@@ -25,13 +30,23 @@ from typing import Any
 
 import pykka
 from pykka import ActorRegistry, ThreadingFuture
+from pykka._envelope import Envelope
 
-__all__ = ["Dispatcher", "PooledActor"]
+__all__ = ["Dispatcher", "PooledActor", "claim"]
 
 _log = logging.getLogger("convmem.dispatch")
 
 _SLICE = 32
 """Messages an actor handles before its thread goes to the next actor in line."""
+
+
+def claim(ref: pykka.ActorRef[Any]) -> PooledActor | None:
+    """`ref`'s actor, held for the calling thread, if it is a pooled actor, idle, with no mail.
+
+    The caller must then run one message with `PooledActor.run_claimed`, which lets go of it.
+    """
+    inbox = ref.actor_inbox
+    return inbox.claim() if isinstance(inbox, _Inbox) else None
 
 
 class Dispatcher:
@@ -103,6 +118,22 @@ class _Inbox:
         with self._lock:
             return not self._items
 
+    def claim(self) -> PooledActor | None:
+        """The actor, held for the calling thread, if it is idle with no mail; else None."""
+        with self._lock:
+            if self._scheduled or self._items or self.actor is None:
+                return None
+            self._scheduled = True
+            return self.actor
+
+    def release(self) -> bool:
+        """After a claimed run: True, the actor idle, when no mail came; False (still in line) else."""
+        with self._lock:
+            if self._items:
+                return False
+            self._scheduled = False
+            return True
+
     def take(self) -> Any | None:
         """The next message, or None, and the actor counts as idle until the next `put`."""
         with self._lock:
@@ -117,6 +148,8 @@ class PooledActor(pykka.Actor):
 
     dispatcher: Dispatcher
     actor_inbox: _Inbox
+    on_caller_thread = False
+    """True while a message runs on the thread that sent it (`run_claimed`)."""
 
     @staticmethod
     def _create_actor_inbox() -> _Inbox:
@@ -144,12 +177,37 @@ class PooledActor(pykka.Actor):
                 return
             self._handle_envelope(envelope)
         if self.actor_stopped.is_set():
-            # Once: a stopped actor is never queued again (its inbox no longer points to it).
-            self._actor_loop_teardown()
-            with self.actor_inbox._lock:
-                self.actor_inbox.actor = None  # no cycle keeps a stopped actor and its state alive
+            self._tear_down()
             return
         self.dispatcher.schedule(self)  # more mail, perhaps: back in line behind the others
+
+    def run_claimed(self, message: Any) -> None:
+        """Handle `message` on the calling thread, once `actor_inbox.claim()` returned this actor.
+
+        The thread that claimed the actor is its thread for this one message:
+        mail sent meanwhile waits in the inbox and goes to the dispatcher after
+        it, in order. An interrupt of the calling thread (a `BaseException`
+        raised mid-message) stops this actor, whose state may then be behind
+        what it did, and reaches the caller; the other actors go on.
+        """
+        self.on_caller_thread = True
+        try:
+            self._handle_envelope(Envelope(message))
+        except BaseException:
+            self._stop()
+            raise
+        finally:
+            self.on_caller_thread = False
+            if self.actor_stopped.is_set():
+                self._tear_down()
+            elif not self.actor_inbox.release():
+                self.dispatcher.schedule(self)
+
+    def _tear_down(self) -> None:
+        """Once: a stopped actor is never queued again (its inbox no longer points to it)."""
+        self._actor_loop_teardown()
+        with self.actor_inbox._lock:
+            self.actor_inbox.actor = None  # no cycle keeps a stopped actor and its state alive
 
     def _handle_envelope(self, envelope: Any) -> None:
         """What pykka's thread loop does with one message, exceptions included."""
@@ -166,7 +224,10 @@ class PooledActor(pykka.Actor):
                     self.on_failure(*sys.exc_info())
                 except Exception:
                     self._handle_failure(*sys.exc_info())
-        except BaseException:  # as pykka does: stop everything, but keep the dispatcher thread
+        except BaseException:
+            if self.on_caller_thread:
+                raise  # the caller's own interrupt: `run_claimed` stops this actor and passes it on
+            # As pykka does: stop everything, but keep the dispatcher thread.
             _log.debug("%r in %s: stopping all actors", sys.exc_info()[1], self)
             self._stop()
             threading.Thread(target=ActorRegistry.stop_all, daemon=True).start()

@@ -167,9 +167,15 @@ class SessionHandle(_Reads):
         self.key = key
 
     def _send(self, command: Command, timeout: float | None, command_id: str | None = None) -> list[AnyEvent]:
+        system = self._system
         reply: concurrent.futures.Future[list[AnyEvent]] = concurrent.futures.Future()
-        self._system.tell(self.key, Write(command, reply, command_id))
-        return _wait(reply, timeout if timeout is not None else self._system.timeout, "write")
+        if timeout is None or timeout >= system.timeout:
+            # This thread waits anyway: it runs the write itself when the session is idle (the
+            # log's own timeouts bound that). A shorter timeout is kept by waiting apart from it.
+            system.call(self.key, Write(command, reply, command_id))
+        else:
+            system.tell(self.key, Write(command, reply, command_id))
+        return _wait(reply, timeout if timeout is not None else system.timeout, "write")
 
     def add_turn(
         self, turn: ConversationTurn, *, timeout: float | None = None, idempotency_key: str | None = None

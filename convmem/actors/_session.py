@@ -181,6 +181,7 @@ class SessionActor(PooledActor):
         for timer in (self._timer, self._timeout_timer):
             if timer is not None:
                 timer.cancel()
+        self._system.forget_stopped(self._key, self.actor_ref)
         # Anything still queued (sent just before passivation) is handed back to the system.
         while not self.actor_inbox.empty():
             envelope = self.actor_inbox.get()
@@ -191,7 +192,6 @@ class SessionActor(PooledActor):
             self._system.redeliver(self._key, Flush(waiter))
         self._flushes = []
         self._cell.waiters = 0
-        self._system.forget_stopped(self._key, self.actor_ref)
 
     # Messages ------------------------------------------------------------------------
 
@@ -315,8 +315,11 @@ class SessionActor(PooledActor):
         command_id: str,
         reply: concurrent.futures.Future[Any] | None,
     ) -> _EarlyReply | None:
-        """An answer to give from the log's own thread, when the log can and the outcome is plain."""
-        if reply is None or not self._notifying or command_id in self._doubtful:
+        """An answer to give from the log's own thread, when the log can and the outcome is plain.
+
+        Not when the caller runs this message itself: it is awake as soon as the append returns.
+        """
+        if reply is None or self.on_caller_thread or not self._notifying or command_id in self._doubtful:
             return None
         return _EarlyReply(self._cell, state, events, reply)
 
