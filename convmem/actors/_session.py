@@ -15,10 +15,11 @@ set; the actor never lets an exception escape into pykka.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
+import os
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -51,6 +52,29 @@ __all__ = ["SessionActor", "StateCell"]
 _log = logging.getLogger("convmem.session")
 
 MAX_CONFLICT_RETRIES = 20
+
+
+class _CommandIds:
+    """Log-wide unique command ids: 64 random bits drawn once per process, then a counter.
+
+    As unique as `uuid4().hex` for the log's deduplication (same 32 hex digits)
+    without reading the system's random source on every write. A forked child
+    draws its own random bits, or parent and child would repeat each other's ids.
+    """
+
+    def __init__(self) -> None:
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._numbers = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._numbers):016x}"
+
+
+_new_command_id = _CommandIds()
 
 
 class StateCell:
@@ -223,9 +247,8 @@ class SessionActor(PooledActor):
         if not reply.set_running_or_notify_cancel():
             return
         # Event ids are log-wide message ids: a caller's idempotency key is scoped to the session.
-        command_id = (
-            f"{'.'.join(self._key.tokens())}/{message.command_id}" if message.command_id else uuid.uuid4().hex
-        )
+        given = message.command_id
+        command_id = f"{'.'.join(self._key.tokens())}/{given}" if given else _new_command_id()
         try:
             result = self._apply(message.command, command_id, reply)
         except ConvmemError as exc:
@@ -436,7 +459,7 @@ class SessionActor(PooledActor):
             command = SummaryFailed(request=request, reason=error or "summarizer failed")
             self._system.metrics.count("summary_failures")
         try:
-            self._apply(command, uuid.uuid4().hex)
+            self._apply(command, _new_command_id())
         except ConvmemError:
             _log.warning("session %s: summary outcome not stored", self._key, exc_info=True)
         self._schedule()
