@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -185,6 +187,53 @@ def test_a_retried_fast_append_is_stored_once(log: JetStreamEventLog) -> None:
     log.append(KEY, [cleared(2, "r-2")], expected_seq=1)
     assert log.append(KEY, [cleared(2, "r-2")], expected_seq=1) == 2
     assert [e.event_id for e in log.read(KEY)] == ["r-1", "r-2"]
+
+
+def test_an_unanswered_fast_append_fails_and_its_retry_is_stored_once(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """No ack in time (the server frozen): a log error; once it answers, the retry is stored once."""
+    log = JetStreamEventLog.connect(nats_server.url, timeout=0.5)
+    k = MemoryKey("acme", "alice", "unanswered")
+    try:
+        log.append(k, [cleared(1, "u-1")], expected_seq=0)  # caches the last message: the fast path next
+        assert nats_server.pid is not None
+        os.kill(nats_server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(LogUnavailable):
+                log.append(k, [cleared(2, "u-2")], expected_seq=1)
+        finally:
+            os.kill(nats_server.pid, signal.SIGCONT)
+        assert log.append(k, [cleared(2, "u-2")], expected_seq=1) == 2  # stored late, or now: once
+        assert log.append(k, [cleared(3, "u-3")], expected_seq=2) == 3
+        assert [e.event_id for e in log.read(k)] == ["u-1", "u-2", "u-3"]
+    finally:
+        log.close()
+
+
+def test_a_lost_ack_expires_and_the_next_append_finds_the_event_stored(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """The server stored the event but its ack never came: the append fails, the retry succeeds once."""
+    log = JetStreamEventLog.connect(nats_server.url, timeout=1.0)
+    k = MemoryKey("acme", "alice", "lost-ack")
+    try:
+        log.append(k, [cleared(1, "l-1")], expected_seq=0)
+        log.append(k, [cleared(2, "l-2")], expected_seq=1)  # the fast path: its ack subscription exists
+        subscription = log._writer._ack_subscription
+        assert subscription is not None
+
+        async def lose_acks() -> None:
+            await subscription.unsubscribe()
+
+        log._conn.call(lose_acks, what="dropping the ack subscription", timeout=WAIT)
+        with pytest.raises(LogUnavailable):
+            log.append(k, [cleared(3, "l-3")], expected_seq=2)
+        # Its publish stays in flight until it expires; then the full append finds l-3 stored, as ours.
+        assert log.append(k, [cleared(3, "l-3")], expected_seq=2) == 3
+        assert [e.event_id for e in log.read(k)] == ["l-1", "l-2", "l-3"]
+    finally:
+        log.close()
 
 
 def test_a_failing_hook_does_not_cost_the_append_its_answer(log: JetStreamEventLog) -> None:

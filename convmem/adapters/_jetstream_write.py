@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from convmem.adapters._jetstream_read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
 from convmem.adapters._nats import NatsConnection, StoredMessage, log_error
@@ -97,6 +98,18 @@ class _Refused(Exception):
     """The server refused a conditional publish (the subject moved on, or an id is a duplicate)."""
 
 
+class _InFlight:
+    """A fast-path publish awaiting its acknowledgement."""
+
+    __slots__ = ("deadline", "pending", "waiter")
+
+    def __init__(self, pending: PendingAppend, deadline: float) -> None:
+        self.pending = pending
+        self.deadline = deadline
+        self.waiter: asyncio.Future[None] | None = None
+        """Made when a full append of the same session must wait for this one."""
+
+
 class SessionWriter:
     """Writes of every session of one stream, pipelined across sessions, ordered within one."""
 
@@ -105,11 +118,14 @@ class SessionWriter:
         self._stream = stream
         self._last: OrderedDict[str, _Last] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        self._fast: dict[str, asyncio.Future[bytes]] = {}
+        self._fast: dict[str, _InFlight] = {}
         """Subjects with a fast-path publish awaiting its acknowledgement."""
-        self._acks: dict[str, asyncio.Future[bytes]] = {}
+        self._acks: dict[str, _InFlight] = {}
+        """The same publishes by reply token, oldest first (so by deadline: one timeout for all)."""
         self._ack_prefix: str | None = None
+        self._ack_subscription: Subscription | None = None
         self._tokens = itertools.count()
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def start_append(self, pending: PendingAppend) -> None:
         """Begin `pending` and return at once; its `done` gets the result or the (log) error.
@@ -130,51 +146,57 @@ class SessionWriter:
             return
         event = events[0]
         headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq), _EXPECTED: str(last.stream_seq)}
-        loop = asyncio.get_running_loop()
         if self._ack_prefix is None:
             prefix = self._conn.nc.new_inbox() + "."
-            await self._conn.nc.subscribe(prefix + "*", cb=self._on_ack)
+            self._ack_subscription = await self._conn.nc.subscribe(prefix + "*", cb=self._on_ack)
             self._ack_prefix = prefix
         token = str(next(self._tokens))
-        ack: asyncio.Future[bytes] = loop.create_future()
-        self._acks[token] = ack
         try:
             await self._conn.nc.publish(
                 subject, pending.payloads[0], reply=self._ack_prefix + token, headers=headers
             )
         except BaseException:
-            del self._acks[token]
             self._last.pop(subject, None)  # it may have gone out: ask the server next time
             raise
-        self._fast[subject] = ack
-        timer = loop.call_later(self._conn.timeout, self._expire, token)
-
-        def acked(future: asyncio.Future[bytes]) -> None:
-            timer.cancel()
-            if self._fast.get(subject) is future:
-                del self._fast[subject]
-            self._fast_acked(future, pending)
-
-        ack.add_done_callback(acked)
+        loop = asyncio.get_running_loop()
+        flight = _InFlight(pending, loop.time() + self._conn.timeout)
+        self._acks[token] = flight
+        self._fast[subject] = flight
+        if self._sweep is None:
+            self._sweep = loop.call_at(flight.deadline, self._expire)
 
     async def _on_ack(self, msg: Msg) -> None:
         assert self._ack_prefix is not None
-        ack = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
-        if ack is None or ack.done():
+        flight = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
+        if flight is None:
             return  # late: its append already timed out
         if msg.headers and msg.headers.get("Status") == "503":
-            ack.set_exception(nats.errors.NoRespondersError())
+            self._fast_acked(flight, nats.errors.NoRespondersError())
         else:
-            ack.set_result(msg.data)
+            self._fast_acked(flight, msg.data)
 
-    def _expire(self, token: str) -> None:
-        ack = self._acks.pop(token, None)
-        if ack is not None and not ack.done():
-            ack.cancel()
+    def _expire(self) -> None:
+        """Fail the publishes whose acknowledgement is overdue; wake again for the next oldest."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._acks:
+            token, flight = next(iter(self._acks.items()))
+            if flight.deadline > now:
+                self._sweep = loop.call_at(flight.deadline, self._expire)
+                return
+            del self._acks[token]
+            self._fast_acked(flight, None)
+        self._sweep = None
 
-    def _fast_acked(self, ack: asyncio.Future[bytes], pending: PendingAppend) -> None:
+    def _fast_acked(self, flight: _InFlight, answer: bytes | Exception | None) -> None:
+        """Settle a fast-path append with the server's `answer` (None: no answer in time)."""
+        pending = flight.pending
         subject, done = pending.subject, pending.done
-        if ack.cancelled():  # no answer in time: it may be stored or not
+        if self._fast.get(subject) is flight:
+            del self._fast[subject]
+        if flight.waiter is not None:
+            flight.waiter.set_result(None)
+        if answer is None:  # it may be stored or not
             self._last.pop(subject, None)
             done.set_exception(
                 LogUnavailable(
@@ -185,7 +207,9 @@ class SessionWriter:
             )
             return
         try:
-            reply = _ack(ack.result())
+            if isinstance(answer, Exception):
+                raise answer
+            reply = _ack(answer)
         except _Refused:
             # Not stored: the full append finds out who wrote meanwhile, or retries.
             self._append_in_task(pending)
@@ -387,8 +411,12 @@ class SessionWriter:
     @contextlib.asynccontextmanager
     async def _session(self, subject: str) -> AsyncIterator[None]:
         """Serialise one session's writes; other sessions' go on meanwhile."""
-        while (pending := self._fast.get(subject)) is not None:
-            await asyncio.wait([pending])  # a fast-path publish of this session is still unanswered
+        while (flight := self._fast.get(subject)) is not None:
+            # A fast-path publish of this session is still unanswered. (`wait`, not `await`: a
+            # cancelled waiter must not cancel the future others wait on too.)
+            if flight.waiter is None:
+                flight.waiter = asyncio.get_running_loop().create_future()
+            await asyncio.wait([flight.waiter])
         lock, users = self._locks.get(subject, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
