@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 from runtime_helpers import WAIT, Harness, key, live_state, turn, users
@@ -382,3 +383,54 @@ def test_an_append_on_a_dropped_client_is_a_log_error(log: JetStreamEventLog) ->
     conn.call(drop, what="dropping the client")
     with pytest.raises(LogUnavailable, match="append to"):
         log.append(KEY, [cleared(2, "d-2")], expected_seq=1)
+
+
+# The client's shortcuts: prepared headers out, direct handlers in ----------------------------------
+
+
+def test_a_prepared_header_publish_arrives_as_nats_py_would_send_it(log: JetStreamEventLog) -> None:
+    """Same subject, reply, headers and data at a plain subscriber; no responders reach a direct handler."""
+    conn = log._conn
+    got: list[tuple[bytes, bytes, bytes]] = []
+    seen = threading.Event()
+
+    def handler(subject: bytes, data: bytes, header: bytes) -> None:
+        got.append((subject, data, header))
+        seen.set()
+
+    async def exchange() -> tuple[str, str, dict[str, str] | None, bytes]:
+        nc = conn.nc
+        plain = await nc.subscribe("probe.prepared")
+        direct = await nc.subscribe_direct("probe.direct.*", handler)
+        header = b"NATS/1.0\r\nNats-Msg-Id: m-1\r\nConvmem-Seq: 7\r\n\r\n"
+        await nc.publish_prepared("probe.prepared", "probe.reply", header, b"payload")
+        msg = await plain.next_msg(timeout=WAIT)
+        # Nobody listens on this subject: the server answers the reply subject with status 503.
+        await nc.publish_prepared("probe.nobody", "probe.direct.1", header, b"x")
+        await plain.unsubscribe()
+        subscriptions.append(direct)
+        return msg.subject, msg.reply, msg.headers, msg.data
+
+    subscriptions: list[Any] = []
+    subject, reply, headers, data = conn.call(exchange, what="probe", timeout=WAIT)
+    assert (subject, reply, data) == ("probe.prepared", "probe.reply", b"payload")
+    assert headers == {"Nats-Msg-Id": "m-1", "Convmem-Seq": "7"}
+    assert seen.wait(WAIT)
+
+    async def stop_direct() -> None:
+        await subscriptions[0].unsubscribe()
+
+    conn.call(stop_direct, what="probe", timeout=WAIT)
+    assert got[0][0] == b"probe.direct.1"
+    assert got[0][2].startswith(b"NATS/1.0 503")
+
+
+def test_a_prepared_publish_on_a_closed_client_is_a_log_error(log: JetStreamEventLog) -> None:
+    conn = log._conn
+
+    async def close_then_publish() -> None:
+        await conn.nc.close()
+        await conn.nc.publish_prepared("probe.closed", "r", b"NATS/1.0\r\n\r\n", b"x")
+
+    with pytest.raises(LogUnavailable):
+        conn.call(close_then_publish, what="a publish on a closed client", timeout=WAIT)

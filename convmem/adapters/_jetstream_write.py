@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 
 import nats.errors
 import nats.js.errors
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from convmem.adapters._jetstream_read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
@@ -49,6 +48,7 @@ from convmem.events import Event, MemoryKey, SessionErased, encode_event
 __all__ = ["PendingAppend", "SessionWriter"]
 
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_FAST_HEADER = f"NATS/1.0\r\n{MSG_ID}: %s\r\n{SEQ_HEADER}: %d\r\n{_EXPECTED}: %d\r\n\r\n".encode()
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
 _CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
@@ -145,16 +145,16 @@ class SessionWriter:
             self._append_in_task(pending)
             return
         event = events[0]
-        headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq), _EXPECTED: str(last.stream_seq)}
+        nc = self._conn.nc
         if self._ack_prefix is None:
-            prefix = self._conn.nc.new_inbox() + "."
-            self._ack_subscription = await self._conn.nc.subscribe(prefix + "*", cb=self._on_ack)
+            prefix = nc.new_inbox() + "."
+            self._ack_subscription = await nc.subscribe_direct(prefix + "*", self._on_ack)
             self._ack_prefix = prefix
         token = str(next(self._tokens))
+        # The event id was checked for header use (JetStreamEventLog); the numbers are ours.
+        header = _FAST_HEADER % (event.event_id.encode(), event.seq, last.stream_seq)
         try:
-            await self._conn.nc.publish(
-                subject, pending.payloads[0], reply=self._ack_prefix + token, headers=headers
-            )
+            await nc.publish_prepared(subject, self._ack_prefix + token, header, pending.payloads[0])
         except BaseException:
             self._last.pop(subject, None)  # it may have gone out: ask the server next time
             raise
@@ -165,15 +165,15 @@ class SessionWriter:
         if self._sweep is None:
             self._sweep = loop.call_at(flight.deadline, self._expire)
 
-    async def _on_ack(self, msg: Msg) -> None:
+    def _on_ack(self, subject: bytes, data: bytes, header: bytes) -> None:
         assert self._ack_prefix is not None
-        flight = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
+        flight = self._acks.pop(subject[len(self._ack_prefix) :].decode(), None)
         if flight is None:
             return  # late: its append already timed out
-        if msg.headers and msg.headers.get("Status") == "503":
+        if header.startswith(b"NATS/1.0 503"):
             self._fast_acked(flight, nats.errors.NoRespondersError())
         else:
-            self._fast_acked(flight, msg.data)
+            self._fast_acked(flight, data)
 
     def _expire(self) -> None:
         """Fail the publishes whose acknowledgement is overdue; wake again for the next oldest."""

@@ -21,6 +21,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from convmem.adapters._loop import EventLoopThread, Start
@@ -87,7 +88,7 @@ class NatsConnection:
     def __init__(
         self,
         loop: EventLoopThread,
-        nc: Client,
+        nc: _Client,
         js: JetStreamContext,
         *,
         url: str,
@@ -249,21 +250,76 @@ def _guarded(fn: Callable[[], Coroutine[Any, Any, T]], what: str) -> Callable[[]
     return guarded
 
 
-class _Client(Client):
-    """nats-py's client, parsing plain header blocks faster.
+DirectHandler = Callable[[bytes, bytes, bytes], None]
+"""Told (subject, data, raw header block) of each message of a direct subscription, on the loop."""
 
-    nats-py checks every header name character by character; a stream read
-    brings ~9 headers per message and spent most of its time there. Blocks
-    with an inline status (``NATS/1.0 404``) still go to nats-py's parser.
+
+class _Client(Client):
+    """nats-py's client with three shortcuts for convmem's hot paths (nats-py 2.x internals).
+
+    - Plain header blocks are parsed faster. nats-py checks every header name
+      character by character; a stream read brings ~9 headers per message and
+      spent most of its time there. Blocks with an inline status
+      (``NATS/1.0 404``) still go to nats-py's parser.
+    - `publish_prepared` sends a header block the caller built from checked
+      parts, without nats-py's per-header checks and encoding.
+    - A `subscribe_direct` subscription hands each message to a plain function
+      as it is parsed: no `Msg`, no queue, no task wake per message (acks).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._direct: dict[int, DirectHandler] = {}
 
     async def _process_headers(self, headers: bytes | None) -> dict[str, str] | None:
         if headers and headers.startswith(b"NATS/1.0\r\n"):
             return parse_headers(headers) or None
         return await super()._process_headers(headers)
 
+    async def publish_prepared(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
+        """`publish` of a complete header block (``NATS/1.0`` line to blank line) built by the caller.
 
-async def _open(url: str, timeout: float, name: str) -> tuple[Client, JetStreamContext]:
+        The subject, reply subject and header values must already be valid: nothing is checked here.
+        """
+        if self.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise nats.errors.ConnectionDrainingError
+        if not self.is_connected:  # buffering while reconnecting has limits: nats-py's publish keeps them
+            await self.publish(subject, payload, reply=reply, headers=parse_headers(header))
+            return
+        if len(payload) > self._max_payload:
+            raise nats.errors.MaxPayloadError
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        await self._send_command(
+            b"HPUB %s %s %d %d\r\n%s%s\r\n"
+            % (subject.encode(), reply.encode(), len(header), len(header) + len(payload), header, payload)
+        )
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()
+
+    async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
+        """Subscribe with `handler` called for each message on the loop, as the message is read.
+
+        `handler` must be quick and must not raise; it gets the raw header block (b"" for none).
+        """
+        subscription = await self.subscribe(subject)
+        self._direct[subscription._id] = handler
+        return subscription
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        handler = self._direct.get(sid)
+        if handler is None or sid not in self._subs:
+            self._direct.pop(sid, None)
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        handler(subject, data, headers or b"")
+
+
+async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStreamContext]:
     nc = _Client()
     try:
         await asyncio.wait_for(
