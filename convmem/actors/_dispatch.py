@@ -198,10 +198,18 @@ class PooledActor(pykka.Actor):
             raise
         finally:
             self.on_caller_thread = False
-            if self.actor_stopped.is_set():
-                self._tear_down()
-            elif not self.actor_inbox.release():
-                self.dispatcher.schedule(self)
+            self.release()
+
+    def release(self) -> None:
+        """Let go of the actor after `actor_inbox.claim()`: mail that came meanwhile goes to the dispatcher.
+
+        A holder that handles its message in parts (across an event loop's
+        awaits) calls this once, when the last part is done.
+        """
+        if self.actor_stopped.is_set():
+            self._tear_down()
+        elif not self.actor_inbox.release():
+            self.dispatcher.schedule(self)
 
     def _tear_down(self) -> None:
         """Once: a stopped actor is never queued again (its inbox no longer points to it)."""

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from convmem.actors._session import Flush, Refresh, StateCell, Write
-from convmem.errors import ConvmemError, InvalidInput, OperationTimeout
+from convmem.errors import ConvmemError, InvalidInput, OperationTimeout, SessionClosed
 from convmem.events import (
     AnyEvent,
     ConversationTurn,
@@ -242,6 +245,112 @@ class SessionHandle(_Reads):
         return AsyncSessionHandle(self._system, self.key)
 
 
+class _LoopInbox:
+    """Answers for one asyncio loop, settled on other threads and handed over in batches.
+
+    One `call_soon_threadsafe` (a wake-up of the loop) per batch instead of
+    one per answer, as `asyncio.wrap_future` would make.
+    """
+
+    __slots__ = ("__weakref__", "_items", "_lock", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def deliver(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            self._items.append((future, result, error))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        for future, result, error in items:
+            if future.done():
+                continue  # its caller stopped waiting (a timeout)
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox] = weakref.WeakKeyDictionary()
+_inboxes_lock = threading.Lock()
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        with _inboxes_lock:
+            inbox = _inboxes.setdefault(loop, _LoopInbox(loop))
+    return inbox
+
+
+_PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+
+
+class _LoopReply:
+    """A write's `Reply` for an asyncio caller: settled on any thread, answered on the caller's loop.
+
+    What the session actor needs of a `concurrent.futures.Future`, without its
+    condition variable and per-answer wake-up: the answer goes to `future` on
+    the caller's loop through the loop's `_LoopInbox`.
+    """
+
+    __slots__ = ("_inbox", "_lock", "_state", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self._inbox = _inbox(loop)
+        self._lock = threading.Lock()
+        self._state = _PENDING
+
+    def set_running_or_notify_cancel(self) -> bool:
+        with self._lock:
+            if self._state == _CANCELLED:
+                return False
+            if self._state != _PENDING:
+                raise RuntimeError("the write's reply was started twice")
+            self._state = _RUNNING
+            return True
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def done(self) -> bool:
+        return self._state >= _CANCELLED
+
+    def cancel(self) -> bool:
+        """Before the write starts: it never will (its caller gave up, or the loop closed)."""
+        with self._lock:
+            if self._state != _PENDING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+        self._inbox.deliver(self.future, None, SessionClosed("the write was cancelled before it started"))
+        return True
+
+    def set_result(self, result: Any, /) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None, /) -> None:
+        self._finish(None, exception or RuntimeError("a write failed without an error"))
+
+    def _finish(self, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            if self._state >= _CANCELLED:
+                raise concurrent.futures.InvalidStateError("the write was answered already")
+            self._state = _FINISHED
+        self._inbox.deliver(self.future, result, error)
+
+
 class AsyncSessionHandle(_Reads):
     """asyncio handle: PenguiFlow's `ShortTermMemory` protocol (plus the other views)."""
 
@@ -257,9 +366,25 @@ class AsyncSessionHandle(_Reads):
     async def _send(
         self, command: Command, timeout: float | None, command_id: str | None = None
     ) -> list[AnyEvent]:
-        reply: concurrent.futures.Future[list[AnyEvent]] = concurrent.futures.Future()
-        await self._deliver(Write(command, reply, command_id))
-        return await _await(reply, timeout if timeout is not None else self._system.timeout, "write")
+        system, key = self._system, self.key
+        reply = _LoopReply(asyncio.get_running_loop())
+        message = Write(command, reply, command_id)
+        log = system.loop_log
+        if log is not None and system.is_live(key):
+            # On the log's own loop the write needs no thread: decided, appended and answered there.
+            log.post(lambda: system.write_on_loop(key, message, log), reply)
+        else:
+            await self._deliver(message)
+        wait = timeout if timeout is not None else system.timeout
+        try:
+            async with asyncio.timeout(wait):
+                result: list[AnyEvent] = await reply.future
+                return result
+        except ConvmemError:
+            raise  # the write's own error (an OperationTimeout included), not our wait running out
+        except TimeoutError:
+            reply.cancel()
+            raise OperationTimeout(f"write did not finish within {wait:g}s") from None
 
     async def _read_state(self) -> SessionState:
         if self._system.is_live(self.key):

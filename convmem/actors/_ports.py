@@ -4,12 +4,13 @@ Every port is synchronous and thread-safe: session actors are threads and
 call them directly; an adapter built on asyncio (the JetStream log) runs its
 own loop thread and waits on it with a timeout. Each port has an in-memory
 implementation in `convmem.adapters` and one contract suite in the tests that
-every implementation passes.
+every implementation passes. The optional capabilities (`NotifyingEventLog`,
+`LoopEventLog`) are what a log built on an event loop adds for speed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -121,6 +122,48 @@ class NotifyingEventLog(Protocol):
         expected_seq: int,
         on_stored: Callable[[int], None],
     ) -> int: ...
+
+
+@runtime_checkable
+class Posted(Protocol):
+    """What `LoopEventLog.post` settles: a `concurrent.futures.Future` or a stand-in with these methods."""
+
+    def set_running_or_notify_cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def cancel(self) -> bool: ...
+
+    def set_exception(self, exception: BaseException | None, /) -> None: ...
+
+
+@runtime_checkable
+class LoopEventLog(Protocol):
+    """An `EventLog` whose appends can run on its own event loop without a thread waiting.
+
+    Optional: when the log has it, an async caller's write runs on that loop
+    from decision to acknowledgement (`AsyncSessionHandle`), with no thread
+    hand-off between the caller, the session and the log.
+
+    - `post(start, future)` runs `start()` on the loop soon, in a batch with
+      other posted work. `future` is set running first (a cancelled one skips
+      `start`); an exception from `start`, or the loop closing, settles it.
+    - `begin_append` runs on the loop only. It starts `append` and returns at
+      once; later `done` is called on the loop with the session's last seq, or
+      with the exception `append` would have raised. If `begin_append` itself
+      raises, nothing was started and `done` is never called.
+    """
+
+    def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None: ...
+
+    async def begin_append(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        done: Callable[[int | Exception], None],
+    ) -> None: ...
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,14 +20,14 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from convmem.actors._dispatch import PooledActor
 from convmem.actors._pool import SummaryOutcome
-from convmem.actors._ports import NotifyingEventLog, Snapshot, Timer
-from convmem.errors import ConcurrencyConflict, ConvmemError
+from convmem.actors._ports import LoopEventLog, NotifyingEventLog, Snapshot, Timer
+from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
@@ -47,7 +47,7 @@ from convmem.projections import (
 if TYPE_CHECKING:
     from convmem.actors._system import MemorySystem
 
-__all__ = ["SessionActor", "StateCell"]
+__all__ = ["Reply", "SessionActor", "StateCell"]
 
 _log = logging.getLogger("convmem.session")
 
@@ -113,7 +113,7 @@ class _EarlyReply:
         cell: StateCell,
         base: SessionState,
         events: list[AnyEvent],
-        reply: concurrent.futures.Future[Any],
+        reply: Reply,
     ) -> None:
         self._cell = cell
         self._base = base
@@ -140,9 +140,25 @@ class _EarlyReply:
             return self.state is not None
 
 
+class Reply(Protocol):
+    """How a write is answered: a `concurrent.futures.Future`, or an asyncio caller's stand-in for one."""
+
+    def set_running_or_notify_cancel(self) -> bool: ...
+
+    def running(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def cancel(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+    def set_exception(self, exception: BaseException | None, /) -> None: ...
+
+
 class Write(msgspec.Struct, frozen=True):
     command: Command
-    reply: concurrent.futures.Future[Any]
+    reply: Reply
     command_id: str | None = None
 
 
@@ -166,7 +182,13 @@ class Refresh(msgspec.Struct, frozen=True):
     reply: concurrent.futures.Future[SessionState]
 
 
-Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh
+class SaveSnapshot(msgspec.Struct, frozen=True):
+    """A snapshot fell due on the log's loop, where saving it would block: the actor's thread saves it."""
+
+    state: SessionState
+
+
+Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh | SaveSnapshot
 
 
 class SessionActor(PooledActor):
@@ -239,16 +261,22 @@ class SessionActor(PooledActor):
             case Refresh():
                 self._reload()
                 message.reply.set_result(self._state)
+            case SaveSnapshot():
+                self._save_snapshot(message.state)
             case _:
                 raise TypeError(f"session actor got an unknown message {type(message).__name__}")
 
-    def _write(self, message: Write) -> None:
-        reply = message.reply
-        if not reply.set_running_or_notify_cancel():
-            return
+    def _command_id(self, message: Write) -> str:
         # Event ids are log-wide message ids: a caller's idempotency key is scoped to the session.
         given = message.command_id
-        command_id = f"{'.'.join(self._key.tokens())}/{given}" if given else _new_command_id()
+        return f"{'.'.join(self._key.tokens())}/{given}" if given else _new_command_id()
+
+    def _write(self, message: Write) -> None:
+        reply = message.reply
+        # Running already: handed over by `write_on_loop`, which checked for a cancelled caller.
+        if not reply.running() and not reply.set_running_or_notify_cancel():
+            return
+        command_id = self._command_id(message)
         try:
             result = self._apply(message.command, command_id, reply)
         except ConvmemError as exc:
@@ -261,11 +289,110 @@ class SessionActor(PooledActor):
                 reply.set_result(result)
         self._schedule()
 
+    # Writes on the log's loop -------------------------------------------------------
+
+    async def write_on_loop(self, message: Write, log: LoopEventLog) -> None:
+        """Handle `message` on `log`'s loop, the actor held (claimed) by the caller until it is done.
+
+        The plain write (a started session, nothing in doubt) is decided here,
+        its append started, and it is finished from the log's answer, on the
+        loop: no thread waits or wakes. Anything else (the session to open, a
+        conflict, a retry the log already holds) goes to the actor's own
+        thread as a normal message, behind nothing: it is next in line.
+        """
+        finished = True
+        try:
+            finished = await self._begin_on_loop(message, log)
+        except BaseException as exc:
+            _log.exception("session %s: a write on the loop failed", self._key)
+            if not message.reply.done():
+                message.reply.set_exception(exc if isinstance(exc, Exception) else SessionClosed(repr(exc)))
+            self.release()
+            raise
+        if not finished:
+            self.actor_ref.tell(message)  # queued while still held, so nothing overtakes it
+            self.release()
+
+    async def _begin_on_loop(self, message: Write, log: LoopEventLog) -> bool:
+        """Start the write; False when it must go to the actor's thread instead."""
+        command_id = self._command_id(message)
+        state = self._state
+        if self._uncertain or command_id in self._doubtful or not state.started:
+            return False
+        reply = message.reply
+        self._cell.last_used = self._system.clock.now()
+        try:
+            events = self._decide(state, message.command, command_id)
+        except ConvmemError as exc:  # refused: nothing to store
+            reply.set_exception(exc)
+            self.release()
+            return True
+        if not events:
+            reply.set_result([])
+            self.release()
+            return True
+        started = time.perf_counter()
+
+        def done(result: int | Exception) -> None:
+            self._end_on_loop(message, state, events, command_id, started, result)
+
+        try:
+            await log.begin_append(self._key, events, expected_seq=state.version, done=done)
+        except Exception as exc:  # nothing was started
+            reply.set_exception(exc)
+            self.release()
+        return True
+
+    def _end_on_loop(
+        self,
+        message: Write,
+        state: SessionState,
+        events: list[AnyEvent],
+        command_id: str,
+        started: float,
+        result: int | Exception,
+    ) -> None:
+        """The log answered a write started on the loop (on the loop, the actor still held)."""
+        reply = message.reply
+        try:
+            if isinstance(result, ConcurrencyConflict) or (
+                isinstance(result, int) and result != events[-1].seq
+            ):
+                # Another writer came first, or the log already held these ids (a retry): the
+                # actor's thread reloads and decides again, as `_apply` does.
+                self._uncertain = True
+                self.actor_ref.tell(message)
+                return
+            if isinstance(result, Exception):
+                self._uncertain = True  # it may have been stored anyway
+                self._doubt(command_id)
+                reply.set_exception(result)
+                return
+            self._system.metrics.observe_append(time.perf_counter() - started)
+            self._publish(replay(events, state=state), events, old=state, on_loop=True)
+            reply.set_result(events)
+            if self._in_flight is None and summary_due(self._state, self._system.clock.now()) is not None:
+                self.actor_ref.tell(Wake())  # a full summarizer queue stores a failure: not on the loop
+            else:
+                self._schedule()
+        except Exception as exc:  # the last line of defence, as in `on_receive`
+            _log.exception("session %s: finishing a write on the loop failed", self._key)
+            if not reply.done():
+                reply.set_exception(exc)
+        finally:
+            self.release()
+
+    def _doubt(self, command_id: str) -> None:
+        """Remember a command whose append failed without an answer (the oldest are forgotten)."""
+        self._doubtful[command_id] = None
+        while len(self._doubtful) > 1024:
+            del self._doubtful[next(iter(self._doubtful))]
+
     def _apply(
         self,
         command: Command,
         command_id: str,
-        reply: concurrent.futures.Future[Any] | None = None,
+        reply: Reply | None = None,
     ) -> list[AnyEvent]:
         """Decide, append, evolve; on a conflict reload and decide again.
 
@@ -308,9 +435,7 @@ class SessionActor(PooledActor):
                 continue
             except Exception:
                 self._uncertain = True
-                self._doubtful[command_id] = None
-                while len(self._doubtful) > 1024:
-                    del self._doubtful[next(iter(self._doubtful))]
+                self._doubt(command_id)
                 raise
             system.metrics.observe_append(time.perf_counter() - started)
             if early is not None and early.state is not None:  # published and answered on the ack
@@ -336,7 +461,7 @@ class SessionActor(PooledActor):
         state: SessionState,
         events: list[AnyEvent],
         command_id: str,
-        reply: concurrent.futures.Future[Any] | None,
+        reply: Reply | None,
     ) -> _EarlyReply | None:
         """An answer to give from the log's own thread, when the log can and the outcome is plain.
 
@@ -382,7 +507,12 @@ class SessionActor(PooledActor):
         self._cell.state = state
 
     def _publish(
-        self, state: SessionState, events: list[AnyEvent], *, old: SessionState | None = None
+        self,
+        state: SessionState,
+        events: list[AnyEvent],
+        *,
+        old: SessionState | None = None,
+        on_loop: bool = False,
     ) -> None:
         if old is None:
             old = self._cell.state
@@ -391,7 +521,10 @@ class SessionActor(PooledActor):
         self._events_since_snapshot += len(events)
         if self._events_since_snapshot >= self._system.snapshot_every:
             self._events_since_snapshot = 0
-            self._save_snapshot(state)
+            if on_loop:
+                self.actor_ref.tell(SaveSnapshot(state))
+            else:
+                self._save_snapshot(state)
 
     def _save_snapshot(self, state: SessionState) -> None:
         store = self._system.snapshots

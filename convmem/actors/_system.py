@@ -31,7 +31,7 @@ from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
-from convmem.actors._ports import Clock, EventLog, SnapshotStore, Summarizer, Timer
+from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer, Timer
 from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import (
@@ -104,6 +104,8 @@ class MemorySystem:
             raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
         self._check_config(self.config, summarizer)
         self.log = log
+        self.loop_log: LoopEventLog | None = log if isinstance(log, LoopEventLog) else None
+        """The log, when async writes can run on its loop (`LoopEventLog`)."""
         self.snapshots = snapshots
         self._own_clock = clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -336,6 +338,25 @@ class MemorySystem:
                     break
         actor.run_claimed(message)
 
+    async def write_on_loop(self, key: MemoryKey, message: Write, log: LoopEventLog) -> None:
+        """On `log`'s loop (posted by an async handle): the write runs right there when the session is idle.
+
+        A busy session gets it as a message; a session that is not live is
+        activated from another thread (activation reads the log, and the log
+        answers on this loop).
+        """
+        with self._lock:
+            entry = None if self._closed else self._live.get(key)
+            actor = claim(entry.ref) if entry is not None else None
+            if entry is not None and actor is None:
+                entry.ref.tell(message)
+                return
+        if actor is None:
+            threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
+            return
+        assert isinstance(actor, SessionActor)
+        await actor.write_on_loop(message, log)
+
     def tell_if_live(self, key: MemoryKey, message: Message) -> bool:
         """Deliver `message` only to a live session (timers and summaries of passivated ones lapse)."""
         with self._lock:
@@ -490,5 +511,5 @@ async def _await(awaitable: Any) -> Any:
 
 def _fail(message: Message, error: Exception) -> None:
     reply = getattr(message, "reply", None)
-    if isinstance(reply, concurrent.futures.Future) and not reply.done():
+    if reply is not None and not reply.done():
         reply.set_exception(error)

@@ -19,20 +19,23 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
-from convmem.actors import LoggedEvent
+from convmem.actors import LoggedEvent, Posted
 from convmem.adapters._jetstream_read import SubjectKeys, read_range, to_logged
 from convmem.adapters._jetstream_setup import check_names, ensure_stream, subject_pattern
-from convmem.adapters._jetstream_write import PendingAppend, SessionWriter
+from convmem.adapters._jetstream_write import PendingAppend, SessionWriter, Settles
 from convmem.adapters._loop import wait
-from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
 
 _HEADER_SAFE = re.compile(r"^(?=\S)[^\x00-\x1f\x7f]*(?<=\S)$")
+
+_APPENDING_CACHE = 65_536  # keys whose subject and error label are kept (then the cache starts over)
 
 DEFAULT_STREAM = "CONVMEM_EVENTS"
 DEFAULT_PREFIX = "convmem.ev"
@@ -71,6 +74,7 @@ class JetStreamEventLog:
         self._read_batch = read_batch
         self._closed = False
         self._close_lock = threading.Lock()
+        self._appending: dict[MemoryKey, tuple[str, str]] = {}
         try:
             connection.call(
                 lambda: ensure_stream(
@@ -149,10 +153,48 @@ class JetStreamEventLog:
         expected_seq: int,
         on_stored: Callable[[int], None] | None,
     ) -> int:
-        subject = self._open_subject(key, publish=True)
+        done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        pending = self._pending(key, events, expected_seq, on_stored, done)
+        if pending is None:
+            return self.last_seq(key)
+        writer = self._writer
+        self._conn.post(lambda: writer.start_append(pending), done, what=pending.what)
+        return wait(done, timeout=self._conn.timeout, what=pending.what)
+
+    def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None:
+        """See `LoopEventLog.post`."""
+        self._conn.post(start, future, what="a session's write")
+
+    async def begin_append(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        done: Callable[[int | Exception], None],
+    ) -> None:
+        """See `LoopEventLog.begin_append` (on the connection's loop only)."""
+        pending = self._pending(key, events, expected_seq, None, _Told(done))
+        if pending is None:
+            raise InvalidInput("events", "an append on the loop needs at least one event")
+        try:
+            await self._writer.start_append(pending)
+        except Exception as exc:
+            raise log_error(exc, pending.what) from None
+
+    def _pending(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        expected_seq: int,
+        on_stored: Callable[[int], None] | None,
+        done: Settles,
+    ) -> PendingAppend | None:
+        """The checked append, encoded; None when there is nothing to append."""
+        subject, what = self._open_for_append(key)
         events = tuple(events)
         if not events:
-            return self.last_seq(key)
+            return None
         for offset, event in enumerate(events):
             if event.seq != expected_seq + 1 + offset:
                 raise InvalidInput(
@@ -165,12 +207,18 @@ class JetStreamEventLog:
                     "surrounding whitespace (it travels as the Nats-Msg-Id header)",
                 )
         payloads = tuple(encode_event(e) for e in events)
-        what = f"append to {key}"
-        done: concurrent.futures.Future[int] = concurrent.futures.Future()
-        pending = PendingAppend(key, subject, events, payloads, expected_seq, done, what, on_stored)
-        writer = self._writer
-        self._conn.post(lambda: writer.start_append(pending), done, what=what)
-        return wait(done, timeout=self._conn.timeout, what=what)
+        return PendingAppend(key, subject, events, payloads, expected_seq, done, what, on_stored)
+
+    def _open_for_append(self, key: MemoryKey) -> tuple[str, str]:
+        """The key's subject, checked for publishing, and how errors name an append to it (cached)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        known = self._appending.get(key)
+        if known is None:
+            if len(self._appending) >= _APPENDING_CACHE:
+                self._appending.clear()
+            known = self._appending[key] = (self._open_subject(key, publish=True), f"append to {key}")
+        return known
 
     def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
         """Store bytes as they are (a poison message, for tests of readers); returns the position."""
@@ -257,3 +305,20 @@ class JetStreamEventLog:
                 return
             self._closed = True
         self._conn.release()
+
+
+class _Told:
+    """An append's outcome handed to a function on the loop (`begin_append`), without a future."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, done: Callable[[int | Exception], None]) -> None:
+        self._done = done
+
+    def set_result(self, result: int, /) -> None:
+        self._done(result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not isinstance(exception, Exception):  # the loop is going away
+            exception = SessionClosed(f"an append was cancelled ({exception!r})")
+        self._done(exception)

@@ -26,7 +26,6 @@ other case, and any refusal or duplicate answer, takes the full `append`.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -34,7 +33,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import nats.errors
 import nats.js.errors
@@ -69,6 +68,14 @@ class _Last(NamedTuple):
 _EMPTY = _Last(0, 0, None)
 
 
+class Settles(Protocol):
+    """Where an append's outcome goes: a `concurrent.futures.Future`, or a callback on the loop."""
+
+    def set_result(self, result: int, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 class PendingAppend(NamedTuple):
     """One append handed to the loop: what to store, and whom to tell."""
 
@@ -78,7 +85,7 @@ class PendingAppend(NamedTuple):
     payloads: tuple[bytes, ...]
     expected: int
     """The session seq the events follow."""
-    done: concurrent.futures.Future[int]
+    done: Settles
     """Settled with the session's last seq, or the log error."""
     what: str
     """How errors name the append ("append to <key>")."""

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from convmem.actors import Posted
 from convmem.errors import LogUnavailable, SessionClosed
 
 __all__ = ["EventLoopThread"]
@@ -36,7 +37,7 @@ class EventLoopThread:
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._stopped = False
-        self._posted: list[tuple[Start, concurrent.futures.Future[Any]]] = []
+        self._posted: list[tuple[Start, Posted]] = []
         self._draining = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -73,7 +74,7 @@ class EventLoopThread:
                 raise SessionClosed("the NATS connection of this log is closed")
             return asyncio.run_coroutine_threadsafe(fn(), self._loop)
 
-    def post(self, start: Start, future: concurrent.futures.Future[Any]) -> None:
+    def post(self, start: Start, future: Posted) -> None:
         """Run `start()` on the loop with whatever else was posted meanwhile, in one task.
 
         `start` must not wait on the network (it would hold up the rest of its
@@ -116,7 +117,7 @@ class EventLoopThread:
             self._thread.join(timeout)
 
 
-async def _start_all(batch: list[tuple[Start, concurrent.futures.Future[Any]]]) -> None:
+async def _start_all(batch: list[tuple[Start, Posted]]) -> None:
     for index, (start, future) in enumerate(batch):
         if not future.set_running_or_notify_cancel():
             continue  # its caller stopped waiting before the loop got to it

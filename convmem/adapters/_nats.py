@@ -24,6 +24,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from convmem.actors import Posted
 from convmem.adapters._loop import EventLoopThread, Start
 from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
 
@@ -171,7 +172,7 @@ class NatsConnection:
             raise SessionClosed("the NATS connection is closed")
         return self._loop.submit(_guarded(fn, what))
 
-    def post(self, start: Start, future: concurrent.futures.Future[Any], *, what: str) -> None:
+    def post(self, start: Start, future: Posted, *, what: str) -> None:
         """Start `start()` on the loop in a batch with other posted work (see `EventLoopThread.post`).
 
         nats-py errors raised while starting become `LogUnavailable`, as in `call` and `submit`.

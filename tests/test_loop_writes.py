@@ -1,0 +1,260 @@
+"""Async writes on the log's own loop: decided, appended and answered there, with no thread waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+from runtime_helpers import WAIT, key, turn, users, wait_until
+
+from convmem.actors import MemorySystem, load_state
+from convmem.actors._handles import _LoopReply
+from convmem.actors._session import Write
+from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
+from convmem.errors import LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
+from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import AddTurn
+
+TRUNCATION = ShortTermMemoryConfig(strategy="truncation")
+
+
+class CountingLog(JetStreamEventLog):
+    """The JetStream log, counting the appends begun on its loop (the path under test)."""
+
+    begun = 0
+
+    async def begin_append(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        done: Callable[[int | Exception], None],
+    ) -> None:
+        type(self).begun += 1
+        await super().begin_append(key, events, expected_seq=expected_seq, done=done)
+
+
+@pytest.fixture
+def log(nats_server: EmbeddedNatsServer) -> Iterator[CountingLog]:
+    CountingLog.begun = 0
+    handle = CountingLog.connect(nats_server.url, timeout=10.0)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def system(log: CountingLog) -> Iterator[MemorySystem]:
+    memory = MemorySystem(TRUNCATION, log=log, timeout=WAIT)
+    yield memory
+    memory.close()
+
+
+def idle(system: MemorySystem, k: MemoryKey) -> bool:
+    """Whether the session's actor has nothing queued or running (then the next write can be claimed)."""
+    entry = system._live.get(k)
+    return entry is not None and not entry.ref.actor_inbox._scheduled  # type: ignore[attr-defined]
+
+
+def stored(log: JetStreamEventLog, k: MemoryKey) -> list[str]:
+    state, _ = load_state(log, None, k)
+    return users(state)
+
+
+def test_async_writes_of_live_sessions_run_on_the_loop_and_keep_each_sessions_order(
+    system: MemorySystem, log: CountingLog
+) -> None:
+    keys = [key(f"a{n}") for n in range(6)]
+    for k in keys:  # live first: a session to activate goes through a thread
+        system.session(k).add_turn(turn(f"{k.session_id}-0"))
+
+    async def writer(k: MemoryKey) -> None:
+        handle = system.session(k).aio
+        for n in range(1, 21):
+            assert await handle.add_turn(turn(f"{k.session_id}-{n}")) == n + 1
+
+    async def main() -> None:
+        await asyncio.gather(*(writer(k) for k in keys))
+
+    asyncio.run(main())
+    # Each took the loop path, bar perhaps a session's first: its actor may still be finishing the
+    # opening write's slice on its thread, and a busy session gets the write as a message.
+    assert log.begun >= 6 * 19
+    for k in keys:
+        expected = [f"{k.session_id}-{n}" for n in range(21)]
+        assert stored(log, k) == expected
+        assert users(system.cell(k).state) == expected
+
+
+def test_async_and_blocking_writes_on_one_session_interleave_without_loss(system: MemorySystem) -> None:
+    """A session busy with a blocking write gets the async one as a message, in line behind it."""
+    k = key("mixed")
+    handle = system.session(k)
+    handle.add_turn(turn("start"))
+
+    def blocking() -> None:
+        for n in range(30):
+            handle.add_turn(turn(f"b{n}"))
+
+    async def main() -> None:
+        for n in range(30):
+            await handle.aio.add_turn(turn(f"a{n}"))
+
+    thread = threading.Thread(target=blocking)
+    thread.start()
+    asyncio.run(main())
+    thread.join(WAIT)
+    seen = users(system.cell(k).state)
+    assert sorted(seen) == sorted(["start"] + [f"b{n}" for n in range(30)] + [f"a{n}" for n in range(30)])
+    assert [u for u in seen if u.startswith("a")] == [f"a{n}" for n in range(30)]
+    assert [u for u in seen if u.startswith("b")] == [f"b{n}" for n in range(30)]
+
+
+def test_a_conflict_on_the_loop_goes_to_the_actor_which_reloads_and_stores_the_turn(
+    system: MemorySystem, log: CountingLog, nats_server: EmbeddedNatsServer
+) -> None:
+    k = key("conflict")
+    handle = system.session(k)
+    handle.add_turn(turn("mine-1"))
+    other_log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    other = MemorySystem(TRUNCATION, log=other_log, timeout=WAIT)
+    try:
+        other.session(k).add_turn(turn("theirs"))  # the first system's cached last message is stale now
+    finally:
+        other.close()
+        other_log.close()
+    assert asyncio.run(handle.aio.add_turn(turn("mine-2"))) == 3
+    assert stored(log, k) == ["mine-1", "theirs", "mine-2"]
+    assert users(system.cell(k).state) == ["mine-1", "theirs", "mine-2"]
+
+
+def test_a_refused_write_on_the_loop_stores_nothing_and_the_session_goes_on(log: CountingLog) -> None:
+    config = ShortTermMemoryConfig(
+        strategy="truncation",
+        budget=MemoryBudget(total_max_tokens=60, summary_max_tokens=30, overflow_policy="error"),
+    )
+    system = MemorySystem(config, log=log, timeout=WAIT)
+    k = key("refused")
+    try:
+        handle = system.session(k)
+        handle.add_turn(turn("first"))
+        wait_until(lambda: idle(system, k), message="the session idle")
+        with pytest.raises(MemoryBudgetExceeded):
+            asyncio.run(handle.aio.add_turn(turn("x" * 400)))
+        assert log.begun == 0  # refused before anything was appended
+        assert asyncio.run(handle.aio.add_turn(turn("second"))) == 2
+        assert stored(log, k) == ["first", "second"]
+    finally:
+        system.close()
+
+
+def test_an_unanswered_write_on_the_loop_fails_and_the_session_rereads_the_log(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    log = JetStreamEventLog.connect(nats_server.url, timeout=0.5)
+    system = MemorySystem(TRUNCATION, log=log, timeout=WAIT)
+    k = key("frozen")
+    try:
+        handle = system.session(k)
+        handle.add_turn(turn("first"))
+        assert nats_server.pid is not None
+        os.kill(nats_server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(LogUnavailable):
+                asyncio.run(handle.aio.add_turn(turn("in doubt")))
+        finally:
+            os.kill(nats_server.pid, signal.SIGCONT)
+        assert asyncio.run(handle.aio.add_turn(turn("after"))) >= 2
+        logged = stored(log, k)
+        assert logged[0] == "first"
+        assert logged[-1] == "after"
+        assert users(system.cell(k).state) == logged  # "in doubt" there or not: the state is the log's
+    finally:
+        system.close()
+        log.close()
+
+
+def test_snapshots_that_fall_due_on_the_loop_are_saved_by_the_actor(log: CountingLog) -> None:
+    """Saving waits on the log's loop, so the loop hands it to the actor's thread (else it is lost)."""
+    snapshots = JetStreamSnapshotStore(log._conn)  # one connection, as `JetStreamBackend` shares it
+    system = MemorySystem(TRUNCATION, log=log, snapshots=snapshots, snapshot_every=2, timeout=WAIT)
+    k = key("snapshots")
+    try:
+        handle = system.session(k)
+        handle.add_turn(turn("t0"))  # opens the session: two events, a snapshot at seq 2
+        for n in (1, 2):  # seq 3 and 4: the second makes a snapshot due, on the loop
+            wait_until(lambda: idle(system, k), message="the session idle")
+            asyncio.run(handle.aio.add_turn(turn(f"t{n}")))
+        assert log.begun == 2
+
+        def saved() -> bool:
+            snapshot = snapshots.load(k)
+            return snapshot is not None and snapshot.seq == 4
+
+        wait_until(saved, message="a snapshot at seq 4")
+    finally:
+        system.close()
+        snapshots.close()
+
+
+def test_a_write_posted_for_a_session_that_is_not_live_is_handled_off_the_loop(
+    system: MemorySystem, log: CountingLog
+) -> None:
+    """Passivated between the handle's look and the loop's: activation reads the log, so not on its loop."""
+    k = key("gone")
+    system.session(k).add_turn(turn("first"))
+    system.passivate(k)
+
+    async def main() -> list[object]:
+        reply = _LoopReply(asyncio.get_running_loop())
+        message = Write(AddTurn(turn=turn("second")), reply, None)
+        log.post(lambda: system.write_on_loop(k, message, log), reply)
+        return await asyncio.wait_for(reply.future, WAIT)
+
+    assert len(asyncio.run(main())) == 1
+    assert stored(log, k) == ["first", "second"]
+    assert log.begun == 0
+
+
+def test_a_loop_reply_cancelled_before_it_starts_is_skipped_and_tells_its_caller() -> None:
+    async def main() -> None:
+        reply = _LoopReply(asyncio.get_running_loop())
+        assert reply.cancel()
+        assert reply.done()
+        assert not reply.running()
+        assert not reply.set_running_or_notify_cancel()  # the write never starts
+        with pytest.raises(SessionClosed):
+            await asyncio.wait_for(reply.future, WAIT)
+
+    asyncio.run(main())
+
+
+def test_a_loop_reply_answered_after_its_caller_gave_up_is_dropped(system: MemorySystem) -> None:
+    async def main() -> None:
+        reply = _LoopReply(asyncio.get_running_loop())
+        assert reply.set_running_or_notify_cancel()
+        assert not reply.cancel()  # running: the write goes on
+        reply.future.cancel()  # the caller's wait ran out
+        reply.set_result(["late"])  # from another thread in real life: must not raise on the loop
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert reply.done()
+
+    asyncio.run(main())
+
+
+def test_an_async_write_past_its_timeout_raises_operation_timeout(
+    system: MemorySystem, log: CountingLog
+) -> None:
+    """Cancelled before it started, or answered too late: the caller is told; the state is the log's."""
+    k = key("slow")
+    handle = system.session(k)
+    handle.add_turn(turn("first"))
+    with pytest.raises(OperationTimeout, match="did not finish within"):
+        asyncio.run(handle.aio.add_turn(turn("second"), timeout=0))
+    assert asyncio.run(handle.aio.add_turn(turn("third"))) >= 2
+    assert users(system.cell(k).state) == stored(log, k)
