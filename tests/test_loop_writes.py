@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 from runtime_helpers import WAIT, key, turn, users, wait_until
@@ -14,7 +15,7 @@ from runtime_helpers import WAIT, key, turn, users, wait_until
 from convmem.actors import MemorySystem, load_state
 from convmem.actors._handles import _LoopReply
 from convmem.actors._session import Write
-from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
+from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.errors import LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import AddTurn
@@ -258,3 +259,54 @@ def test_an_async_write_past_its_timeout_raises_operation_timeout(
         asyncio.run(handle.aio.add_turn(turn("second"), timeout=0))
     assert asyncio.run(handle.aio.add_turn(turn("third"))) >= 2
     assert users(system.cell(k).state) == stored(log, k)
+
+
+# The connection on the planner's own loop ---------------------------------------------------------
+
+
+def test_a_backend_on_the_planners_loop_writes_there_and_refuses_blocking_calls_on_it(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    k = key("here")
+
+    async def main() -> None:
+        backend = await JetStreamBackend.connect_here(nats_server.url, timeout=10.0)
+        system = MemorySystem(TRUNCATION, log=backend.log, snapshots=backend.snapshots, timeout=WAIT)
+        try:
+            handle = system.session(k)
+            for n in range(5):  # the first activates the session on a worker thread; the rest stay here
+                assert await handle.aio.add_turn(turn(f"t{n}")) == n + 1
+            assert "t4" in str(await handle.aio.get_llm_context())
+            with pytest.raises(RuntimeError, match="event loop thread"):
+                handle.add_turn(turn("blocking, on the loop"))
+            assert await asyncio.to_thread(handle.add_turn, turn("t5")) == 6  # from a worker: fine
+        finally:
+            await system.aclose()
+            await backend.aclose()
+
+    asyncio.run(main())
+    log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    try:
+        assert stored(log, k) == [f"t{n}" for n in range(6)]
+    finally:
+        log.close()
+
+
+def test_an_embedded_backend_on_the_planners_loop_stops_its_server_on_aclose(tmp_path: Path) -> None:
+    async def main() -> int | None:
+        backend = await JetStreamBackend.embedded_here(tmp_path / "store", sync_interval=None)
+        assert backend.server is not None
+        pid = backend.server.pid
+        system = MemorySystem(TRUNCATION, log=backend.log, snapshots=backend.snapshots, timeout=WAIT)
+        try:
+            assert await system.session(key("e")).aio.add_turn(turn("one")) == 1
+        finally:
+            await system.aclose()
+            await backend.aclose()
+        assert not backend.server.running
+        return pid
+
+    pid = asyncio.run(main())
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -337,6 +337,18 @@ class _LoopReply:
         self._inbox.deliver(self.future, None, SessionClosed("the write was cancelled before it started"))
         return True
 
+    def expire(self, wait: float) -> None:
+        """On the caller's loop, once its wait ran out: it gets `OperationTimeout`; the write may go on."""
+        if self.future.done():
+            return
+        self.cancel()  # not started yet: it never will be
+        self.future.set_exception(
+            OperationTimeout(
+                f"write did not finish within {wait:g}s (it may still complete; retry with the same "
+                "idempotency_key to store it once)"
+            )
+        )
+
     def set_result(self, result: Any, /) -> None:
         self._finish(result, None)
 
@@ -376,15 +388,12 @@ class AsyncSessionHandle(_Reads):
         else:
             await self._deliver(message)
         wait = timeout if timeout is not None else system.timeout
+        expiry = asyncio.get_running_loop().call_later(wait, reply.expire, wait)
         try:
-            async with asyncio.timeout(wait):
-                result: list[AnyEvent] = await reply.future
-                return result
-        except ConvmemError:
-            raise  # the write's own error (an OperationTimeout included), not our wait running out
-        except TimeoutError:
-            reply.cancel()
-            raise OperationTimeout(f"write did not finish within {wait:g}s") from None
+            result: list[AnyEvent] = await reply.future
+            return result
+        finally:
+            expiry.cancel()
 
     async def _read_state(self) -> SessionState:
         if self._system.is_live(self.key):

@@ -237,6 +237,10 @@ class MemorySystem:
         """Rebuild `key` from its snapshot and the log (what activation does)."""
         return load_state(self.log, self.snapshots, key, on_poison=self.on_poison)
 
+    async def aclose(self) -> None:
+        """`close` from a coroutine: on a worker thread, as stopping the sessions waits for them."""
+        await asyncio.to_thread(self.close)
+
     def close(self) -> None:
         """Stop every session actor (after its queued messages), the pool and the timers."""
         with self._lock:

@@ -12,6 +12,7 @@ both adapters closes the connection too.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from types import TracebackType
 
@@ -58,6 +59,48 @@ class JetStreamBackend:
         server durability rests on its ``sync_interval`` (see `EmbeddedNatsServer`).
         """
         connection = NatsConnection.connect(url, timeout=timeout, max_control_line=max_control_line)
+        return cls._on(connection, url, stream, prefix, bucket, replicas, duplicate_window)
+
+    @classmethod
+    async def connect_here(
+        cls,
+        url: str,
+        *,
+        stream: str = DEFAULT_STREAM,
+        prefix: str = DEFAULT_PREFIX,
+        bucket: str = DEFAULT_BUCKET,
+        replicas: int = 1,
+        duplicate_window: float = 120.0,
+        timeout: float = 5.0,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+    ) -> JetStreamBackend:
+        """`connect`, with the NATS connection on the event loop running here (call from a coroutine).
+
+        For asyncio planners: an `AsyncSessionHandle` write then runs on the
+        planner's own loop from decision to acknowledgement, with no thread
+        in between, which is convmem's fastest write path. Blocking calls
+        must come from other threads (a `SessionHandle`, `close`): close
+        with `await backend.aclose()`, and the system with `await system.aclose()`.
+        """
+        connection = await NatsConnection.connect_here(
+            url, timeout=timeout, max_control_line=max_control_line
+        )
+        # The stream and bucket checks wait on this loop: they run on a worker thread meanwhile.
+        return await asyncio.to_thread(
+            cls._on, connection, url, stream, prefix, bucket, replicas, duplicate_window
+        )
+
+    @classmethod
+    def _on(
+        cls,
+        connection: NatsConnection,
+        url: str,
+        stream: str,
+        prefix: str,
+        bucket: str,
+        replicas: int,
+        duplicate_window: float,
+    ) -> JetStreamBackend:
         try:
             log = JetStreamEventLog(
                 connection, stream=stream, prefix=prefix, replicas=replicas, duplicate_window=duplicate_window
@@ -98,6 +141,38 @@ class JetStreamBackend:
             raise
         backend.server = server
         return backend
+
+    @classmethod
+    async def embedded_here(
+        cls,
+        store_dir: str | os.PathLike[str] | None = None,
+        *,
+        sync_interval: str | None = "always",
+        stream: str = DEFAULT_STREAM,
+        prefix: str = DEFAULT_PREFIX,
+        bucket: str = DEFAULT_BUCKET,
+        timeout: float = 5.0,
+    ) -> JetStreamBackend:
+        """`embedded`, connected on the event loop running here (see `connect_here`)."""
+        server = await asyncio.to_thread(EmbeddedNatsServer(store_dir, sync_interval=sync_interval).start)
+        try:
+            backend = await cls.connect_here(
+                server.url,
+                stream=stream,
+                prefix=prefix,
+                bucket=bucket,
+                timeout=timeout,
+                max_control_line=server.max_control_line,
+            )
+        except BaseException:
+            await asyncio.to_thread(server.stop)
+            raise
+        backend.server = server
+        return backend
+
+    async def aclose(self) -> None:
+        """`close` from a coroutine: on a worker thread, as closing waits on the connection's loop."""
+        await asyncio.to_thread(self.close)
 
     def close(self) -> None:
         """Close both adapters (and so the connection), then stop the embedded server if any."""

@@ -153,6 +153,11 @@ class JetStreamEventLog:
         expected_seq: int,
         on_stored: Callable[[int], None] | None,
     ) -> int:
+        if self._conn.on_loop_thread():
+            raise RuntimeError(
+                f"a blocking append to {key} was made on the NATS connection's event loop thread, where "
+                "it would deadlock; use the AsyncSessionHandle there (or asyncio.to_thread)"
+            )
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
         pending = self._pending(key, events, expected_seq, on_stored, done)
         if pending is None:

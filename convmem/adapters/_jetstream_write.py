@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, Protocol
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.subscription import Subscription
@@ -439,8 +439,14 @@ class SessionWriter:
                 self._locks[subject] = (lock, users - 1)
 
 
+_ACKS = msgspec.json.Decoder(dict[str, Any])
+
+
 def _ack(data: bytes) -> dict[str, Any]:
-    ack: dict[str, Any] = json.loads(data)
+    try:
+        ack = _ACKS.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not a JetStream acknowledgement: {exc}") from None
     error = ack.get("error")
     if error is None:
         return ack

@@ -31,16 +31,35 @@ Start = Callable[[], Coroutine[Any, Any, None]]
 
 
 class EventLoopThread:
-    """A running event loop and the thread that runs it."""
+    """A running event loop and the thread that runs it.
 
-    def __init__(self, name: str) -> None:
-        self._loop = asyncio.new_event_loop()
+    Made with a `name`, it starts a loop on a daemon thread of its own. Made
+    with `here()`, it is the caller's running loop and thread, used as they
+    are: `stop` then leaves that loop running.
+    """
+
+    def __init__(self, name: str, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._lock = threading.Lock()
         self._stopped = False
         self._posted: list[tuple[Start, Posted]] = []
         self._draining = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._own = loop is None
+        if loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+            self._thread.start()
+        else:
+            self._loop = loop
+            self._thread = threading.current_thread()
+
+    @classmethod
+    def here(cls) -> EventLoopThread:
+        """The event loop running on this thread (call from a coroutine)."""
+        return cls("", loop=asyncio.get_running_loop())
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller is the loop's thread (where waiting for the loop would deadlock)."""
+        return threading.current_thread() is self._thread
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -101,17 +120,29 @@ class EventLoopThread:
 
         A wait that runs out cancels the coroutine and raises `LogUnavailable`.
         """
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("a blocking call was made from the event loop thread; it would deadlock")
+        if self.on_loop_thread():
+            raise RuntimeError(
+                f"a blocking call ({what}) was made on the NATS connection's event loop thread, where it "
+                "would deadlock; make it from another thread (asyncio.to_thread)"
+            )
         future = self.submit(fn)
         return wait(future, timeout=timeout, what=what)
 
     def stop(self, *, timeout: float = 5.0) -> None:
-        """Stop the loop (cancelling what still runs on it) and join its thread. Idempotent."""
+        """Stop the loop (cancelling what still runs on it) and join its thread. Idempotent.
+
+        A loop used as it was (`here`) keeps running; work posted and not yet started is cancelled.
+        """
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
+            if not self._own:
+                posted, self._posted = self._posted, []
+        if not self._own:
+            for _, future in posted:
+                future.cancel()
+            return
         self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)

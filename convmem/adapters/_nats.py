@@ -129,6 +129,29 @@ class NatsConnection:
             raise
         return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line)
 
+    @classmethod
+    async def connect_here(
+        cls,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        name: str = "convmem",
+    ) -> NatsConnection:
+        """`connect`, on the event loop running here: nats-py's I/O then shares this loop and thread.
+
+        Blocking calls on the connection (the adapters' synchronous methods)
+        must then come from other threads; on this one they raise.
+        """
+        nc, js = await asyncio.wait_for(_open(url, timeout, name), 2 * timeout + 2.0)
+        return cls(
+            EventLoopThread.here(), nc, js, url=url, timeout=timeout, max_control_line=max_control_line
+        )
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller is the connection's event loop thread."""
+        return self._loop.on_loop_thread()
+
     def check_subject(self, subject: str, key: object) -> None:
         """Refuse to publish on a subject the server would drop the connection for."""
         size = len(subject.encode()) + _CONTROL_OVERHEAD
