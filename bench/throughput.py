@@ -21,6 +21,7 @@ Both are measured once with the server's default flush and once with
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 import time
 
@@ -37,7 +38,8 @@ from bench._common import (
     sync_label,
 )
 from bench._profile import py_spy
-from convmem.actors import MemorySystem, SessionHandle
+from convmem.actors import AsyncSessionHandle, MemorySystem, SessionHandle
+from convmem.adapters import JetStreamBackend
 from convmem.events import ConversationTurn, ShortTermMemoryConfig, TurnAdded, encode_event
 
 __all__ = ["run"]
@@ -165,13 +167,82 @@ def _one_mode(sizes: Sizes, sync_interval: str | None, result: Result) -> None:
     }
 
 
+async def _async_rate(
+    handles: list[AsyncSessionHandle], callers: int, turns: list[ConversationTurn], total: int
+) -> float:
+    per_caller = total // callers
+
+    async def caller(index: int) -> None:
+        mine = handles[index::callers]
+        for n in range(per_caller):
+            await mine[n % len(mine)].add_turn(turns[n % len(turns)], timeout=60)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(callers)))
+    return per_caller * callers / (time.perf_counter() - started)
+
+
+async def _async_mode(sizes: Sizes, sync_interval: str | None, result: Result) -> None:
+    """The same load from asyncio tasks, with the connection on their loop (`connect_here`)."""
+    label = sync_label(sync_interval)
+    turns = [sample_turn(n) for n in range(64)]
+    keys = session_keys(sizes.tp_sessions)
+    total = sizes.tp_turns - sizes.tp_turns % sizes.tp_callers
+    with tempfile.TemporaryDirectory(prefix="convmem-bench-") as store:
+        backend = await JetStreamBackend.embedded_here(store, sync_interval=sync_interval)
+        assert backend.server is not None
+        url = backend.server.url
+        system = MemorySystem(
+            ShortTermMemoryConfig(strategy="truncation"),
+            log=backend.log,
+            snapshots=backend.snapshots,
+            max_live_sessions=sizes.tp_sessions + 24,
+        )
+        try:
+            handles = [system.session(k).aio for k in keys]
+            for share in range(sizes.tp_callers):  # open every session (activation), not timed
+                await asyncio.gather(*(h.add_turn(turns[0]) for h in handles[share :: sizes.tp_callers]))
+            raws, rates = [], []
+            for run in range(2):
+                raws.append(await _raw_publish(url, sizes.tp_sessions, _payloads(total, turns, f"a{run}")))
+                rates.append(await _async_rate(handles, sizes.tp_callers, turns, total // 2))
+            raws.append(await _raw_publish(url, sizes.tp_sessions, _payloads(total, turns, "a2")))
+            rate, ceiling = max(rates), max(raws)
+            if sizes.profile and rate < 0.5 * ceiling:
+                with py_spy(sizes.out_dir, f"throughput-async-{label}", result.details):
+                    await _async_rate(handles, sizes.tp_callers, turns, total)
+        finally:
+            await system.aclose()
+            await backend.aclose()
+    result.add(
+        Figure(
+            f"add_turn turns/s, {sizes.tp_callers} asyncio tasks, connection on their loop, "
+            f"{sizes.tp_sessions} sessions [{label}]",
+            rate,
+            "turns/s",
+            reference=ceiling,
+            reference_label="nats-py publish_async msgs/s (same payloads, same server)",
+            target=Target("ratio", ">=", 0.5),
+        )
+    )
+    result.details[f"async-{label}"] = {
+        "convmem_turns_per_s": rate,
+        "convmem_rounds_per_s": rates,
+        "raw_rounds_per_s": raws,
+        "turns": total,
+    }
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
     for sync_interval in (None, "always"):
         _one_mode(sizes, sync_interval, result)
+        asyncio.run(_async_mode(sizes, sync_interval, result))
     result.notes.append(
-        "convmem: blocking SessionHandle.add_turn from many threads, all sessions live (max_live_sessions "
-        "above the session count), strategy truncation; "
+        "convmem: add_turn with every session live (max_live_sessions above the session count), "
+        "strategy truncation, two ways: the blocking SessionHandle from many threads (the connection "
+        "on convmem's own loop thread), and AsyncSessionHandle from as many asyncio tasks with the "
+        "connection on their loop (JetStreamBackend.embedded_here); "
         "ceiling: nats-py js.publish_async of the same encoded "
         "TurnAdded bytes with Nats-Msg-Id headers to a separate stream on the same server; "
         "rounds alternate, best of each"
