@@ -1,8 +1,9 @@
 """convmem: short-term conversation memory for LLM planners, event-sourced on NATS JetStream.
 
 The common names are available here lazily (importing `convmem` alone loads
-nothing heavy): `convmem.connect`, `convmem.MemorySystem`, `convmem.MemoryKey`,
-`convmem.ConversationTurn`, `convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`.
+nothing heavy): `convmem.connect` (and `convmem.connect_here` for asyncio),
+`convmem.MemorySystem`, `convmem.MemoryKey`, `convmem.ConversationTurn`,
+`convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _LAZY = {
     "ShortTermMemoryConfig": "convmem.events",
     "TrajectoryDigest": "convmem.events",
     "connect": "convmem.adapters",
+    "connect_here": "convmem.adapters",
 }
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "TrajectoryDigest",
     "__version__",
     "connect",
+    "connect_here",
 ]
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from runtime_helpers import WAIT, key, turn, users, wait_until
 
+import convmem
 from convmem.actors import MemorySystem, load_state
 from convmem.actors._handles import _LoopReply
 from convmem.actors._session import Write
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
-from convmem.errors import LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
+from convmem.errors import InvalidInput, LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import AddTurn
 
@@ -310,3 +311,30 @@ def test_an_embedded_backend_on_the_planners_loop_stops_its_server_on_aclose(tmp
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_connect_here_opens_memory_on_the_running_loop_and_aclose_closes_it(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    async def main() -> None:
+        memory = await convmem.connect_here(nats_server.url, config=TRUNCATION)
+        try:
+            assert memory.loop_log is not None
+            assert await memory.session(key("c")).aio.add_turn(turn("hello")) == 1
+        finally:
+            await memory.aclose()
+        assert memory.closed
+        with pytest.raises(InvalidInput, match="not a NATS URL"):
+            await convmem.connect_here("http://127.0.0.1:4222")
+        scratch = await convmem.connect_here("memory://", config=TRUNCATION)
+        try:
+            assert await scratch.session(key("m")).aio.add_turn(turn("in memory")) == 1
+        finally:
+            await scratch.aclose()
+
+    asyncio.run(main())
+    log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    try:
+        assert stored(log, key("c")) == ["hello"]
+    finally:
+        log.close()

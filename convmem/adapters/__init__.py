@@ -1,7 +1,7 @@
 """The edges: logs, snapshot stores, summarizers, integrations, service and CLI."""
 
 from convmem.adapters._agents_session import ConvmemSession
-from convmem.adapters._connect import MEMORY_URL, connect, open_backend
+from convmem.adapters._connect import MEMORY_URL, connect, connect_here, open_backend, open_backend_here
 from convmem.adapters._embedded import EmbeddedNatsServer
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._jetstream import JetStreamBackend
@@ -49,7 +49,9 @@ __all__ = [
     "UnsupportedVersion",
     "config_from_penguiflow",
     "connect",
+    "connect_here",
     "open_backend",
+    "open_backend_here",
     "operator_subject",
     "session_subject",
     "turn_from_penguiflow",

@@ -12,6 +12,7 @@ connection, and the embedded server) when it is closed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -22,7 +23,7 @@ from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
 
-__all__ = ["MEMORY_URL", "Backend", "connect", "open_backend"]
+__all__ = ["MEMORY_URL", "Backend", "connect", "connect_here", "open_backend", "open_backend_here"]
 
 Backend = JetStreamBackend | InMemoryBackend
 
@@ -46,13 +47,42 @@ def open_backend(
         return InMemoryBackend()
     if url is None:
         return JetStreamBackend.embedded(data_dir, sync_interval=sync_interval, timeout=timeout, **names)
+    _check_url(url)
+    return JetStreamBackend.connect(url, replicas=replicas, timeout=timeout, **names)
+
+
+async def open_backend_here(
+    url: str | None = None,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    stream: str | None = None,
+    prefix: str | None = None,
+    bucket: str | None = None,
+    replicas: int = 1,
+    sync_interval: str | None = "always",
+    timeout: float = 5.0,
+) -> Backend:
+    """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
+    names: dict[str, Any] = {
+        k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None
+    }
+    if url == MEMORY_URL:
+        return InMemoryBackend()
+    if url is None:
+        return await JetStreamBackend.embedded_here(
+            data_dir, sync_interval=sync_interval, timeout=timeout, **names
+        )
+    _check_url(url)
+    return await JetStreamBackend.connect_here(url, replicas=replicas, timeout=timeout, **names)
+
+
+def _check_url(url: object) -> None:
     if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
         raise InvalidInput(
             "url",
             f"{url!r} is not a NATS URL (nats://host:port) nor {MEMORY_URL!r}; "
             "omit it for the embedded server",
         )
-    return JetStreamBackend.connect(url, replicas=replicas, timeout=timeout, **names)
 
 
 def connect(
@@ -74,9 +104,7 @@ def connect(
     `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
     configured `summary_max_tokens`. Further keywords go to `MemorySystem`.
     """
-    config = config if config is not None else ShortTermMemoryConfig()
-    if summarizer is None:
-        summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+    config, summarizer = _defaults(config, summarizer)
     backend = open_backend(
         url,
         data_dir=data_dir,
@@ -99,3 +127,58 @@ def connect(
     except BaseException:
         backend.close()
         raise
+
+
+async def connect_here(
+    url: str | None = None,
+    *,
+    config: ShortTermMemoryConfig | None = None,
+    summarizer: Summarizer | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    stream: str | None = None,
+    prefix: str | None = None,
+    bucket: str | None = None,
+    replicas: int = 1,
+    sync_interval: str | None = "always",
+    timeout: float = 5.0,
+    **system: Any,
+) -> MemorySystem:
+    """`connect`, from a coroutine, with the NATS connection on the running event loop.
+
+    For asyncio planners: an `AsyncSessionHandle` write is then decided,
+    appended and answered on this loop with no thread in between (the
+    fastest write path). Blocking calls must come from other threads; close
+    with ``await memory.aclose()``.
+    """
+    config, summarizer = _defaults(config, summarizer)
+    backend = await open_backend_here(
+        url,
+        data_dir=data_dir,
+        stream=stream,
+        prefix=prefix,
+        bucket=bucket,
+        replicas=replicas,
+        sync_interval=sync_interval,
+        timeout=timeout,
+    )
+    try:
+        return MemorySystem(
+            config,
+            log=backend.log,
+            snapshots=backend.snapshots,
+            summarizer=summarizer,
+            on_close=backend.close,
+            **system,
+        )
+    except BaseException:
+        await asyncio.to_thread(backend.close)
+        raise
+
+
+def _defaults(
+    config: ShortTermMemoryConfig | None, summarizer: Summarizer | None
+) -> tuple[ShortTermMemoryConfig, Summarizer]:
+    config = config if config is not None else ShortTermMemoryConfig()
+    if summarizer is None:
+        summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+    return config, summarizer
