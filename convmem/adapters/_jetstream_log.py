@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
 
 _HEADER_SAFE = re.compile(r"^(?=\S)[^\x00-\x1f\x7f]*(?<=\S)$")
 
-_APPENDING_CACHE = 65_536  # keys whose subject and error label are kept (then the cache starts over)
+_APPENDING_CACHE = 8_192  # keys whose subject and error label are kept (then the cache starts over)
 
 DEFAULT_STREAM = "CONVMEM_EVENTS"
 DEFAULT_PREFIX = "convmem.ev"
