@@ -101,6 +101,27 @@ def _convmem_rate(
     return per_caller * callers / elapsed
 
 
+def _system(backend: JetStreamBackend, sizes: Sizes) -> MemorySystem:
+    """Every session stays live: this measures writes, not activation (churn is `scale`'s)."""
+    return MemorySystem(
+        ShortTermMemoryConfig(strategy="truncation"),
+        log=backend.log,
+        snapshots=backend.snapshots,
+        max_live_sessions=sizes.tp_sessions + 24,
+    )
+
+
+def _figure(how: str, rate: float, ceiling: float) -> Figure:
+    return Figure(
+        f"add_turn turns/s, {how}",
+        rate,
+        "turns/s",
+        reference=ceiling,
+        reference_label="nats-py publish_async msgs/s (same payloads, same server)",
+        target=Target("ratio", ">=", 0.5),
+    )
+
+
 def _start_sessions(handles: list[SessionHandle], callers: int, turn: ConversationTurn) -> None:
     def start(share: list[SessionHandle]) -> None:
         for handle in share:
@@ -123,12 +144,7 @@ def _one_mode(sizes: Sizes, sync_interval: str | None, result: Result) -> None:
     with embedded_backend(sync_interval) as backend:
         assert backend.server is not None
         url = backend.server.url
-        system = MemorySystem(
-            ShortTermMemoryConfig(strategy="truncation"),
-            log=backend.log,
-            snapshots=backend.snapshots,
-            max_live_sessions=sizes.tp_sessions + 24,
-        )
+        system = _system(backend, sizes)
         try:
             handles = [system.session(k) for k in keys]
             _start_sessions(handles, sizes.tp_callers, turns[0])
@@ -147,16 +163,7 @@ def _one_mode(sizes: Sizes, sync_interval: str | None, result: Result) -> None:
                     _convmem_rate(handles, sizes.tp_callers, turns, total)
         finally:
             system.close()
-    result.add(
-        Figure(
-            f"add_turn turns/s, {sizes.tp_callers} threads, {sizes.tp_sessions} sessions [{label}]",
-            rate,
-            "turns/s",
-            reference=ceiling,
-            reference_label="nats-py publish_async msgs/s (same payloads, same server)",
-            target=Target("ratio", ">=", 0.5),
-        )
-    )
+    result.add(_figure(f"{sizes.tp_callers} threads, {sizes.tp_sessions} sessions [{label}]", rate, ceiling))
     result.details[label] = {
         "convmem_turns_per_s": rate,
         "convmem_rounds_per_s": rates,
@@ -192,12 +199,7 @@ async def _async_mode(sizes: Sizes, sync_interval: str | None, result: Result) -
         backend = await JetStreamBackend.embedded_here(store, sync_interval=sync_interval)
         assert backend.server is not None
         url = backend.server.url
-        system = MemorySystem(
-            ShortTermMemoryConfig(strategy="truncation"),
-            log=backend.log,
-            snapshots=backend.snapshots,
-            max_live_sessions=sizes.tp_sessions + 24,
-        )
+        system = _system(backend, sizes)
         try:
             handles = [system.session(k).aio for k in keys]
             for share in range(sizes.tp_callers):  # open every session (activation), not timed
@@ -214,17 +216,8 @@ async def _async_mode(sizes: Sizes, sync_interval: str | None, result: Result) -
         finally:
             await system.aclose()
             await backend.aclose()
-    result.add(
-        Figure(
-            f"add_turn turns/s, {sizes.tp_callers} asyncio tasks, connection on their loop, "
-            f"{sizes.tp_sessions} sessions [{label}]",
-            rate,
-            "turns/s",
-            reference=ceiling,
-            reference_label="nats-py publish_async msgs/s (same payloads, same server)",
-            target=Target("ratio", ">=", 0.5),
-        )
-    )
+    way = f"{sizes.tp_callers} asyncio tasks, connection on their loop, {sizes.tp_sessions} sessions"
+    result.add(_figure(f"{way} [{label}]", rate, ceiling))
     result.details[f"async-{label}"] = {
         "convmem_turns_per_s": rate,
         "convmem_rounds_per_s": rates,

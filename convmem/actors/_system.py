@@ -26,7 +26,7 @@ import msgspec
 import pykka
 
 from convmem.actors._clock import SystemClock
-from convmem.actors._dispatch import Dispatcher, claim
+from convmem.actors._dispatch import Dispatcher, PooledActor, claim
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
@@ -308,16 +308,7 @@ class MemorySystem:
 
     def tell(self, key: MemoryKey, message: Message) -> None:
         """Deliver `message` to the session, activating it when needed."""
-        while True:
-            if self._closed:
-                _fail(message, SessionClosed("the memory system is closed"))
-                return
-            entry = self._entry(key)
-            with self._lock:
-                if self._live.get(key) is entry:
-                    entry.cell.last_used = self.clock.now()
-                    entry.ref.tell(message)
-                    return
+        self._deliver(key, message, here=False)
 
     def call(self, key: MemoryKey, message: Message) -> None:
         """`tell`, but when the session is idle the calling thread handles `message` itself.
@@ -327,20 +318,24 @@ class MemorySystem:
         thread hand-offs. Never from an event loop (the message may wait for
         the log, whose answers may need that loop).
         """
+        actor = self._deliver(key, message, here=True)
+        if actor is not None:
+            actor.run_claimed(message)
+
+    def _deliver(self, key: MemoryKey, message: Message, *, here: bool) -> PooledActor | None:
+        """Queue `message` for the session (activating it), or with `here` claim it when idle."""
         while True:
             if self._closed:
                 _fail(message, SessionClosed("the memory system is closed"))
-                return
+                return None
             entry = self._entry(key)
             with self._lock:
                 if self._live.get(key) is entry:
                     entry.cell.last_used = self.clock.now()
-                    actor = claim(entry.ref)
+                    actor = claim(entry.ref) if here else None
                     if actor is None:
                         entry.ref.tell(message)
-                        return
-                    break
-        actor.run_claimed(message)
+                    return actor
 
     async def write_on_loop(self, key: MemoryKey, message: Write, log: LoopEventLog) -> None:
         """On `log`'s loop (posted by an async handle): the write runs right there when the session is idle.

@@ -40,9 +40,7 @@ def open_backend(
     timeout: float = 5.0,
 ) -> Backend:
     """The log and snapshot store behind `url` (see the module docstring)."""
-    names: dict[str, Any] = {
-        k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None
-    }
+    names = _names(stream, prefix, bucket)
     if url == MEMORY_URL:
         return InMemoryBackend()
     if url is None:
@@ -63,9 +61,7 @@ async def open_backend_here(
     timeout: float = 5.0,
 ) -> Backend:
     """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
-    names: dict[str, Any] = {
-        k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None
-    }
+    names = _names(stream, prefix, bucket)
     if url == MEMORY_URL:
         return InMemoryBackend()
     if url is None:
@@ -74,6 +70,11 @@ async def open_backend_here(
         )
     _check_url(url)
     return await JetStreamBackend.connect_here(url, replicas=replicas, timeout=timeout, **names)
+
+
+def _names(stream: str | None, prefix: str | None, bucket: str | None) -> dict[str, Any]:
+    """The names given (the backend's defaults for the rest)."""
+    return {k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None}
 
 
 def _check_url(url: object) -> None:
@@ -104,7 +105,6 @@ def connect(
     `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
     configured `summary_max_tokens`. Further keywords go to `MemorySystem`.
     """
-    config, summarizer = _defaults(config, summarizer)
     backend = open_backend(
         url,
         data_dir=data_dir,
@@ -116,14 +116,7 @@ def connect(
         timeout=timeout,
     )
     try:
-        return MemorySystem(
-            config,
-            log=backend.log,
-            snapshots=backend.snapshots,
-            summarizer=summarizer,
-            on_close=backend.close,
-            **system,
-        )
+        return _memory(backend, config, summarizer, system)
     except BaseException:
         backend.close()
         raise
@@ -150,7 +143,6 @@ async def connect_here(
     fastest write path). Blocking calls must come from other threads; close
     with ``await memory.aclose()``.
     """
-    config, summarizer = _defaults(config, summarizer)
     backend = await open_backend_here(
         url,
         data_dir=data_dir,
@@ -162,23 +154,27 @@ async def connect_here(
         timeout=timeout,
     )
     try:
-        return MemorySystem(
-            config,
-            log=backend.log,
-            snapshots=backend.snapshots,
-            summarizer=summarizer,
-            on_close=backend.close,
-            **system,
-        )
+        return _memory(backend, config, summarizer, system)
     except BaseException:
         await asyncio.to_thread(backend.close)
         raise
 
 
-def _defaults(
-    config: ShortTermMemoryConfig | None, summarizer: Summarizer | None
-) -> tuple[ShortTermMemoryConfig, Summarizer]:
+def _memory(
+    backend: Backend,
+    config: ShortTermMemoryConfig | None,
+    summarizer: Summarizer | None,
+    system: dict[str, Any],
+) -> MemorySystem:
+    """The system on `backend` that closes it; the offline summarizer unless one is given."""
     config = config if config is not None else ShortTermMemoryConfig()
     if summarizer is None:
         summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
-    return config, summarizer
+    return MemorySystem(
+        config,
+        log=backend.log,
+        snapshots=backend.snapshots,
+        summarizer=summarizer,
+        on_close=backend.close,
+        **system,
+    )
