@@ -338,3 +338,32 @@ def test_connect_here_opens_memory_on_the_running_loop_and_aclose_closes_it(
         assert stored(log, key("c")) == ["hello"]
     finally:
         log.close()
+
+
+def test_async_writes_over_a_small_live_set_lose_nothing(nats_server: EmbeddedNatsServer) -> None:
+    """Sessions passivate and reactivate under the writes (claims, queued stops, activations off the loop)."""
+    keys = [key(f"churn{n}") for n in range(12)]
+
+    async def main() -> None:
+        memory = await convmem.connect_here(nats_server.url, config=TRUNCATION, max_live_sessions=3)
+        try:
+
+            async def writer(k: MemoryKey) -> None:
+                handle = memory.session(k).aio
+                for n in range(8):
+                    await handle.add_turn(turn(f"{k.session_id}-{n}"), idempotency_key=f"{k.session_id}-{n}")
+
+            await asyncio.gather(*(writer(k) for k in keys))
+            counts = memory.metrics.snapshot()["counts"]
+            assert counts["passivations"] > 0  # the bound was felt
+            assert counts["activations"] > len(keys)
+        finally:
+            await memory.aclose()
+
+    asyncio.run(main())
+    log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    try:
+        for k in keys:
+            assert stored(log, k) == [f"{k.session_id}-{n}" for n in range(8)]
+    finally:
+        log.close()
