@@ -367,3 +367,23 @@ def test_async_writes_over_a_small_live_set_lose_nothing(nats_server: EmbeddedNa
             assert stored(log, k) == [f"{k.session_id}-{n}" for n in range(8)]
     finally:
         log.close()
+
+
+def test_loops_that_made_async_writes_are_not_kept_alive(system: MemorySystem) -> None:
+    """Each asyncio.run makes a loop; the registry of per-loop answer inboxes must let it go."""
+    import gc  # noqa: PLC0415 (this test alone)
+    import weakref  # noqa: PLC0415
+
+    k = key("loops")
+    handle = system.session(k)
+    handle.add_turn(turn("first"))
+    seen: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def write(n: int) -> None:
+        seen.append(weakref.ref(asyncio.get_running_loop()))
+        await handle.aio.add_turn(turn(f"t{n}"))
+
+    for n in range(3):
+        asyncio.run(write(n))
+    gc.collect()
+    assert [ref() for ref in seen] == [None, None, None]

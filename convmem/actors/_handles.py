@@ -255,7 +255,8 @@ class _LoopInbox:
     __slots__ = ("__weakref__", "_items", "_lock", "_loop", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weakly: the registry of inboxes is keyed by the loop, and must not keep it alive.
+        self._loop = weakref.ref(loop)
         self._items: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         self._lock = threading.Lock()
         self._scheduled = False
@@ -266,8 +267,11 @@ class _LoopInbox:
             if self._scheduled:
                 return
             self._scheduled = True
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone, and whoever waited on it
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._drain)
+            loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:

@@ -27,7 +27,7 @@ import msgspec
 from convmem.actors._dispatch import PooledActor
 from convmem.actors._pool import SummaryOutcome
 from convmem.actors._ports import LoopEventLog, NotifyingEventLog, Snapshot, Timer
-from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
+from convmem.errors import ConcurrencyConflict, ConvmemError
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
@@ -304,9 +304,10 @@ class SessionActor(PooledActor):
         try:
             finished = await self._begin_on_loop(message, log)
         except BaseException as exc:
-            _log.exception("session %s: a write on the loop failed", self._key)
-            if not message.reply.done():
-                message.reply.set_exception(exc if isinstance(exc, Exception) else SessionClosed(repr(exc)))
+            if isinstance(exc, Exception):  # else the loop is closing: it answers the caller itself
+                _log.exception("session %s: a write on the loop failed", self._key)
+                if not message.reply.done():
+                    message.reply.set_exception(exc)
             self.release()
             raise
         if not finished:
