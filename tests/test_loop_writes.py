@@ -387,3 +387,43 @@ def test_loops_that_made_async_writes_are_not_kept_alive(system: MemorySystem) -
         asyncio.run(write(n))
     gc.collect()
     assert [ref() for ref in seen] == [None, None, None]
+
+
+class RefusingLog(CountingLog):
+    """Fails the next append begun on its loop, as a publish cut short by a dropped connection would."""
+
+    fail_next = False
+
+    async def begin_append(
+        self,
+        key: MemoryKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        done: Callable[[int | Exception], None],
+    ) -> None:
+        if type(self).fail_next:
+            type(self).fail_next = False
+            raise LogUnavailable("the publish was cut short")
+        await super().begin_append(key, events, expected_seq=expected_seq, done=done)
+
+
+def test_an_append_that_fails_to_begin_on_the_loop_is_reported_and_the_session_rereads_the_log(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    log = RefusingLog.connect(nats_server.url, timeout=10.0)
+    system = MemorySystem(TRUNCATION, log=log, timeout=WAIT)
+    k = key("cut-short")
+    try:
+        handle = system.session(k)
+        handle.add_turn(turn("first"))
+        wait_until(lambda: idle(system, k), message="the session idle")
+        RefusingLog.fail_next = True
+        with pytest.raises(LogUnavailable, match="cut short"):
+            asyncio.run(handle.aio.add_turn(turn("lost")))
+        assert not RefusingLog.fail_next  # it was the loop path that failed
+        assert asyncio.run(handle.aio.add_turn(turn("second"))) == 2
+        assert users(system.cell(k).state) == stored(log, k) == ["first", "second"]
+    finally:
+        system.close()
+        log.close()

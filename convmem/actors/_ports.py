@@ -151,7 +151,8 @@ class LoopEventLog(Protocol):
     - `begin_append` runs on the loop only. It starts `append` and returns at
       once; later `done` is called on the loop with the session's last seq, or
       with the exception `append` would have raised. If `begin_append` itself
-      raises, nothing was started and `done` is never called.
+      raises, `done` is never called, and the events may or may not have been
+      stored (as when `append` raises `LogUnavailable`).
     """
 
     def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None: ...

@@ -339,7 +339,9 @@ class SessionActor(PooledActor):
 
         try:
             await log.begin_append(self._key, events, expected_seq=state.version, done=done)
-        except Exception as exc:  # nothing was started
+        except Exception as exc:  # `done` never comes; a publish cut short may have gone out
+            self._uncertain = True
+            self._doubt(command_id)
             reply.set_exception(exc)
             self.release()
         return True

@@ -340,7 +340,10 @@ class _Client(Client):
             return
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        handler(subject, data, headers or b"")
+        try:
+            handler(subject, data, headers or b"")
+        except Exception:  # never into nats-py's read loop, which would drop the connection
+            _log.exception("a handler of subscription %s failed", sid)
 
 
 async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStreamContext]:
