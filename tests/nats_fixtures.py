@@ -10,6 +10,11 @@ adapters are never silently untested.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +24,14 @@ import pytest
 
 from convmem.adapters import EmbeddedNatsServer
 
-__all__ = ["JetStreamNames", "jetstream_names", "nats_server", "nats_server_shared", "start_nats_server"]
+__all__ = [
+    "JetStreamNames",
+    "frozen",
+    "jetstream_names",
+    "nats_server",
+    "nats_server_shared",
+    "start_nats_server",
+]
 
 
 def start_nats_server(store_dir: Path) -> EmbeddedNatsServer:
@@ -60,3 +72,35 @@ def jetstream_names() -> JetStreamNames:
     """Fresh stream, prefix and bucket names for one test."""
     tag = uuid.uuid4().hex[:12]
     return JetStreamNames(stream=f"EV_{tag}", prefix=f"t{tag}.ev", bucket=f"SNAP_{tag}")
+
+
+def _all_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is in the stopped state (so it answers nothing)."""
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state not in ("T", "t"):
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def frozen(server: EmbeddedNatsServer, timeout: float = 15.0) -> Iterator[None]:
+    """SIGSTOP the server and wait until all its threads are stopped; SIGCONT on the way out.
+
+    `kill` returns before a busy process has stopped: a publish sent at once
+    may still be answered. Waiting for the fact keeps "no answer" certain.
+    """
+    pid = server.pid
+    assert pid is not None, "the server is not running"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        pause = threading.Event()  # never set: a short wait that is not a sleep
+        deadline = time.monotonic() + timeout
+        while not _all_stopped(pid):
+            assert time.monotonic() < deadline, f"nats-server {pid} did not stop within {timeout:g}s"
+            pause.wait(0.001)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

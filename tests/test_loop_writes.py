@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from nats_fixtures import frozen
 from runtime_helpers import WAIT, key, turn, users, wait_until
 
 import convmem
@@ -163,13 +163,8 @@ def test_an_unanswered_write_on_the_loop_fails_and_the_session_rereads_the_log(
     try:
         handle = system.session(k)
         handle.add_turn(turn("first"))
-        assert nats_server.pid is not None
-        os.kill(nats_server.pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(LogUnavailable):
-                asyncio.run(handle.aio.add_turn(turn("in doubt")))
-        finally:
-            os.kill(nats_server.pid, signal.SIGCONT)
+        with frozen(nats_server), pytest.raises(LogUnavailable):
+            asyncio.run(handle.aio.add_turn(turn("in doubt")))
         assert asyncio.run(handle.aio.add_turn(turn("after"))) >= 2
         logged = stored(log, k)
         assert logged[0] == "first"
@@ -280,6 +275,10 @@ def test_a_backend_on_the_planners_loop_writes_there_and_refuses_blocking_calls_
             assert "t4" in str(await handle.aio.get_llm_context())
             with pytest.raises(RuntimeError, match="event loop thread"):
                 handle.add_turn(turn("blocking, on the loop"))
+            with pytest.raises(RuntimeError, match="event loop thread"):
+                handle.flush()
+            with pytest.raises(RuntimeError, match="event loop thread"):
+                handle.refresh()
             assert await asyncio.to_thread(handle.add_turn, turn("t5")) == 6  # from a worker: fine
         finally:
             await system.aclose()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
-import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from nats_fixtures import frozen
 from runtime_helpers import WAIT, Harness, key, live_state, turn, users
 
 from convmem.actors import MemorySystem, NotifyingEventLog, SessionHandle
@@ -198,13 +197,8 @@ def test_an_unanswered_fast_append_fails_and_its_retry_is_stored_once(
     k = MemoryKey("acme", "alice", "unanswered")
     try:
         log.append(k, [cleared(1, "u-1")], expected_seq=0)  # caches the last message: the fast path next
-        assert nats_server.pid is not None
-        os.kill(nats_server.pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(LogUnavailable):
-                log.append(k, [cleared(2, "u-2")], expected_seq=1)
-        finally:
-            os.kill(nats_server.pid, signal.SIGCONT)
+        with frozen(nats_server), pytest.raises(LogUnavailable):
+            log.append(k, [cleared(2, "u-2")], expected_seq=1)
         assert log.append(k, [cleared(2, "u-2")], expected_seq=1) == 2  # stored late, or now: once
         assert log.append(k, [cleared(3, "u-3")], expected_seq=2) == 3
         assert [e.event_id for e in log.read(k)] == ["u-1", "u-2", "u-3"]

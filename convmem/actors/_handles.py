@@ -171,6 +171,7 @@ class SessionHandle(_Reads):
 
     def _send(self, command: Command, timeout: float | None, command_id: str | None = None) -> list[AnyEvent]:
         system = self._system
+        _refuse_on_the_log_loop(system, "write")
         reply: concurrent.futures.Future[list[AnyEvent]] = concurrent.futures.Future()
         if timeout is None or timeout >= system.timeout:
             # This thread waits anyway: it runs the write itself when the session is idle (the
@@ -221,6 +222,7 @@ class SessionHandle(_Reads):
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
+        _refuse_on_the_log_loop(self._system, "flush")
         reply: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._system.tell(self.key, Flush(reply))
         _wait(reply, timeout if timeout is not None else self._system.timeout, "flush")
@@ -235,6 +237,7 @@ class SessionHandle(_Reads):
 
     def refresh(self, *, timeout: float | None = None) -> SessionState:
         """Reload from the log (to see another process's writes) and return the state."""
+        _refuse_on_the_log_loop(self._system, "refresh")
         reply: concurrent.futures.Future[SessionState] = concurrent.futures.Future()
         self._system.tell(self.key, Refresh(reply))
         return _wait(reply, timeout if timeout is not None else self._system.timeout, "refresh")
@@ -446,6 +449,7 @@ class AsyncSessionHandle(_Reads):
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
+        _refuse_on_the_log_loop(self._system, "flush")
         reply: concurrent.futures.Future[None] = concurrent.futures.Future()
         await self._deliver(Flush(reply))
         await _await(reply, timeout if timeout is not None else self._system.timeout, "flush")
@@ -475,6 +479,16 @@ class AsyncSessionHandle(_Reads):
     async def hydrate(self, store: Any, key: str) -> None:
         """Nothing to do: the session rebuilds itself from the log (PenguiFlow's hook)."""
         del store, key
+
+
+def _refuse_on_the_log_loop(system: MemorySystem, what: str) -> None:
+    """A blocking call on the log's own loop thread would wait for that loop: a clear error instead."""
+    log = system.loop_log
+    if log is not None and log.on_loop_thread():
+        raise RuntimeError(
+            f"a blocking {what} was made on the NATS connection's event loop thread, where it would "
+            "deadlock; use the asyncio handle (.aio) there, or asyncio.to_thread"
+        )
 
 
 def _wait(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:

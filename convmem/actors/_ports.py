@@ -145,6 +145,8 @@ class LoopEventLog(Protocol):
     from decision to acknowledgement (`AsyncSessionHandle`), with no thread
     hand-off between the caller, the session and the log.
 
+    - `on_loop_thread()` tells whether the caller is the loop's thread:
+      blocking calls made there are refused, as they would deadlock.
     - `post(start, future)` runs `start()` on the loop soon, in a batch with
       other posted work. `future` is set running first (a cancelled one skips
       `start`); an exception from `start`, or the loop closing, settles it.
@@ -156,6 +158,10 @@ class LoopEventLog(Protocol):
     """
 
     def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None: ...
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller is the loop's own thread (where a blocking call would deadlock)."""
+        ...
 
     async def begin_append(
         self,

@@ -170,6 +170,10 @@ class JetStreamEventLog:
         """See `LoopEventLog.post`."""
         self._conn.post(start, future, what="a session's write")
 
+    def on_loop_thread(self) -> bool:
+        """See `LoopEventLog.on_loop_thread`."""
+        return self._conn.on_loop_thread()
+
     async def begin_append(
         self,
         key: MemoryKey,
