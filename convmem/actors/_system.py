@@ -331,11 +331,18 @@ class MemorySystem:
             entry = self._entry(key)
             with self._lock:
                 if self._live.get(key) is entry:
-                    entry.cell.last_used = self.clock.now()
-                    actor = claim(entry.ref) if here else None
-                    if actor is None:
-                        entry.ref.tell(message)
-                    return actor
+                    return self._hand(entry, message, here=here)
+
+    def _hand(self, entry: _Live, message: Message, *, here: bool) -> PooledActor | None:
+        """`entry`'s actor claimed for the caller (with `here`, when idle), else `message` queued.
+
+        Under the lock, with `entry` live.
+        """
+        entry.cell.last_used = self.clock.now()
+        actor = claim(entry.ref) if here else None
+        if actor is None:
+            entry.ref.tell(message)
+        return actor
 
     async def write_on_loop(self, key: MemoryKey, message: Write, log: LoopEventLog) -> None:
         """On `log`'s loop (posted by an async handle): the write runs right there when the session is idle.
@@ -346,11 +353,11 @@ class MemorySystem:
         """
         with self._lock:
             entry = None if self._closed else self._live.get(key)
-            actor = claim(entry.ref) if entry is not None else None
-            if entry is not None and actor is None:
-                entry.ref.tell(message)
-                return
-        if actor is None:
+            if entry is not None:
+                actor = self._hand(entry, message, here=True)
+                if actor is None:
+                    return  # busy: queued for the actor's thread
+        if entry is None:
             threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
             return
         assert isinstance(actor, SessionActor)

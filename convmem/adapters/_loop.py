@@ -73,10 +73,7 @@ class EventLoopThread:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        with self._lock:
-            posted, self._posted = self._posted, []
-        for _, future in posted:
-            future.cancel()
+        self._cancel_posted()
         pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
         for task in pending:
             task.cancel()
@@ -85,6 +82,13 @@ class EventLoopThread:
         self._loop.run_until_complete(self._loop.shutdown_asyncgens())
         self._loop.run_until_complete(self._loop.shutdown_default_executor())
         self._loop.close()
+
+    def _cancel_posted(self) -> None:
+        """Work posted and not yet started never will be (`post` refuses new work by now)."""
+        with self._lock:
+            posted, self._posted = self._posted, []
+        for _, future in posted:
+            future.cancel()
 
     def submit(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
         """Schedule `fn()` on the loop; the coroutine is only made once the loop accepts it."""
@@ -137,11 +141,8 @@ class EventLoopThread:
             if self._stopped:
                 return
             self._stopped = True
-            if not self._own:
-                posted, self._posted = self._posted, []
         if not self._own:
-            for _, future in posted:
-                future.cancel()
+            self._cancel_posted()
             return
         self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
