@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ __all__ = [
     "async_batch",
     "compare",
     "embedded_backend",
+    "in_threads",
     "memory_store_root",
     "nats_server",
     "percentile",
@@ -309,6 +311,31 @@ def embedded_backend(
 
 def sync_label(sync_interval: str | None) -> str:
     return "sync=always" if sync_interval == "always" else "sync=default"
+
+
+def in_threads(work: Callable[[int], None], count: int, *, timeout: float) -> float:
+    """Run `work(0)` ... `work(count - 1)` on as many threads at once; seconds from start to last join.
+
+    The first error a thread raised is raised here, after all have ended (or `timeout` each).
+    """
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            work(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return elapsed
 
 
 # Statistics --------------------------------------------------------------------------

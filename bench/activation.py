@@ -15,7 +15,6 @@ The rounds of the three are interleaved key by key.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from bench._common import (
@@ -24,6 +23,7 @@ from bench._common import (
     Sizes,
     Target,
     embedded_backend,
+    in_threads,
     percentile,
     sample_turn,
     session_keys,
@@ -54,11 +54,7 @@ def run(sizes: Sizes) -> Result:
                 for n in range(sizes.act_turns):
                     handle.add_turn(sample_turn(n), timeout=60)
 
-        threads = [threading.Thread(target=fill, args=(i,), daemon=True) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
+        in_threads(fill, 8, timeout=600)
         for key in keys:
             system.passivate(key)
         missing = [k for k in keys if backend.snapshots.load(k) is None]

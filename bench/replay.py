@@ -20,7 +20,6 @@ The server runs with its default flush: writing the log is set-up, not measured.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -28,7 +27,16 @@ from typing import TypeVar
 
 import nats
 
-from bench._common import Figure, Result, Sizes, Target, embedded_backend, sample_turn, session_keys
+from bench._common import (
+    Figure,
+    Result,
+    Sizes,
+    Target,
+    embedded_backend,
+    in_threads,
+    sample_turn,
+    session_keys,
+)
 from bench._profile import py_spy
 from convmem.actors import EventLog, LoggedEvent
 from convmem.adapters import InMemoryEventLog, JetStreamEventLog
@@ -73,26 +81,17 @@ def _histories(sizes: Sizes) -> dict[MemoryKey, list[AnyEvent]]:
 def _write(log: EventLog, histories: dict[MemoryKey, list[AnyEvent]], writers: int) -> None:
     """Append every history in chunks, round-robin over sessions (each writer owns some sessions)."""
     keys = list(histories)
-    errors: list[BaseException] = []
 
-    def writer(mine: list[MemoryKey]) -> None:
-        try:
-            longest = max((len(histories[k]) for k in mine), default=0)
-            for start in range(0, longest, _CHUNK):
-                for key in mine:
-                    chunk = histories[key][start : start + _CHUNK]
-                    if chunk:
-                        log.append(key, chunk, expected_seq=start)
-        except BaseException as exc:
-            errors.append(exc)
+    def writer(share: int) -> None:
+        mine = keys[share::writers]
+        longest = max((len(histories[k]) for k in mine), default=0)
+        for start in range(0, longest, _CHUNK):
+            for key in mine:
+                chunk = histories[key][start : start + _CHUNK]
+                if chunk:
+                    log.append(key, chunk, expected_seq=start)
 
-    threads = [threading.Thread(target=writer, args=(keys[i::writers],), daemon=True) for i in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=900)
-    if errors:
-        raise errors[0]
+    in_threads(writer, writers, timeout=900)
 
 
 async def _publish(url: str, log: JetStreamEventLog, histories: dict[MemoryKey, list[AnyEvent]]) -> None:

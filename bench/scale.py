@@ -43,6 +43,7 @@ from bench._common import (
     Sizes,
     Target,
     embedded_backend,
+    in_threads,
     memory_store_root,
     sample_turn,
     session_keys,
@@ -65,22 +66,12 @@ def _settle(system: MemorySystem, seconds: float = 10.0) -> None:
 
 def _touch(system: MemorySystem, keys: list[MemoryKey], callers: int) -> None:
     turn = sample_turn(1)
-    errors: list[BaseException] = []
 
-    def caller(share: list[MemoryKey]) -> None:
-        try:
-            for key in share:
-                system.session(key).add_turn(turn, timeout=60)
-        except BaseException as exc:
-            errors.append(exc)
+    def caller(share: int) -> None:
+        for key in keys[share::callers]:
+            system.session(key).add_turn(turn, timeout=60)
 
-    threads = [threading.Thread(target=caller, args=(keys[i::callers],), daemon=True) for i in range(callers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=1800)
-    if errors:
-        raise errors[0]
+    in_threads(caller, callers, timeout=1800)
 
 
 def worker(sizes: Sizes) -> dict[str, object]:
@@ -137,25 +128,13 @@ def _churn(sizes: Sizes, live: int) -> tuple[float, int]:
         for handle in handles:  # every session exists before the timed part
             handle.start(timeout=60)
         before = system.metrics.snapshot()["counts"].get("activations", 0)
-        errors: list[BaseException] = []
 
         def caller(index: int) -> None:
-            try:
-                for n in range(per_caller):
-                    # Round-robin over all sessions, callers interleaved.
-                    handles[(n * callers + index) % len(handles)].add_turn(turns[n % len(turns)], timeout=60)
-            except BaseException as exc:
-                errors.append(exc)
+            for n in range(per_caller):
+                # Round-robin over all sessions, callers interleaved.
+                handles[(n * callers + index) % len(handles)].add_turn(turns[n % len(turns)], timeout=60)
 
-        threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(callers)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=900)
-        elapsed = time.perf_counter() - started
-        if errors:
-            raise errors[0]
+        elapsed = in_threads(caller, callers, timeout=900)
         activations = system.metrics.snapshot()["counts"].get("activations", 0) - before
     return per_caller * callers / elapsed, activations
 

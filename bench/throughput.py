@@ -33,6 +33,7 @@ from bench._common import (
     Sizes,
     Target,
     embedded_backend,
+    in_threads,
     sample_turn,
     session_keys,
     sync_label,
@@ -123,17 +124,11 @@ def _figure(how: str, rate: float, ceiling: float) -> Figure:
 
 
 def _start_sessions(handles: list[SessionHandle], callers: int, turn: ConversationTurn) -> None:
-    def start(share: list[SessionHandle]) -> None:
-        for handle in share:
+    def start(share: int) -> None:
+        for handle in handles[share::callers]:
             handle.add_turn(turn, timeout=60)
 
-    threads = [
-        threading.Thread(target=start, args=(handles[i::callers],), daemon=True) for i in range(callers)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
+    in_threads(start, callers, timeout=600)
 
 
 def _one_mode(sizes: Sizes, sync_interval: str | None, result: Result) -> None:
