@@ -28,8 +28,8 @@ from cluster import DOCKER, NatsCluster, Process, compose_environment, remap_url
 
 from convmem.actors import EventLog, load_state
 from convmem.adapters import JetStreamBackend, RemoteMemory
-from convmem.adapters._jetstream_log import DEFAULT_STREAM
-from convmem.adapters._jetstream_snapshots import DEFAULT_BUCKET
+from convmem.adapters.jetstream._log import DEFAULT_STREAM
+from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey, TurnAdded, decode_event
 from convmem.projections import SessionState, llm_context
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.soak
 SCALE = max(1, int(os.environ.get("CONVMEM_FAULT_SCALE", "1")))
 WORKER = Path(__file__).with_name("cluster_worker.py")
 DEADLINE = 60.0
-CLI = [sys.executable, "-m", "convmem.adapters.cli"]
+CLI = [sys.executable, "-m", "convmem"]
 STREAMS = (DEFAULT_STREAM, f"KV_{DEFAULT_BUCKET}")
 CLIENT_TIMEOUT = 3.0
 SERVICE = "convmem-1"  # compose's first serve replica; both have the same environment

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from cluster import COMPOSE, DOCKER, NODES
 
-from convmem.adapters._cli import build_parser
-from convmem.adapters._embedded import find_nats_server
-from convmem.adapters._nats import MIN_SERVER_VERSION
-from convmem.adapters._serve import ENVIRONMENT
+from convmem.adapters.cli._main import build_parser
+from convmem.adapters.cli._serve import ENVIRONMENT
+from convmem.adapters.jetstream._connection import MIN_SERVER_VERSION
+from convmem.adapters.jetstream._embedded import find_nats_server
 
 DOCKERFILE = DOCKER / "Dockerfile"
 CONFIGS = sorted(DOCKER.rglob("*.conf"))
@@ -222,8 +222,10 @@ def test_every_convmem_variable_named_under_docker_is_real() -> None:
 def test_every_environment_name_is_read_by_the_cli() -> None:
     """ENVIRONMENT lists what the CLI reads: each name appears in the CLI's sources."""
     sources = "".join(
-        (Path(__file__).resolve().parent.parent / "convmem" / "adapters" / f).read_text(encoding="utf-8")
-        for f in ("_cli.py", "_serve.py")
+        (Path(__file__).resolve().parent.parent / "convmem" / "adapters" / "cli" / f).read_text(
+            encoding="utf-8"
+        )
+        for f in ("_main.py", "_serve.py")
     )
     code = sources.replace("ENVIRONMENT = {", "", 1)
     for name in ENVIRONMENT:

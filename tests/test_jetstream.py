@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
-from convmem.adapters._embedded import find_nats_server
-from convmem.adapters._nats import NatsConnection
+from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.adapters.jetstream._embedded import find_nats_server
 from convmem.errors import (
     EventDecodeError,
     InvalidConfig,

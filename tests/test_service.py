@@ -37,9 +37,9 @@ from convmem.adapters import (
     UnsupportedVersion,
     session_subject,
 )
-from convmem.adapters._embedded import find_nats_server
-from convmem.adapters._protocol import decode_reply
-from convmem.adapters._protocol_errors import exception_of
+from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.adapters.service._errors import exception_of
+from convmem.adapters.service._protocol import decode_reply
 from convmem.errors import (
     ConvmemError,
     InvalidInput,

@@ -15,7 +15,7 @@ from convmem.adapters import (
     JetStreamEventLog,
     JetStreamSnapshotStore,
 )
-from convmem.adapters._nats import NatsConnection
+from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import SessionClosed
 from convmem.events import MemoryKey
 

@@ -1,27 +1,41 @@
-"""The edges: logs, snapshot stores, summarizers, integrations, service and CLI."""
+"""The edges: logs, snapshot stores, summarizers, integrations, service and CLI.
 
-from convmem.adapters._agents_session import ConvmemSession
+Grouped by purpose: `jetstream/` (the durable log, snapshots, connection and
+embedded server), `service/` (the NATS request/reply API and its clients),
+`cli/` (the `convmem` command), `integrations/` (agent frameworks) and
+`summarizers/`; `_memory` (the in-memory log), `_connect` (`connect()`, which
+picks a backend by URL) and `_loop` (an event loop on its own thread) serve
+them all. The names below are the public ones.
+"""
+
 from convmem.adapters._connect import MEMORY_URL, connect, connect_here, open_backend, open_backend_here
-from convmem.adapters._embedded import EmbeddedNatsServer
 from convmem.adapters._extractive import ExtractiveSummarizer
-from convmem.adapters._jetstream import JetStreamBackend
-from convmem.adapters._jetstream_log import JetStreamEventLog
-from convmem.adapters._jetstream_snapshots import JetStreamSnapshotStore
 from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters._openai import OpenAIChatSummarizer
 from convmem.adapters._penguiflow import ConvmemShortTermMemory, config_from_penguiflow, turn_from_penguiflow
-from convmem.adapters._protocol import DEFAULT_API_PREFIX, operator_subject, session_subject
-from convmem.adapters._protocol_errors import (
+from convmem.adapters.integrations.agents import ConvmemSession
+from convmem.adapters.jetstream import (
+    EmbeddedNatsServer,
+    JetStreamBackend,
+    JetStreamEventLog,
+    JetStreamSnapshotStore,
+)
+from convmem.adapters.service import (
+    DEFAULT_API_PREFIX,
+    AsyncRemoteSession,
     InternalError,
     MalformedRequest,
+    MemoryService,
     PermissionDenied,
     RemoteError,
+    RemoteMemory,
+    RemoteSession,
     ServiceUnavailable,
     UnknownOperation,
     UnsupportedVersion,
+    operator_subject,
+    session_subject,
 )
-from convmem.adapters._remote import AsyncRemoteSession, RemoteMemory, RemoteSession
-from convmem.adapters._service import MemoryService
 
 __all__ = [
     "DEFAULT_API_PREFIX",

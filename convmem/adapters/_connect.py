@@ -18,8 +18,8 @@ from typing import Any
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._extractive import ExtractiveSummarizer
-from convmem.adapters._jetstream import JetStreamBackend
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
+from convmem.adapters.jetstream._backend import JetStreamBackend
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
 

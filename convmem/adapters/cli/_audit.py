@@ -21,7 +21,8 @@ from convmem.actors import (
     timeline,
     verify,
 )
-from convmem.adapters._cli_common import (
+from convmem.adapters._memory import InMemoryEventLog
+from convmem.adapters.cli._common import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -35,7 +36,6 @@ from convmem.adapters._cli_common import (
     parse_time,
     table,
 )
-from convmem.adapters._memory import InMemoryEventLog
 from convmem.projections import agent_items, llm_context
 
 __all__ = ["add_audit_commands"]

@@ -15,8 +15,8 @@ import msgspec
 import nats.js.errors
 
 from convmem.actors import Snapshot
-from convmem.adapters._jetstream_setup import check_names, ensure_bucket
-from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
+from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
+from convmem.adapters.jetstream._setup import check_names, ensure_bucket
 from convmem.errors import InvalidConfig, LogUnavailable, SessionClosed
 from convmem.events import MemoryKey
 

@@ -20,9 +20,9 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
-from convmem.adapters._nats import server_list
-from convmem.adapters._protocol import decode_reply
-from convmem.adapters._protocol_errors import PermissionDenied, ServiceUnavailable, exception_of
+from convmem.adapters.jetstream._connection import server_list
+from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
+from convmem.adapters.service._protocol import decode_reply
 from convmem.errors import InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MessageItem
 

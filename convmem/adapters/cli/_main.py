@@ -14,15 +14,15 @@ import sys
 from collections.abc import Sequence
 
 from convmem import __version__
-from convmem.adapters._cli_audit import add_audit_commands
-from convmem.adapters._cli_common import (
+from convmem.adapters.cli._audit import add_audit_commands
+from convmem.adapters.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_UNAVAILABLE,
     CliError,
 )
-from convmem.adapters._demo import add_demo_command
-from convmem.adapters._serve import add_serve_command
+from convmem.adapters.cli._demo import add_demo_command
+from convmem.adapters.cli._serve import add_serve_command
 from convmem.errors import ConvmemError, LogUnavailable
 
 __all__ = ["build_parser", "main"]

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, SessionHandle
-from convmem.adapters._protocol import (
+from convmem.adapters.service._errors import MalformedRequest, error_info
+from convmem.adapters.service._protocol import (
     AddItemsRequest,
     AddTurnRequest,
     EraseRequest,
@@ -30,7 +31,6 @@ from convmem.adapters._protocol import (
     parse_subject,
     wants_msgpack,
 )
-from convmem.adapters._protocol_errors import MalformedRequest, error_info
 from convmem.errors import ConvmemError
 from convmem.events import MemoryKey
 from convmem.projections import (

@@ -21,7 +21,7 @@ Version rules: inside v1 a request or reply only gains optional fields
 (readers ignore unknown ones); a breaking change is a new subject token
 (``v2``) served side by side. A request whose ``v`` is not 1 is refused.
 
-The errors it adds live in `convmem.adapters._protocol_errors`.
+The errors it adds live in `convmem.adapters.service._errors`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from convmem.adapters._protocol_errors import (
+from convmem.adapters.service._errors import (
     ErrorInfo,
     MalformedRequest,
     RemoteError,

@@ -23,11 +23,11 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 from convmem.actors import LoggedEvent, Posted
-from convmem.adapters._jetstream_read import SubjectKeys, read_range, to_logged
-from convmem.adapters._jetstream_setup import check_names, ensure_stream, subject_pattern
-from convmem.adapters._jetstream_write import PendingAppend, SessionWriter, Settles
 from convmem.adapters._loop import wait
-from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
+from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
+from convmem.adapters.jetstream._read import SubjectKeys, read_range, to_logged
+from convmem.adapters.jetstream._setup import check_names, ensure_stream, subject_pattern
+from convmem.adapters.jetstream._write import PendingAppend, SessionWriter, Settles
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
 

@@ -32,15 +32,20 @@ from typing import Any, TypeVar
 from nats.aio.client import Client
 
 from convmem.adapters._loop import EventLoopThread
-from convmem.adapters._protocol import DEFAULT_API_PREFIX, check_api_prefix, operator_subject, session_subject
-from convmem.adapters._protocol_errors import ServiceUnavailable
-from convmem.adapters._remote_exchange import (
+from convmem.adapters.service._errors import ServiceUnavailable
+from convmem.adapters.service._exchange import (
     Encoding,
     Exchange,
     deadlines,
     items_fields,
     state_fields,
     turn_fields,
+)
+from convmem.adapters.service._protocol import (
+    DEFAULT_API_PREFIX,
+    check_api_prefix,
+    operator_subject,
+    session_subject,
 )
 from convmem.errors import ConvmemError, InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem

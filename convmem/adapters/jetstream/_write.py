@@ -39,8 +39,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.subscription import Subscription
 
-from convmem.adapters._jetstream_read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
-from convmem.adapters._nats import NatsConnection, StoredMessage, log_error
+from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
+from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 

@@ -16,10 +16,10 @@ import asyncio
 import os
 from types import TracebackType
 
-from convmem.adapters._embedded import EmbeddedNatsServer
-from convmem.adapters._jetstream_log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
-from convmem.adapters._jetstream_snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
-from convmem.adapters._nats import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
+from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 
 __all__ = ["JetStreamBackend"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import nats.js.errors
 
-from convmem.adapters._nats import NatsConnection
+from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig
 
 __all__ = ["check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]

@@ -40,10 +40,15 @@ from nats.aio.subscription import Subscription
 
 from convmem.actors import MemorySystem
 from convmem.adapters._loop import EventLoopThread
-from convmem.adapters._nats import server_list
-from convmem.adapters._protocol import DEFAULT_API_PREFIX, check_api_prefix, encode_error, wants_msgpack
-from convmem.adapters._protocol_errors import ErrorInfo
-from convmem.adapters._service_ops import ApiOperations
+from convmem.adapters.jetstream._connection import server_list
+from convmem.adapters.service._errors import ErrorInfo
+from convmem.adapters.service._operations import ApiOperations
+from convmem.adapters.service._protocol import (
+    DEFAULT_API_PREFIX,
+    check_api_prefix,
+    encode_error,
+    wants_msgpack,
+)
 from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
 
 __all__ = ["MemoryService"]

@@ -1,0 +1,10 @@
+"""The `convmem` command line: `main` is the console script's entry point.
+
+`_main` builds the parser and runs a command; `_common` holds what every
+command shares (errors, exit codes, output, progress); `_audit` the auditor's
+commands, `_demo` the demo and `_serve` the service and its status.
+"""
+
+from convmem.adapters.cli._main import build_parser, main
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,1 @@
+"""Integrations with agent frameworks: each takes the framework's own types and keeps its contract."""

@@ -1,0 +1,37 @@
+"""The memory service: the session protocol over NATS request/reply, and its clients.
+
+`_protocol` and `_errors` define subjects, payloads and the error wire form;
+`_service` answers requests, each handled by `_operations` against a
+`MemorySystem`; `_remote` and `_exchange` are the clients (`RemoteSession`,
+`AsyncRemoteSession`, `RemoteMemory`) that planners in other processes use.
+"""
+
+from convmem.adapters.service._errors import (
+    InternalError,
+    MalformedRequest,
+    PermissionDenied,
+    RemoteError,
+    ServiceUnavailable,
+    UnknownOperation,
+    UnsupportedVersion,
+)
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, operator_subject, session_subject
+from convmem.adapters.service._remote import AsyncRemoteSession, RemoteMemory, RemoteSession
+from convmem.adapters.service._service import MemoryService
+
+__all__ = [
+    "DEFAULT_API_PREFIX",
+    "AsyncRemoteSession",
+    "InternalError",
+    "MalformedRequest",
+    "MemoryService",
+    "PermissionDenied",
+    "RemoteError",
+    "RemoteMemory",
+    "RemoteSession",
+    "ServiceUnavailable",
+    "UnknownOperation",
+    "UnsupportedVersion",
+    "operator_subject",
+    "session_subject",
+]
