@@ -39,6 +39,7 @@ from convmem.events import (
     SummaryProduced,
     TrajectoryDigest,
     TurnAdded,
+    TurnsAdopted,
 )
 from convmem.projections import (
     AddItems,
@@ -236,19 +237,23 @@ tagged_summaries = st.lists(
 
 health_policies = st.builds(
     HealthPolicy,
-    retry_backoff_seconds=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=1, max_size=3).map(tuple),
-    degraded_retry_seconds=st.sampled_from([1.0, 5.0, 30.0]),
+    retry_backoff_seconds=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), min_size=1, max_size=3).map(
+        tuple
+    ),
+    degraded_retry_seconds=st.sampled_from([0.0, 1.0, 5.0, 30.0]),
     summarize_timeout_seconds=st.sampled_from([1.0, 60.0]),
 )
 
 
 @st.composite
 def budgets(draw: st.DrawFn, policies: tuple[str, ...] | None = None) -> MemoryBudget:
-    """Small budgets, so that overflow happens within a handful of turns."""
-    total = draw(st.one_of(st.integers(1, 60), st.integers(60, 400)))
+    """Small budgets, so that overflow happens within a handful of turns; zeros mean what
+    they mean in PenguiFlow (no recent zone, no summary text, no overall budget)."""
+    total = draw(st.one_of(st.integers(1, 60), st.integers(60, 400), st.just(0)))
+    summary = draw(st.integers(min(total, 12), total) if total else st.integers(12, 400))
     return MemoryBudget(
-        full_zone_turns=draw(st.integers(1, 3)),
-        summary_max_tokens=draw(st.integers(min(total, 12), total)),
+        full_zone_turns=draw(st.integers(0, 3)),
+        summary_max_tokens=draw(st.just(0) | st.just(summary)),
         total_max_tokens=total,
         overflow_policy=draw(st.sampled_from(policies or ("truncate_oldest", "truncate_summary", "error"))),
     )
@@ -265,7 +270,7 @@ def configs(
         strategy=draw(st.sampled_from(strategies)),
         budget=draw(budgets(policies)),
         include_trajectory_digest=draw(st.booleans()),
-        recovery_backlog_limit=draw(st.integers(1, 4)),
+        recovery_backlog_limit=draw(st.integers(0, 4)),
         retry_attempts=draw(st.integers(0, 3)),
         health=draw(health_policies),
     )
@@ -313,10 +318,20 @@ events_by_type: dict[type, st.SearchStrategy[Any]] = {
     ),
     HealthChanged: _event(HealthChanged, old=healths, new=healths, reason=texts, attempt=st.integers(0, 9)),
     BacklogTrimmed: _event(BacklogTrimmed, dropped_through=st.integers(1, 2**40), reason=texts),
-    SessionCleared: _event(SessionCleared, cleared_through=st.integers(0, 2**40), reason=texts),
+    SessionCleared: _event(
+        SessionCleared, cleared_through=st.integers(0, 2**40), reason=texts, moved_to=st.none() | keys
+    ),
     SessionRestored: _event(
         SessionRestored,
         summary=texts,
+        turns=st.lists(turns, max_size=3).map(tuple),
+        first_index=st.integers(1, 2**40),
+        origin=texts,
+    ),
+    TurnsAdopted: _event(
+        TurnsAdopted,
+        source=keys,
+        source_seq=st.integers(1, 2**40),
         turns=st.lists(turns, max_size=3).map(tuple),
         first_index=st.integers(1, 2**40),
     ),

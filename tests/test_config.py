@@ -97,9 +97,9 @@ def test_every_config_round_trips_through_both_encodings(config: ShortTermMemory
 
 
 BAD_SETTINGS: list[tuple[Any, dict[str, Any], str]] = [
-    (MemoryBudget, {"full_zone_turns": 0}, "budget.full_zone_turns"),
+    (MemoryBudget, {"full_zone_turns": -1}, "budget.full_zone_turns"),
     (MemoryBudget, {"full_zone_turns": True}, "budget.full_zone_turns"),
-    (MemoryBudget, {"summary_max_tokens": 0}, "budget.summary_max_tokens"),
+    (MemoryBudget, {"summary_max_tokens": -1}, "budget.summary_max_tokens"),
     (MemoryBudget, {"total_max_tokens": -5}, "budget.total_max_tokens"),
     (MemoryBudget, {"summary_max_tokens": 11, "total_max_tokens": 10}, "budget.summary_max_tokens"),
     (MemoryBudget, {"overflow_policy": "drop_everything"}, "budget.overflow_policy"),
@@ -107,11 +107,12 @@ BAD_SETTINGS: list[tuple[Any, dict[str, Any], str]] = [
     (MemoryIsolation, {"user_key": "auth..user_id"}, "isolation.user_key"),
     (MemoryIsolation, {"session_key": "auth."}, "isolation.session_key"),
     (HealthPolicy, {"retry_backoff_seconds": ()}, "health.retry_backoff_seconds"),
-    (HealthPolicy, {"retry_backoff_seconds": (2.0, 0.0)}, "health.retry_backoff_seconds[1]"),
+    (HealthPolicy, {"retry_backoff_seconds": (2.0, -1.0)}, "health.retry_backoff_seconds[1]"),
     (HealthPolicy, {"retry_backoff_seconds": (float("inf"),)}, "health.retry_backoff_seconds[0]"),
-    (HealthPolicy, {"degraded_retry_seconds": 0}, "health.degraded_retry_seconds"),
+    (HealthPolicy, {"degraded_retry_seconds": -0.5}, "health.degraded_retry_seconds"),
     (HealthPolicy, {"degraded_retry_seconds": float("nan")}, "health.degraded_retry_seconds"),
     (HealthPolicy, {"summarize_timeout_seconds": -1.0}, "health.summarize_timeout_seconds"),
+    (HealthPolicy, {"summarize_timeout_seconds": 0}, "health.summarize_timeout_seconds"),
     (HealthPolicy, {"summarize_timeout_seconds": True}, "health.summarize_timeout_seconds"),
     (AgentsMemoryConfig, {"strategy": "forgetting"}, "agents.strategy"),
     (AgentsMemoryConfig, {"max_turns": 0}, "agents.max_turns"),
@@ -122,7 +123,7 @@ BAD_SETTINGS: list[tuple[Any, dict[str, Any], str]] = [
     (ConversationMemoryConfig, {"window_size": 0}, "memories.window_size"),
     (ConversationMemoryConfig, {"entity_recent_messages": -1}, "memories.entity_recent_messages"),
     (ShortTermMemoryConfig, {"strategy": "vector"}, "strategy"),
-    (ShortTermMemoryConfig, {"recovery_backlog_limit": 0}, "recovery_backlog_limit"),
+    (ShortTermMemoryConfig, {"recovery_backlog_limit": -1}, "recovery_backlog_limit"),
     (ShortTermMemoryConfig, {"retry_attempts": -1}, "retry_attempts"),
     (
         ShortTermMemoryConfig,
@@ -150,6 +151,17 @@ def test_zero_retries_is_allowed() -> None:
     assert ShortTermMemoryConfig(retry_attempts=0).retry_attempts == 0
 
 
+def test_zero_values_penguiflow_accepts_are_valid() -> None:
+    """The zeros PenguiFlow accepts are valid here too, with its meaning (see the projections' tests)."""
+    budget = MemoryBudget(full_zone_turns=0, summary_max_tokens=0, total_max_tokens=0)
+    assert (budget.full_zone_turns, budget.summary_max_tokens, budget.total_max_tokens) == (0, 0, 0)
+    # No overall budget: the summary allowance is not bounded by it.
+    assert MemoryBudget(summary_max_tokens=5000, total_max_tokens=0).summary_max_tokens == 5000
+    policy = HealthPolicy(retry_backoff_seconds=(0,), degraded_retry_seconds=0)
+    assert (policy.retry_backoff_seconds, policy.degraded_retry_seconds) == ((0.0,), 0.0)
+    assert ShortTermMemoryConfig(recovery_backlog_limit=0).recovery_backlog_limit == 0
+
+
 def test_summarizing_agents_strategy_works_with_rolling_summary() -> None:
     """The agents summarizing strategy is valid when the session summarizes."""
     config = ShortTermMemoryConfig(
@@ -161,7 +173,7 @@ def test_summarizing_agents_strategy_works_with_rolling_summary() -> None:
 def test_a_bad_config_in_the_log_fails_to_decode_with_its_path() -> None:
     """Settings read from the log are validated like constructed ones, and the path says where."""
     config = msgspec.to_builtins(ShortTermMemoryConfig())
-    config["budget"]["full_zone_turns"] = 0
+    config["budget"]["full_zone_turns"] = -1
     data = msgspec.msgpack.encode(
         {
             "type": "session.started",

@@ -26,6 +26,7 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
+from convmem.actors._services import SessionServices
 from convmem.actors._system import Erased, MemorySystem
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Posted",
     "SessionCheck",
     "SessionHandle",
+    "SessionServices",
     "Snapshot",
     "SnapshotStore",
     "Summarizer",

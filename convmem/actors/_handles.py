@@ -136,7 +136,7 @@ class _Reads:
         if cached is not None and cached[0] is state:
             patch = cached[1]
         else:
-            patch = llm_context(state, self._system.estimator)
+            patch = llm_context(state, self._system.estimator_for(self.key))
             if state is cell.state:
                 cell.view = (state, patch)
         if not patch:
@@ -155,7 +155,7 @@ class _Reads:
 
     def estimate_tokens(self) -> int:
         """Tokens of the context view (the configured estimator)."""
-        return estimate_tokens(self._state(), self._system.estimator)
+        return estimate_tokens(self._state(), self._system.estimator_for(self.key))
 
     def to_dict(self) -> dict[str, Any]:
         """The RFC's export of the session's memory."""

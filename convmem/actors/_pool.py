@@ -115,12 +115,14 @@ class _Slot:
 class _Job:
     """A submitted request, answered once: by its worker or by `close()`."""
 
-    __slots__ = ("reply", "request", "settled", "slot", "started")
+    __slots__ = ("reply", "request", "settled", "slot", "started", "summarizer")
 
-    def __init__(self, request: SummaryRequest, reply: Reply, slot: _Slot) -> None:
+    def __init__(self, request: SummaryRequest, reply: Reply, slot: _Slot, summarizer: Summarizer) -> None:
         self.request = request
         self.reply = reply
         self.slot = slot
+        self.summarizer = summarizer
+        """Who answers it: the session's own summarizer, or the pool's."""
         self.started = False
         """Whether its worker handed it to a call thread."""
         self.settled = False
@@ -139,18 +141,19 @@ class _Caller:
     Its conditions share the pool's lock; `hand` and `retire` are called with it held.
     """
 
-    def __init__(self, summarizer: Summarizer, lock: threading.Lock, name: str) -> None:
-        self._summarizer = summarizer
+    def __init__(self, lock: threading.Lock, name: str) -> None:
         self._handed = threading.Condition(lock)  # a request was handed, or retired
         self.answered = threading.Condition(lock)  # the outcome is in, or retired
         self._request: SummaryRequest | None = None
+        self._summarizer: Summarizer | None = None
         self.outcome: SummaryOutcome | None = None
         self.calling = False
         self.retired = False
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
-    def hand(self, request: SummaryRequest) -> None:
+    def hand(self, request: SummaryRequest, summarizer: Summarizer) -> None:
         self._request = request
+        self._summarizer = summarizer
         self.outcome = None
         self._handed.notify()
 
@@ -164,12 +167,12 @@ class _Caller:
         while True:
             with self._handed:
                 self._handed.wait_for(lambda: self._request is not None or self.retired)
-                request = self._request
-                if self.retired or request is None:
+                request, summarizer = self._request, self._summarizer
+                if self.retired or request is None or summarizer is None:
                     return
-                self._request = None
+                self._request = self._summarizer = None
                 self.calling = True
-            outcome = _outcome(self._summarizer, request)
+            outcome = _outcome(summarizer, request)
             with self.answered:
                 self.calling = False
                 self.outcome = outcome
@@ -209,11 +212,15 @@ class _Worker(pykka.ThreadingActor):
 
 
 class SummarizerPool:
-    """N summarizer worker actors sharing a bounded queue of jobs."""
+    """N summarizer worker actors sharing a bounded queue of jobs.
+
+    `summarizer` answers every job that does not bring its own (a session's
+    own summarizer, see `submit`); with None, every job must bring one.
+    """
 
     def __init__(
         self,
-        summarizer: Summarizer,
+        summarizer: Summarizer | None,
         *,
         workers: int = 4,
         queue_limit: int = 1000,
@@ -253,13 +260,17 @@ class SummarizerPool:
         with self._lock:
             return self._abandoned
 
-    def submit(self, request: SummaryRequest, reply: Reply) -> bool:
-        """Queue a job; False (nothing queued) when the queue is full or the pool closed."""
+    def submit(self, request: SummaryRequest, reply: Reply, *, summarizer: Summarizer | None = None) -> bool:
+        """Queue a job for `summarizer` (default: the pool's); False (nothing queued) when the
+        queue is full or the pool closed. A job with no summarizer at all is a `ValueError`."""
+        chosen = summarizer if summarizer is not None else self._summarizer
+        if chosen is None:
+            raise ValueError("this summarizer pool has no summarizer of its own: pass summarizer=")
         with self._lock:
             if self._closing or self._queued >= self._queue_limit:
                 return False
             slot = min(self._slots, key=lambda slot: len(slot.jobs))
-            job = _Job(request, reply, slot)
+            job = _Job(request, reply, slot, chosen)
             try:
                 slot.ref.tell(job)
             except pykka.ActorDeadError:  # stopped from outside (pykka's stop_all)
@@ -320,11 +331,11 @@ class SummarizerPool:
                 return None  # answered by close() while it waited in the inbox
             caller = slot.caller
             if caller is None:
-                caller = _Caller(self._summarizer, self._lock, f"{slot.name}-call-{next(slot.calls)}")
+                caller = _Caller(self._lock, f"{slot.name}-call-{next(slot.calls)}")
                 caller.thread.start()
                 slot.caller = caller
             job.started = True
-            caller.hand(job.request)
+            caller.hand(job.request, job.summarizer)
             caller.answered.wait_for(lambda: caller.outcome is not None or caller.retired, self._call_timeout)
             if job.settled:
                 return None  # close() answered it and abandoned the call

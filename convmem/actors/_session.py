@@ -30,6 +30,9 @@ from convmem.actors._ports import LoopEventLog, NotifyingEventLog, Snapshot, Tim
 from convmem.errors import ConcurrencyConflict, ConvmemError
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
+    AddItems,
+    AddTurn,
+    AdoptTurns,
     Command,
     SessionState,
     StartSession,
@@ -52,6 +55,9 @@ __all__ = ["Reply", "SessionActor", "StateCell"]
 _log = logging.getLogger("convmem.session")
 
 MAX_CONFLICT_RETRIES = 20
+
+_GROWS = (AddTurn, AddItems, AdoptTurns)
+"""Commands that store turns."""
 
 
 class _CommandIds:
@@ -167,7 +173,8 @@ class Flush(msgspec.Struct, frozen=True):
 
 
 class Wake(msgspec.Struct, frozen=True):
-    pass
+    turn_added: bool = False
+    """A turn was just stored (a DEGRADED session with no probe interval probes then)."""
 
 
 class SummaryTimedOut(msgspec.Struct, frozen=True):
@@ -251,7 +258,7 @@ class SessionActor(PooledActor):
                 self._cell.waiters = len(self._flushes)
                 self._settle_flushes()
             case Wake():
-                self._schedule()
+                self._schedule(turn_added=message.turn_added)
             case SummaryDone():
                 self._summary_done(message.outcome)
             case SummaryTimedOut():
@@ -287,6 +294,9 @@ class SessionActor(PooledActor):
         else:
             if not reply.done():  # else answered as soon as the log acknowledged (`_EarlyReply`)
                 reply.set_result(result)
+            if result and isinstance(message.command, _GROWS):
+                self._schedule(turn_added=True)
+                return
         self._schedule()
 
     # Writes on the log's loop -------------------------------------------------------
@@ -374,8 +384,10 @@ class SessionActor(PooledActor):
             self._system.metrics.observe_append(time.perf_counter() - started)
             self._publish(replay(events, state=state), events, old=state, on_loop=True)
             reply.set_result(events)
-            if self._in_flight is None and summary_due(self._state, self._system.clock.now()) is not None:
-                self.actor_ref.tell(Wake())  # a full summarizer queue stores a failure: not on the loop
+            grew = isinstance(message.command, _GROWS)
+            now = self._system.clock.now()
+            if self._in_flight is None and summary_due(self._state, now, turn_added=grew) is not None:
+                self.actor_ref.tell(Wake(grew))  # a full summarizer queue stores a failure: not on the loop
             else:
                 self._schedule()
         except Exception as exc:  # the last line of defence, as in `on_receive`
@@ -497,7 +509,7 @@ class SessionActor(PooledActor):
             command_id=command_id,
             key=self._key,
             config=system.config_for(self._key),
-            estimator=system.estimator,
+            estimator=system.estimator_for(self._key),
         )
 
     def _already_stored(self, events: list[AnyEvent]) -> bool:
@@ -543,7 +555,7 @@ class SessionActor(PooledActor):
 
     # Summaries -----------------------------------------------------------------------
 
-    def _schedule(self) -> None:
+    def _schedule(self, *, turn_added: bool = False) -> None:
         """Ask for a summary when one is due; otherwise set a timer for when it will be."""
         if self._timer is not None:
             self._timer.cancel()
@@ -551,7 +563,7 @@ class SessionActor(PooledActor):
         if self._in_flight is None:
             clock = self._system.clock
             now = clock.now()
-            request = summary_due(self._state, now)
+            request = summary_due(self._state, now, turn_added=turn_added)
             if request is not None:
                 self._submit(request)
             else:
@@ -565,12 +577,11 @@ class SessionActor(PooledActor):
         system, key = self._system, self._key
         self._in_flight = request
         self._cell.in_flight = True
-        accepted = system.pool is not None and system.pool.submit(
-            request, lambda outcome: system.tell_if_live(key, SummaryDone(outcome))
+        refused = system.submit_summary(
+            key, request, lambda outcome: system.tell_if_live(key, SummaryDone(outcome))
         )
-        if not accepted:
-            reason = "no summarizer configured" if system.pool is None else "summarizer queue is full"
-            self._finish_summary(request, None, reason)
+        if refused is not None:
+            self._finish_summary(request, None, refused)
             return
         limit = self._state.config.health.summarize_timeout_seconds
         self._timeout_timer = system.clock.call_at(

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import itertools
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Literal
@@ -32,6 +32,7 @@ from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer, Timer
+from convmem.actors._services import Callback, SessionServices
 from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
 from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import (
@@ -42,7 +43,13 @@ from convmem.events import (
     SummaryProduced,
     TurnAdded,
 )
-from convmem.projections import SessionState, TokenEstimator, default_token_estimator, next_due_at
+from convmem.projections import (
+    SessionState,
+    SummaryRequest,
+    TokenEstimator,
+    default_token_estimator,
+    next_due_at,
+)
 
 __all__ = ["Erased", "MemorySystem"]
 
@@ -119,20 +126,16 @@ class MemorySystem:
         self.dispatcher = Dispatcher(actor_threads, name="convmem-session")
         """The threads the session actors run on (a session holds one only while it handles a message)."""
         self._summarizer = summarizer
-        self.pool = (
-            SummarizerPool(
-                summarizer,
-                workers=summarizer_workers,
-                queue_limit=summarizer_queue,
-                call_timeout=self.config.health.summarize_timeout_seconds * 2,
-            )
-            if summarizer is not None
-            else None
-        )
+        self._pool_settings = (summarizer_workers, summarizer_queue)
+        self.pool: SummarizerPool | None = None
+        """The summarizer pool: started with the system when it has a summarizer, else when a
+        session with a summarizer of its own first needs one (`SessionServices`)."""
+        if summarizer is not None:
+            self.pool = self._new_pool()
         self._callbacks = {
-            "turn": _Callback.wrap(on_turn_added),
-            "summary": _Callback.wrap(on_summary_updated),
-            "health": _Callback.wrap(on_health_changed),
+            "turn": Callback.wrap(on_turn_added, "on_turn_added"),
+            "summary": Callback.wrap(on_summary_updated, "on_summary_updated"),
+            "health": Callback.wrap(on_health_changed, "on_health_changed"),
         }
         self._callback_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="convmem-callback"
@@ -140,6 +143,9 @@ class MemorySystem:
         self._lock = threading.RLock()
         self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
         self._configs: dict[MemoryKey, ShortTermMemoryConfig] = {}
+        self._services: weakref.WeakValueDictionary[MemoryKey, SessionServices] = (
+            weakref.WeakValueDictionary()
+        )
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
         # Actors told to stop that may still be handling their last messages: a new
         # activation of the key waits for them, or it would load the log too early.
@@ -160,20 +166,32 @@ class MemorySystem:
 
     # Public API -------------------------------------------------------------------------
 
-    def session(self, key: MemoryKey, *, config: ShortTermMemoryConfig | None = None) -> SessionHandle:
+    def session(
+        self,
+        key: MemoryKey,
+        *,
+        config: ShortTermMemoryConfig | None = None,
+        services: SessionServices | None = None,
+    ) -> SessionHandle:
         """A blocking handle on the session `key` (for threads).
 
         `config` applies when the session starts; a started session keeps the
-        configuration its `SessionStarted` event recorded.
+        configuration its `SessionStarted` event recorded. `services` gives the
+        session its own summarizer, estimator, callbacks (and starting config)
+        for as long as the caller keeps that object; the latest registration wins.
         """
-        self._register(key, config)
+        self._register(key, config, services)
         return SessionHandle(self, key)
 
     def async_session(
-        self, key: MemoryKey, *, config: ShortTermMemoryConfig | None = None
+        self,
+        key: MemoryKey,
+        *,
+        config: ShortTermMemoryConfig | None = None,
+        services: SessionServices | None = None,
     ) -> AsyncSessionHandle:
         """An asyncio handle on the session `key` (awaitables never block the loop)."""
-        self._register(key, config)
+        self._register(key, config, services)
         return AsyncSessionHandle(self, key)
 
     def live_sessions(self) -> int:
@@ -256,8 +274,10 @@ class MemorySystem:
                 entry.ref.stop(block=True, timeout=self.timeout)
             except (pykka.ActorDeadError, pykka.Timeout):
                 _log.warning("a session actor did not stop within %ss", self.timeout)
-        if self.pool is not None:
-            self.pool.close()
+        with self._lock:
+            pool = self.pool
+        if pool is not None:
+            pool.close()
         self.dispatcher.close(self.timeout)
         self._callback_pool.shutdown(wait=True)
         if self._own_clock and isinstance(self.clock, SystemClock):
@@ -278,20 +298,75 @@ class MemorySystem:
 
     # Runtime internals (used by handles and actors) ------------------------------------
 
-    def _register(self, key: MemoryKey, config: ShortTermMemoryConfig | None) -> None:
+    def _register(
+        self, key: MemoryKey, config: ShortTermMemoryConfig | None, services: SessionServices | None = None
+    ) -> None:
         if not isinstance(key, MemoryKey):
             raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
         if self._closed:
             raise SessionClosed("the memory system is closed")
+        if services is not None and not isinstance(services, SessionServices):
+            raise InvalidInput("services", f"must be SessionServices, got {type(services).__name__}")
+        summarizer = self.summarizer_for(key) if services is None else services.summarizer or self._summarizer
         if config is not None:
-            self._check_config(config, self._summarizer)
-            with self._lock:
+            self._check_config(config, summarizer)
+        if services is not None and services.config is not None:
+            self._check_config(services.config, summarizer)
+        with self._lock:
+            if config is not None:
                 self._configs[key] = config
+            if services is not None:
+                self._services[key] = services
+
+    def services_for(self, key: MemoryKey) -> SessionServices | None:
+        """The services registered for `key`, if whoever registered them still holds them."""
+        return self._services.get(key)
 
     def config_for(self, key: MemoryKey) -> ShortTermMemoryConfig:
         """The configuration a new session `key` starts with."""
+        services = self._services.get(key)
+        if services is not None and services.config is not None:
+            return services.config
         with self._lock:
             return self._configs.get(key, self.config)
+
+    def estimator_for(self, key: MemoryKey) -> TokenEstimator:
+        """The token estimator of session `key` (its own, else the system's)."""
+        services = self._services.get(key)
+        if services is not None and services.token_estimator is not None:
+            return services.token_estimator
+        return self.estimator
+
+    def summarizer_for(self, key: MemoryKey) -> Summarizer | None:
+        """The summarizer of session `key` (its own, else the system's)."""
+        services = self._services.get(key)
+        if services is not None and services.summarizer is not None:
+            return services.summarizer
+        return self._summarizer
+
+    def submit_summary(self, key: MemoryKey, request: SummaryRequest, reply: Callable[[Any], object]) -> str | None:
+        """Queue `request` for the session's summarizer; why not, when it could not be queued."""
+        summarizer = self.summarizer_for(key)
+        if summarizer is None:
+            return "no summarizer configured"
+        with self._lock:
+            if self._closed:
+                return "the memory system is closed"
+            if self.pool is None:
+                self.pool = self._new_pool()
+            pool = self.pool
+        if not pool.submit(request, reply, summarizer=summarizer):
+            return "summarizer queue is full"
+        return None
+
+    def _new_pool(self) -> SummarizerPool:
+        workers, queue = self._pool_settings
+        return SummarizerPool(
+            self._summarizer,
+            workers=workers,
+            queue_limit=queue,
+            call_timeout=self.config.health.summarize_timeout_seconds * 2,
+        )
 
     def cell(self, key: MemoryKey) -> StateCell:
         """The live state cell of `key`, activating the session when needed."""
@@ -476,43 +551,14 @@ class MemorySystem:
                 self._fire("health", key, event.old, event.new)
 
     def _fire(self, kind: str, key: MemoryKey, *args: Any) -> None:
-        callback = self._callbacks[kind]
+        services = self._services.get(key)
+        callback = services.callbacks[kind] if services is not None else None
+        if callback is None:
+            callback = self._callbacks[kind]
         if callback is None or self._closed:
             return
         with contextlib.suppress(RuntimeError):  # the pool shuts down with the system
             self._callback_pool.submit(callback.run, key, *args)
-
-
-class _Callback:
-    """A user callback (sync or async; with or without a `key` keyword), run best-effort."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._fn = fn
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
-        self._wants_key = "key" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-    @classmethod
-    def wrap(cls, fn: Callable[..., Any] | None) -> _Callback | None:
-        if fn is None:
-            return None
-        if not callable(fn):
-            raise InvalidConfig("callback", f"must be callable, got {type(fn).__name__}")
-        return cls(fn)
-
-    def run(self, key: MemoryKey, *args: Any) -> None:
-        try:
-            result = self._fn(*args, key=key) if self._wants_key else self._fn(*args)
-            if inspect.isawaitable(result):
-                asyncio.run(_await(result))
-        except Exception:
-            _log.exception("memory callback %r failed (ignored)", self._fn)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _fail(message: Message, error: Exception) -> None:

@@ -33,6 +33,7 @@ from convmem.events._events import (
     SessionStarted,
     SummaryProduced,
     TurnAdded,
+    TurnsAdopted,
 )
 from convmem.events._key import MAX_ID_LENGTH, MemoryKey, decode_token, encode_token
 from convmem.events._turn import (
@@ -72,6 +73,7 @@ __all__ = [
     "SummaryProduced",
     "TrajectoryDigest",
     "TurnAdded",
+    "TurnsAdopted",
     "decode_event",
     "decode_event_json",
     "decode_token",

@@ -34,6 +34,7 @@ from convmem.events._events import (
     SessionStarted,
     SummaryProduced,
     TurnAdded,
+    TurnsAdopted,
 )
 
 __all__ = [
@@ -58,6 +59,7 @@ AnyEvent = (
     | SessionErased
     | ItemsAdded
     | ItemPopped
+    | TurnsAdopted
 )
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
@@ -70,6 +72,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionErased,
     ItemsAdded,
     ItemPopped,
+    TurnsAdopted,
 )
 _TAGS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 

@@ -52,18 +52,27 @@ def _positive_int(field: str, value: int, *, minimum: int = 1) -> None:
         raise InvalidConfig(field, f"must be an integer >= {minimum}, got {value!r}")
 
 
-def _positive_seconds(field: str, value: float) -> None:
+def _positive_seconds(field: str, value: float, *, zero: bool = False) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or value <= 0
+        or value < 0
+        or (value == 0 and not zero)
     ):
-        raise InvalidConfig(field, f"must be a finite number of seconds > 0, got {value!r}")
+        bound = ">= 0" if zero else "> 0"
+        raise InvalidConfig(field, f"must be a finite number of seconds {bound}, got {value!r}")
 
 
 class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """Token economy (the seed's fields and defaults)."""
+    """Token economy (the seed's fields and defaults).
+
+    Zero means what it means in PenguiFlow: ``full_zone_turns=0`` keeps no
+    recent turn (every turn goes to the pending zone, or nowhere under
+    truncation), ``summary_max_tokens=0`` keeps no summary text (a summary is
+    stored empty and still moves its turns out of the pending zone),
+    ``total_max_tokens=0`` sets no overall budget.
+    """
 
     full_zone_turns: int = 5
     summary_max_tokens: int = 1000
@@ -71,10 +80,10 @@ class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     overflow_policy: OverflowPolicy = "truncate_oldest"
 
     def __post_init__(self) -> None:
-        _positive_int("budget.full_zone_turns", self.full_zone_turns)
-        _positive_int("budget.summary_max_tokens", self.summary_max_tokens)
-        _positive_int("budget.total_max_tokens", self.total_max_tokens)
-        if self.summary_max_tokens > self.total_max_tokens:
+        _positive_int("budget.full_zone_turns", self.full_zone_turns, minimum=0)
+        _positive_int("budget.summary_max_tokens", self.summary_max_tokens, minimum=0)
+        _positive_int("budget.total_max_tokens", self.total_max_tokens, minimum=0)
+        if self.total_max_tokens and self.summary_max_tokens > self.total_max_tokens:
             raise InvalidConfig(
                 "budget.summary_max_tokens",
                 f"{self.summary_max_tokens} exceeds total_max_tokens={self.total_max_tokens}",
@@ -105,10 +114,14 @@ class HealthPolicy(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Timing of the health machine, in seconds (the RFC's defaults)."""
 
     retry_backoff_seconds: tuple[float, ...] = (2.0, 4.0, 8.0)
-    """Wait before retry attempt n is `retry_backoff_seconds[n-1]` (the last repeats)."""
+    """Wait before retry attempt n is `retry_backoff_seconds[n-1]` (the last repeats); 0 retries at once."""
 
     degraded_retry_seconds: float = 30.0
-    """How often a DEGRADED session probes the summarizer again."""
+    """How often a DEGRADED session probes the summarizer again.
+
+    0 means no wait and no timer, as in PenguiFlow: the session probes when a
+    new turn arrives (a timer at 0 would probe a failing summarizer without end).
+    """
 
     summarize_timeout_seconds: float = 60.0
     """A summarizer call that takes longer counts as a failure."""
@@ -117,8 +130,8 @@ class HealthPolicy(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         if not self.retry_backoff_seconds:
             raise InvalidConfig("health.retry_backoff_seconds", "needs at least one interval")
         for i, seconds in enumerate(self.retry_backoff_seconds):
-            _positive_seconds(f"health.retry_backoff_seconds[{i}]", seconds)
-        _positive_seconds("health.degraded_retry_seconds", self.degraded_retry_seconds)
+            _positive_seconds(f"health.retry_backoff_seconds[{i}]", seconds, zero=True)
+        _positive_seconds("health.degraded_retry_seconds", self.degraded_retry_seconds, zero=True)
         _positive_seconds("health.summarize_timeout_seconds", self.summarize_timeout_seconds)
         # Seconds are floats whatever the caller passed, so equal settings encode equally.
         msgspec.structs.force_setattr(
@@ -213,7 +226,7 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
             raise InvalidConfig(
                 "strategy", f"must be none, truncation or rolling_summary, got {self.strategy!r}"
             )
-        _positive_int("recovery_backlog_limit", self.recovery_backlog_limit)
+        _positive_int("recovery_backlog_limit", self.recovery_backlog_limit, minimum=0)
         _positive_int("retry_attempts", self.retry_attempts, minimum=0)
         if self.agents.strategy == "summarizing" and self.strategy != "rolling_summary":
             raise InvalidConfig(

@@ -37,6 +37,7 @@ __all__ = [
     "SessionStarted",
     "SummaryProduced",
     "TurnAdded",
+    "TurnsAdopted",
 ]
 
 _INF = math.inf
@@ -119,10 +120,15 @@ class BacklogTrimmed(Event, frozen=True, gc=False, tag="backlog.trimmed"):
 
 
 class SessionCleared(Event, frozen=True, gc=False, tag="session.cleared"):
-    """The session was cleared: every turn up to `cleared_through` and the summary leave the context."""
+    """The session was cleared: every turn up to `cleared_through` and the summary leave the context.
+
+    `moved_to` names the session its turns were moved to (a `TurnsAdopted`
+    there names this one back), when the clear ends a move.
+    """
 
     cleared_through: int
     reason: str = ""
+    moved_to: MemoryKey | None = None
 
 
 class SessionRestored(Event, frozen=True, gc=False, tag="session.restored"):
@@ -133,6 +139,25 @@ class SessionRestored(Event, frozen=True, gc=False, tag="session.restored"):
     """
 
     summary: str
+    turns: tuple[ConversationTurn, ...]
+    first_index: int
+    origin: str = ""
+    """Where the state came from, when not from a caller's `from_dict` (e.g. a PenguiFlow
+    state store's saved memory: ``penguiflow-state:sha256:<digest of the state>``)."""
+
+
+class TurnsAdopted(Event, frozen=True, gc=False, tag="turns.adopted"):
+    """Turns moved here from `source`, the session that held them before this key was known.
+
+    The turns are appended after this session's own, numbered from
+    `first_index`, and are unsummarized here. `source_seq` is the last event
+    of `source` the move covers; `source` then records a `SessionCleared`
+    with ``moved_to`` naming this session. A replay of either side shows the
+    move; nothing is lost if the process stops between the two.
+    """
+
+    source: MemoryKey
+    source_seq: int
     turns: tuple[ConversationTurn, ...]
     first_index: int
 

@@ -23,6 +23,7 @@ from convmem.projections._context import estimate_tokens, llm_context
 from convmem.projections._decide import (
     AddItems,
     AddTurn,
+    AdoptTurns,
     Clear,
     Command,
     PopItem,
@@ -72,6 +73,7 @@ __all__ = [
     "SUMMARY_REQUEST_LINE",
     "AddItems",
     "AddTurn",
+    "AdoptTurns",
     "BufferMemory",
     "Clear",
     "Command",

@@ -145,7 +145,10 @@ def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_e
 def select_context(
     state: SessionState, estimator: TokenEstimator = default_token_estimator
 ) -> ContextSelection:
-    """The view after the overflow policy: never over `total_max_tokens` unless nothing is shown."""
+    """The view after the overflow policy: never over `total_max_tokens` unless nothing is shown.
+
+    A `total_max_tokens` of 0 sets no budget (PenguiFlow's meaning): the view is shown whole.
+    """
     selection = _visible(state)
     budget = state.config.budget.total_max_tokens
     include = state.config.include_trajectory_digest
@@ -153,7 +156,7 @@ def select_context(
     def fits(candidate: ContextSelection) -> bool:
         return selection_tokens(candidate, estimator, include) <= budget
 
-    if state.config.strategy == "none" or fits(selection):
+    if state.config.strategy == "none" or not budget or fits(selection):  # 0: no overall budget
         return selection
     full = selection
     if state.config.budget.overflow_policy == "truncate_summary" and selection.summary:

@@ -38,6 +38,7 @@ from convmem.events import (
     ShortTermMemoryConfig,
     SummaryProduced,
     TurnAdded,
+    TurnsAdopted,
 )
 from convmem.projections._budget import TokenEstimator, default_token_estimator, full_tokens
 from convmem.projections._evolve import evolve
@@ -56,6 +57,7 @@ from convmem.projections._state import SessionState
 __all__ = [
     "AddItems",
     "AddTurn",
+    "AdoptTurns",
     "Clear",
     "Command",
     "PopItem",
@@ -97,9 +99,21 @@ class PopItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Clear(msgspec.Struct, frozen=True, kw_only=True):
-    """Forget the session's turns and summary (they stay in the log)."""
+    """Forget the session's turns and summary (they stay in the log).
+
+    `moved_to` records that the turns were moved to that session (the end of a move).
+    """
 
     reason: str = "cleared by caller"
+    moved_to: MemoryKey | None = None
+
+
+class AdoptTurns(msgspec.Struct, frozen=True, kw_only=True):
+    """Append turns moved here from `source` (its events up to `source_seq`); see `TurnsAdopted`."""
+
+    source: MemoryKey
+    source_seq: int
+    turns: tuple[ConversationTurn, ...]
 
 
 class Restore(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +124,7 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
 
     summary: str
     turns: tuple[ConversationTurn, ...]
+    origin: str = ""
 
 
 class SummarySucceeded(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,7 +141,17 @@ class SummaryFailed(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-Command = StartSession | AddTurn | AddItems | PopItem | Clear | Restore | SummarySucceeded | SummaryFailed
+Command = (
+    StartSession
+    | AddTurn
+    | AddItems
+    | PopItem
+    | Clear
+    | Restore
+    | AdoptTurns
+    | SummarySucceeded
+    | SummaryFailed
+)
 
 
 def _storable(text: str) -> str:
@@ -225,9 +250,11 @@ def decide(
                 seq, event_id = ids.next("item.popped")
                 events.append(ItemPopped(seq=seq, event_id=event_id, at=now, item=item))
         case Clear():
-            events.extend(_clear(state, command.reason, ids, now))
+            events.extend(_clear(state, command.reason, ids, now, command.moved_to))
         case Restore():
             events.extend(_restore(state, command, ids, now, estimator))
+        case AdoptTurns():
+            events.extend(_adopt(state, command, ids, now, estimator))
         case SummarySucceeded():
             events.extend(_summary_succeeded(state, command, ids, now, estimator))
         case SummaryFailed():
@@ -247,15 +274,30 @@ def _grow(
 ) -> list[AnyEvent]:
     """Store new content: refused under the ``error`` policy when over budget; trims a DEGRADED backlog."""
     after = evolve(state, added)  # also validates item turns (a result needs its call first)
-    if state.config.budget.overflow_policy == "error" and state.config.strategy != "none":
-        tokens = full_tokens(after, estimator)
-        if tokens > state.config.budget.total_max_tokens:
-            raise MemoryBudgetExceeded(tokens=tokens, budget=state.config.budget.total_max_tokens)
+    _refuse_over_budget(after, estimator)
     events: list[AnyEvent] = [added]
     trimmed = _trim_backlog(after, ids, now)
     if trimmed is not None:
         events.append(trimmed)
     return events
+
+
+def _over_budget(state: SessionState, estimator: TokenEstimator) -> int | None:
+    """Tokens of the state's full content when the ``error`` policy refuses it, else None.
+
+    A `total_max_tokens` of 0 sets no budget, so nothing is refused.
+    """
+    budget = state.config.budget
+    if budget.overflow_policy != "error" or state.config.strategy == "none" or not budget.total_max_tokens:
+        return None
+    tokens = full_tokens(state, estimator)
+    return tokens if tokens > budget.total_max_tokens else None
+
+
+def _refuse_over_budget(state: SessionState, estimator: TokenEstimator) -> None:
+    tokens = _over_budget(state, estimator)
+    if tokens is not None:
+        raise MemoryBudgetExceeded(tokens=tokens, budget=state.config.budget.total_max_tokens)
 
 
 def _trim_backlog(state: SessionState, ids: _Ids, now: float) -> BacklogTrimmed | None:
@@ -291,7 +333,9 @@ def _health(
     )
 
 
-def _clear(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyEvent]:
+def _clear(
+    state: SessionState, reason: str, ids: _Ids, now: float, moved_to: MemoryKey | None = None
+) -> list[AnyEvent]:
     events: list[AnyEvent] = []
     if state.health is not MemoryHealth.HEALTHY:
         healed = _health(state, MemoryHealth.HEALTHY, "session cleared", 0, ids, now)
@@ -305,6 +349,7 @@ def _clear(state: SessionState, reason: str, ids: _Ids, now: float) -> list[AnyE
             at=now,
             cleared_through=state.next_index - 1,
             reason=_storable(reason),
+            moved_to=moved_to,
         )
     )
     return events
@@ -330,13 +375,37 @@ def _restore(
         summary=command.summary,
         turns=command.turns,
         first_index=state.next_index,
+        origin=_storable(command.origin),
     )
-    budget = state.config.budget
-    if budget.overflow_policy == "error" and state.config.strategy != "none":
-        tokens = full_tokens(evolve(state, restored), estimator)
-        if tokens > budget.total_max_tokens:
-            raise MemoryBudgetExceeded(tokens=tokens, budget=budget.total_max_tokens)
+    _refuse_over_budget(evolve(state, restored), estimator)
     events.append(restored)
+    return events
+
+
+def _adopt(
+    state: SessionState, command: AdoptTurns, ids: _Ids, now: float, estimator: TokenEstimator
+) -> list[AnyEvent]:
+    """Append moved turns; under the ``error`` policy refused, like a restore, when over budget."""
+    if command.source == state.key:
+        raise InvalidInput("source", "a session cannot adopt its own turns")
+    if command.source_seq < 1:
+        raise InvalidInput("source_seq", f"must be >= 1, got {command.source_seq}")
+    seq, event_id = ids.next("turns.adopted")
+    adopted = TurnsAdopted(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        source=command.source,
+        source_seq=command.source_seq,
+        turns=command.turns,
+        first_index=state.next_index,
+    )
+    after = evolve(state, adopted)
+    _refuse_over_budget(after, estimator)
+    events: list[AnyEvent] = [adopted]
+    trimmed = _trim_backlog(after, ids, now)
+    if trimmed is not None:
+        events.append(trimmed)
     return events
 
 
@@ -362,14 +431,15 @@ def _summary_succeeded(
         seq=seq,
         event_id=event_id,
         at=now,
-        summary=result.summary,
+        # summary_max_tokens=0 keeps no summary text; the summary still covers its turns.
+        summary=result.summary if state.config.budget.summary_max_tokens else "",
         covers_from=request.covers_from,
         covers_through=request.covers_through,
     )
     events: list[AnyEvent] = [produced]
     after = evolve(state, produced)
     budget = state.config.budget
-    if budget.overflow_policy == "error" and full_tokens(after, estimator) > budget.total_max_tokens:
+    if _over_budget(after, estimator) is not None:
         ids.reset(mark)
         return _summary_failed(
             state,

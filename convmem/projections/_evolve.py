@@ -29,6 +29,7 @@ from convmem.events import (
     SessionStarted,
     SummaryProduced,
     TurnAdded,
+    TurnsAdopted,
 )
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
@@ -137,6 +138,25 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 summary_through=mark,
                 dropped_through=mark,
                 next_index=event.first_index + len(records),
+                **common,
+            )
+        case TurnsAdopted():
+            if event.first_index < state.next_index:
+                raise _reused_turn_number(event.first_index, event.seq, state.next_index)
+            include = state.config.include_trajectory_digest
+            adopted = tuple(
+                TurnRecord(
+                    index=event.first_index + i,
+                    turn=turn,
+                    at=event.at,
+                    rendered_len=rendered_turn_length(turn, include_digest=include),
+                )
+                for i, turn in enumerate(event.turns)
+            )
+            return msgspec_replace(
+                state,
+                turns=(*state.turns, *adopted),
+                next_index=event.first_index + len(adopted),
                 **common,
             )
         case SessionErased():

@@ -73,7 +73,8 @@ def next_due_at(state: SessionState) -> float | None:
 
     HEALTHY and RECOVERING sessions want it as soon as enough turns are pending
     (returns the last health change time, i.e. "now or earlier"); RETRY waits
-    its back-off; DEGRADED probes every `degraded_retry_seconds`.
+    its back-off; DEGRADED probes every `degraded_retry_seconds`, or, when that
+    is 0, only when a turn arrives (see `summary_due`).
     """
     if not state.started or not state.config.summarizes:
         return None
@@ -86,12 +87,27 @@ def next_due_at(state: SessionState) -> float | None:
         case MemoryHealth.RETRY:
             return state.health_since + policy.backoff(state.attempt) if turns else None
         case MemoryHealth.DEGRADED:
-            return state.health_since + policy.degraded_retry_seconds if turns else None
+            if not turns or not policy.degraded_retry_seconds:
+                return None
+            return state.health_since + policy.degraded_retry_seconds
 
 
-def summary_due(state: SessionState, now: float) -> SummaryRequest | None:
-    """The summary the session should ask for at `now`, if any (no call in flight assumed)."""
+def summary_due(state: SessionState, now: float, *, turn_added: bool = False) -> SummaryRequest | None:
+    """The summary the session should ask for at `now`, if any (no call in flight assumed).
+
+    `turn_added` says a turn was just stored: a DEGRADED session whose
+    `degraded_retry_seconds` is 0 probes then (PenguiFlow's trigger), and only then.
+    """
     due = next_due_at(state)
+    if (
+        due is None
+        and turn_added
+        and state.health is MemoryHealth.DEGRADED
+        and state.config.summarizes
+        and not state.config.health.degraded_retry_seconds
+        and summarizable(state)
+    ):
+        due = now
     if due is None or due > now or state.key is None:
         return None
     turns = summarizable(state)
@@ -125,6 +141,8 @@ def summary_problem(summary: object, config: ShortTermMemoryConfig, estimator: T
     """Why a summarizer's output cannot be stored, or None when it can."""
     if not isinstance(summary, str):
         return f"summary is {type(summary).__name__}, not a string"
+    if not config.budget.summary_max_tokens:
+        return None  # no summary text is kept (stored empty): any string will do
     if not summary.strip():
         return "summary is empty"
     if "\x00" in summary:

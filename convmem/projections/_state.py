@@ -115,14 +115,17 @@ class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         return turns[lo:]
 
     def recent(self) -> tuple[TurnRecord, ...]:
-        """The full zone: the last `full_zone_turns` live turns."""
-        return self.turns[-self.config.budget.full_zone_turns :]
+        """The full zone: the last `full_zone_turns` live turns (none when it is 0)."""
+        zone = self.config.budget.full_zone_turns
+        return self.turns[-zone:] if zone else ()
 
     def pending(self) -> tuple[TurnRecord, ...]:
         """Unsummarized turns evicted from the full zone, oldest first."""
         zone = self.config.budget.full_zone_turns
         if len(self.turns) <= zone:
             return ()
+        if not zone:
+            return self.unsummarized()
         first_recent = self.turns[-zone].index
         return tuple(r for r in self.unsummarized() if r.index < first_recent)
 

@@ -36,6 +36,7 @@ from convmem.events import (
     SummaryProduced,
     TrajectoryDigest,
     TurnAdded,
+    TurnsAdopted,
     encode_event,
     encode_event_json,
     event_tag,
@@ -142,15 +143,44 @@ EXAMPLES: dict[str, Event] = {
         at=1765700010.0,
         item=MessageItem(kind="other", raw='{"type":"web_search_call","id":"ws_1"}'),
     ),
+    # Added in 0.2 (the PenguiFlow drop-in): a new tag, and new fields of old tags under
+    # "tag+field" names (the old files keep the fields at their defaults).
+    "turns.adopted": TurnsAdopted(
+        seq=11,
+        event_id="adopt/penguiflow=3Aunbound/4/turns.adopted/1",
+        at=1765700011.0,
+        source=MemoryKey("penguiflow:unbound", "penguiflow:unbound", "0f3c9a"),
+        source_seq=4,
+        turns=(PLAIN_TURN, TURN),
+        first_index=5,
+    ),
+    "session.cleared+moved_to": SessionCleared(
+        seq=12,
+        event_id="cmd-12/1",
+        at=1765700012.0,
+        cleared_through=2,
+        reason="turns moved to the session's key",
+        moved_to=KEY,
+    ),
+    "session.restored+origin": SessionRestored(
+        seq=13,
+        event_id="import/ab12/session.restored/1",
+        at=1765700013.0,
+        summary=SUMMARY,
+        turns=(PLAIN_TURN,),
+        first_index=3,
+        origin="penguiflow-state:sha256:ab12",
+    ),
 }
-"""One fixed example per event tag, with every field set away from its default."""
+"""One fixed example per golden file: per event tag, with every field set away from its default,
+and per field added later (``tag+field``)."""
 
 
 def main() -> int:
     """Write the files of tags that have none yet; existing golden bytes are never rewritten."""
     GOLDEN_DIR.mkdir(exist_ok=True)
     for tag, event in EXAMPLES.items():
-        assert event_tag(event) == tag, (tag, event_tag(event))
+        assert event_tag(event) == tag.split("+")[0], (tag, event_tag(event))
         for path, data in (
             (GOLDEN_DIR / f"{tag}.msgpack", encode_event(event)),
             (GOLDEN_DIR / f"{tag}.json", encode_event_json(event) + b"\n"),
