@@ -37,6 +37,7 @@ from convmem.events import (
     SessionStarted,
     SummaryProduced,
     TurnAdded,
+    TurnsAdopted,
     decode_event,
     decode_event_json,
     encode_event,
@@ -217,9 +218,17 @@ def _describe(event: AnyEvent) -> tuple[str, str]:
         case BacklogTrimmed():
             return "backlog.trimmed", f"dropped through #{event.dropped_through}"
         case SessionCleared():
-            return "session.cleared", f"through #{event.cleared_through}: {event.reason}"
+            moved = f", moved to {event.moved_to}" if event.moved_to is not None else ""
+            return "session.cleared", f"through #{event.cleared_through}{moved}: {event.reason}"
         case SessionRestored():
-            return "session.restored", f"{len(event.turns)} turns from #{event.first_index}"
+            origin = f" ({event.origin})" if event.origin else ""
+            return "session.restored", f"{len(event.turns)} turns from #{event.first_index}{origin}"
+        case TurnsAdopted():
+            return (
+                "turns.adopted",
+                f"{len(event.turns)} turns from #{event.first_index}, moved from {event.source} "
+                f"(its events through seq {event.source_seq})",
+            )
         case SessionErased():
             return "session.erased", event.reason
         case ItemsAdded():

@@ -33,6 +33,7 @@ from convmem.events import (
 from convmem.projections import (
     AddItems,
     AddTurn,
+    AdoptTurns,
     Clear,
     Command,
     PopItem,
@@ -102,9 +103,9 @@ def _start(handle: _Reads, injected_summary: str | None, injected_from: MemoryKe
     )
 
 
-def _restore(state: Mapping[str, Any]) -> Restore:
+def _restore(state: Mapping[str, Any], origin: str = "") -> Restore:
     summary, _health, turns = parse_export(state)
-    return Restore(summary=summary, turns=turns)
+    return Restore(summary=summary, turns=turns, origin=origin)
 
 
 class _Reads:
@@ -231,9 +232,12 @@ class SessionHandle(_Reads):
         """Forget the turns and summary (the log keeps them for audit)."""
         self._send(Clear(), timeout)
 
-    def from_dict(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
-        """Replace the session's content with a `to_dict()` export; ValueError when invalid."""
-        self._send(_restore(state), timeout)
+    def from_dict(self, state: Mapping[str, Any], *, timeout: float | None = None, origin: str = "") -> None:
+        """Replace the session's content with a `to_dict()` export; ValueError when invalid.
+
+        `origin` is recorded in the `SessionRestored` event (where the state came from).
+        """
+        self._send(_restore(state, origin), timeout)
 
     def refresh(self, *, timeout: float | None = None) -> SessionState:
         """Reload from the log (to see another process's writes) and return the state."""
@@ -454,13 +458,56 @@ class AsyncSessionHandle(_Reads):
         await self._deliver(Flush(reply))
         await _await(reply, timeout if timeout is not None else self._system.timeout, "flush")
 
-    async def clear(self, *, timeout: float | None = None) -> None:
-        """Forget the turns and summary (the log keeps them for audit)."""
-        await self._send(Clear(), timeout)
+    async def clear(
+        self,
+        *,
+        timeout: float | None = None,
+        moved_to: MemoryKey | None = None,
+        through: int | None = None,
+        reason: str = "",
+    ) -> None:
+        """Forget the turns and summary (the log keeps them for audit).
 
-    async def restore(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
-        """Replace the session's content with a `to_dict()` export; ValueError when invalid."""
-        await self._send(_restore(state), timeout)
+        `moved_to` records that the turns now live in that session (see
+        `adopt`); with `through`, the clear is refused (`InvalidInput`) if
+        turns numbered above it arrived meanwhile.
+        """
+        command = Clear(reason=reason or "cleared by caller", moved_to=moved_to, through=through)
+        await self._send(command, timeout)
+
+    async def restore(
+        self,
+        state: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        origin: str = "",
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Replace the session's content with a `to_dict()` export; ValueError when invalid.
+
+        `origin` is recorded in the `SessionRestored` event. Returns False when
+        `idempotency_key` names a restore the session already stored.
+        """
+        events = await self._send(_restore(state, origin), timeout, _check_idempotency_key(idempotency_key))
+        return bool(events)
+
+    async def adopt(
+        self,
+        source: MemoryKey,
+        source_seq: int,
+        turns: Sequence[ConversationTurn],
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Append turns moved here from session `source` (its events up to `source_seq`).
+
+        One `TurnsAdopted` event; False when `idempotency_key` names a move
+        the session already stored. Clear `source` with ``moved_to`` after it.
+        """
+        command = AdoptTurns(source=source, source_seq=source_seq, turns=tuple(_check_turn(t) for t in turns))
+        events = await self._send(command, timeout, _check_idempotency_key(idempotency_key))
+        return bool(events)
 
     def from_dict(self, state: Mapping[str, Any]) -> None:
         """Synchronous `from_dict` (the RFC's signature); prefer `await restore(state)` on a loop."""

@@ -344,7 +344,9 @@ class MemorySystem:
             return services.summarizer
         return self._summarizer
 
-    def submit_summary(self, key: MemoryKey, request: SummaryRequest, reply: Callable[[Any], object]) -> str | None:
+    def submit_summary(
+        self, key: MemoryKey, request: SummaryRequest, reply: Callable[[Any], object]
+    ) -> str | None:
         """Queue `request` for the session's summarizer; why not, when it could not be queued."""
         summarizer = self.summarizer_for(key)
         if summarizer is None:

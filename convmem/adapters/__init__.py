@@ -12,8 +12,12 @@ from convmem.adapters._connect import MEMORY_URL, connect, connect_here, open_ba
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters._openai import OpenAIChatSummarizer
-from convmem.adapters._penguiflow import ConvmemShortTermMemory, config_from_penguiflow, turn_from_penguiflow
 from convmem.adapters.integrations.agents import ConvmemSession
+from convmem.adapters.integrations.penguiflow import (
+    ConvmemShortTermMemory,
+    config_from_penguiflow,
+    turn_from_penguiflow,
+)
 from convmem.adapters.jetstream import (
     EmbeddedNatsServer,
     JetStreamBackend,

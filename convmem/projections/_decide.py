@@ -101,11 +101,14 @@ class PopItem(msgspec.Struct, frozen=True, kw_only=True):
 class Clear(msgspec.Struct, frozen=True, kw_only=True):
     """Forget the session's turns and summary (they stay in the log).
 
-    `moved_to` records that the turns were moved to that session (the end of a move).
+    `moved_to` records that the turns were moved to that session (the end of a move);
+    `through` refuses the clear (`InvalidInput`) when the session holds turns numbered
+    above it, i.e. turns that arrived after the mover read the session.
     """
 
     reason: str = "cleared by caller"
     moved_to: MemoryKey | None = None
+    through: int | None = None
 
 
 class AdoptTurns(msgspec.Struct, frozen=True, kw_only=True):
@@ -250,6 +253,11 @@ def decide(
                 seq, event_id = ids.next("item.popped")
                 events.append(ItemPopped(seq=seq, event_id=event_id, at=now, item=item))
         case Clear():
+            if command.through is not None and state.next_index - 1 > command.through:
+                raise InvalidInput(
+                    "through",
+                    f"the session holds turns up to {state.next_index - 1}, after {command.through}",
+                )
             events.extend(_clear(state, command.reason, ids, now, command.moved_to))
         case Restore():
             events.extend(_restore(state, command, ids, now, estimator))
