@@ -582,15 +582,22 @@ async def _callback(turn: Any) -> None:
         (pf.ShortTermMemoryConfig(token_estimator=len), "token_estimator"),
         (pf.ShortTermMemoryConfig(isolation=pf.MemoryIsolation(session_key="auth.session")), "isolation"),
         (pf.ShortTermMemoryConfig(isolation=pf.MemoryIsolation(require_explicit_key=False)), "isolation"),
-        (pf.ShortTermMemoryConfig(retry_backoff_base_s=0.0), "retry_backoff_base_s"),
-        (pf.ShortTermMemoryConfig(budget=pf.MemoryBudget(full_zone_turns=0)), "budget.full_zone_turns"),
     ],
 )
 def test_settings_convmem_cannot_honour_are_refused(config: Any, field: str) -> None:
-    """A PenguiFlow setting convmem would silently ignore raises InvalidConfig naming it."""
+    """A PenguiFlow setting the singleton memory would silently ignore raises InvalidConfig naming it."""
     with pytest.raises(InvalidConfig) as caught:
         config_from_penguiflow(config)
     assert caught.value.field == field
+
+
+def test_zero_settings_map_with_penguiflows_meaning() -> None:
+    """Zeros PenguiFlow accepts map to convmem's zeros (no recent zone, retry at once)."""
+    config = config_from_penguiflow(
+        pf.ShortTermMemoryConfig(budget=pf.MemoryBudget(full_zone_turns=0), retry_backoff_base_s=0.0)
+    )
+    assert config.budget.full_zone_turns == 0
+    assert set(config.health.retry_backoff_seconds) == {0.0}
 
 
 def test_rolling_summary_needs_a_summarizer_on_the_system(system: MemorySystem) -> None:

@@ -217,12 +217,12 @@ class DefaultShortTermMemory:
             known = self._key == target
         saved = await store.load_memory_state(key)
         handle = self._handle(target)
-        imported = await _store.import_saved(self, handle, target, saved)
-        if known and not imported:
+        penguiflows = await _store.import_saved(self, handle, target, saved)
+        if known:
             await _store.catch_up(self._system(), handle, target)
         await self._bind(target)
-        if imported and hasattr(store, "save_memory_state"):
-            await self._save(store, key)  # the store now holds convmem's state: never imported again
+        if penguiflows and hasattr(store, "save_memory_state"):
+            await self._save(store, key)  # the store now holds convmem's state: no more checks
 
     async def persist(self, store: Any, key: str) -> None:
         """Learn the key; write PenguiFlow's memory-state dict through ``save_memory_state``.

@@ -35,16 +35,15 @@ from types import ModuleType
 from typing import Any
 
 from convmem.actors import AsyncSessionHandle, MemorySystem
-from convmem.errors import InvalidConfig, InvalidInput, InvalidKey, InvalidTurn
+from convmem.adapters.integrations.penguiflow import _values
+from convmem.adapters.integrations.penguiflow._values import turn_from_penguiflow
+from convmem.errors import InvalidConfig, InvalidInput, InvalidKey
 from convmem.events import (
     ConversationTurn,
-    HealthPolicy,
-    MemoryBudget,
     MemoryHealth,
     MemoryIsolation,
     MemoryKey,
     ShortTermMemoryConfig,
-    TrajectoryDigest,
 )
 
 __all__ = ["ConvmemShortTermMemory", "config_from_penguiflow", "turn_from_penguiflow"]
@@ -68,42 +67,14 @@ def _penguiflow_memory() -> ModuleType:
         raise ImportError(f"the PenguiFlow integration needs the penguiflow package: {_INSTALL}") from exc
 
 
-def turn_from_penguiflow(turn: Any) -> ConversationTurn:
-    """Convert PenguiFlow's `ConversationTurn` (a dataclass) to convmem's, field by field."""
-    if isinstance(turn, ConversationTurn):
-        return turn
-    try:
-        digest = turn.trajectory_digest
-        return ConversationTurn(
-            user_message=turn.user_message,
-            assistant_response=turn.assistant_response,
-            trajectory_digest=None
-            if digest is None
-            else TrajectoryDigest(
-                tools_invoked=tuple(digest.tools_invoked),
-                observations_summary=digest.observations_summary,
-                reasoning_summary=digest.reasoning_summary,
-                artifacts_refs=tuple(digest.artifacts_refs),
-            ),
-            artifacts_shown=dict(turn.artifacts_shown),
-            artifacts_hidden_refs=tuple(turn.artifacts_hidden_refs),
-            ts=turn.ts,
-        )
-    except AttributeError as exc:
-        raise InvalidTurn(
-            "turn", f"must be a PenguiFlow or convmem ConversationTurn, got {type(turn).__name__} ({exc})"
-        ) from None
-
-
 def config_from_penguiflow(config: Any) -> ShortTermMemoryConfig:
-    """Map PenguiFlow's `ShortTermMemoryConfig` to convmem's (a convmem config passes through).
+    """Map PenguiFlow's `ShortTermMemoryConfig` to convmem's for the singleton memory.
 
-    Strategy, budget, retry attempts, backlog limit, trajectory digests and the
-    summarizer model map one to one; the retry back-off becomes convmem's
-    interval table (``base * 2**(n-1)``, as PenguiFlow waits). Settings convmem
-    cannot honour from here raise `InvalidConfig` rather than being dropped:
-    callables (they belong to `MemorySystem(...)`), and a non-default isolation
-    (ReactPlanner resolves the key of a custom memory with its default paths).
+    As `DefaultShortTermMemory` maps it (zeros with PenguiFlow's meaning), but
+    settings this one memory for every key cannot honour raise `InvalidConfig`
+    rather than being dropped: callables (they belong to `MemorySystem(...)`),
+    and a non-default isolation (ReactPlanner resolves the key of a custom
+    memory with its default paths).
     """
     if isinstance(config, ShortTermMemoryConfig):
         return config
@@ -112,43 +83,15 @@ def config_from_penguiflow(config: Any) -> ShortTermMemoryConfig:
             raise InvalidConfig(
                 name, f"is a callable, not configuration: pass {name}= to MemorySystem(...) instead"
             )
-    isolation = MemoryIsolation(
-        tenant_key=config.isolation.tenant_key,
-        user_key=config.isolation.user_key,
-        session_key=config.isolation.session_key,
-        require_explicit_key=config.isolation.require_explicit_key,
-    )
-    if isolation != MemoryIsolation():
+    converted = _values.config_from_penguiflow(config)
+    if converted.isolation != MemoryIsolation():
         raise InvalidConfig(
             "isolation",
             "ReactPlanner resolves the key of a custom memory with the default MemoryIsolation "
             "(tool_context ids tenant_id/user_id/session_id, explicit key required); "
             "pass memory_key= to run() and resume() instead of custom paths",
         )
-    for name in ("retry_backoff_base_s", "degraded_retry_interval_s"):
-        seconds = getattr(config, name)
-        if not seconds > 0:
-            raise InvalidConfig(name, f"must be > 0 (convmem retries on timers), got {seconds!r}")
-    base = float(config.retry_backoff_base_s)
-    budget = config.budget
-    return ShortTermMemoryConfig(
-        strategy=config.strategy,
-        budget=MemoryBudget(
-            full_zone_turns=budget.full_zone_turns,
-            summary_max_tokens=budget.summary_max_tokens,
-            total_max_tokens=budget.total_max_tokens,
-            overflow_policy=budget.overflow_policy,
-        ),
-        isolation=isolation,
-        summarizer_model=config.summarizer_model,
-        include_trajectory_digest=config.include_trajectory_digest,
-        recovery_backlog_limit=config.recovery_backlog_limit,
-        retry_attempts=config.retry_attempts,
-        health=HealthPolicy(
-            retry_backoff_seconds=tuple(base * 2**i for i in range(max(1, config.retry_attempts))),
-            degraded_retry_seconds=float(config.degraded_retry_interval_s),
-        ),
-    )
+    return converted
 
 
 def _key_of(key: Any) -> MemoryKey:

@@ -78,24 +78,26 @@ def _imported_before(system: MemorySystem, key: MemoryKey, idempotency_key: str)
 async def import_saved(
     memory: DefaultShortTermMemory, handle: AsyncSessionHandle, key: MemoryKey, saved: object
 ) -> bool:
-    """Import a saved state into session `key` when the rules above say so; True when imported."""
+    """Import a saved state into session `key` when the rules above say so.
+
+    True when the store holds a state PenguiFlow wrote (imported now or
+    before): the caller writes convmem's state back over it.
+    """
     if saved is None:
         return False
     if not isinstance(saved, Mapping):
         raise InvalidInput("state", f"load_memory_state returned {type(saved).__name__}, not a mapping")
     system = handle._system
-    if _mark(saved) is not None and await asyncio.to_thread(system.log.last_seq, key) > 0:
+    ours = _mark(saved) is not None
+    if ours and await asyncio.to_thread(system.log.last_seq, key) > 0:
         return False  # convmem's own: the log holds it (or more)
     digest = digest_of(saved)
-    if digest in memory._imported:
-        return False
-    idempotency_key = f"import/{digest}"
-    if await asyncio.to_thread(_imported_before, system, key, idempotency_key):
+    if digest not in memory._imported:
+        idempotency_key = f"import/{digest}"
+        if not await asyncio.to_thread(_imported_before, system, key, idempotency_key):
+            await handle.restore(saved, origin=origin_of(saved), idempotency_key=idempotency_key)
         memory._imported.add(digest)
-        return False
-    stored = await handle.restore(saved, origin=origin_of(saved), idempotency_key=idempotency_key)
-    memory._imported.add(digest)
-    return stored
+    return not ours
 
 
 async def catch_up(system: MemorySystem, handle: AsyncSessionHandle, key: MemoryKey) -> None:
