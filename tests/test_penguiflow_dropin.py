@@ -22,6 +22,7 @@ from penguiflow.planner import memory_integration
 import convmem.penguiflow
 from convmem.actors import MemorySystem, verify
 from convmem.adapters import InMemoryEventLog, InMemorySnapshotStore, JetStreamEventLog
+from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopSummarizer
 from convmem.errors import ConvmemError
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import (
@@ -63,6 +64,10 @@ def users(patch: Any, zone: str = "recent_turns") -> list[str]:
     return [t["user"] for t in patch["conversation_memory"].get(zone, [])]
 
 
+def stored_keys(log: InMemoryEventLog) -> list[MemoryKey]:
+    return log.keys(tenant_id=None)
+
+
 def events_of(log: InMemoryEventLog, key: MemoryKey) -> list[Any]:
     return [decode_event(record.data) for record in log.read(key)]
 
@@ -87,7 +92,7 @@ KEY = "acme:alice:chat-1"
 
 
 def test_install_rebinds_the_one_name_penguiflows_planner_builds_memories_with() -> None:
-    """install() makes both modules name convmem's class; uninstall() restores PenguiFlow's; both idempotent."""
+    """install() makes both modules name convmem's class; uninstall() puts PenguiFlow's back; idempotent."""
     original = pf.DefaultShortTermMemory
     assert original is not DefaultShortTermMemory
     try:
@@ -128,7 +133,7 @@ def test_strategy_none_stores_nothing_and_shows_nothing(log: InMemoryEventLog) -
         return await memory.get_llm_context()
 
     assert asyncio.run(scenario()) == {}
-    assert log.keys() == []
+    assert stored_keys(log) == []
 
 
 def test_a_rolling_summary_runs_the_given_summarizer_on_the_callers_loop_without_blocking(
@@ -199,7 +204,7 @@ def test_the_error_policy_raises_penguiflows_and_convmems_exception(log: InMemor
         asyncio.run(memory.add_turn(turn("x" * 100)))
     assert isinstance(caught.value, ConvmemBudgetExceeded)
     assert isinstance(caught.value, ConvmemError)
-    assert all(not events_of(log, key)[1:] for key in log.keys())
+    assert all(not events_of(log, key)[1:] for key in stored_keys(log))
 
 
 def test_the_configs_token_estimator_counts_the_tokens(log: InMemoryEventLog) -> None:
@@ -298,7 +303,7 @@ def test_non_default_isolation_and_zero_timings_build_a_memory(log: InMemoryEven
 def test_persist_and_hydrate_share_the_session_and_the_store_gets_penguiflows_dict(
     log: InMemoryEventLog,
 ) -> None:
-    """persist names the key; another memory hydrating it sees the turns; PenguiFlow's class reads the dict."""
+    """persist names the key; a memory hydrating it sees the turns; PenguiFlow's class reads the dict."""
     store = Store()
 
     async def scenario() -> tuple[Any, Any]:
@@ -329,11 +334,11 @@ def test_a_store_without_memory_methods_keeps_the_memory_private(log: InMemoryEv
         return await other.get_llm_context()
 
     assert users(asyncio.run(scenario())) == []
-    assert MemoryKey("acme", "alice", "chat-1") not in log.keys()
+    assert MemoryKey("acme", "alice", "chat-1") not in stored_keys(log)
 
 
 def test_turns_added_before_the_key_move_as_two_auditable_events(log: InMemoryEventLog) -> None:
-    """Private turns go to the key as one TurnsAdopted; the private session records a SessionCleared naming it."""
+    """Private turns go to the key as one TurnsAdopted; the private session's SessionCleared names it."""
     store = Store()
     target = MemoryKey("acme", "alice", "chat-1")
 
@@ -453,7 +458,7 @@ def test_ids_with_colons_keep_memory_on(log: InMemoryEventLog) -> None:
         return await again.get_llm_context()
 
     assert users(asyncio.run(scenario())) == ["u1"]
-    assert MemoryKey("acme", "user:42", "chat") in log.keys()
+    assert MemoryKey("acme", "user:42", "chat") in stored_keys(log)
 
 
 # The planner's summarizer on its loop --------------------------------------------------------
@@ -461,8 +466,6 @@ def test_ids_with_colons_keep_memory_on(log: InMemoryEventLog) -> None:
 
 def test_a_summarizer_call_past_its_limit_is_cancelled_on_its_loop() -> None:
     """LoopSummarizer cancels the coroutine on the caller's loop when the limit passes, and says so."""
-    from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopSummarizer
-
     cancelled = threading.Event()
 
     async def hanging(payload: dict[str, Any]) -> dict[str, str]:
@@ -496,7 +499,6 @@ def _call(summarizer: Any) -> BaseException:
 
 def test_a_summarizer_whose_loop_stopped_runs_on_a_fresh_loop() -> None:
     """No wait on a loop that no longer runs: the call runs on a loop of its own."""
-    from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopSummarizer
 
     async def summarizer(payload: dict[str, Any]) -> dict[str, str]:
         return {"summary": "fresh"}
