@@ -19,7 +19,7 @@ from bench._report import document, table, write_json
 
 __all__ = ["MEASURES", "main"]
 
-MEASURES = ("throughput", "latency", "context", "replay", "activation", "scale", "quality")
+MEASURES = ("throughput", "latency", "context", "replay", "activation", "scale", "quality", "dropin")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 

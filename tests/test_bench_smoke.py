@@ -17,6 +17,7 @@ EXPECTED = {
     "activation": ["MemorySystem.load(key) p50", "first get_llm_context of a passivated session p99"],
     "scale": ["RSS after touching 200 sessions", "40 sessions round-robin, 8 live"],
     "quality": ["rolling_summary: evidence visible at each session's end @ 500 tokens"],
+    "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
 }
 
 

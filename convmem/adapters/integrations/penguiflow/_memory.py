@@ -101,6 +101,7 @@ class DefaultShortTermMemory:
         self._last: tuple[MemoryKey, SessionState] | None = None
         """The latest state this memory saw, and whose (for synchronous reads of a passivated session)."""
         self._imported: set[str] = set()
+        self._handles: tuple[MemorySystem, AsyncSessionHandle] | None = None
         _runtime.current_system()  # the first memory opens the process-wide system
 
     def __repr__(self) -> str:
@@ -122,8 +123,15 @@ class DefaultShortTermMemory:
     def _system(self) -> MemorySystem:
         return _runtime.current_system()
 
-    def _handle(self, key: MemoryKey) -> AsyncSessionHandle:
-        return self._system().async_session(key, services=self._services)
+    def _handle(self, key: MemoryKey, *, register: bool = False) -> AsyncSessionHandle:
+        """The session's handle; `register` (on writes) makes this memory's services the session's."""
+        system = self._system()
+        cached = self._handles
+        if not register and cached is not None and cached[0] is system and cached[1].key == key:
+            return cached[1]
+        handle = system.async_session(key, services=self._services)
+        self._handles = (system, handle)
+        return handle
 
     def _writable(self) -> MemoryKey:
         """The session a turn goes to: the key's, else the private one (made on first need)."""
@@ -169,7 +177,7 @@ class DefaultShortTermMemory:
         self._loop.capture()
         key = self._writable()
         try:
-            await self._handle(key).add_turn(converted)
+            await self._handle(key, register=True).add_turn(converted)
         except ConvmemBudgetExceeded as exc:
             raise budget_exceeded(exc) from None
         self._remember(key)
@@ -183,9 +191,7 @@ class DefaultShortTermMemory:
         key = self.session_key
         if key is None:
             return llm_context(SessionState(config=self.config), self._estimator)
-        patch = await self._handle(key).get_llm_context()
-        self._remember(key)
-        return patch
+        return await self._handle(key).get_llm_context()
 
     def estimate_tokens(self) -> int:
         """Tokens of the context patch, with the configured estimator (PenguiFlow's measure)."""
@@ -216,7 +222,7 @@ class DefaultShortTermMemory:
         with self._guard:
             known = self._key == target
         saved = await store.load_memory_state(key)
-        handle = self._handle(target)
+        handle = self._handle(target, register=True)
         penguiflows = await _store.import_saved(self, handle, target, saved)
         if known:
             await _store.catch_up(self._system(), handle, target)
