@@ -85,6 +85,10 @@ PLANNER = textwrap.dedent(
 )
 
 
+VERIFY = "import sys; from convmem.adapters.cli import main; sys.exit(main(sys.argv[1:]))"
+"""The `convmem` command, run by this interpreter."""
+
+
 def run_planner(data: Path, turns: int) -> dict[str, Any]:
     env = {**os.environ, "CONVMEM_DATA_DIR": str(data)}
     env.pop("CONVMEM_NATS_URL", None)
@@ -118,7 +122,7 @@ def test_a_20_turn_conversation_survives_the_process_and_verifies(tmp_path: Path
     assert second["first_prompt_memory"] == final  # a new process, a new planner: the same memory
 
     audit = subprocess.run(
-        [sys.executable, "-m", "convmem.adapters.cli", "--data-dir", str(data), "verify", "--all", "--json"],
+        [sys.executable, "-c", VERIFY, "--data-dir", str(data), "verify", "--all", "--json"],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
