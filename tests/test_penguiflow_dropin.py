@@ -23,7 +23,7 @@ import convmem.penguiflow
 from convmem.actors import MemorySystem, verify
 from convmem.adapters import InMemoryEventLog, InMemorySnapshotStore, JetStreamEventLog
 from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopSummarizer
-from convmem.errors import ConvmemError
+from convmem.errors import ConvmemError, InvalidInput
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import (
     MemoryKey,
@@ -33,6 +33,7 @@ from convmem.events import (
     decode_event,
 )
 from convmem.penguiflow import DefaultShortTermMemory, key_from_composite
+from convmem.projections import SessionState
 
 WAIT = 15.0
 """Seconds a rendezvous may take before the test fails (a hang, not a timing check)."""
@@ -541,3 +542,36 @@ def test_the_environment_chooses_the_log(monkeypatch: pytest.MonkeyPatch) -> Non
         assert isinstance(convmem.penguiflow.current_system().log, InMemoryEventLog)
     finally:
         convmem.penguiflow.close()
+
+
+def test_a_memory_keeps_no_state_of_its_own_and_reads_a_passivated_session_from_the_log(
+    log: InMemoryEventLog,
+) -> None:
+    """PenguiFlow's synchronous reads work on a passivated session; the memory object holds no turns."""
+    store = Store()
+
+    async def scenario() -> tuple[DefaultShortTermMemory, int]:
+        memory = DefaultShortTermMemory(config=cfg())
+        await memory.persist(store, KEY)
+        await memory.add_turn(turn(1))
+        return memory, memory.estimate_tokens()
+
+    memory, tokens = asyncio.run(scenario())
+    system = convmem.penguiflow.current_system()
+    assert system.passivate(MemoryKey("acme", "alice", "chat-1"))
+    assert not any(isinstance(value, SessionState) for value in vars(memory).values())
+    assert memory.estimate_tokens() == tokens
+    assert memory.health is pf.MemoryHealth.HEALTHY
+    assert [t["user_message"] for t in memory.to_dict()["turns"]] == ["u1"]
+
+
+def test_a_memory_holds_one_key(log: InMemoryEventLog) -> None:
+    """PenguiFlow builds one memory per key: naming a second key is refused, nothing is moved."""
+
+    async def scenario() -> None:
+        memory = DefaultShortTermMemory(config=cfg())
+        await memory.persist(Store(), KEY)
+        await memory.persist(Store(), "acme:bob:chat-2")
+
+    with pytest.raises(InvalidInput, match="acme:alice:chat-1"):
+        asyncio.run(scenario())

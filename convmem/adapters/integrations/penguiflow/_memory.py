@@ -98,8 +98,6 @@ class DefaultShortTermMemory:
         """The key this memory learned from `hydrate`/`persist`."""
         self._private: MemoryKey | None = None
         """The private session holding turns added before the key was known."""
-        self._last: tuple[MemoryKey, SessionState] | None = None
-        """The latest state this memory saw, and whose (for synchronous reads of a passivated session)."""
         self._imported: set[str] = set()
         self._handles: tuple[MemorySystem, AsyncSessionHandle] | None = None
         _runtime.current_system()  # the first memory opens the process-wide system
@@ -143,20 +141,30 @@ class DefaultShortTermMemory:
         return key
 
     def _state_now(self) -> SessionState:
-        """The latest state of the current session, without I/O (for synchronous reads)."""
+        """The latest state of the current session (for PenguiFlow's synchronous reads).
+
+        A live session's state is at hand; a passivated one is activated from
+        the log on this thread (PenguiFlow's `health`, `estimate_tokens` and
+        `to_dict` are not coroutines). The memory keeps no state of its own,
+        so a planner's map of memories costs a few references per key.
+        """
         key = self.session_key
+        state = SessionState()
         if key is not None:
-            self._remember(key)
-        last = self._last
-        state = last[1] if key is not None and last is not None and last[0] == key else SessionState()
+            system = self._system()
+            cell = system.live_cell(key)
+            if cell is None:
+                log = system.loop_log
+                if log is not None and log.on_loop_thread():
+                    raise RuntimeError(
+                        "a synchronous read of a passivated session was made on the NATS connection's "
+                        "event loop thread, where it would deadlock: await get_llm_context() first"
+                    )
+                cell = system.cell(key)
+            state = cell.state
         if not state.started:
             state = SessionState(config=self.config)
         return state
-
-    def _remember(self, key: MemoryKey) -> None:
-        cell = self._system().live_cell(key)
-        if cell is not None:
-            self._last = (key, cell.state)
 
     # PenguiFlow's ShortTermMemory protocol ---------------------------------------------------
 
@@ -180,7 +188,6 @@ class DefaultShortTermMemory:
             await self._handle(key, register=True).add_turn(converted)
         except ConvmemBudgetExceeded as exc:
             raise budget_exceeded(exc) from None
-        self._remember(key)
         if self._on_turn_added is not None:
             _fire(self._on_turn_added, turn)
 
@@ -207,7 +214,6 @@ class DefaultShortTermMemory:
             return
         self._loop.capture()
         await self._handle(key).flush()
-        self._remember(key)
 
     # PenguiFlow's persistence extension ------------------------------------------------------
 
@@ -261,7 +267,6 @@ class DefaultShortTermMemory:
             await _store.move(self._system(), self._services, private, target)
         with self._guard:
             self._key, self._private = target, None
-        self._remember(target)
 
     # PenguiFlow's serialization extension ----------------------------------------------------
 
@@ -280,7 +285,6 @@ class DefaultShortTermMemory:
         key = self._writable()
         origin = _store.origin_of(state)
         self._system().session(key, services=self._services).from_dict(state, origin=origin)
-        self._remember(key)
 
     def get_artifact(self, ref: str) -> Any | None:
         """PenguiFlow's artifact extension: convmem keeps no hidden artifacts (None)."""
