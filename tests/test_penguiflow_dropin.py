@@ -10,6 +10,7 @@ with scripts/penguiflow_suite.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from penguiflow.planner import memory as pf
 from penguiflow.planner import memory_integration
+from penguiflow.state import InMemoryStateStore
 
 import convmem.penguiflow
 from convmem.actors import MemorySystem, verify
@@ -575,3 +577,112 @@ def test_a_memory_holds_one_key(log: InMemoryEventLog) -> None:
 
     with pytest.raises(InvalidInput, match="acme:alice:chat-1"):
         asyncio.run(scenario())
+
+
+# PenguiFlow's ReactPlanner building the memories ----------------------------------------------
+
+
+class PlannerLLM:
+    """Finishes every run at once; answers the planner's summary requests; keeps what each prompt showed."""
+
+    def __init__(self) -> None:
+        self.memories: list[dict[str, Any] | None] = []
+        self.summaries = 0
+
+    async def complete(self, *, messages: list[dict[str, Any]], response_format: Any = None, **_: Any) -> str:
+        schema = ((response_format or {}).get("json_schema") or {}).get("name")
+        if schema == "short_term_memory_summary":
+            self.summaries += 1
+            return json.dumps({"summary": "<session_summary>earlier turns</session_summary>"})
+        shown = None
+        for message in messages:
+            content = message.get("content") or ""
+            if message.get("role") == "system" and _OPEN in content:
+                shown = json.loads(content[content.index(_OPEN) + len(_OPEN) : content.index(_CLOSE)])
+        self.memories.append(shown)
+        query = next(json.loads(m["content"])["query"] for m in messages if m.get("role") == "user")
+        return json.dumps({"thought": "done", "next_node": None, "args": {"raw_answer": f"re: {query}"}})
+
+
+_OPEN, _CLOSE = "<read_only_conversation_memory_json>", "</read_only_conversation_memory_json>"
+
+
+@pytest.fixture
+def installed(log: InMemoryEventLog) -> Iterator[InMemoryEventLog]:
+    convmem.penguiflow.install()
+    try:
+        yield log
+    finally:
+        convmem.penguiflow.uninstall()
+
+
+def planner(llm: PlannerLLM, config: Any, store: Any) -> Any:
+    from penguiflow.planner import ReactPlanner  # noqa: PLC0415 (after install(), as a user's code runs)
+
+    return ReactPlanner(llm_client=llm, catalog=[], short_term_memory=config, state_store=store)
+
+
+def shown_users(memory: dict[str, Any] | None) -> list[str] | None:
+    if memory is None:
+        return None
+    return [t["user"] for t in [*memory.get("pending_turns", []), *memory.get("recent_turns", [])]]
+
+
+STORES = [pytest.param(lambda: None, id="no-store"), pytest.param(InMemoryStateStore, id="store")]
+
+
+@pytest.mark.parametrize("make_store", STORES)
+def test_the_planner_remembers_across_runs_per_key_and_fails_closed(
+    installed: InMemoryEventLog, make_store: Any
+) -> None:
+    """Memory across runs, the key from tool_context, isolation by key, and no key means no memory."""
+    llm = PlannerLLM()
+    p = planner(llm, pf.ShortTermMemoryConfig(strategy="truncation"), make_store())
+    alice = pf.MemoryKey(tenant_id="acme", user_id="alice", session_id="s1")
+
+    async def scenario() -> None:
+        await p.run("q1", memory_key=alice)
+        await p.run("q2", tool_context={"tenant_id": "acme", "user_id": "alice", "session_id": "s1"})
+        await p.run("q3", memory_key=pf.MemoryKey(tenant_id="acme", user_id="bob", session_id="s1"))
+        await p.run("q4")
+
+    asyncio.run(scenario())
+    assert [shown_users(m) for m in llm.memories] == [[], ["q1"], [], None]
+    assert all(isinstance(m, DefaultShortTermMemory) for m in p._memory_by_key.values())
+
+
+@pytest.mark.parametrize("make_store", STORES)
+def test_the_planners_own_summarizer_makes_the_rolling_summary(
+    installed: InMemoryEventLog, make_store: Any
+) -> None:
+    """rolling_summary asks the planner's LLM (its summarizer), once per pending batch."""
+    llm = PlannerLLM()
+    config = pf.ShortTermMemoryConfig(strategy="rolling_summary", budget=pf.MemoryBudget(full_zone_turns=0))
+    p = planner(llm, config, make_store())
+    key = pf.MemoryKey(tenant_id="acme", user_id="alice", session_id="s1")
+
+    async def scenario() -> int:
+        await p.run("q1", memory_key=key)
+        await p._memory_by_key[key.composite()].flush()
+        await p.run("q2", memory_key=key)
+        return llm.summaries  # q2's own summary has not started yet: it never holds the run up
+
+    assert asyncio.run(scenario()) == 1
+    assert llm.memories[-1] == {
+        "recent_turns": [],
+        "summary": "<session_summary>earlier turns</session_summary>",
+    }
+
+
+def test_a_planner_with_a_store_shares_the_session_with_a_new_planner(installed: InMemoryEventLog) -> None:
+    """Two planners (as in two processes) on one key and one log see one conversation."""
+    first, second = PlannerLLM(), PlannerLLM()
+    config = pf.ShortTermMemoryConfig(strategy="truncation")
+    key = pf.MemoryKey(tenant_id="acme", user_id="alice", session_id="s1")
+
+    async def scenario() -> None:
+        await planner(first, config, InMemoryStateStore()).run("q1", memory_key=key)
+        await planner(second, config, InMemoryStateStore()).run("q2", memory_key=key)
+
+    asyncio.run(scenario())
+    assert shown_users(second.memories[0]) == ["q1"]
