@@ -1,7 +1,8 @@
 """The summarizer pool: N pykka worker actors, each with one long-lived call thread.
 
-A session submits a `SummaryRequest` with a reply callback and goes on; it
-never waits for a summarizer. `submit` hands the job to the worker actor that
+A session submits a `SummaryRequest` with a reply callback (and its own
+summarizer, when it has one: see `SessionServices`) and goes on; it never
+waits for a summarizer. `submit` hands the job to the worker actor that
 holds the fewest jobs, so no job queues behind a busy or hanging worker while
 another is idle. The queue is bounded: `queue_limit` counts every job
 submitted and not yet answered, queued or running.
