@@ -2,6 +2,7 @@
 
 The common names are available here lazily (importing `convmem` alone loads
 nothing heavy): `convmem.connect` (and `convmem.connect_here` for asyncio),
+`convmem.connect_remote` (a connection to a running convmem service),
 `convmem.MemorySystem`, `convmem.MemoryKey`, `convmem.ConversationTurn`,
 `convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`.
 """
@@ -23,6 +24,7 @@ _LAZY = {
     "TrajectoryDigest": "convmem.events",
     "connect": "convmem.adapters",
     "connect_here": "convmem.adapters",
+    "connect_remote": "convmem.adapters",
 }
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "__version__",
     "connect",
     "connect_here",
+    "connect_remote",
 ]
 
 

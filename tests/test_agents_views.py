@@ -219,9 +219,19 @@ def test_compacting_tool_calls_replaces_old_arguments_too() -> None:
         "type": "function_call",
         "call_id": "call_1_0",
         "name": "get_weather",
-        "arguments": "⟦removed: arguments of get_weather (call call_1_0)⟧",
+        "arguments": '{"removed": "arguments of get_weather (call call_1_0)"}',
     }
     assert calls[2]["arguments"] == '{"city": "Oslo"}'
+
+
+def test_compacted_arguments_stay_a_json_object() -> None:
+    """Every function_call in a compacted view carries arguments that parse as a JSON object."""
+    turns = [tool_turn(n, tools=2) for n in range(1, 5)]
+    items = agent_items(session(compacting(compact_tool_calls=True, compact_keep=0), turns))
+    calls = [i for i in items if i.get("type") == "function_call"]
+    assert len(calls) == 8
+    assert all(isinstance(json.loads(c["arguments"]), dict) for c in calls)
+    assert all(json.loads(c["arguments"])["removed"].startswith("arguments of get_weather") for c in calls)
 
 
 def test_compacting_with_keep_zero_compacts_every_turn() -> None:

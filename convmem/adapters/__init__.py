@@ -37,6 +37,7 @@ from convmem.adapters.service import (
     ServiceUnavailable,
     UnknownOperation,
     UnsupportedVersion,
+    connect_remote,
     operator_subject,
     session_subject,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "config_from_penguiflow",
     "connect",
     "connect_here",
+    "connect_remote",
     "open_backend",
     "open_backend_here",
     "operator_subject",

@@ -113,8 +113,9 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
     * ``reasoning``: `content`.
     * ``other``: any other SDK item, kept verbatim in `raw`.
 
-    `raw` is the canonical JSON of the item as an agent SDK gave it (see
-    `from_agents`); when present, `to_agents` gives it back unchanged.
+    `raw` is the JSON of the item as an agent SDK gave it, its keys in the
+    order given (see `from_agents`; items stored before 0.2 have them
+    sorted); when present, `to_agents` gives it back unchanged.
     """
 
     kind: ItemKind = "message"
@@ -161,11 +162,17 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
 
     @classmethod
     def from_agents(cls, item: Mapping[str, Any], *, field: str = "item") -> MessageItem:
-        """Parse an OpenAI-Agents session item (a mapping), keeping it verbatim in `raw`."""
+        """Parse an OpenAI-Agents session item (a mapping), keeping it verbatim in `raw`.
+
+        The keys keep the order the caller gave them, so the item reads back
+        exactly as written (a byte-exact audit of what an SDK stored). A
+        function call's `arguments` may be empty: the SDK's handoff calls carry
+        ``""``.
+        """
         if not isinstance(item, Mapping):
             raise InvalidTurn(field, f"must be a mapping, got {type(item).__name__}")
         try:
-            raw = msgspec.json.encode(item, order="sorted").decode()
+            raw = msgspec.json.encode(item).decode()
         except (TypeError, msgspec.EncodeError) as exc:
             raise InvalidTurn(field, f"is not JSON-serialisable: {exc}") from None
         kind = item.get("type")
@@ -174,7 +181,7 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
                 kind="function_call",
                 call_id=_text_of(item.get("call_id"), f"{field}.call_id"),
                 name=_text_of(item.get("name"), f"{field}.name"),
-                arguments=_text_of(item.get("arguments", "{}"), f"{field}.arguments"),
+                arguments=_string_of(item.get("arguments", "{}"), f"{field}.arguments"),
                 raw=raw,
             )
         if kind == "function_call_output":
@@ -194,6 +201,12 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
 def _text_of(value: object, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidTurn(field, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _string_of(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidTurn(field, f"must be a string, got {value!r}")
     return value
 
 

@@ -22,7 +22,9 @@ user turn before it.
 * ``compacting``: once there are more than `compact_trigger_turns` user
   turns, the tool results (and, with `compact_tool_calls`, the call
   arguments) of every turn before the newest `compact_keep` user turns are
-  replaced by readable placeholders that keep the tool name and call id.
+  replaced by readable placeholders that keep the tool name and call id. A
+  call's placeholder arguments stay a JSON object (``{"removed": "arguments
+  of <tool> (call <id>)"}``), so a provider that parses arguments still can.
 
 Cross-session injection is a prompt-level mechanism, not a view of items: the
 summary offered to a new session is recorded in its `SessionStarted` event and
@@ -31,6 +33,7 @@ comes back here as instructions text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -91,7 +94,9 @@ def compact_turn_items(turn: ConversationTurn, *, tool_calls: bool) -> list[dict
     """The turn's agent items with tool results (and, if `tool_calls`, call arguments) replaced.
 
     Each placeholder names the tool and the call id, so the model still sees
-    that the tool ran; the items keep their number and order.
+    that the tool ran; the items keep their number and order, and each item
+    its keys in their order. Replaced arguments are a JSON object saying what
+    was removed, because providers parse a call's arguments as JSON.
     """
     names = {item.call_id: item.name for item in turn.items if item.kind == "function_call"}
     out: list[dict[str, Any]] = []
@@ -102,7 +107,8 @@ def compact_turn_items(turn: ConversationTurn, *, tool_calls: bool) -> list[dict
             out.append({**item, "output": f"⟦removed: result of {name} (call {call_id})⟧"})
         elif kind == "function_call" and tool_calls:
             name = item["name"]
-            out.append({**item, "arguments": f"⟦removed: arguments of {name} (call {call_id})⟧"})
+            removed = {"removed": f"arguments of {name} (call {call_id})"}
+            out.append({**item, "arguments": json.dumps(removed, ensure_ascii=False)})
         else:
             out.append(item)
     return out

@@ -17,10 +17,12 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, SessionHandle
+from convmem.adapters.integrations._views import check_limit, items_view, start_session
 from convmem.adapters.service._errors import MalformedRequest, error_info
 from convmem.adapters.service._protocol import (
     AddItemsRequest,
     AddTurnRequest,
+    AgentsItemsRequest,
     EraseRequest,
     Request,
     RestoreRequest,
@@ -31,7 +33,7 @@ from convmem.adapters.service._protocol import (
     parse_subject,
     wants_msgpack,
 )
-from convmem.errors import ConvmemError
+from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import (
     SessionState,
@@ -58,6 +60,13 @@ _VIEWS: dict[str, Callable[[SessionState], list[Any]]] = {
 }
 _PROBE = MemoryKey("_convmem", "_health", "_probe")
 """A key nobody writes: reading its last sequence proves the log answers."""
+
+
+def _limit(limit: int | None) -> int | None:
+    try:
+        return check_limit(limit)
+    except InvalidInput as exc:
+        raise MalformedRequest(exc.field, exc.problem) from None
 
 
 class Answer(msgspec.Struct, frozen=True):
@@ -164,6 +173,9 @@ class ApiOperations:
             return self._erase(key)
         if isinstance(request, ViewRequest):
             return _VIEWS[request.view](self._fresh(handle, timeout))
+        if isinstance(request, AgentsItemsRequest):
+            limit = _limit(request.limit)
+            return items_view(self._fresh(handle, timeout), limit)
         match op:
             case "pop_item":
                 return handle.pop_item(timeout=timeout)
@@ -180,6 +192,9 @@ class ApiOperations:
                 return self._fresh(handle, timeout).health.value
             case "export_state":
                 return to_dict(self._fresh(handle, timeout))
+            case "agents_start":
+                self._fresh(handle, timeout)
+                return start_session(self.system, key, timeout=timeout)
         raise MalformedRequest("op", f"{op!r} has no handler")  # parse_subject lets none through
 
     def _fresh(self, handle: SessionHandle, timeout: float) -> SessionState:

@@ -49,6 +49,7 @@ __all__ = [
     "VIEWS",
     "AddItemsRequest",
     "AddTurnRequest",
+    "AgentsItemsRequest",
     "EraseRequest",
     "OperatorRequest",
     "Reply",
@@ -81,6 +82,8 @@ SESSION_OPS = (
     "erase",
     "export_state",
     "restore",
+    "agents_start",
+    "agents_items",
 )
 OPERATOR_OPS = ("health", "metrics")
 ViewName = Literal["agents", "buffer", "window", "summary", "entity"]
@@ -171,6 +174,12 @@ class ViewRequest(Request, kw_only=True):
     view: ViewName
 
 
+class AgentsItemsRequest(Request, kw_only=True):
+    """``agents_items``: the session's items as its agents strategy shows them (the last `limit`)."""
+
+    limit: int | None = None
+
+
 class EraseRequest(Request, kw_only=True):
     """``erase``: purge the session, or (scope ``user``) every session of the user."""
 
@@ -193,6 +202,7 @@ _REQUEST_TYPES: dict[str, type[Request]] = {
     "add_turn": AddTurnRequest,
     "add_items": AddItemsRequest,
     "views": ViewRequest,
+    "agents_items": AgentsItemsRequest,
     "erase": EraseRequest,
     "restore": RestoreRequest,
 }

@@ -50,7 +50,7 @@ from convmem.adapters.service._protocol import (
 from convmem.errors import ConvmemError, InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
 
-__all__ = ["AsyncRemoteSession", "RemoteMemory", "RemoteSession"]
+__all__ = ["AsyncRemoteSession", "RemoteMemory", "RemoteSession", "connect_remote"]
 
 T = TypeVar("T")
 
@@ -114,6 +114,26 @@ class RemoteMemory:
         wait = deadlines(timeout if timeout is not None else self.timeout)[0]
         return self._submit(lambda: self._exchange.call(subject, fields, wait), wait + 2.0, subject)
 
+    async def acall(self, subject: str, fields: Mapping[str, Any], *, timeout: float | None = None) -> Any:
+        """`call` from any asyncio loop: the request runs on this connection's own loop."""
+        if self._closed:
+            raise SessionClosed("this RemoteMemory is closed")
+        wait = deadlines(timeout if timeout is not None else self.timeout)[0]
+        future = self._loop.submit(lambda: self._exchange.call(subject, fields, wait))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), wait + 2.0)
+        except ConvmemError:
+            raise
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"{subject} got no answer within {wait + 2.0:g}s; NATS may be down"
+            ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller was cancelled, not the request
+            raise SessionClosed(f"{subject} was cancelled: the connection closed") from None
+
     def session(self, key: MemoryKey, *, timeout: float | None = None) -> RemoteSession:
         """A blocking handle on the session `key` over this connection."""
         return RemoteSession(self, key, timeout=timeout)
@@ -152,6 +172,31 @@ class RemoteMemory:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def connect_remote(
+    url: str,
+    *,
+    api_prefix: str = DEFAULT_API_PREFIX,
+    timeout: float = 10.0,
+    inbox_prefix: str | None = None,
+    encoding: Encoding = "json",
+    connect_options: Mapping[str, Any] | None = None,
+) -> RemoteMemory:
+    """A connection to the convmem service (`convmem serve`) on the NATS server at `url`.
+
+    The remote counterpart of `convmem.connect()`: framework sessions
+    (`ConvmemSession`, `ConvmemChatMessageHistory`) and `RemoteSession`s share
+    it. Close it (or use it as a context manager) when done.
+    """
+    return RemoteMemory(
+        url,
+        api_prefix=api_prefix,
+        timeout=timeout,
+        inbox_prefix=inbox_prefix,
+        encoding=encoding,
+        connect_options=connect_options,
+    )
 
 
 class RemoteSession:

@@ -3,10 +3,18 @@
 The SDK's `Runner` reads a session's history before each run (`get_items`)
 and appends the run's input and new items (`add_items`); it rolls back with
 `pop_item` and resets with `clear_session`. Here every item is stored
-verbatim as an `ItemsAdded` event, and `get_items` returns the view that the
-session's `agents.strategy` computes from the folded state (none, trimming,
-summarizing, compacting). A strategy is a way of *reading* the history, never
-a deletion: the log, and therefore an auditor's replay, keeps every item.
+verbatim, its keys in the order the SDK gave them, as an `ItemsAdded` event,
+and `get_items` returns the view that the session's `agents.strategy`
+computes from the folded state (none, trimming, summarizing, compacting). A
+strategy is a way of *reading* the history, never a deletion: the log, and
+therefore an auditor's replay, keeps every item.
+
+Like the SDK's own sessions it is built from the caller's `session_id`
+first; where it lives comes next: a `MemorySystem` in this process, or a
+`RemoteMemory` (``convmem.connect_remote(url)``) whose service holds the
+sessions, so planners in many processes share one memory. The tenant and
+the user are always given explicitly: they are two thirds of the
+`MemoryKey`, and no default could keep tenants apart.
 
 Cross-session injection is a prompt-level mechanism, as in the seed: when the
 session's configuration turns `agents.cross_session_injection` on, the first
@@ -24,30 +32,23 @@ missing.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from convmem.actors import AsyncSessionHandle, MemorySystem
-from convmem.errors import ConvmemError, InvalidInput
+from convmem.adapters.integrations._items import Items, LocalItems, items_of
+from convmem.adapters.integrations._views import check_limit
+from convmem.adapters.service._remote import RemoteMemory
+from convmem.errors import InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
-from convmem.projections import (
-    SessionState,
-    agent_items,
-    cross_session_instructions,
-    latest_summary_for_user,
-)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session, SessionSettings
 
 __all__ = ["ConvmemSession"]
-
-_log = logging.getLogger("convmem.agents")
 
 AGENTS_EXTRA_HINT = "pip install convmem[agents]"
 
@@ -63,15 +64,37 @@ def _require_sdk() -> None:
         ) from exc
 
 
+def _settings(value: object) -> SessionSettings:
+    """The SDK's own normalisation: a dict becomes `SessionSettings` (unknown keys refused)."""
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings  # noqa: PLC0415
+
+    if value is None:
+        return SessionSettings()
+    return coerce_session_settings(cast("SessionSettings | dict[str, Any]", value))
+
+
+def _limit(limit: int | None, settings: SessionSettings | None) -> int | None:
+    """An explicit `limit` wins; else the settings' (which may be a dict set after construction)."""
+    from agents.memory.session_settings import resolve_session_limit  # noqa: PLC0415
+
+    return check_limit(resolve_session_limit(limit, settings))
+
+
 class ConvmemSession:
     """An OpenAI Agents SDK session (the `Session` protocol) stored in convmem.
 
-    `system` is the caller's `MemorySystem` (the session never closes it);
-    `key` names the conversation, and `session_id` is its composite. `config`
-    applies when the session starts; a started session keeps the
-    configuration its `SessionStarted` event recorded. `session_settings` is
-    the SDK's `SessionSettings` (its `limit` caps `get_items` when the caller
-    gives none). `timeout` bounds every write (default: the system's).
+    `session_id` is the caller's id for the conversation and reads back as
+    given. `memory` is a `MemorySystem` (in this process; the session never
+    closes it) or a `RemoteMemory` (a convmem service, whose tenant
+    permissions apply: the tenant travels in the request's subject).
+    `tenant_id` and `user_id` complete the session's `MemoryKey`.
+
+    `config` applies when the session starts (in process only: a service
+    runs its own); a started session keeps the configuration its
+    `SessionStarted` event recorded. `session_settings` is the SDK's
+    `SessionSettings` or a dict of its fields (default `SessionSettings()`);
+    its `limit` caps `get_items` when the caller gives none. `timeout` bounds
+    every call (default: the system's, or the remote connection's).
     """
 
     session_id: str
@@ -79,62 +102,93 @@ class ConvmemSession:
 
     def __init__(
         self,
-        system: MemorySystem,
-        key: MemoryKey,
+        session_id: str,
+        memory: MemorySystem | RemoteMemory,
         *,
+        tenant_id: str,
+        user_id: str,
         config: ShortTermMemoryConfig | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> None:
         _require_sdk()
-        if not isinstance(system, MemorySystem):
-            raise InvalidInput("system", f"must be a MemorySystem, got {type(system).__name__}")
-        self._system = system
-        self._handle = system.async_session(key, config=config)
-        self.key = key
-        self.session_id = key.composite()
-        self.session_settings = session_settings
-        self._timeout = timeout
-        self._start_checked = False
+        if not isinstance(session_id, str):
+            raise InvalidInput(
+                "session_id",
+                f"must be a string, got {type(session_id).__name__} "
+                "(ConvmemSession(session_id, memory, tenant_id=..., user_id=...))",
+            )
+        self.key = MemoryKey(tenant_id, user_id, session_id)
+        self._items: Items = items_of(
+            memory, self.key, config=config, timeout=timeout, owner="ConvmemSession"
+        )
+        self.session_id = session_id
+        self.session_settings = _settings(session_settings)
+        self._started = False
+
+    @classmethod
+    def for_key(
+        cls,
+        memory: MemorySystem | RemoteMemory,
+        key: MemoryKey,
+        *,
+        config: ShortTermMemoryConfig | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> ConvmemSession:
+        """The session of `key` (its `session_id` is the key's session id)."""
+        if not isinstance(key, MemoryKey):
+            raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
+        return cls(
+            key.session_id,
+            memory,
+            tenant_id=key.tenant_id,
+            user_id=key.user_id,
+            config=config,
+            session_settings=session_settings,
+            timeout=timeout,
+        )
 
     def __repr__(self) -> str:
-        return f"ConvmemSession({self.session_id!r})"
+        key = self.key
+        return f"ConvmemSession({self.session_id!r}, tenant_id={key.tenant_id!r}, user_id={key.user_id!r})"
 
     @property
     def handle(self) -> AsyncSessionHandle:
-        """The convmem session underneath (state, flush, health, export)."""
-        return self._handle
+        """The convmem session underneath (state, flush, health, export), in process only."""
+        if not isinstance(self._items, LocalItems):
+            raise TypeError(
+                "a ConvmemSession served by the convmem service has no in-process handle; "
+                "use RemoteMemory.session(session.key) for the session's other operations"
+            )
+        return self._items.aio
 
     # The SDK's Session protocol ------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The history as the session's strategy shows it; with `limit`, its last `limit` items."""
-        if limit is None:
-            limit = getattr(self.session_settings, "limit", None)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidInput("limit", f"must be None or an integer >= 0, got {limit!r}")
+        """The history as the session's strategy shows it; with a limit, its last `limit` items.
+
+        The limit is `limit` when given, else `session_settings.limit`.
+        """
+        resolved = _limit(limit, self.session_settings)
         await self._ensure_started()
-        view = agent_items(await self._state())
-        if limit is not None:
-            view = view[max(len(view) - limit, 0) :]
-        # The items are the SDK's own dicts, decoded from the log verbatim.
-        return cast("list[TResponseInputItem]", view)
+        # The items are the SDK's own dicts, decoded from the log as they were written.
+        return cast("list[TResponseInputItem]", await self._items.aitems(resolved))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store every item verbatim (one `ItemsAdded` event); nothing is stored for an empty list."""
         if not items:
             return
         await self._ensure_started()
-        await self._handle.add_items(items, timeout=self._timeout)
+        await self._items.aadd(cast("list[dict[str, Any]]", items))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the last stored item (None when the session holds none)."""
-        item = await self._handle.pop_item(timeout=self._timeout)
-        return cast("TResponseInputItem | None", item)
+        return cast("TResponseInputItem | None", await self._items.apop())
 
     async def clear_session(self) -> None:
         """Clear the session's history (a `SessionCleared` event; the log keeps the items)."""
-        await self._handle.clear(timeout=self._timeout)
+        await self._items.aclear()
 
     # Cross-session injection -----------------------------------------------------------------
 
@@ -144,8 +198,9 @@ class ConvmemSession:
         None unless the session's configuration has `agents.cross_session_injection`
         and one of the user's other sessions had a summary when this one started.
         """
-        await self._ensure_started()
-        return cross_session_instructions(await self._state())
+        text = await self._items.astart()
+        self._started = True
+        return text
 
     def agent_instructions(self, base: str = "") -> Callable[[Any, Any], Awaitable[str]]:
         """A dynamic instructions callable for `Agent(instructions=...)`: `base` plus the injected memory."""
@@ -158,42 +213,11 @@ class ConvmemSession:
 
         return instructions
 
-    # Internals -----------------------------------------------------------------------------
-
-    async def _state(self) -> SessionState:
-        """The latest acknowledged state; activating a passivated session runs off the loop."""
-        if self._system.is_live(self.key):
-            return self._handle.snapshot_state()
-        return await asyncio.to_thread(self._handle.snapshot_state)
-
     async def _ensure_started(self) -> None:
-        """Open a new session with its cross-session summary before it is first read or written.
-
-        Only when injection is configured: otherwise the first write opens the
-        session, as for any convmem session.
-        """
-        if self._start_checked:
-            return
-        state = await self._state()
-        config = state.config if state.started else self._system.config_for(self.key)
-        if not state.started and config.agents.cross_session_injection:
-            found = await asyncio.to_thread(self._latest_other_summary)
-            summary, source = (found[1], found[0]) if found is not None else (None, None)
-            await self._handle.start(injected_summary=summary, injected_from=source, timeout=self._timeout)
-        self._start_checked = True
-
-    def _latest_other_summary(self) -> tuple[MemoryKey, str] | None:
-        """The latest summary among the user's other sessions (blocking: reads the log)."""
-        key = self.key
-        states: list[SessionState] = []
-        for other in self._system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id):
-            if other == key:
-                continue
-            try:
-                states.append(self._system.load(other)[0])
-            except ConvmemError as exc:  # one unreadable session must not block a new one
-                _log.warning("session %s: skipped %s for cross-session memory: %s", key, other, exc)
-        return latest_summary_for_user(states, key)
+        """Open a new session with its cross-session summary before it is first read or written."""
+        if not self._started:
+            await self._items.astart()
+            self._started = True
 
 
 if TYPE_CHECKING:

@@ -1,0 +1,84 @@
+"""What an integration's session and the service compute alike, from a `MemorySystem`.
+
+`items_view` (the items a strategy shows, the last `limit` of them),
+`start_session` (opening a session with its cross-session summary) and
+`check_limit` are used by the in-process integrations and by the service's
+``agents_items`` and ``agents_start`` operations, so a session reads the same
+in process and through the service.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from convmem.actors import MemorySystem
+from convmem.errors import ConvmemError, InvalidInput
+from convmem.events import MemoryKey
+from convmem.projections import (
+    SessionState,
+    agent_items,
+    cross_session_instructions,
+    latest_summary_for_user,
+)
+
+__all__ = ["as_configured", "check_limit", "items_view", "start_session"]
+
+_log = logging.getLogger("convmem.integrations")
+
+
+def check_limit(limit: object) -> int | None:
+    """`limit` when it is None or an integer >= 0; `InvalidInput` (field ``limit``) otherwise."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidInput("limit", f"must be None or an integer >= 0, got {limit!r}")
+    return limit
+
+
+def items_view(state: SessionState, limit: int | None) -> list[dict[str, Any]]:
+    """The session's items as its strategy shows them; with `limit`, the last `limit` of them."""
+    view = agent_items(state)
+    if limit is not None:
+        view = view[max(len(view) - limit, 0) :]
+    return view
+
+
+def start_session(system: MemorySystem, key: MemoryKey, *, timeout: float | None) -> str | None:
+    """Open `key` with its cross-session summary when its configuration asks; its instructions.
+
+    A session that has started, or whose configuration has no
+    `agents.cross_session_injection`, is left as it is (its first write opens
+    it, as for any convmem session). Otherwise the latest summary among the
+    user's other sessions (same tenant and user, never another's) is recorded
+    in its `SessionStarted` event, once: a replay shows what was injected.
+    Blocking: it may read the log.
+    """
+    handle = system.session(key)
+    state = handle.snapshot_state()
+    config = state.config if state.started else system.config_for(key)
+    if not state.started and config.agents.cross_session_injection:
+        found = _latest_other_summary(system, key)
+        summary, source = (found[1], found[0]) if found is not None else (None, None)
+        handle.start(injected_summary=summary, injected_from=source, timeout=timeout)
+        state = handle.snapshot_state()
+    return cross_session_instructions(as_configured(system, key, state))
+
+
+def as_configured(system: MemorySystem, key: MemoryKey, state: SessionState) -> SessionState:
+    """A session with nothing stored reads with the configuration it will start with."""
+    if state.started:
+        return state
+    return msgspec.structs.replace(state, config=system.config_for(key))
+
+
+def _latest_other_summary(system: MemorySystem, key: MemoryKey) -> tuple[MemoryKey, str] | None:
+    states: list[SessionState] = []
+    for other in system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id):
+        if other == key:
+            continue
+        try:
+            states.append(system.load(other)[0])
+        except ConvmemError as exc:  # one unreadable session must not block a new one
+            _log.warning("session %s: skipped %s for cross-session memory: %s", key, other, exc)
+    return latest_summary_for_user(states, key)
