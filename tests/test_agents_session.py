@@ -138,12 +138,13 @@ def calls_paired(view: list[dict[str, Any]]) -> bool:
 # The protocol ---------------------------------------------------------------------------
 
 
-def test_session_is_an_sdk_session_named_by_its_key(system: MemorySystem) -> None:
-    """ConvmemSession passes the SDK's runtime Session check; its id is the key's composite."""
-    session = ConvmemSession(system, ALICE)
+def test_session_for_a_key_is_named_by_its_session_id(system: MemorySystem) -> None:
+    """for_key builds the session of a MemoryKey: its session_id is the key's session id."""
+    session = ConvmemSession.for_key(system, ALICE)
     assert isinstance(session, Session)
-    assert session.session_id == ALICE.composite()
-    assert session.session_settings is None
+    assert session.session_id == ALICE.session_id
+    assert session.key == ALICE
+    assert session.session_settings == SessionSettings()
     assert session.handle.key == ALICE
 
 
@@ -168,7 +169,7 @@ def test_items_round_trip_verbatim(system: MemorySystem, harness: Harness) -> No
     ]
 
     async def scenario() -> list[Any]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         await session.add_items(items[:2])
         await session.add_items(items[2:])
         return await session.get_items()
@@ -182,9 +183,9 @@ def test_limit_returns_the_last_items_of_the_view(system: MemorySystem) -> None:
     items = tool_turn(1) + tool_turn(2)
 
     async def scenario() -> tuple[list[Any], ...]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         await session.add_items(items)
-        limited = ConvmemSession(system, ALICE, session_settings=SessionSettings(limit=3))
+        limited = ConvmemSession.for_key(system, ALICE, session_settings=SessionSettings(limit=3))
         return (
             await session.get_items(limit=2),
             await session.get_items(limit=0),
@@ -204,7 +205,7 @@ def test_limit_returns_the_last_items_of_the_view(system: MemorySystem) -> None:
 def test_a_negative_limit_is_refused(system: MemorySystem) -> None:
     """A limit below zero is a caller error, named as such."""
     with pytest.raises(InvalidInput, match="limit"):
-        run(ConvmemSession(system, ALICE).get_items(limit=-1))
+        run(ConvmemSession.for_key(system, ALICE).get_items(limit=-1))
 
 
 def test_pop_item_removes_and_returns_the_last_stored_item(system: MemorySystem, harness: Harness) -> None:
@@ -212,7 +213,7 @@ def test_pop_item_removes_and_returns_the_last_stored_item(system: MemorySystem,
     items = tool_turn(1)
 
     async def scenario() -> tuple[Any, ...]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         empty = await session.pop_item()
         await session.add_items(items)
         popped = await session.pop_item()
@@ -231,7 +232,7 @@ def test_popping_every_item_empties_the_session(system: MemorySystem) -> None:
     items = tool_turn(1) + tool_turn(2)
 
     async def scenario() -> list[Any]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         await session.add_items(items)
         popped = [await session.pop_item() for _ in range(len(items) + 1)]
         assert await session.get_items() == []
@@ -244,7 +245,7 @@ def test_clear_session_empties_the_view_and_keeps_the_log(system: MemorySystem, 
     """After clear_session the model sees nothing old; the log still holds every item."""
 
     async def scenario() -> list[Any]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         await session.add_items(tool_turn(1))
         await session.clear_session()
         assert await session.get_items() == []
@@ -258,7 +259,7 @@ def test_clear_session_empties_the_view_and_keeps_the_log(system: MemorySystem, 
 
 def test_adding_no_items_stores_nothing(system: MemorySystem, harness: Harness) -> None:
     """add_items([]) is a no-op, as in the SDK's own sessions."""
-    run(ConvmemSession(system, ALICE).add_items([]))
+    run(ConvmemSession.for_key(system, ALICE).add_items([]))
     assert harness.log.keys() == []
 
 
@@ -266,7 +267,7 @@ def test_a_passivated_session_reads_back_from_the_log(system: MemorySystem) -> N
     """Reading a passivated session activates it off the event loop and shows the same items."""
 
     async def scenario() -> list[Any]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         await session.add_items(tool_turn(1))
         assert system.passivate(ALICE)
         assert not system.is_live(ALICE)
@@ -284,8 +285,8 @@ def test_two_keys_never_see_each_others_items(system: MemorySystem) -> None:
     ]
 
     async def scenario() -> list[list[Any]]:
-        sessions = [ConvmemSession(system, key) for key in keys]
-        await asyncio.gather(*(s.add_items([user(f"hello from {s.session_id}")]) for s in sessions))
+        sessions = [ConvmemSession.for_key(system, key) for key in keys]
+        await asyncio.gather(*(s.add_items([user(f"hello from {s.key.composite()}")]) for s in sessions))
         return [await s.get_items() for s in sessions]
 
     views = run(scenario())
@@ -303,7 +304,7 @@ def test_trimming_keeps_the_last_user_turns_with_their_tool_items(
     config = agents_config("trimming", max_turns=3, keep_last_n_turns=2)
 
     async def scenario() -> ConvmemSession:
-        session = ConvmemSession(system, ALICE, config=config)
+        session = ConvmemSession.for_key(system, ALICE, config=config)
         for items in turns:
             await session.add_items(items)
         assert await session.get_items() == turns[2] + turns[3]
@@ -324,7 +325,7 @@ def test_compacting_replaces_old_tool_results_with_named_placeholders(
     config = agents_config("compacting", compact_trigger_turns=2, compact_keep=1)
 
     async def scenario() -> tuple[ConvmemSession, list[Any]]:
-        session = ConvmemSession(system, ALICE, config=config)
+        session = ConvmemSession.for_key(system, ALICE, config=config)
         for items in turns:
             await session.add_items(items)
         return session, await session.get_items()
@@ -349,7 +350,7 @@ def test_summarizing_shows_the_summary_turn_then_the_tail(system: MemorySystem, 
     config = agents_config("summarizing", context_limit=3, keep_last_n_turns=1)
 
     async def scenario() -> tuple[ConvmemSession, list[Any], list[Any]]:
-        session = ConvmemSession(system, ALICE, config=config)
+        session = ConvmemSession.for_key(system, ALICE, config=config)
         await session.add_items(turns[0])
         await session.add_items(turns[1])
         before = await session.get_items()
@@ -387,7 +388,7 @@ def test_no_view_separates_a_call_from_its_result(
     """Every strategy cuts at turn boundaries: each call in the view keeps its result and vice versa."""
 
     async def scenario() -> list[list[Any]]:
-        session = ConvmemSession(system, ALICE, config=config)
+        session = ConvmemSession.for_key(system, ALICE, config=config)
         views = []
         for n in range(1, 7):
             items = [
@@ -412,7 +413,7 @@ def _summarized_session(system: MemorySystem, key: MemoryKey) -> str:
     """Give `key` a rolling summary (three user turns, summarizing) and return it."""
 
     async def scenario() -> str:
-        session = ConvmemSession(
+        session = ConvmemSession.for_key(
             system, key, config=agents_config("summarizing", context_limit=3, keep_last_n_turns=1)
         )
         await session.add_items([user("My printer is an HP LaserJet 4000."), assistant("Noted.")])
@@ -437,7 +438,7 @@ def test_a_new_session_of_the_same_user_gets_the_latest_summary(
     fresh = MemoryKey(ALICE.tenant_id, ALICE.user_id, "chat-2")
 
     async def scenario() -> tuple[str | None, str]:
-        session = ConvmemSession(system, fresh, config=INJECTING)
+        session = ConvmemSession.for_key(system, fresh, config=INJECTING)
         instructions = await session.instructions()
         dynamic = await session.agent_instructions("You are a support agent.")(None, None)
         return instructions, dynamic
@@ -460,7 +461,7 @@ def test_injection_never_crosses_users_or_tenants(system: MemorySystem, stranger
     _summarized_session(system, ALICE)
 
     async def scenario() -> str | None:
-        session = ConvmemSession(system, stranger, config=INJECTING)
+        session = ConvmemSession.for_key(system, stranger, config=INJECTING)
         return await session.instructions()
 
     assert run(scenario()) is None
@@ -472,7 +473,7 @@ def test_no_injection_unless_configured(system: MemorySystem, harness: Harness) 
     fresh = MemoryKey(ALICE.tenant_id, ALICE.user_id, "chat-3")
 
     async def scenario() -> str | None:
-        session = ConvmemSession(system, fresh)
+        session = ConvmemSession.for_key(system, fresh)
         await session.add_items([user("hi")])
         return await session.instructions()
 
@@ -485,11 +486,11 @@ def test_the_injected_summary_is_chosen_once(system: MemorySystem) -> None:
     """A started session keeps the summary it started with, even when the user's memory moves on."""
     first = _summarized_session(system, ALICE)
     fresh = MemoryKey(ALICE.tenant_id, ALICE.user_id, "chat-4")
-    run(ConvmemSession(system, fresh, config=INJECTING).add_items([user("hello again")]))
+    run(ConvmemSession.for_key(system, fresh, config=INJECTING).add_items([user("hello again")]))
     later = _summarized_session(system, MemoryKey(ALICE.tenant_id, ALICE.user_id, "chat-5"))
 
     async def scenario() -> str | None:
-        return await ConvmemSession(system, fresh, config=INJECTING).instructions()
+        return await ConvmemSession.for_key(system, fresh, config=INJECTING).instructions()
 
     instructions = run(scenario())
     assert instructions == f"{CROSS_SESSION_HEADER}\n{first}"
@@ -614,7 +615,7 @@ def test_runner_carries_history_across_runs(system: MemorySystem, harness: Harne
         return result.final_output
 
     async def scenario() -> tuple[Any, Any]:
-        session = ConvmemSession(system, ALICE)
+        session = ConvmemSession.for_key(system, ALICE)
         first = await turn(session, "What's the weather in Oslo?")
         second = await turn(session, "What did I ask?")
         return first, second
@@ -644,7 +645,7 @@ def test_runner_sees_the_trimmed_view_while_the_log_keeps_everything(
     agent = weather_agent(model)
 
     async def scenario() -> None:
-        session = ConvmemSession(
+        session = ConvmemSession.for_key(
             system, ALICE, config=agents_config("trimming", max_turns=2, keep_last_n_turns=1)
         )
         for text in ("first", "second", "third"):
@@ -672,7 +673,7 @@ def test_runner_instructions_carry_the_cross_session_memory(system: MemorySystem
     model = ScriptedModel([say("Welcome back.")])
 
     async def scenario() -> None:
-        session = ConvmemSession(
+        session = ConvmemSession.for_key(
             system, MemoryKey(ALICE.tenant_id, ALICE.user_id, "chat-7"), config=INJECTING
         )
         agent = weather_agent(model, instructions=session.agent_instructions("Answer briefly."))
@@ -693,7 +694,7 @@ def test_a_missing_sdk_is_reported_with_the_install_command(
     agents_session_module._require_sdk.cache_clear()
     try:
         with pytest.raises(ImportError, match=r"pip install convmem\[agents\]"):
-            ConvmemSession(system, ALICE)
+            ConvmemSession.for_key(system, ALICE)
     finally:
         agents_session_module._require_sdk.cache_clear()
 
