@@ -5,8 +5,12 @@ embedded server), `service/` (the NATS request/reply API and its clients),
 `cli/` (the `convmem` command), `integrations/` (agent frameworks) and
 `summarizers/`; `_memory` (the in-memory log), `_connect` (`connect()`, which
 picks a backend by URL) and `_loop` (an event loop on its own thread) serve
-them all. The names below are the public ones.
+them all. The names below are the public ones; `ConvmemChatMessageHistory`
+(LangChain) is imported on first use, as it needs the optional langchain-core.
 """
+
+import importlib
+from typing import Any
 
 from convmem.adapters._connect import MEMORY_URL, connect, connect_here, open_backend, open_backend_here
 from convmem.adapters._extractive import ExtractiveSummarizer
@@ -46,6 +50,7 @@ __all__ = [
     "DEFAULT_API_PREFIX",
     "MEMORY_URL",
     "AsyncRemoteSession",
+    "ConvmemChatMessageHistory",
     "ConvmemSession",
     "ConvmemShortTermMemory",
     "EmbeddedNatsServer",
@@ -76,3 +81,11 @@ __all__ = [
     "session_subject",
     "turn_from_penguiflow",
 ]
+
+_LAZY = {"ConvmemChatMessageHistory": "convmem.adapters.integrations.langchain"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'convmem.adapters' has no attribute {name!r}")
