@@ -23,9 +23,10 @@ from agents import Agent, RunConfig, Runner, SessionSettings
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 from test_serve import Serve
+from test_service import _user, tenants_server, tenants_service  # noqa: F401 (fixtures)
 
 import convmem
-from convmem.adapters import ConvmemSession, EmbeddedNatsServer
+from convmem.adapters import ConvmemChatMessageHistory, ConvmemSession, EmbeddedNatsServer, PermissionDenied
 from convmem.errors import InvalidInput, InvalidKey
 from convmem.events import MemoryKey
 
@@ -288,3 +289,31 @@ def test_a_fresh_connection_reads_what_another_stored(served: Any) -> None:
     by_op = served.service_metrics()["service"]["by_op"]
     assert by_op.get("agents_start", 0) >= 2
     assert by_op.get("agents_items", 0) >= 1
+
+
+def test_a_tenants_credentials_reach_only_its_own_sessions(
+    tenants_service: tuple[int, Any],  # noqa: F811 (the fixture imported above)
+) -> None:
+    """Through docker/nats-tenants.conf, acme's sessions reach acme only: globex's stay as globex wrote."""
+    port, _ = tenants_service
+    with (
+        convmem.connect_remote(_user(port, "acme"), inbox_prefix="_INBOX_acme", timeout=30.0) as acme,
+        convmem.connect_remote(_user(port, "globex"), inbox_prefix="_INBOX_globex", timeout=30.0) as globex,
+    ):
+        theirs = ConvmemSession("chat-1", globex, tenant_id="globex", user_id="bob")
+        asyncio.run(theirs.add_items([user("globex secret")]))
+        intruder = ConvmemSession("chat-1", acme, tenant_id="globex", user_id="bob")
+        for attempt in (
+            intruder.get_items(),
+            intruder.add_items([user("planted")]),
+            intruder.pop_item(),
+            intruder.clear_session(),
+        ):
+            with pytest.raises(PermissionDenied):
+                asyncio.run(attempt)
+        with pytest.raises(PermissionDenied):
+            _ = ConvmemChatMessageHistory("chat-1", acme, tenant_id="globex", user_id="bob").messages
+        assert asyncio.run(theirs.get_items()) == [user("globex secret")]
+        own = ConvmemSession("chat-1", acme, tenant_id="acme", user_id="alice")
+        asyncio.run(own.add_items([user("acme own")]))
+        assert asyncio.run(own.get_items()) == [user("acme own")]
