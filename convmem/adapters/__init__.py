@@ -12,7 +12,14 @@ them all. The names below are the public ones; `ConvmemChatMessageHistory`
 import importlib
 from typing import Any
 
-from convmem.adapters._connect import MEMORY_URL, connect, connect_here, open_backend, open_backend_here
+from convmem.adapters._connect import (
+    MEMORY_URL,
+    connect,
+    connect_here,
+    connect_remote,
+    open_backend,
+    open_backend_here,
+)
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters._openai import OpenAIChatSummarizer
@@ -41,7 +48,6 @@ from convmem.adapters.service import (
     ServiceUnavailable,
     UnknownOperation,
     UnsupportedVersion,
-    connect_remote,
     operator_subject,
     session_subject,
 )

@@ -7,23 +7,36 @@
 * ``memory://``: the in-memory log, for tests and throwaway use.
 
 The returned `MemorySystem` owns what `connect` opened and closes it (the
-connection, and the embedded server) when it is closed.
+connection, and the embedded server) when it is closed. `connect_remote()`
+is its counterpart for a planner that uses a running convmem service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import JetStreamBackend
+from convmem.adapters.service._exchange import Encoding
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
+from convmem.adapters.service._remote import RemoteMemory
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
 
-__all__ = ["MEMORY_URL", "Backend", "connect", "connect_here", "open_backend", "open_backend_here"]
+__all__ = [
+    "MEMORY_URL",
+    "Backend",
+    "connect",
+    "connect_here",
+    "connect_remote",
+    "open_backend",
+    "open_backend_here",
+]
 
 Backend = JetStreamBackend | InMemoryBackend
 
@@ -177,4 +190,29 @@ def _memory(
         summarizer=summarizer,
         on_close=backend.close,
         **system,
+    )
+
+
+def connect_remote(
+    url: str,
+    *,
+    api_prefix: str = DEFAULT_API_PREFIX,
+    timeout: float = 10.0,
+    inbox_prefix: str | None = None,
+    encoding: Encoding = "json",
+    connect_options: Mapping[str, Any] | None = None,
+) -> RemoteMemory:
+    """A connection to the convmem service (`convmem serve`) on the NATS server at `url`.
+
+    The remote counterpart of `convmem.connect()`: framework sessions
+    (`ConvmemSession`, `ConvmemChatMessageHistory`) and `RemoteSession`s share
+    it. Close it (or use it as a context manager) when done.
+    """
+    return RemoteMemory(
+        url,
+        api_prefix=api_prefix,
+        timeout=timeout,
+        inbox_prefix=inbox_prefix,
+        encoding=encoding,
+        connect_options=connect_options,
     )

@@ -1,1 +1,6 @@
-"""Integrations with agent frameworks: each takes the framework's own types and keeps its contract."""
+"""Integrations with agent frameworks: each takes the framework's own types and keeps its contract.
+
+`agents/` (the OpenAI Agents SDK's `Session`) and `langchain/` (LangChain's
+chat message history) share `_items`, which reaches a convmem session in
+process or through the service, and `_views`, what both sides compute alike.
+"""

@@ -16,7 +16,7 @@ from convmem.adapters.service._errors import (
     UnsupportedVersion,
 )
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, operator_subject, session_subject
-from convmem.adapters.service._remote import AsyncRemoteSession, RemoteMemory, RemoteSession, connect_remote
+from convmem.adapters.service._remote import AsyncRemoteSession, RemoteMemory, RemoteSession
 from convmem.adapters.service._service import MemoryService
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "ServiceUnavailable",
     "UnknownOperation",
     "UnsupportedVersion",
-    "connect_remote",
     "operator_subject",
     "session_subject",
 ]

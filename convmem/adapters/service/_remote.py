@@ -50,7 +50,7 @@ from convmem.adapters.service._protocol import (
 from convmem.errors import ConvmemError, InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
 
-__all__ = ["AsyncRemoteSession", "RemoteMemory", "RemoteSession", "connect_remote"]
+__all__ = ["AsyncRemoteSession", "RemoteMemory", "RemoteSession"]
 
 T = TypeVar("T")
 
@@ -172,31 +172,6 @@ class RemoteMemory:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def connect_remote(
-    url: str,
-    *,
-    api_prefix: str = DEFAULT_API_PREFIX,
-    timeout: float = 10.0,
-    inbox_prefix: str | None = None,
-    encoding: Encoding = "json",
-    connect_options: Mapping[str, Any] | None = None,
-) -> RemoteMemory:
-    """A connection to the convmem service (`convmem serve`) on the NATS server at `url`.
-
-    The remote counterpart of `convmem.connect()`: framework sessions
-    (`ConvmemSession`, `ConvmemChatMessageHistory`) and `RemoteSession`s share
-    it. Close it (or use it as a context manager) when done.
-    """
-    return RemoteMemory(
-        url,
-        api_prefix=api_prefix,
-        timeout=timeout,
-        inbox_prefix=inbox_prefix,
-        encoding=encoding,
-        connect_options=connect_options,
-    )
 
 
 class RemoteSession:

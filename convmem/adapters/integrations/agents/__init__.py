@@ -1,4 +1,9 @@
-"""The OpenAI Agents SDK: `ConvmemSession`, a `Session` whose history is a convmem session's log."""
+"""The OpenAI Agents SDK: `ConvmemSession`, a `Session` whose history is a convmem session's log.
+
+In process (on a `MemorySystem`) or through a convmem service (on a
+`RemoteMemory` from `convmem.connect_remote`); the SDK is imported lazily,
+when a session is built.
+"""
 
 from convmem.adapters.integrations.agents._session import ConvmemSession
 
