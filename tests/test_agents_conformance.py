@@ -26,8 +26,14 @@ from test_serve import Serve
 from test_service import _user, tenants_server, tenants_service  # noqa: F401 (fixtures)
 
 import convmem
-from convmem.adapters import ConvmemChatMessageHistory, ConvmemSession, EmbeddedNatsServer, PermissionDenied
-from convmem.errors import InvalidInput, InvalidKey
+from convmem.adapters import (
+    ConvmemChatMessageHistory,
+    ConvmemSession,
+    EmbeddedNatsServer,
+    MalformedRequest,
+    PermissionDenied,
+)
+from convmem.errors import InvalidInput, InvalidKey, SessionClosed
 from convmem.events import MemoryKey
 
 NO_TRACING = RunConfig(tracing_disabled=True)
@@ -317,3 +323,17 @@ def test_a_tenants_credentials_reach_only_its_own_sessions(
         own = ConvmemSession("chat-1", acme, tenant_id="acme", user_id="alice")
         asyncio.run(own.add_items([user("acme own")]))
         assert asyncio.run(own.get_items()) == [user("acme own")]
+
+
+def test_the_new_service_ops_check_their_fields(served: Any) -> None:
+    """agents_items refuses a negative or non-integer limit by name; a closed connection says so."""
+    subject = convmem.adapters.session_subject(served.api_prefix, "acme", "agents_items")
+    for bad in (-1, "3", 1.5):
+        with pytest.raises(MalformedRequest) as error:
+            served.call(subject, {"user_id": "u", "session_id": "s", "limit": bad})
+        assert error.value.field == "limit"
+    assert served.call(subject, {"user_id": "u", "session_id": "s"}) == []
+    with convmem.connect_remote(served.url) as closing:
+        pass
+    with pytest.raises(SessionClosed):
+        asyncio.run(closing.acall(subject, {"user_id": "u", "session_id": "s"}))
