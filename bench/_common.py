@@ -172,7 +172,7 @@ FULL = Sizes(
     churn_turns=6000,
     q_dialogues=None,
     q_sessions=None,
-    q_budgets=(500, 1000, 2000, 4000),
+    q_budgets=(1000, 2000, 4000),
 )
 
 SMOKE = Sizes(
@@ -198,7 +198,7 @@ SMOKE = Sizes(
     churn_turns=120,
     q_dialogues=1,
     q_sessions=2,
-    q_budgets=(500, 1000, 2000, 4000),
+    q_budgets=(1000, 2000, 4000),
     profile=False,
 )
 

@@ -1,172 +1,196 @@
-"""7. Memory quality on LoCoMo: are the facts a question needs still in the context?
+"""7. Memory quality on LoCoMo: how many answers does a planner's context still hold?
 
-Each LoCoMo dialogue is played through convmem's pure core (`decide` and
-`evolve`, the summarizer called synchronously whenever `summary_due` says a
-summary is due), which gives exactly the states the runtime would reach with
-`flush()` after every turn, without threads or a server. ``speaker_a`` is the
-user, ``speaker_b`` the assistant; consecutive utterances of one speaker are
-joined, and a user run with the assistant run after it make one turn (a
-session opening with ``speaker_b`` opens with an assistant-only turn). An
-utterance's text is its ``text`` plus ``[image: <blip_caption>]`` when it
-shared a photo. Every LoCoMo session is its own convmem session (same tenant
-and user).
+Each LoCoMo dialogue is played as ONE conversation (see `bench._locomo` for
+how utterances become turns and dates) through convmem's pure core:
+`decide` and `evolve`, with the summarizer called synchronously whenever
+`summary_due` says a summary is due. That gives exactly the states the
+runtime reaches with ``flush()`` after every turn, without threads or a server.
 
-At the end of each LoCoMo session, for every QA item with evidence
-(``dia_id``) in that session, each such evidence utterance is checked against
-the context (`llm_context`), read as units (each summary line, each pending
-or recent turn's user text and assistant text): it is **visible** when its
-text appears verbatim (case and whitespace folded) in the context, or when at
-least 60% of its distinct content words (lowercase ``[a-z0-9]`` words with
-apostrophes, stopwords and one-letter words removed) occur in one unit. (Over
-the whole context as one bag of words, 60% of an utterance's words turn up by
-chance: checked against *another* dialogue's 4,000-token context, 16% of
-utterances passed; within one unit, 0.2% do. The run reports that chance
-rate.) The figure is the fraction of (QA item,
-evidence utterance) pairs visible, with the mean tokens of the context at
-the end of the sessions (`estimate_tokens`, the default estimator).
+**Answer recall.** After each LoCoMo session (a checkpoint), the context a
+planner would be shown is taken as ``json.dumps(llm_context(state))`` and
+read as content words (`bench._locomo.context_words`). The checkpoint's recall
+is the share of the QA items of categories 1-4 whose evidence sessions have
+all been played and whose answer's content words all appear among the
+context's. A configuration's figure is the mean over every checkpoint of every
+dialogue, as a ratio to the same mean for the **ceiling**: the whole history so
+far as plain ``user: ...\\nassistant: ...`` lines, with no budget.
 
-Strategies, each at each `total_max_tokens`:
+Compared at each budget (1,000, 2,000 and 4,000 tokens, ``len // 4 + 1`` of
+the rendering convmem measures, `estimate_tokens`):
 
-* ``truncation``: the newest turns that fit the budget (``full_zone_turns``
-  unbounded): the reference, "plain truncation at the same budget";
-* ``rolling_summary`` with `ExtractiveSummarizer`: full zone 5 turns,
-  ``summary_max_tokens`` half the budget, overflow ``truncate_oldest``;
-* ``truncation`` with PenguiFlow's default ``full_zone_turns=5``.
+* ``truncation``: the newest turns that fit (convmem's `truncation` strategy);
+* ``written summaries``: LoCoMo's own ``session_N_summary`` texts of the sessions
+  played, newest first while they fit half the budget, then the newest turns
+  that fit the rest;
+* convmem's configurations: `rolling_summary` as it was first benchmarked (full
+  zone 5 turns, summary allowance half the budget, the `ExtractiveSummarizer`
+  sized to it), and `convmem.recommended(total_tokens=budget)`.
 
-Beside that per-session figure (what the task asks), the first two
-strategies also play each whole dialogue (19 to 32 LoCoMo sessions) as one
-convmem session and check every QA item's evidence at the dialogue's end:
-long-horizon retention, where a summary has something to win.
+Also reported: the mean and maximum context tokens of each (the maximum must
+stay within the budget), and the summarizer's speed in the recommended
+configuration: input turns per second of summarizer time on one thread.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench import _locomo as locomo
-from bench._common import Figure, Result, Sizes
-from bench._locomo import VISIBLE_SHARE, Context
-from convmem.adapters import ExtractiveSummarizer
+from bench._common import Figure, Result, Sizes, Target
+from convmem.adapters import ExtractiveSummarizer, recommended
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import (
     AddTurn,
     SessionState,
     SummarySucceeded,
     decide,
+    default_token_estimator,
     estimate_tokens,
     evolve,
     llm_context,
+    render,
     summary_due,
 )
 
 __all__ = ["run"]
 
+TRUNCATION = "truncation"
+WRITTEN = "written summaries"
+CEILING = "full history"
+OLD_ROLLING = "rolling_summary, 5 turns + half the budget"
+RECOMMENDED = "recommended"
+SPEED_TARGET = 2000.0
+TUNED = ("26", "30", "41", "42")
+"""The dialogues the summarizer was tuned on; the others only check it (`details.by_half`)."""
+
 
 @dataclass
 class _Tally:
-    pairs: int = 0
-    visible: int = 0
-    tokens: int = 0
-    contexts: int = 0
-    max_tokens: int = 0
+    """Per configuration and budget: recall at each checkpoint, tokens, summarizer work."""
+
+    recall: list[float] = field(default_factory=list)
+    by_dialogue: dict[str, list[float]] = field(default_factory=dict)
+    tokens: list[int] = field(default_factory=list)
     summaries: int = 0
-    failures: int = 0
+    rejected: int = 0
+    summarized_turns: int = 0
+    summarizer_seconds: float = 0.0
+    summarizer_cpu: float = 0.0
+
+    def checkpoint(self, dialogue: str, share: float, tokens: int) -> None:
+        self.recall.append(share)
+        self.by_dialogue.setdefault(dialogue, []).append(share)
+        self.tokens.append(tokens)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.recall) / max(len(self.recall), 1)
 
 
-def _play(
-    turns: list[ConversationTurn],
-    state: SessionState,
-    key: MemoryKey,
-    config: ShortTermMemoryConfig,
-    summarizer: ExtractiveSummarizer | None,
-    tally: _Tally,
-) -> SessionState:
-    for turn in turns:
-        n = state.next_index
-        now = 1_700_000_000.0 + 60.0 * n
-        for event in decide(state, AddTurn(turn=turn), now=now, command_id=f"t{n}", key=key, config=config):
-            state = evolve(state, event)
-        for attempt in range(4):  # a summary per evicted turn, bounded
-            request = summary_due(state, now)
-            if request is None or summarizer is None:
-                break
-            summary = summarizer(request.payload())["summary"]
-            outcome = SummarySucceeded(request=request, summary=summary)
-            events = decide(state, outcome, now=now, command_id=f"s{n}.{attempt}", key=key, config=config)
-            tally.summaries += 1
-            tally.failures += sum(1 for e in events if type(e).__name__ == "HealthChanged")
-            for event in events:
-                state = evolve(state, event)
-    return state
+Summarizer = Callable[[dict[str, Any]], dict[str, str]]
 
 
-def _measure(state: SessionState, dia_ids: list[str], texts: dict[str, str], tally: _Tally) -> Context:
-    context = Context(llm_context(state))
-    tokens = estimate_tokens(state)
-    tally.tokens += tokens
-    tally.contexts += 1
-    tally.max_tokens = max(tally.max_tokens, tokens)
-    for dia_id in dia_ids:
-        if dia_id in texts:
-            tally.pairs += 1
-            tally.visible += context.shows(texts[dia_id])
-    return context
+@dataclass(frozen=True)
+class _Player:
+    """One convmem configuration: its session config and the summarizer it runs with."""
+
+    label: str
+    config: ShortTermMemoryConfig
+    summarizer: Summarizer | None
 
 
-def _evidence(dialogue: dict[str, Any]) -> tuple[dict[int, list[str]], int]:
-    """Per session number, the evidence dia_ids of every QA item (one entry per item and id)."""
-    out: dict[int, list[str]] = {}
-    unparsed = 0
-    for qa in dialogue.get("qa", []):
-        ids = {m.group(0) for e in qa.get("evidence", []) for m in locomo.DIA.finditer(str(e))}
-        unparsed += sum(1 for e in qa.get("evidence", []) if not locomo.DIA.search(str(e)))
-        for dia_id in sorted(ids):
-            out.setdefault(int(dia_id[1:].split(":")[0]), []).append(dia_id)
-    return out, unparsed
-
-
-def _configs(budget: int) -> Iterator[tuple[str, ShortTermMemoryConfig, bool]]:
-    yield (
-        "truncation",
+def _players(budget: int) -> Iterator[_Player]:
+    yield _Player(
+        TRUNCATION,
         ShortTermMemoryConfig(
             strategy="truncation",
             budget=MemoryBudget(
                 full_zone_turns=100_000, summary_max_tokens=min(1000, budget), total_max_tokens=budget
             ),
         ),
-        False,
+        None,
     )
-    yield (
-        "rolling_summary",
-        ShortTermMemoryConfig(
-            strategy="rolling_summary",
-            budget=MemoryBudget(full_zone_turns=5, summary_max_tokens=budget // 2, total_max_tokens=budget),
-        ),
-        True,
+    old = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(full_zone_turns=5, summary_max_tokens=budget // 2, total_max_tokens=budget),
     )
-    yield (
-        "truncation, full_zone_turns=5",
-        ShortTermMemoryConfig(
-            strategy="truncation",
-            budget=MemoryBudget(
-                full_zone_turns=5, summary_max_tokens=min(1000, budget), total_max_tokens=budget
-            ),
-        ),
-        False,
-    )
+    yield _Player(OLD_ROLLING, old, ExtractiveSummarizer(max_tokens=budget // 2))
+    setup = recommended(total_tokens=budget)
+    yield _Player(RECOMMENDED, setup.config, setup.summarizer)
 
 
-def _chance(finals: list[tuple[Context, list[str]]]) -> float:
-    """Share of each dialogue's evidence that the *next* dialogue's final context shows (false positives)."""
-    shown = asked = 0
-    for i, (_, utterances) in enumerate(finals):
-        other = finals[(i + 1) % len(finals)][0]
-        shown += sum(other.shows(u) for u in utterances)
-        asked += len(utterances)
-    return shown / max(asked, 1)
+class _Game:
+    """One configuration playing one dialogue, turn by turn."""
+
+    def __init__(self, player: _Player, key: MemoryKey, tally: _Tally) -> None:
+        self.player = player
+        self.key = key
+        self.tally = tally
+        self.state = SessionState()
+
+    def play(self, turn: ConversationTurn) -> None:
+        state, config, key = self.state, self.player.config, self.key
+        n = state.next_index
+        now = turn.ts + n
+        for event in decide(state, AddTurn(turn=turn), now=now, command_id=f"t{n}", key=key, config=config):
+            state = evolve(state, event)
+        summarizer = self.player.summarizer
+        for attempt in range(4):  # a summary per evicted turn, bounded
+            request = summary_due(state, now) if summarizer is not None else None
+            if request is None or summarizer is None:
+                break
+            payload = request.payload()
+            wall, cpu = time.perf_counter(), time.thread_time()
+            summary = summarizer(payload)["summary"]
+            self.tally.summarizer_cpu += time.thread_time() - cpu
+            self.tally.summarizer_seconds += time.perf_counter() - wall
+            self.tally.summarized_turns += len(payload["turns"])
+            outcome = SummarySucceeded(request=request, summary=summary)
+            events = decide(state, outcome, now=now, command_id=f"s{n}.{attempt}", key=key, config=config)
+            self.tally.summaries += 1
+            self.tally.rejected += sum(1 for e in events if type(e).__name__ == "HealthChanged")
+            for event in events:
+                state = evolve(state, event)
+        self.state = state
+
+    def context(self) -> tuple[dict[str, Any], int]:
+        return llm_context(self.state), estimate_tokens(self.state)
+
+
+def _tokens(memory: dict[str, Any]) -> int:
+    return default_token_estimator(render(memory))
+
+
+def _written(summaries: list[str], played: list[ConversationTurn], budget: int) -> tuple[dict[str, Any], int]:
+    """LoCoMo's summaries newest first within half the budget, then the newest turns that fit."""
+    chosen: list[str] = []
+    for text in reversed(summaries):
+        if text and _tokens({"recent_turns": [], "summary": "\n".join([text, *chosen])}) <= budget // 2:
+            chosen.insert(0, text)
+        elif text:
+            break
+    memory: dict[str, Any] = {"recent_turns": []}
+    if chosen:
+        memory["summary"] = "\n".join(chosen)
+    recent: list[dict[str, Any]] = []
+    for turn in reversed(played):
+        candidate = [turn.to_llm(include_digest=True), *recent]
+        if _tokens({**memory, "recent_turns": candidate}) > budget:
+            break
+        recent = candidate
+    memory["recent_turns"] = recent
+    return {"conversation_memory": memory}, _tokens(memory)
+
+
+def _recall(items: list[locomo.QAItem], session: int, words: set[str]) -> float | None:
+    asked = [item for item in items if item.needs <= session]
+    if not asked:
+        return None
+    return sum(1 for item in asked if item.words <= words) / len(asked)
 
 
 def run(sizes: Sizes) -> Result:
@@ -176,93 +200,151 @@ def run(sizes: Sizes) -> Result:
         result.skipped = "no LoCoMo data (set CONVMEM_LOCOMO or put it in ../shared/data/locomo)"
         return result
     files = sorted(folder.glob("*.json"))[: sizes.q_dialogues]
-    dialogues = [(f.stem, json.loads(f.read_text(encoding="utf-8"))) for f in files]
     tallies: dict[tuple[str, int], _Tally] = {}
-    finals: dict[tuple[str, int], list[tuple[Context, list[str]]]] = {}
-    unparsed = 0
-    for name, dialogue in dialogues:
-        evidence, bad = _evidence(dialogue)
-        unparsed += bad
+    left_out: dict[str, int] = {}
+    checkpoints = 0
+    for path in files:
+        name, dialogue = path.stem, locomo.load(path)
+        items, skipped = locomo.qa_items(dialogue)
+        for reason, count in skipped.items():
+            left_out[reason] = left_out.get(reason, 0) + count
         sessions = locomo.sessions(dialogue)[: sizes.q_sessions]
-        texts = {u.dia_id: u.text for s in sessions for u in s.utterances}
-        for budget in sizes.q_budgets:
-            for label, config, summarizes in _configs(budget):
-                tally = tallies.setdefault((label, budget), _Tally())
-                summarizer = (
-                    ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens) if summarizes else None
-                )
-                for session in sessions:
-                    key = MemoryKey("locomo", f"dialogue-{name}", f"session-{session.number}")
-                    turns = locomo.turns(session, dialogue["speaker_a"])
-                    state = _play(turns, SessionState(), key, config, summarizer, tally)
-                    _measure(state, evidence.get(session.number, []), texts, tally)
-                if label == "truncation, full_zone_turns=5":
-                    continue
-                # The whole dialogue as one convmem session, every QA item checked at its end.
-                whole = tallies.setdefault((f"{label}, whole dialogue", budget), _Tally())
-                summarizer = (
-                    ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens) if summarizes else None
-                )
-                key = MemoryKey("locomo", f"dialogue-{name}", "whole")
-                state = SessionState()
-                for session in sessions:
-                    state = _play(
-                        locomo.turns(session, dialogue["speaker_a"]), state, key, config, summarizer, whole
-                    )
-                asked = [texts[d] for ids in evidence.values() for d in ids if d in texts]
-                context = _measure(state, [d for ids in evidence.values() for d in ids], texts, whole)
-                finals.setdefault((label, budget), []).append((context, asked))
-    for budget in sizes.q_budgets:
-        for scope in ("", ", whole dialogue"):
-            reference = tallies[(f"truncation{scope}", budget)]
-            ref_share = reference.visible / max(reference.pairs, 1)
-            ref_tokens = reference.tokens / max(reference.contexts, 1)
-            labels = [label for label, _, _ in _configs(budget)]
-            for label in labels if not scope else labels[:2]:
-                tally = tallies[(f"{label}{scope}", budget)]
-                compared = label != "truncation"
-                where = "at each session's end" if not scope else "at the end of the dialogue (one session)"
-                result.add(
-                    Figure(
-                        f"{label}: evidence visible {where} @ {budget} tokens",
-                        tally.visible / max(tally.pairs, 1),
-                        "share",
-                        reference=ref_share if compared else None,
-                        reference_label="truncation to the same budget" if compared else "",
-                    )
-                )
-                result.add(
-                    Figure(
-                        f"{label}: context tokens {where} @ {budget}",
-                        tally.tokens / max(tally.contexts, 1),
-                        "tokens",
-                        reference=ref_tokens if compared else None,
-                        reference_label="truncation to the same budget" if compared else "",
-                    )
-                )
-    chance = {
-        f"{label} @ {budget}": _chance(contexts)
-        for (label, budget), contexts in finals.items()
-        if len(contexts) > 1
-    }
-    result.details = {
-        "chance_visible_whole_dialogue": chance,
-        "dialogues": [name for name, _ in dialogues],
-        "sessions_played": tallies[("truncation", sizes.q_budgets[0])].contexts,
-        "evidence_pairs": tallies[("truncation", sizes.q_budgets[0])].pairs,
-        "evidence_pairs_whole_dialogue": tallies[("truncation, whole dialogue", sizes.q_budgets[0])].pairs,
-        "unparsed_evidence_ids": unparsed,
-        "visible_share": VISIBLE_SHARE,
-        "tallies": {f"{label} @ {budget}": vars(t) for (label, budget), t in tallies.items()},
-    }
-    worst = f"{max(chance.values()):.1%}" if chance else "n/a (one dialogue)"
+        key = MemoryKey("locomo", f"dialogue-{name}", "whole")
+        games = [
+            _Game(player, key, tallies.setdefault((player.label, budget), _Tally()))
+            for budget in sizes.q_budgets
+            for player in _players(budget)
+        ]
+        played: list[ConversationTurn] = []
+        summaries: list[str] = []
+        for session in sessions:
+            turns = locomo.turns(session, dialogue["speaker_a"])
+            for turn in turns:
+                for game in games:
+                    game.play(turn)
+            played.extend(turns)
+            summaries.append(locomo.written_summary(dialogue, session.number))
+            ceiling = _recall(items, session.number, locomo.history_words(played))
+            if ceiling is None:
+                continue
+            checkpoints += 1
+            tallies.setdefault((CEILING, 0), _Tally()).checkpoint(name, ceiling, 0)
+            for game in games:
+                context, tokens = game.context()
+                share = _recall(items, session.number, locomo.context_words(context))
+                game.tally.checkpoint(name, share or 0.0, tokens)
+            for budget in sizes.q_budgets:
+                context, tokens = _written(summaries, played, budget)
+                share = _recall(items, session.number, locomo.context_words(context))
+                tallies.setdefault((WRITTEN, budget), _Tally()).checkpoint(name, share or 0.0, tokens)
+    _report(result, tallies, sizes.q_budgets)
+    result.details.update(
+        {
+            "dialogues": [f.stem for f in files],
+            "checkpoints": checkpoints,
+            "qa_items_left_out": left_out,
+            "tallies": {
+                f"{label} @ {budget}": {
+                    "mean_recall": t.mean,
+                    "checkpoints": len(t.recall),
+                    "max_tokens": max(t.tokens, default=0),
+                    "summaries": t.summaries,
+                    "summaries_rejected": t.rejected,
+                    "summarized_turns": t.summarized_turns,
+                    "summarizer_seconds": t.summarizer_seconds,
+                    "summarizer_cpu_seconds": t.summarizer_cpu,
+                }
+                for (label, budget), t in tallies.items()
+            },
+            "by_half": _by_half(tallies, sizes.q_budgets),
+        }
+    )
     result.notes.append(
-        "pure core (decide/evolve, summarizer called synchronously when a summary is due); 'visible' = "
-        f"verbatim, or >= {VISIBLE_SHARE:.0%} of the utterance's content words in one unit of the context "
-        f"(a summary line, a turn's user or assistant text); "
-        "chance rate (another dialogue's context) at most "
-        f"{worst}; "
-        f"{result.details['evidence_pairs']} (QA item, evidence utterance) pairs over "
-        f"{result.details['sessions_played']} sessions of {len(dialogues)} dialogues"
+        f"pure core (decide/evolve, summarizer called synchronously when a summary is due); {len(files)} "
+        f"dialogues each played as one conversation, {checkpoints} checkpoints (one per LoCoMo session); "
+        "recall = share of QA items (categories 1-4, evidence already played) whose answer's content "
+        "words all appear in json.dumps(llm_context); figures are ratios to the full history's recall"
     )
     return result
+
+
+def _half_ratio(tallies: dict[tuple[str, int], _Tally], label: str, budget: int, names: set[str]) -> float:
+    def mean(tally: _Tally) -> float:
+        shares = [s for d, values in tally.by_dialogue.items() if d in names for s in values]
+        return sum(shares) / max(len(shares), 1)
+
+    ceiling = mean(tallies[(CEILING, 0)])
+    return mean(tallies[(label, budget)]) / ceiling if ceiling else 0.0
+
+
+def _by_half(tallies: dict[tuple[str, int], _Tally], budgets: tuple[int, ...]) -> dict[str, Any]:
+    """Share of the ceiling on the dialogues tuned on and on the others, per configuration."""
+    if (CEILING, 0) not in tallies:
+        return {}
+    names = set(tallies[(CEILING, 0)].by_dialogue)
+    halves = {"tuned": names & set(TUNED), "held out": names - set(TUNED)}
+    return {
+        f"{label} @ {budget}": {half: _half_ratio(tallies, label, budget, group) for half, group in halves.items()}
+        for (label, budget) in tallies
+        if label != CEILING
+    }
+
+
+def _report(result: Result, tallies: dict[tuple[str, int], _Tally], budgets: tuple[int, ...]) -> None:
+    ceiling_tally = tallies.get((CEILING, 0))
+    if ceiling_tally is None:
+        result.skipped = "no checkpoint had a QA item to ask"
+        return
+    ceiling = ceiling_tally.mean
+    result.add(Figure("answer recall of the full history (the ceiling)", ceiling, "share"))
+    for budget in budgets:
+        ratio = {label: tallies[(label, b)].mean / ceiling for (label, b) in tallies if b == budget}
+        for label in (TRUNCATION, WRITTEN):
+            result.add(Figure(f"{label}: answer recall / ceiling @ {budget} tokens", ratio[label], "ratio"))
+        for label in (OLD_ROLLING, RECOMMENDED):
+            best = label == RECOMMENDED
+            result.add(
+                Figure(
+                    f"{label}: answer recall / ceiling @ {budget} tokens, vs written summaries",
+                    ratio[label],
+                    "ratio",
+                    reference=ratio[WRITTEN],
+                    reference_label="written summaries + newest turns, same budget",
+                    target=Target("ratio", ">=", 1.0) if best else None,
+                )
+            )
+            result.add(
+                Figure(
+                    f"{label}: answer recall / ceiling @ {budget} tokens, vs truncation",
+                    ratio[label],
+                    "ratio",
+                    reference=ratio[TRUNCATION],
+                    reference_label="truncation, same budget",
+                    target=Target("ratio", ">=", 1.0) if best else None,
+                    note="target: above truncation" if best else "",
+                )
+            )
+        for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED):
+            tokens = tallies[(label, budget)].tokens
+            result.add(
+                Figure(
+                    f"{label}: max context tokens @ {budget}",
+                    float(max(tokens, default=0)),
+                    "tokens",
+                    reference=sum(tokens) / max(len(tokens), 1),
+                    reference_label="mean context tokens",
+                    target=Target("value", "<=", budget),
+                )
+            )
+    for budget in budgets:
+        tally = tallies[(RECOMMENDED, budget)]
+        if tally.summarizer_seconds > 0:
+            result.add(
+                Figure(
+                    f"summarizer input turns/s, recommended @ {budget} (one call per evicted turn)",
+                    tally.summarized_turns / tally.summarizer_seconds,
+                    "turns/s",
+                    target=Target("value", ">=", SPEED_TARGET),
+                    note=f"cpu: {tally.summarized_turns / max(tally.summarizer_cpu, 1e-9):,.0f} turns/s",
+                )
+            )

@@ -20,9 +20,7 @@ from convmem.adapters._connect import (
     open_backend,
     open_backend_here,
 )
-from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
-from convmem.adapters._openai import OpenAIChatSummarizer
 from convmem.adapters.integrations.agents import ConvmemSession
 from convmem.adapters.integrations.penguiflow import (
     ConvmemShortTermMemory,
@@ -51,6 +49,7 @@ from convmem.adapters.service import (
     operator_subject,
     session_subject,
 )
+from convmem.adapters.summarizers import ExtractiveSummarizer, MemorySetup, OpenAIChatSummarizer, recommended
 
 __all__ = [
     "DEFAULT_API_PREFIX",
@@ -69,6 +68,7 @@ __all__ = [
     "JetStreamSnapshotStore",
     "MalformedRequest",
     "MemoryService",
+    "MemorySetup",
     "OpenAIChatSummarizer",
     "PermissionDenied",
     "RemoteError",
@@ -84,6 +84,7 @@ __all__ = [
     "open_backend",
     "open_backend_here",
     "operator_subject",
+    "recommended",
     "session_subject",
     "turn_from_penguiflow",
 ]

@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from convmem.actors import MemorySystem, Summarizer
-from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import JetStreamBackend
 from convmem.adapters.service._exchange import Encoding
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
 from convmem.adapters.service._remote import RemoteMemory
+from convmem.adapters.summarizers import ExtractiveSummarizer
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
 

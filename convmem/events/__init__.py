@@ -21,6 +21,7 @@ from convmem.events._config import (
     ShortTermMemoryConfig,
     Strategy,
 )
+from convmem.events._dates import date_text
 from convmem.events._events import (
     BacklogTrimmed,
     Event,
@@ -74,6 +75,7 @@ __all__ = [
     "TrajectoryDigest",
     "TurnAdded",
     "TurnsAdopted",
+    "date_text",
     "decode_event",
     "decode_event_json",
     "decode_token",

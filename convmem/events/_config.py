@@ -220,6 +220,9 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     health: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
     agents: AgentsMemoryConfig = msgspec.field(default_factory=AgentsMemoryConfig)
     memories: ConversationMemoryConfig = msgspec.field(default_factory=ConversationMemoryConfig)
+    include_turn_dates: bool = False
+    """Show each turn's UTC date (``"date": "8 May 2023"``) in the context when its ``ts`` is known.
+    Off by default: PenguiFlow-shaped contexts stay exactly as PenguiFlow renders them."""
 
     def __post_init__(self) -> None:
         if self.strategy not in ("none", "truncation", "rolling_summary"):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import msgspec
 
 from convmem.errors import InvalidTurn
+from convmem.events._dates import date_text
 
 __all__ = [
     "ConversationTurn",
@@ -277,9 +278,11 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
             return
         _check_turn(self)
 
-    def to_llm(self, *, include_digest: bool) -> dict[str, Any]:
-        """The turn as the PenguiFlow context shows it."""
+    def to_llm(self, *, include_digest: bool, include_date: bool = False) -> dict[str, Any]:
+        """The turn as the PenguiFlow context shows it (with its UTC date, when asked and known)."""
         out: dict[str, Any] = {"user": self.user_message, "assistant": self.assistant_response}
+        if include_date and self.ts > 0:
+            out["date"] = date_text(self.ts)
         if include_digest and self.trajectory_digest is not None:
             out["trajectory_digest"] = self.trajectory_digest.to_llm()
         if self.artifacts_shown:

@@ -70,13 +70,17 @@ class ContextSelection(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[TurnRecord, ...]
     recent: tuple[TurnRecord, ...]
 
-    def payload(self, *, include_digest: bool) -> dict[str, Any]:
+    def payload(self, *, include_digest: bool, include_date: bool = False) -> dict[str, Any]:
         """The ``conversation_memory`` object (PenguiFlow's keys and presence rules)."""
         out: dict[str, Any] = {
-            "recent_turns": [r.turn.to_llm(include_digest=include_digest) for r in self.recent]
+            "recent_turns": [
+                r.turn.to_llm(include_digest=include_digest, include_date=include_date) for r in self.recent
+            ]
         }
         if self.pending:
-            out["pending_turns"] = [r.turn.to_llm(include_digest=include_digest) for r in self.pending]
+            out["pending_turns"] = [
+                r.turn.to_llm(include_digest=include_digest, include_date=include_date) for r in self.pending
+            ]
         if self.summary:
             out["summary"] = self.summary
         return out
@@ -100,7 +104,9 @@ def _string_len(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False)) if text else 0
 
 
-def selection_tokens(selection: ContextSelection, estimator: TokenEstimator, include_digest: bool) -> int:
+def selection_tokens(
+    selection: ContextSelection, estimator: TokenEstimator, include_digest: bool, include_date: bool = False
+) -> int:
     if estimator is default_token_estimator:
         length = _payload_len(
             _string_len(selection.summary),
@@ -110,7 +116,7 @@ def selection_tokens(selection: ContextSelection, estimator: TokenEstimator, inc
             len(selection.recent),
         )
         return length // 4 + 1
-    return estimator(render(selection.payload(include_digest=include_digest)))
+    return estimator(render(selection.payload(include_digest=include_digest, include_date=include_date)))
 
 
 def _visible(state: SessionState) -> ContextSelection:
@@ -132,14 +138,16 @@ def full_tokens(state: SessionState, estimator: TokenEstimator = default_token_e
         selection = ContextSelection(summary="", pending=(), recent=state.recent())
     else:
         selection = ContextSelection(summary=state.summary, pending=state.pending(), recent=state.recent())
-    return selection_tokens(selection, estimator, state.config.include_trajectory_digest)
+    config = state.config
+    return selection_tokens(selection, estimator, config.include_trajectory_digest, config.include_turn_dates)
 
 
 def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
     """Tokens of the view as it shows now, before budgets."""
     if state.config.strategy == "none":
         return 0
-    return selection_tokens(_visible(state), estimator, state.config.include_trajectory_digest)
+    config = state.config
+    return selection_tokens(_visible(state), estimator, config.include_trajectory_digest, config.include_turn_dates)
 
 
 def select_context(
@@ -151,10 +159,10 @@ def select_context(
     """
     selection = _visible(state)
     budget = state.config.budget.total_max_tokens
-    include = state.config.include_trajectory_digest
+    include, dated = state.config.include_trajectory_digest, state.config.include_turn_dates
 
     def fits(candidate: ContextSelection) -> bool:
-        return selection_tokens(candidate, estimator, include) <= budget
+        return selection_tokens(candidate, estimator, include, dated) <= budget
 
     if state.config.strategy == "none" or not budget or fits(selection):  # 0: no overall budget
         return selection

@@ -30,13 +30,19 @@ def llm_context(state: SessionState, estimator: TokenEstimator = default_token_e
     if state.config.strategy == "none":
         return {}
     selection = select_context(state, estimator)
-    return {"conversation_memory": selection.payload(include_digest=state.config.include_trajectory_digest)}
+    config = state.config
+    return {
+        "conversation_memory": selection.payload(
+            include_digest=config.include_trajectory_digest, include_date=config.include_turn_dates
+        )
+    }
 
 
 def estimate_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
     """Tokens of the ``conversation_memory`` object the view shows (0 for strategy none)."""
     if state.config.strategy == "none":
         return 0
+    config = state.config
     return selection_tokens(
-        select_context(state, estimator), estimator, state.config.include_trajectory_digest
+        select_context(state, estimator), estimator, config.include_trajectory_digest, config.include_turn_dates
     )

@@ -120,13 +120,13 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 **common,
             )
         case SessionRestored():
-            include = state.config.include_trajectory_digest
+            include, dated = state.config.include_trajectory_digest, state.config.include_turn_dates
             records = tuple(
                 TurnRecord(
                     index=event.first_index + i,
                     turn=turn,
                     at=event.at,
-                    rendered_len=rendered_turn_length(turn, include_digest=include),
+                    rendered_len=rendered_turn_length(turn, include_digest=include, include_date=dated),
                 )
                 for i, turn in enumerate(event.turns)
             )
@@ -182,9 +182,12 @@ def items_turn(items: tuple[MessageItem, ...]) -> ConversationTurn:
 
 def _items_record(state: SessionState, index: int, items: tuple[MessageItem, ...], at: float) -> TurnRecord:
     turn = items_turn(items)
-    include = state.config.include_trajectory_digest
+    include, dated = state.config.include_trajectory_digest, state.config.include_turn_dates
     return TurnRecord(
-        index=index, turn=turn, at=at, rendered_len=rendered_turn_length(turn, include_digest=include)
+        index=index,
+        turn=turn,
+        at=at,
+        rendered_len=rendered_turn_length(turn, include_digest=include, include_date=dated),
     )
 
 
@@ -229,7 +232,11 @@ def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
         index=event.index,
         turn=event.turn,
         at=event.at,
-        rendered_len=rendered_turn_length(event.turn, include_digest=state.config.include_trajectory_digest),
+        rendered_len=rendered_turn_length(
+            event.turn,
+            include_digest=state.config.include_trajectory_digest,
+            include_date=state.config.include_turn_dates,
+        ),
     )
 
 
@@ -261,6 +268,7 @@ def replay(
     next_index = current.next_index
     last_at = current.last_at
     include = current.config.include_trajectory_digest
+    dated = current.config.include_turn_dates
     started = current.started
     for event in events:
         if started and isinstance(event, TurnAdded) and event.seq == version + 1:
@@ -274,7 +282,7 @@ def replay(
                     index=index,
                     turn=turn,
                     at=at,
-                    rendered_len=rendered_turn_length(turn, include_digest=include),
+                    rendered_len=rendered_turn_length(turn, include_digest=include, include_date=dated),
                 )
             )
             version = event.seq
@@ -298,6 +306,7 @@ def replay(
         next_index = current.next_index
         last_at = current.last_at
         include = current.config.include_trajectory_digest
+        dated = current.config.include_turn_dates
         started = current.started
     if version != current.version:
         current = msgspec_replace(

@@ -45,11 +45,18 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
     include_digest: bool = True
 
     def payload(self) -> dict[str, Any]:
-        """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them."""
-        return {
-            "previous_summary": self.previous_summary,
-            "turns": [t.to_llm(include_digest=self.include_digest) for t in self.turns],
-        }
+        """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them.
+
+        A turn whose time is known also carries ``ts`` (epoch seconds, UTC), so that a
+        summarizer can date what was said and resolve "yesterday" or "last week".
+        """
+        turns = []
+        for turn in self.turns:
+            shown = turn.to_llm(include_digest=self.include_digest)
+            if turn.ts > 0:
+                shown["ts"] = turn.ts
+            turns.append(shown)
+        return {"previous_summary": self.previous_summary, "turns": turns}
 
 
 def summary_zone(config: ShortTermMemoryConfig) -> tuple[int, int]:

@@ -19,17 +19,21 @@ import json
 
 import msgspec
 
-from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
+from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig, date_text
 
 __all__ = ["SessionState", "TurnRecord", "rendered_turn_length"]
 
 
-def rendered_turn_length(turn: ConversationTurn, *, include_digest: bool) -> int:
+def rendered_turn_length(turn: ConversationTurn, *, include_digest: bool, include_date: bool = False) -> int:
     """Characters of the turn in the canonical JSON rendering of a context view.
 
     The rendering is ``json.dumps(..., ensure_ascii=False, sort_keys=True)``,
-    the one `estimate_tokens()` measures, so view lengths add up exactly.
+    the one `estimate_tokens()` measures, so view lengths add up exactly. With
+    `include_date`, a turn whose ``ts`` is known shows ``"date": "8 May 2023"``.
     """
+    if include_date and turn.ts > 0:
+        # ', "date": "..."': the ASCII date, its quotes, key and separators (12 characters).
+        return rendered_turn_length(turn, include_digest=include_digest) + len(date_text(turn.ts)) + 12
     if not turn.artifacts_shown and (not include_digest or turn.trajectory_digest is None):
         # {"assistant": "...", "user": "..."} holds the two JSON strings in 25 characters
         # of frame, the compact array ["...","..."] in 3: measure the array, add 22.

@@ -28,8 +28,8 @@ from typing import Any
 
 from convmem.actors import timeline, verify
 from convmem.adapters._connect import connect
-from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters.cli._common import EXIT_FAILED, EXIT_OK, CliError, Progress, emit_json, table
+from convmem.adapters.summarizers import ExtractiveSummarizer
 from convmem.events import (
     ConversationTurn,
     HealthPolicy,

@@ -21,12 +21,11 @@ import msgspec
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._connect import MEMORY_URL, open_backend
-from convmem.adapters._extractive import ExtractiveSummarizer
-from convmem.adapters._openai import OpenAIChatSummarizer
 from convmem.adapters.cli._common import EXIT_OK, EXIT_USAGE, CliError, emit_json
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.service._service import MemoryService
+from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.events import ShortTermMemoryConfig
 
 __all__ = ["ENVIRONMENT", "add_serve_command", "load_config"]

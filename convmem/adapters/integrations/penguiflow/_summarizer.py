@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from convmem.actors import Summarizer
-from convmem.adapters._extractive import ExtractiveSummarizer
+from convmem.adapters.summarizers import ExtractiveSummarizer
 from convmem.errors import InvalidConfig
 from convmem.events import ShortTermMemoryConfig
 from convmem.projections import TokenEstimator, default_token_estimator

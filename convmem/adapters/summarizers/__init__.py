@@ -1,0 +1,14 @@
+"""Summarizers: what turns old turns into a session's summary.
+
+* `ExtractiveSummarizer`, the offline default: no model, deterministic to the
+  byte, keeps the sentences that carry the most content per token, dated.
+* `OpenAIChatSummarizer`: any OpenAI-compatible chat-completions endpoint.
+* `recommended(total_tokens)`: the offline configuration for a token budget,
+  a `MemorySetup` holding the session config and the summarizer sized to it.
+"""
+
+from convmem.adapters.summarizers._extractive import ExtractiveSummarizer
+from convmem.adapters.summarizers._openai import OpenAIChatSummarizer
+from convmem.adapters.summarizers._recommended import MemorySetup, recommended
+
+__all__ = ["ExtractiveSummarizer", "MemorySetup", "OpenAIChatSummarizer", "recommended"]

@@ -1,0 +1,78 @@
+"""The recommended offline memory for a token budget: one call, a config and a summarizer to match."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from convmem.adapters.summarizers._extractive import ExtractiveSummarizer
+from convmem.errors import InvalidConfig
+from convmem.events import MemoryBudget, ShortTermMemoryConfig
+from convmem.projections import TokenEstimator, default_token_estimator
+
+__all__ = ["MemorySetup", "recommended"]
+
+FULL_ZONE_TURNS = 3
+"""Recent turns shown verbatim: enough for a planner to follow the thread."""
+RESERVE_TOKENS = 200
+"""The budget the summary leaves free at least; recent turns get more by trimming its view."""
+SMALLEST_BUDGET = 200
+
+
+class MemorySetup(Mapping[str, Any]):
+    """A session configuration and the summarizer sized to it.
+
+    A mapping of ``config`` and ``summarizer``, so it spreads into the calls
+    that take both: ``convmem.connect(**setup)``, ``MemorySystem(**setup, log=...)``.
+    """
+
+    __slots__ = ("config", "summarizer")
+
+    def __init__(self, config: ShortTermMemoryConfig, summarizer: ExtractiveSummarizer) -> None:
+        self.config = config
+        self.summarizer = summarizer
+
+    def __getitem__(self, name: str) -> Any:
+        if name == "config":
+            return self.config
+        if name == "summarizer":
+            return self.summarizer
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("config", "summarizer"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        budget = self.config.budget
+        return (
+            f"MemorySetup(total_max_tokens={budget.total_max_tokens}, "
+            f"summary_max_tokens={budget.summary_max_tokens}, full_zone_turns={budget.full_zone_turns})"
+        )
+
+
+def recommended(
+    total_tokens: int = 4000, *, estimator: TokenEstimator = default_token_estimator
+) -> MemorySetup:
+    """The offline configuration convmem recommends for a context of `total_tokens`.
+
+    `rolling_summary` with the `ExtractiveSummarizer`: the last few turns
+    verbatim, and a summary allowed to grow into the rest of the budget; turns
+    carry their dates. Pass the same `estimator` as the memory system's.
+    """
+    if isinstance(total_tokens, bool) or not isinstance(total_tokens, int) or total_tokens < SMALLEST_BUDGET:
+        raise InvalidConfig("total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}")
+    summary_tokens = total_tokens - RESERVE_TOKENS
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(
+            full_zone_turns=FULL_ZONE_TURNS,
+            summary_max_tokens=summary_tokens,
+            total_max_tokens=total_tokens,
+            overflow_policy="truncate_summary",
+        ),
+        include_turn_dates=True,
+    )
+    return MemorySetup(config, ExtractiveSummarizer(max_tokens=summary_tokens, estimator=estimator))
