@@ -30,6 +30,7 @@ from convmem.events import ConversationTurn
 
 __all__ = [
     "CATEGORIES",
+    "TEMPORAL",
     "LocomoSession",
     "QAItem",
     "content_words",
@@ -42,6 +43,8 @@ __all__ = [
     "written_summary",
 ]
 
+TEMPORAL = 2
+"""The category of "when" questions."""
 CATEGORIES = (1, 2, 3, 4)
 """Single-hop, temporal, open-domain and multi-hop questions (5, adversarial, has no answer to find)."""
 

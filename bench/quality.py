@@ -33,7 +33,6 @@ configuration: input turns per second of summarizer time on one thread.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from convmem.projections import (
 __all__ = ["run"]
 
 TRUNCATION = "truncation"
+DATED_TRUNCATION = "truncation, dated turns"
 WRITTEN = "written summaries"
 CEILING = "full history"
 OLD_ROLLING = "rolling_summary, 5 turns + half the budget"
@@ -73,6 +73,8 @@ class _Tally:
     """Per configuration and budget: recall at each checkpoint, tokens, summarizer work."""
 
     recall: list[float] = field(default_factory=list)
+    undated: list[float] = field(default_factory=list)
+    """Recall over the questions that are not about time (categories 1, 3 and 4)."""
     by_dialogue: dict[str, list[float]] = field(default_factory=dict)
     tokens: list[int] = field(default_factory=list)
     summaries: int = 0
@@ -81,14 +83,19 @@ class _Tally:
     summarizer_seconds: float = 0.0
     summarizer_cpu: float = 0.0
 
-    def checkpoint(self, dialogue: str, share: float, tokens: int) -> None:
-        self.recall.append(share)
-        self.by_dialogue.setdefault(dialogue, []).append(share)
+    def checkpoint(self, dialogue: str, share: tuple[float, float], tokens: int) -> None:
+        self.recall.append(share[0])
+        self.undated.append(share[1])
+        self.by_dialogue.setdefault(dialogue, []).append(share[0])
         self.tokens.append(tokens)
 
     @property
     def mean(self) -> float:
         return sum(self.recall) / max(len(self.recall), 1)
+
+    @property
+    def mean_undated(self) -> float:
+        return sum(self.undated) / max(len(self.undated), 1)
 
 
 Summarizer = Callable[[dict[str, Any]], dict[str, str]]
@@ -111,6 +118,17 @@ def _players(budget: int) -> Iterator[_Player]:
             budget=MemoryBudget(
                 full_zone_turns=100_000, summary_max_tokens=min(1000, budget), total_max_tokens=budget
             ),
+        ),
+        None,
+    )
+    yield _Player(
+        DATED_TRUNCATION,
+        ShortTermMemoryConfig(
+            strategy="truncation",
+            budget=MemoryBudget(
+                full_zone_turns=100_000, summary_max_tokens=min(1000, budget), total_max_tokens=budget
+            ),
+            include_turn_dates=True,
         ),
         None,
     )
@@ -186,11 +204,16 @@ def _written(summaries: list[str], played: list[ConversationTurn], budget: int) 
     return {"conversation_memory": memory}, _tokens(memory)
 
 
-def _recall(items: list[locomo.QAItem], session: int, words: set[str]) -> float | None:
+def _recall(items: list[locomo.QAItem], session: int, words: set[str]) -> tuple[float, float] | None:
+    """Share of the questions asked by now whose answer `words` hold: all, and those not about time."""
     asked = [item for item in items if item.needs <= session]
     if not asked:
         return None
-    return sum(1 for item in asked if item.words <= words) / len(asked)
+    undated = [item for item in asked if item.category != locomo.TEMPORAL]
+    return (
+        sum(1 for item in asked if item.words <= words) / len(asked),
+        sum(1 for item in undated if item.words <= words) / max(len(undated), 1),
+    )
 
 
 def run(sizes: Sizes) -> Result:
@@ -232,11 +255,11 @@ def run(sizes: Sizes) -> Result:
             for game in games:
                 context, tokens = game.context()
                 share = _recall(items, session.number, locomo.context_words(context))
-                game.tally.checkpoint(name, share or 0.0, tokens)
+                game.tally.checkpoint(name, share or (0.0, 0.0), tokens)
             for budget in sizes.q_budgets:
                 context, tokens = _written(summaries, played, budget)
                 share = _recall(items, session.number, locomo.context_words(context))
-                tallies.setdefault((WRITTEN, budget), _Tally()).checkpoint(name, share or 0.0, tokens)
+                tallies.setdefault((WRITTEN, budget), _Tally()).checkpoint(name, share or (0.0, 0.0), tokens)
     _report(result, tallies, sizes.q_budgets)
     result.details.update(
         {
@@ -246,6 +269,7 @@ def run(sizes: Sizes) -> Result:
             "tallies": {
                 f"{label} @ {budget}": {
                     "mean_recall": t.mean,
+                    "mean_recall_not_about_time": t.mean_undated,
                     "checkpoints": len(t.recall),
                     "max_tokens": max(t.tokens, default=0),
                     "summaries": t.summaries,
@@ -284,7 +308,9 @@ def _by_half(tallies: dict[tuple[str, int], _Tally], budgets: tuple[int, ...]) -
     names = set(tallies[(CEILING, 0)].by_dialogue)
     halves = {"tuned": names & set(TUNED), "held out": names - set(TUNED)}
     return {
-        f"{label} @ {budget}": {half: _half_ratio(tallies, label, budget, group) for half, group in halves.items()}
+        f"{label} @ {budget}": {
+            half: _half_ratio(tallies, label, budget, group) for half, group in halves.items()
+        }
         for (label, budget) in tallies
         if label != CEILING
     }
@@ -295,33 +321,40 @@ def _report(result: Result, tallies: dict[tuple[str, int], _Tally], budgets: tup
     if ceiling_tally is None:
         result.skipped = "no checkpoint had a QA item to ask"
         return
-    ceiling = ceiling_tally.mean
+    ceiling, ceiling_undated = ceiling_tally.mean, ceiling_tally.mean_undated
     result.add(Figure("answer recall of the full history (the ceiling)", ceiling, "share"))
+    result.add(
+        Figure("answer recall of the full history, questions not about time", ceiling_undated, "share")
+    )
     for budget in budgets:
         ratio = {label: tallies[(label, b)].mean / ceiling for (label, b) in tallies if b == budget}
         for label in (TRUNCATION, WRITTEN):
             result.add(Figure(f"{label}: answer recall / ceiling @ {budget} tokens", ratio[label], "ratio"))
-        for label in (OLD_ROLLING, RECOMMENDED):
+        for label in (DATED_TRUNCATION, OLD_ROLLING, RECOMMENDED):
             best = label == RECOMMENDED
-            result.add(
-                Figure(
-                    f"{label}: answer recall / ceiling @ {budget} tokens, vs written summaries",
-                    ratio[label],
-                    "ratio",
-                    reference=ratio[WRITTEN],
-                    reference_label="written summaries + newest turns, same budget",
-                    target=Target("ratio", ">=", 1.0) if best else None,
+            for other, what in ((WRITTEN, "written summaries + newest turns"), (TRUNCATION, "truncation")):
+                result.add(
+                    Figure(
+                        f"{label}: answer recall / ceiling @ {budget} tokens, vs {other}",
+                        ratio[label],
+                        "ratio",
+                        reference=ratio[other],
+                        reference_label=f"{what}, same budget",
+                        target=Target("ratio", ">=", 1.0) if best else None,
+                        note="target: above truncation" if best and other == TRUNCATION else "",
+                    )
                 )
-            )
+        undated = {
+            label: tallies[(label, b)].mean_undated / ceiling_undated for (label, b) in tallies if b == budget
+        }
+        for label in (TRUNCATION, DATED_TRUNCATION, OLD_ROLLING, RECOMMENDED):
             result.add(
                 Figure(
-                    f"{label}: answer recall / ceiling @ {budget} tokens, vs truncation",
-                    ratio[label],
+                    f"{label}: answer recall / ceiling @ {budget} tokens, questions not about time",
+                    undated[label],
                     "ratio",
-                    reference=ratio[TRUNCATION],
-                    reference_label="truncation, same budget",
-                    target=Target("ratio", ">=", 1.0) if best else None,
-                    note="target: above truncation" if best else "",
+                    reference=undated[WRITTEN],
+                    reference_label="written summaries + newest turns, same questions",
                 )
             )
         for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED):

@@ -20,8 +20,8 @@ from convmem.projections import rendered_turn_length
 from convmem.projections._state import _json_encode
 
 
-def canonical_length(turn: ConversationTurn, *, include_digest: bool) -> int:
-    rendering = turn.to_llm(include_digest=include_digest)
+def canonical_length(turn: ConversationTurn, *, include_digest: bool, include_date: bool = False) -> int:
+    rendering = turn.to_llm(include_digest=include_digest, include_date=include_date)
     return len(json.dumps(rendering, ensure_ascii=False, sort_keys=True))
 
 
@@ -50,12 +50,24 @@ def test_a_plain_turn_has_its_canonical_length(user: str, answer: str, include_d
     )
 
 
-@given(turn=turns, include_digest=st.booleans())
-def test_any_turn_has_its_canonical_length(turn: ConversationTurn, include_digest: bool) -> None:
-    """Digests, artifacts and items included: the fast measure and json.dumps agree."""
-    assert rendered_turn_length(turn, include_digest=include_digest) == canonical_length(
-        turn, include_digest=include_digest
-    )
+@given(turn=turns, include_digest=st.booleans(), include_date=st.booleans())
+def test_any_turn_has_its_canonical_length(
+    turn: ConversationTurn, include_digest: bool, include_date: bool
+) -> None:
+    """Digests, artifacts, items and dates included: the fast measure and json.dumps agree."""
+    assert rendered_turn_length(
+        turn, include_digest=include_digest, include_date=include_date
+    ) == canonical_length(turn, include_digest=include_digest, include_date=include_date)
+
+
+@given(ts=st.floats(0, 253402300799) | st.sampled_from([0.0, 1.0, 1e10, 253402300799.0, 253402300800.0]))
+def test_a_dated_turn_counts_its_date(ts: float) -> None:
+    """A shown date is measured, from 1 January 1970 to 31 December 9999; an unknown one is not shown."""
+    turn = ConversationTurn(user_message="q", assistant_response="a", ts=ts)
+    length = rendered_turn_length(turn, include_digest=True, include_date=True)
+    assert length == canonical_length(turn, include_digest=True, include_date=True)
+    shown = turn.to_llm(include_digest=True, include_date=True)
+    assert ("date" in shown) == (0 < ts < 253402300800.0)
 
 
 def test_a_digest_left_out_is_not_measured() -> None:

@@ -281,8 +281,8 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
     def to_llm(self, *, include_digest: bool, include_date: bool = False) -> dict[str, Any]:
         """The turn as the PenguiFlow context shows it (with its UTC date, when asked and known)."""
         out: dict[str, Any] = {"user": self.user_message, "assistant": self.assistant_response}
-        if include_date and self.ts > 0:
-            out["date"] = date_text(self.ts)
+        if include_date and self.ts > 0 and (date := date_text(self.ts)):
+            out["date"] = date
         if include_digest and self.trajectory_digest is not None:
             out["trajectory_digest"] = self.trajectory_digest.to_llm()
         if self.artifacts_shown:

@@ -147,7 +147,9 @@ def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_e
     if state.config.strategy == "none":
         return 0
     config = state.config
-    return selection_tokens(_visible(state), estimator, config.include_trajectory_digest, config.include_turn_dates)
+    return selection_tokens(
+        _visible(state), estimator, config.include_trajectory_digest, config.include_turn_dates
+    )
 
 
 def select_context(

@@ -44,5 +44,8 @@ def estimate_tokens(state: SessionState, estimator: TokenEstimator = default_tok
         return 0
     config = state.config
     return selection_tokens(
-        select_context(state, estimator), estimator, config.include_trajectory_digest, config.include_turn_dates
+        select_context(state, estimator),
+        estimator,
+        config.include_trajectory_digest,
+        config.include_turn_dates,
     )

@@ -31,9 +31,9 @@ def rendered_turn_length(turn: ConversationTurn, *, include_digest: bool, includ
     the one `estimate_tokens()` measures, so view lengths add up exactly. With
     `include_date`, a turn whose ``ts`` is known shows ``"date": "8 May 2023"``.
     """
-    if include_date and turn.ts > 0:
+    if include_date and turn.ts > 0 and (date := date_text(turn.ts)):
         # ', "date": "..."': the ASCII date, its quotes, key and separators (12 characters).
-        return rendered_turn_length(turn, include_digest=include_digest) + len(date_text(turn.ts)) + 12
+        return rendered_turn_length(turn, include_digest=include_digest) + len(date) + 12
     if not turn.artifacts_shown and (not include_digest or turn.trajectory_digest is None):
         # {"assistant": "...", "user": "..."} holds the two JSON strings in 25 characters
         # of frame, the compact array ["...","..."] in 3: measure the array, add 22.

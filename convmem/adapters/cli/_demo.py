@@ -26,21 +26,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from convmem.actors import timeline, verify
 from convmem.adapters._connect import connect
 from convmem.adapters.cli._common import EXIT_FAILED, EXIT_OK, CliError, Progress, emit_json, table
-from convmem.adapters.summarizers import ExtractiveSummarizer
-from convmem.events import (
-    ConversationTurn,
-    HealthPolicy,
-    MemoryBudget,
-    MemoryKey,
-    ShortTermMemoryConfig,
-)
+from convmem.adapters.summarizers import ExtractiveSummarizer, recommended
+from convmem.events import ConversationTurn, HealthPolicy, MemoryKey, ShortTermMemoryConfig
 
 __all__ = ["add_demo_command", "load_conversations"]
 
 TENANT = "demo"
+DEMO_TOTAL_TOKENS = 1000
+"""The context budget the demo's planners work with (`recommended`); small, so summaries show early."""
 
 
 def add_demo_command(commands: Any) -> None:
@@ -124,13 +122,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise CliError("--sessions, --planners must be >= 1 and --max-turns >= 2", 2)
     conversations = load_conversations(args.sessions, args.max_turns, args.seed)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="convmem-demo-"))
-    config = ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=4, summary_max_tokens=400, total_max_tokens=2500),
-        health=HealthPolicy(retry_backoff_seconds=(0.2, 0.4, 0.8), degraded_retry_seconds=2.0),
+    setup = recommended(total_tokens=DEMO_TOTAL_TOKENS)
+    # Short health timers, so that the injected failures heal while the demo runs.
+    config = msgspec.structs.replace(
+        setup.config, health=HealthPolicy(retry_backoff_seconds=(0.2, 0.4, 0.8), degraded_retry_seconds=2.0)
     )
     flaky_key = MemoryKey(TENANT, "user-0", "chat-0")
-    summarizer = _FlakySummarizer(ExtractiveSummarizer(max_tokens=400), conversations[0][0].user_message)
+    summarizer = _FlakySummarizer(setup.summarizer, conversations[0][0].user_message)
     keys = [MemoryKey(TENANT, f"user-{i % 10}", f"chat-{i}") for i in range(len(conversations))]
     total = sum(len(c) for c in conversations)
     print(

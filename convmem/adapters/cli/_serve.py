@@ -25,7 +25,8 @@ from convmem.adapters.cli._common import EXIT_OK, EXIT_USAGE, CliError, emit_jso
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.service._service import MemoryService
-from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
+from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer, recommended
+from convmem.errors import InvalidConfig
 from convmem.events import ShortTermMemoryConfig
 
 __all__ = ["ENVIRONMENT", "add_serve_command", "load_config"]
@@ -39,6 +40,7 @@ ENVIRONMENT = {
     "CONVMEM_API_PREFIX": "--api-prefix: subject prefix of the service API",
     "CONVMEM_QUEUE_GROUP": "--queue-group: NATS queue group shared by the service instances",
     "CONVMEM_CONFIG": "--config: JSON or TOML file with the ShortTermMemoryConfig",
+    "CONVMEM_TOTAL_TOKENS": "--total-tokens: context budget of the recommended config (no --config)",
     "CONVMEM_SUMMARIZER": "--summarizer: extractive (default, offline) or openai",
     "CONVMEM_MAX_LIVE_SESSIONS": "--max-live-sessions: live session actors at most",
     "CONVMEM_ACTOR_THREADS": "--actor-threads: threads the session actors share",
@@ -70,6 +72,12 @@ def add_serve_command(commands: Any) -> None:
         "--config", type=Path, default=_env("CONVMEM_CONFIG"), help="JSON or TOML ShortTermMemoryConfig"
     )
     p.add_argument(
+        "--total-tokens",
+        type=int,
+        default=_env_int("CONVMEM_TOTAL_TOKENS", 4000),
+        help="without --config: the recommended configuration for a context of this many tokens (4000)",
+    )
+    p.add_argument(
         "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
     )
     p.add_argument("--max-live-sessions", type=int, default=_env_int("CONVMEM_MAX_LIVE_SESSIONS", 256))
@@ -85,10 +93,14 @@ def add_serve_command(commands: Any) -> None:
     p.set_defaults(run=cmd_status)
 
 
-def load_config(path: Path | None) -> ShortTermMemoryConfig:
-    """The configuration in `path` (JSON or TOML), or the defaults; errors name the bad field."""
+def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryConfig:
+    """The configuration in `path` (JSON or TOML), or the recommended one for `total_tokens`;
+    errors name the bad field."""
     if path is None:
-        return ShortTermMemoryConfig()
+        try:
+            return recommended(total_tokens=total_tokens).config
+        except InvalidConfig as exc:
+            raise CliError(f"--total-tokens: {exc.problem}", EXIT_USAGE) from None
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -112,7 +124,7 @@ def _summarizer(name: str, config: ShortTermMemoryConfig) -> Summarizer:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, args.total_tokens)
     summarizer = _summarizer(args.summarizer, config)
     stop = threading.Event()
 

@@ -75,7 +75,27 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 _NOT_THE_PAST = frozenset(
-    "the my your his her its our their this that these those a an every each whole entire very".split()
+    [
+        "the",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "a",
+        "an",
+        "every",
+        "each",
+        "whole",
+        "entire",
+        "very",
+    ]
 )
 """Words that make "last week" mean the last of something ("the last week of June", "my last year")."""
 
@@ -110,6 +130,10 @@ def _month(d: date, shift: int) -> str | None:
     return f"{MONTHS[month]} {year}" if 1 <= year <= 9999 else None
 
 
+def _year(year: int) -> str | None:
+    return str(year) if 1 <= year <= 9999 else None
+
+
 def _week(day: int) -> str:
     return "week of " + format_day(day - date.fromordinal(day).weekday())
 
@@ -137,8 +161,7 @@ def _absolute(match: re.Match[str], today: date, day: int) -> str | None:
             return _week(day + sign * 7 * n)
         if unit == "month":
             return _month(today, sign * n)
-        year = today.year + sign * n
-        return str(year) if 1 <= year <= 9999 else None
+        return _year(today.year + sign * n)
     if groups["weekday"]:
         back = (today.weekday() - _WEEKDAYS[groups["weekday"].lower()]) % 7 or 7
         return format_day(day - back)
@@ -150,7 +173,7 @@ def _absolute(match: re.Match[str], today: date, day: int) -> str | None:
         return _week(day + sign * 7)
     if unit == "month":
         return _month(today, sign)
-    return str(today.year + sign)
+    return _year(today.year + sign)
 
 
 def resolve(sentence: str, day: int) -> str:
@@ -177,4 +200,3 @@ def resolve(sentence: str, day: int) -> str:
         end = match.end()
     out.append(sentence[end:])
     return "".join(out)
-

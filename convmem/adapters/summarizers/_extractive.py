@@ -51,8 +51,8 @@ __all__ = ["ExtractiveSummarizer"]
 MAX_FACT_CHARS = 240
 MIN_GAIN = FULL_WEIGHT
 """A sentence joins only when it adds at least one rare word's weight the summary lacks."""
-MIN_SUBSTANCE = 0
-"""A sentence whose own terms weigh less says too little to be a fact ("Mel.", "Can't wait.")."""
+MIN_TERMS = 2
+"""A sentence with fewer content terms says too little to be a fact ("Mel.", "Confirmed.")."""
 _SPEAKERS = (("User", "user"), ("Assistant", "assistant"))
 
 
@@ -176,7 +176,7 @@ def _offer(pool: Pool, speaker: str, sentence: str, day: int | None) -> None:
     if day is not None:
         kept = resolve(kept, day)
     fact = make_fact(FACTS, clip(f"{speaker}: {kept}", MAX_FACT_CHARS), day)
-    if fact.key in pool.facts or sum(weight for _, weight in fact.terms) < MIN_SUBSTANCE:
+    if fact.key in pool.facts or len(fact.terms) < MIN_TERMS:
         return
     gain = pool.gain(fact)
     if is_question(kept):

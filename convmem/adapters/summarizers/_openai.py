@@ -20,6 +20,7 @@ from typing import Any, Self
 import httpx
 
 from convmem.errors import InvalidConfig, SummarizerError
+from convmem.events import date_text
 from convmem.projections import TokenEstimator, default_token_estimator, trim_summary
 
 __all__ = ["OpenAIChatSummarizer"]
@@ -34,18 +35,27 @@ _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _SYSTEM_PROMPT = """\
 You maintain the short-term memory of a conversation between a user and an AI assistant.
 The user message is JSON with "previous_summary" (the summary so far, possibly empty) and
-"turns" (newer turns, oldest first; each has "user", "assistant" and sometimes
-"trajectory_digest" with the tools the assistant invoked and what they returned).
+"turns" (newer turns, oldest first; each has "user" and "assistant", "date" when the day it was
+said is known (UTC), and sometimes "trajectory_digest" with the tools the assistant invoked and
+what they returned).
 
-Write ONE updated summary that merges the previous summary with the new turns. Keep every
-fact a later turn may need: names, numbers and amounts, dates, e-mail addresses, decisions
-and commitments, preferences, open questions. Drop small talk. Never invent facts.
+Write ONE updated summary that merges the previous summary with the new turns. Keep the
+previous summary's facts (drop one only when a new turn contradicts it or space runs out, and
+then drop small details before names, numbers and dates), and add what the new turns tell.
+Write specific bullets: who did or said what, and when. Copy names, numbers, amounts, places,
+titles and e-mail addresses verbatim. Make relative dates absolute from the turn's date
+("yesterday" said on 8 May 2023 is 7 May 2023; "last month" is April 2023). Keep preferences,
+decisions, commitments, plans and open questions. Drop greetings, thanks and small talk.
+Never invent facts.
 
-Write prose, optionally tagged like this (omit empty sections):
+Write prose, optionally tagged like this (omit empty sections; group key facts under the date
+they were said, undated ones first):
 <session_summary>
-One or two sentences of context.
+One sentence of context.
 <key_facts>
-- one fact per line
+8 May 2023:
+- User: adopted a dog named Max on 7 May 2023.
+- Assistant: recommended the vet on Rue Garibaldi, open until 7 pm.
 </key_facts>
 <tools_used>
 - tool_name: what it returned
@@ -144,7 +154,7 @@ class OpenAIChatSummarizer:
         """The chat-completions request for one summarizer request."""
         payload = {
             "previous_summary": request.get("previous_summary") or "",
-            "turns": list(request.get("turns") or ()),
+            "turns": [_dated(turn) for turn in request.get("turns") or ()],
         }
         try:
             turns_json = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
@@ -227,6 +237,17 @@ class OpenAIChatSummarizer:
     def _snippet(self, text: str) -> str:
         text = self._redact(" ".join(text.split()))
         return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
+
+
+def _dated(turn: Any) -> Any:
+    """The turn as the model reads it: its ``ts`` (epoch seconds) becomes ``date`` (``8 May 2023``)."""
+    if not isinstance(turn, Mapping) or "ts" not in turn:
+        return turn
+    shown = {k: v for k, v in turn.items() if k != "ts"}
+    ts = turn["ts"]
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and (date := date_text(float(ts))):
+        shown["date"] = date
+    return shown
 
 
 def _first_object(content: str) -> dict[str, Any] | None:

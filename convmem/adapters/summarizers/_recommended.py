@@ -63,7 +63,9 @@ def recommended(
     carry their dates. Pass the same `estimator` as the memory system's.
     """
     if isinstance(total_tokens, bool) or not isinstance(total_tokens, int) or total_tokens < SMALLEST_BUDGET:
-        raise InvalidConfig("total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}")
+        raise InvalidConfig(
+            "total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}"
+        )
     summary_tokens = total_tokens - RESERVE_TOKENS
     config = ShortTermMemoryConfig(
         strategy="rolling_summary",

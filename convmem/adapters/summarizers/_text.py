@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 
-import snowballstemmer
+import snowballstemmer  # type: ignore[import-untyped]  # no type hints shipped
 
 __all__ = [
     "FULL_WEIGHT",
@@ -55,7 +55,12 @@ _LEADING_FILLER = re.compile(
     re.IGNORECASE,
 )
 
-_STOPWORDS = frozenset(
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_STOPWORDS = _words(
     """
     a about above after again against ago all almost along also although always am among an and another any
     anybody anyone anything anyway anyways are aren't around as at be became because become been before
@@ -76,15 +81,15 @@ _STOPWORDS = frozenset(
     yourselves
     hey hi hello hiya yo wow whoa woah oh ooh ah aw aww haha hahaha lol omg yeah yep yup yes nope ok okay
     um uh hmm yay ugh phew gonna wanna gotta kinda sorta dunno btw tho cuz cause 'cause
-    thanks thank thx pls please sorry congrats congratulations bye goodbye cheers
+    thanks thank thx pls please sorry congrats congratulations bye goodbye cheers welcome
     great awesome amazing cool nice good glad wonderful fantastic incredible lovely super totally
     definitely absolutely exactly actually basically literally seriously honestly truly certainly
     probably pretty kind sort stuff lots bit
-    """.split()
+    """
 )
 """Function words, greetings, thanks, fillers and bare enthusiasm: never a fact by themselves."""
 
-_COMMON = frozenset(
+_COMMON = _words(
     """
     able add agree ask asked asking back bad best better big bring brings brought call came can't care
     change chance check come comes coming day days did do does doing done end enjoy enjoyed enjoying
@@ -98,7 +103,7 @@ _COMMON = frozenset(
     special start started starting stay stop sure take taken takes taking talk talked talking tell
     thought things think thinking time times today told tonight took tried try trying turn turned use
     used want wanted wants watch way ways week weeks went work worked working world year years
-    """.split()
+    """
 )
 """Everyday words: kept, but worth a quarter of a rarer word."""
 
