@@ -4,7 +4,8 @@ The common names are available here lazily (importing `convmem` alone loads
 nothing heavy): `convmem.connect` (and `convmem.connect_here` for asyncio),
 `convmem.connect_remote` (a connection to a running convmem service),
 `convmem.MemorySystem`, `convmem.MemoryKey`, `convmem.ConversationTurn`,
-`convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`.
+`convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`, and `convmem.recommended`
+(the recommended offline configuration and summarizer for a token budget).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _LAZY = {
     "connect": "convmem.adapters",
     "connect_here": "convmem.adapters",
     "connect_remote": "convmem.adapters",
+    "recommended": "convmem.adapters",
 }
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "connect",
     "connect_here",
     "connect_remote",
+    "recommended",
 ]
 
 

@@ -16,7 +16,10 @@ EXPECTED = {
     "replay": ["JetStream read_all + decode + fold", "in memory: fold only, replay() per session"],
     "activation": ["MemorySystem.load(key) p50", "first get_llm_context of a passivated session p99"],
     "scale": ["RSS after touching 200 sessions", "40 sessions round-robin, 8 live"],
-    "quality": ["rolling_summary: evidence visible at each session's end @ 500 tokens"],
+    "quality": [
+        "recommended: answer recall / ceiling @ 1000 tokens, vs written summaries",
+        "recommended: max context tokens @ 4000",
+    ],
     "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
 }
 
