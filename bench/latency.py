@@ -13,9 +13,12 @@ the turns). Hung: the summarizer blocks on an `Event` until the run ends, so
 every summarizer worker and the queue fill up. A third run with
 ``truncation`` (no summarizer) is the fairer reference for the hung one: a
 healthy summarizer adds a `SummaryProduced` append per turn, a hung one adds
-none. The three systems share one server (each on sessions of its own) and
-run side by side, each rate in four bursts per system taken in turn, so a
-slow moment of the machine falls on all three; once with the server's
+none. A fourth system runs `convmem.recommended(total_tokens=4000)` with its
+real `ExtractiveSummarizer` (full zone 3: every turn past the third is
+summarized in the background, competing for the interpreter with the writes).
+The four systems share one server (each on sessions of its own) and run side
+by side, each rate in four bursts per system taken in turn, so a slow moment
+of the machine falls on all of them; once with the server's
 default flush and once with ``sync_interval: always``. The garbage
 collector's pauses during the runs are recorded beside the figures: a full
 collection stops every thread for tens of milliseconds, and the burst it
@@ -44,7 +47,7 @@ from bench._common import (
 )
 from bench._profile import py_spy
 from convmem.actors import AsyncSessionHandle, MemorySystem
-from convmem.adapters import JetStreamBackend
+from convmem.adapters import ExtractiveSummarizer, JetStreamBackend, recommended
 from convmem.events import ConversationTurn, ShortTermMemoryConfig
 
 __all__ = ["run"]
@@ -139,17 +142,19 @@ def _merge(parts: list[tuple[list[float], float, int]]) -> tuple[list[float], fl
     return latencies, sum(p[1] for p in parts) / len(parts), sum(p[2] for p in parts)
 
 
-def _three_runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -> dict[str, Latencies]:
-    """The healthy, hung and summarizer-less systems side by side, their bursts interleaved.
+def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -> dict[str, Latencies]:
+    """The healthy, hung, summarizer-less and recommended systems side by side, bursts interleaved.
 
     Each rate runs in `rounds` bursts per system, in turn (healthy, hung,
-    plain, healthy, ...), so a slow moment of the machine falls on all three.
+    plain, recommended, healthy, ...), so a slow moment of the machine falls on all.
     """
     rounds = 1 if sizes.smoke else 4
-    summarizers: dict[str, _Summarizer | None] = {
+    setup = recommended(total_tokens=4000)
+    summarizers: dict[str, _Summarizer | ExtractiveSummarizer | None] = {
         "healthy": _Summarizer(hung=False),
         "hung": _Summarizer(hung=True),
         "plain": None,
+        "recommended": setup.summarizer,
     }
     turns = [sample_turn(n) for n in range(64)]
     systems: dict[str, MemorySystem] = {}
@@ -157,6 +162,8 @@ def _three_runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Res
     try:
         for name, summarizer in summarizers.items():
             config = ShortTermMemoryConfig(strategy="rolling_summary" if summarizer else "truncation")
+            if name == "recommended":
+                config = setup.config
             systems[name] = MemorySystem(
                 config, log=backend.log, snapshots=backend.snapshots, summarizer=summarizer
             )
@@ -185,7 +192,7 @@ def _three_runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Res
         result.details[f"gc pauses [{label}]"] = pauses.summary()
     finally:
         for summarizer in summarizers.values():
-            if summarizer is not None:
+            if isinstance(summarizer, _Summarizer):
                 summarizer.release()
         for system in systems.values():
             system.close()
@@ -208,13 +215,12 @@ def _summary(latencies: list[float], achieved: float, failures: int) -> dict[str
     }
 
 
-def _figures(
-    sizes: Sizes, label: str, healthy: Latencies, hung: Latencies, plain: Latencies, result: Result
-) -> None:
+def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Result) -> None:
     for rate in sizes.lat_rates:
-        ok, ok_rate, ok_failed = healthy[rate]
-        bad, bad_rate, bad_failed = hung[rate]
-        base, base_rate, base_failed = plain[rate]
+        ok, ok_rate, ok_failed = runs["healthy"][rate]
+        bad, bad_rate, bad_failed = runs["hung"][rate]
+        base, base_rate, base_failed = runs["plain"][rate]
+        real, real_rate, real_failed = runs["recommended"][rate]
         for p in (50.0, 99.0, 99.9):
             result.add(
                 Figure(
@@ -238,10 +244,21 @@ def _figures(
                     target=Target("ratio", "<=", 1.2) if rate == 1000 else None,
                 )
             )
+        result.add(
+            Figure(
+                f"p99 @ {rate}/s recommended, extractive summarizer [{label}]",
+                percentile(real, 99.0) * 1000,
+                "ms",
+                reference=percentile(ok, 99.0) * 1000,
+                reference_label="p99 with a summarizer that answers at once, same rate",
+                target=Target("value", "<=", 5.0) if rate == 1000 else None,
+            )
+        )
         result.details[f"{label} {rate}/s"] = {
             "healthy": _summary(ok, ok_rate, ok_failed),
             "hung": _summary(bad, bad_rate, bad_failed),
             "no_summarizer": _summary(base, base_rate, base_failed),
+            "recommended": _summary(real, real_rate, real_failed),
         }
 
 
@@ -250,8 +267,8 @@ def run(sizes: Sizes) -> Result:
     for sync_interval in (None, "always"):
         label = sync_label(sync_interval)
         with embedded_backend(sync_interval) as backend:
-            runs = _three_runs(sizes, backend, label, result)
-        _figures(sizes, label, runs["healthy"], runs["hung"], runs["plain"], result)
+            runs = _runs(sizes, backend, label, result)
+        _figures(sizes, label, runs, result)
     result.notes.append(
         "open loop: requests issued at fixed times by one asyncio scheduler through "
         "AsyncSessionHandle.add_turn, latency measured from the scheduled time (no coordinated omission); "

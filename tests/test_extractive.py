@@ -406,7 +406,7 @@ ESTIMATORS = st.sampled_from([default_token_estimator, lambda s: len(s.encode("u
 
 @given(
     batches=st.lists(st.lists(TURN, max_size=6), min_size=1, max_size=4),
-    max_tokens=st.integers(min_value=16, max_value=600),
+    max_tokens=st.integers(min_value=20, max_value=600),
     estimator=ESTIMATORS,
 )
 def test_a_summary_never_exceeds_its_allowance_and_keeps_its_shape(

@@ -135,13 +135,13 @@ class ExtractiveSummarizer:
             limit = 4 * budget - 1  # len // 4 + 1 <= budget
             while pool.chars + frame > limit and len(pool):
                 pool.remove(pool.cheapest())  # type: ignore[arg-type]
-        text = render(line, pool.facts.values())
+        text = pool.render(line)
         while estimator(text) > budget:
             cheapest = pool.cheapest()
             if cheapest is None:
                 return None
             pool.remove(cheapest)
-            text = render(line, pool.facts.values())
+            text = pool.render(line)
         return text
 
     def _smallest(self, count: int) -> str:

@@ -177,13 +177,11 @@ def is_question(sentence: str) -> bool:
 def terms(text: str) -> Terms:
     """The weighted content terms of a fact's text (its speaker label left out)."""
     seen: dict[str, int] = {}
-    for match in _WORD.finditer(_LABEL.sub("", text, count=1)):
-        word = match.group().lower().replace("’", "'")
-        if word.endswith("'s"):
-            word = word[:-2]
-        if len(word) < 2 and not word.isdigit():
-            continue
-        if word in _STOPWORDS:
+    if text.startswith(("User: ", "Assistant: ", "Tools: ")):
+        text = text[text.index(" ") + 1 :]
+    for found in _WORD.findall(text.lower().replace("’", "'")):
+        word = found[:-2] if found.endswith("'s") else found
+        if word in _STOPWORDS or (len(word) < 2 and not word.isdigit()):
             continue
         weight = _COMMON_WEIGHT if word in _COMMON else FULL_WEIGHT
         stem = _stem(word)
