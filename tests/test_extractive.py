@@ -192,6 +192,7 @@ def test_the_dates_of_an_older_summary_stay_with_their_facts() -> None:
             first["summary"],
         )
     )["summary"]
+    assert "1 turn summarized, on 31 December 2023." in first["summary"]
     assert days(second) == {
         "31 December 2023": ["User: We signed the lease for Unit 7."],
         "2 January 2024": ["User: Movers come on Friday at 9am."],

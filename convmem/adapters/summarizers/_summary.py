@@ -52,7 +52,7 @@ _TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _SECTION = re.compile(r"<(key_facts|tools_used|pending)>(.*?)</\1>", re.DOTALL)
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _HEADER = re.compile(r"(\d{1,2} [A-Z][a-z]+ \d{1,4}):")
-_PROSE = re.compile(r"(\d+) turns? summarized(?:, from (.+?) to (.+?))?\.")
+_PROSE = re.compile(r"(\d+) turns? summarized(?:, from (.+?) to (.+?)|, on (.+?))?\.")
 _OLD_GIST = re.compile(r"The conversation so far \((\d+) turns?\)")
 _OLD_QUOTE = re.compile(r"Most recently the (?:user|assistant) said: ")
 
@@ -98,6 +98,8 @@ def prose(turns: int, first_day: int | None, last_day: int | None) -> str:
     said = f"{turns} turn{'' if turns == 1 else 's'} summarized"
     if first_day is None or last_day is None:
         return said + "."
+    if first_day == last_day:
+        return f"{said}, on {format_day(first_day)}."
     return f"{said}, from {format_day(first_day)} to {format_day(last_day)}."
 
 
@@ -139,7 +141,7 @@ def parse(summary: str) -> Parsed:
             own = _PROSE.fullmatch(line)
             if own:
                 counted[0] += int(own.group(1))
-                for written in own.group(2, 3):
+                for written in own.group(2, 3, 4):
                     day = parse_day(written) if written else None
                     if day is not None:
                         days.append(day)
