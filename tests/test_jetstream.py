@@ -130,9 +130,9 @@ def test_a_prefix_overlapping_another_stream_is_refused(nats_server: EmbeddedNat
 
 
 def test_an_existing_bucket_that_differs_is_refused(nats_server: EmbeddedNatsServer) -> None:
-    """A snapshot bucket keeping history is not ours: refused, not changed."""
+    """A bucket made by nats' own KV API denies message deletes (no secure erasure): refused, not changed."""
     raw(nats_server.url, lambda c: c.js.create_key_value(bucket="CONVMEM_SNAPSHOTS", history=5))
-    with pytest.raises(InvalidConfig, match="max_msgs_per_subject"):
+    with pytest.raises(InvalidConfig, match="denies message deletes"):
         JetStreamSnapshotStore.connect(nats_server.url)
 
 

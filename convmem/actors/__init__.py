@@ -10,6 +10,7 @@ from convmem.actors._audit import (
     verify,
 )
 from convmem.actors._clock import ManualClock, SystemClock
+from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
@@ -33,6 +34,8 @@ __all__ = [
     "AsyncSessionHandle",
     "Clock",
     "Erased",
+    "ErasureNotice",
+    "ErasureWatch",
     "EventLog",
     "LoadReport",
     "LoggedEvent",
@@ -54,6 +57,7 @@ __all__ = [
     "SystemClock",
     "TimelineRow",
     "Timer",
+    "Unwatch",
     "decode_logged",
     "export_jsonl",
     "load_state",

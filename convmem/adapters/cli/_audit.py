@@ -277,7 +277,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
         if not erased.sessions:
             raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
     if args.json:
-        emit_json({"erased_sessions": erased.sessions, "purged_events": erased.events})
+        emit_json({"events_purged": erased.events_purged, "sessions": erased.sessions})
     else:
-        print(f"erased {what}: {erased.events} events purged from {erased.sessions} session(s)")
+        print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
     return EXIT_OK

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import json
 import logging
+import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -25,8 +28,9 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from convmem.actors import Posted
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
-from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
+from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, PermissionDenied, SessionClosed
 
 __all__ = [
     "DEFAULT_MAX_CONTROL_LINE",
@@ -49,6 +53,8 @@ MIN_SERVER_VERSION = (2, 12)
 
 _log = logging.getLogger("convmem.nats")
 _HDR_LINE = b"NATS/1.0"
+_DENIED = re.compile(r'permissions violation for (publish|subscription) to "([^"]+)"', re.IGNORECASE)
+_REFUSALS_KEPT = 64
 
 
 class StoredMessage(msgspec.Struct, frozen=True):
@@ -83,6 +89,92 @@ def unavailable(exc: BaseException, what: str) -> LogUnavailable:
     return LogUnavailable(f"{what} failed: {detail}; check that nats-server is up with JetStream, then retry")
 
 
+class ConnectionWatch:
+    """What the server tells a connection outside any reply: refused subjects, reconnections.
+
+    The server answers a publish these credentials may not make with an
+    asynchronous permissions error, not a reply; a request waiting on such
+    a subject fails at once with `PermissionDenied` naming it (`expect`).
+    Listeners added with `on_reconnect` are told each reconnection (on the loop).
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = secrets
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+        self.refused: OrderedDict[str, str] = OrderedDict()
+        """Subjects refused lately, by lowercased subject (nats-py lowercases the error)."""
+        self._reconnect: list[Callable[[], None]] = []
+
+    def on_reconnect(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` on the loop after each reconnection; returns what removes it."""
+        self._reconnect.append(listener)
+        return lambda: self._reconnect.remove(listener) if listener in self._reconnect else None
+
+    @contextlib.contextmanager
+    def expect(self, subject: str) -> Any:
+        """A future failed with `PermissionDenied` if the server refuses `subject` meanwhile."""
+        denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiting.setdefault(subject.lower(), set())
+        waiters.add(denied)
+        try:
+            yield denied
+        finally:
+            waiters.discard(denied)
+            if not waiters:
+                self._waiting.pop(subject.lower(), None)
+            if not denied.done():
+                denied.cancel()
+
+    async def error_cb(self, exc: Exception) -> None:
+        match = _DENIED.search(str(exc))
+        if match is None:
+            _log.warning("NATS connection error: %s", scrub(_describe(exc), self.secrets))
+            return
+        kind, subject = match.group(1).lower(), match.group(2)
+        self.refused[subject.lower()] = subject
+        while len(self.refused) > _REFUSALS_KEPT:
+            self.refused.popitem(last=False)
+        if kind == "publish":
+            message = f"the NATS server refused these credentials permission to publish to {subject!r}"
+            waiters = list(self._waiting.get(subject.lower(), ()))
+        else:
+            message = (
+                f"the NATS server refused these credentials permission to subscribe to {subject!r}; "
+                "if that is the reply inbox, set an inbox prefix they may use (--inbox-prefix)"
+            )
+            waiters = [w for group in self._waiting.values() for w in group]
+        _log.warning("%s", message)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(PermissionDenied(message, subject=subject))
+
+    async def disconnected_cb(self) -> None:
+        _log.info("disconnected from NATS; reconnecting")
+
+    async def reconnected_cb(self) -> None:
+        _log.info("reconnected to NATS")
+        for listener in list(self._reconnect):
+            try:
+                listener()
+            except Exception:
+                _log.exception("a reconnection listener failed")
+
+
+async def request_denied(
+    nc: Client, watch: ConnectionWatch, subject: str, payload: bytes, timeout: float
+) -> Any:
+    """`nc.request`, failing at once with `PermissionDenied` when the server refuses the subject."""
+    with watch.expect(subject) as denied:
+        request = asyncio.ensure_future(nc.request(subject, payload, timeout=timeout))
+        done, _ = await asyncio.wait({request, denied}, return_when=asyncio.FIRST_COMPLETED)
+        if request not in done:
+            request.cancel()
+            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+                await request
+            denied.result()
+        return request.result()
+
+
 class NatsConnection:
     """A nats-py client, its JetStream context and the loop thread that owns them."""
 
@@ -95,11 +187,13 @@ class NatsConnection:
         url: str,
         timeout: float,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        watch: ConnectionWatch | None = None,
     ) -> None:
         self._loop = loop
         self.nc = nc
         self.js = js
         self.url = url
+        self.watch = watch if watch is not None else ConnectionWatch(url_secrets(url))
         self.timeout = timeout
         self.max_control_line = max_control_line
         self._lock = threading.Lock()
@@ -114,20 +208,27 @@ class NatsConnection:
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
         name: str = "convmem",
+        auth: NatsAuth | None = None,
     ) -> NatsConnection:
         """Connect to `url` and check that JetStream is there; `LogUnavailable` if not.
 
         `max_control_line` is the server's setting of that name: a publish
         whose subject would not fit is refused here, because the server
-        answers one by dropping the whole connection.
+        answers one by dropping the whole connection. `auth` holds the
+        credentials and TLS settings (none: the URL's own, if any).
         """
+        auth = auth or NatsAuth()
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets))
+        options = auth.options()
         loop = EventLoopThread(name=f"{name}-nats-loop")
         try:
-            nc, js = loop.call(lambda: _open(url, timeout, name), timeout=2 * timeout + 2.0, what="connect")
+            nc, js = loop.call(
+                lambda: _open(url, timeout, name, options, watch), timeout=2 * timeout + 2.0, what="connect"
+            )
         except BaseException:
             loop.stop()
             raise
-        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line)
+        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line, watch=watch)
 
     @classmethod
     async def connect_here(
@@ -137,15 +238,24 @@ class NatsConnection:
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
         name: str = "convmem",
+        auth: NatsAuth | None = None,
     ) -> NatsConnection:
         """`connect`, on the event loop running here: nats-py's I/O then shares this loop and thread.
 
         Blocking calls on the connection (the adapters' synchronous methods)
         must then come from other threads; on this one they raise.
         """
-        nc, js = await asyncio.wait_for(_open(url, timeout, name), 2 * timeout + 2.0)
+        auth = auth or NatsAuth()
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets))
+        nc, js = await asyncio.wait_for(_open(url, timeout, name, auth.options(), watch), 2 * timeout + 2.0)
         return cls(
-            EventLoopThread.here(), nc, js, url=url, timeout=timeout, max_control_line=max_control_line
+            EventLoopThread.here(),
+            nc,
+            js,
+            url=url,
+            timeout=timeout,
+            max_control_line=max_control_line,
+            watch=watch,
         )
 
     def on_loop_thread(self) -> bool:
@@ -220,14 +330,14 @@ class NatsConnection:
         try:
             self._loop.call(shut, timeout=self.timeout + 1.0, what="close")
         except ConvmemError:
-            _log.warning("closing the NATS connection to %s timed out", self.url)
+            _log.warning("closing the NATS connection to %s timed out", redact_url(self.url))
         finally:
             self._loop.stop()
 
     async def api(self, subject: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """A JetStream API request; an error reply raises nats-py's `APIError`."""
         payload = json.dumps(request).encode() if request is not None else b""
-        msg = await self.nc.request(subject, payload, timeout=self.timeout)
+        msg = await request_denied(self.nc, self.watch, subject, payload, self.timeout)
         reply: dict[str, Any] = json.loads(msg.data)
         if "error" in reply:
             error = reply["error"]
@@ -346,7 +456,10 @@ class _Client(Client):
             _log.exception("a handler of subscription %s failed", sid)
 
 
-async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStreamContext]:
+async def _open(
+    url: str, timeout: float, name: str, options: dict[str, Any], watch: ConnectionWatch
+) -> tuple[_Client, JetStreamContext]:
+    shown = redact_url(url)
     nc = _Client()
     try:
         await asyncio.wait_for(
@@ -357,33 +470,35 @@ async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStream
                 allow_reconnect=True,
                 max_reconnect_attempts=1,  # on the first connect only; unbounded once connected
                 reconnect_time_wait=0.25,  # type: ignore[arg-type]  # nats-py annotates int, uses float
-                error_cb=_on_error,
-                disconnected_cb=_on_disconnected,
-                reconnected_cb=_on_reconnected,
+                error_cb=watch.error_cb,
+                disconnected_cb=watch.disconnected_cb,
+                reconnected_cb=watch.reconnected_cb,
+                **options,
             ),
             timeout,
         )
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         await nc.close()
         raise LogUnavailable(
-            f"cannot connect to NATS at {url} ({_describe(exc)}); start nats-server with "
-            "JetStream (nats-server -js) or pass the URL of a running one (None starts an embedded server)"
+            f"cannot connect to NATS at {shown} ({scrub(_describe(exc), watch.secrets)}); check the URL "
+            "and the credentials, and that nats-server runs with JetStream"
         ) from None
     nc.options["max_reconnect_attempts"] = -1
     try:
         version = nc.connected_server_version
         if (version.major, version.minor) < MIN_SERVER_VERSION:
             raise LogUnavailable(
-                f"the NATS server at {url} is version {version}; convmem needs nats-server "
+                f"the NATS server at {shown} is version {version}; convmem needs nats-server "
                 f"{MIN_SERVER_VERSION[0]}.{MIN_SERVER_VERSION[1]} or newer (atomic batch publish)"
             )
         js = nc.jetstream(timeout=timeout)
         try:
-            await js.account_info()
+            await request_denied(nc, watch, "$JS.API.INFO", b"", timeout)
         except (TimeoutError, nats.errors.Error) as exc:
             raise LogUnavailable(
-                f"the NATS server at {url} does not answer JetStream requests ({_describe(exc)}); "
-                "enable JetStream (nats-server -js, or a jetstream block in its config)"
+                f"the NATS server at {shown} does not answer JetStream requests "
+                f"({scrub(_describe(exc), watch.secrets)}); enable JetStream (nats-server -js, or a "
+                "jetstream block in its config)"
             ) from None
     except BaseException:
         await nc.close()
@@ -391,17 +506,5 @@ async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStream
     return nc, js
 
 
-async def _on_error(exc: Exception) -> None:
-    _log.warning("NATS connection error: %s", _describe(exc))
-
-
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-async def _on_disconnected() -> None:
-    _log.info("disconnected from NATS; reconnecting")
-
-
-async def _on_reconnected() -> None:
-    _log.info("reconnected to NATS")

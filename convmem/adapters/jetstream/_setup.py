@@ -16,7 +16,7 @@ import nats.js.errors
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig
 
-__all__ = ["check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
+__all__ = ["check_exists", "check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
 
 _NS = 1_000_000_000
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
@@ -84,21 +84,49 @@ async def ensure_stream(
     _compare(f"stream {name!r}", wanted, found, ignore={"name"})
 
 
+def _bucket_config(bucket: str, *, replicas: int) -> dict[str, Any]:
+    """A key-value bucket's stream as nats-py's ``create_key_value`` makes it, but deletable by message.
+
+    ``deny_delete`` is off so a snapshot can be erased for good (``STREAM.MSG.DELETE``
+    overwrites its bytes), which NATS cannot turn off on an existing stream.
+    """
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "file",
+        "num_replicas": replicas,
+        "max_msgs_per_subject": 1,
+        "max_age": 0,
+        "discard": "new",
+        "duplicate_window": 120 * _NS,
+        "allow_rollup_hdrs": True,
+        "deny_delete": False,
+        "deny_purge": False,
+        "allow_direct": True,
+    }
+
+
 async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> None:
     """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs."""
     stream = f"KV_{bucket}"
     found = await _stream_config_of(conn, stream)
     if found is None:
         try:
-            await conn.js.create_key_value(
-                bucket=bucket, history=1, storage=nats.js.api.StorageType.FILE, replicas=replicas
-            )
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
             return
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:
                 raise
         found = await _stream_config_of(conn, stream)
         assert found is not None
+    if found.get("deny_delete"):
+        raise InvalidConfig(
+            "bucket",
+            f"the existing key-value bucket {bucket!r} denies message deletes, so convmem cannot erase "
+            "a snapshot for good (NATS cannot change that setting). Snapshots are only a cache: delete "
+            f"the bucket (nats kv del {bucket}) and convmem makes it anew on its next start",
+        )
     wanted = {
         "subjects": [f"$KV.{bucket}.>"],
         "storage": "file",
@@ -108,6 +136,11 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
         "max_age": 0,
     }
     _compare(f"key-value bucket {bucket!r}", wanted, found, ignore=set())
+
+
+async def check_exists(conn: NatsConnection, stream: str) -> bool:
+    """Whether the stream exists (never creates it: for read-only use)."""
+    return await _stream_config_of(conn, stream) is not None
 
 
 async def _stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:

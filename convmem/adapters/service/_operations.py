@@ -214,11 +214,11 @@ class ApiOperations:
 
     def _erase(self, key: MemoryKey) -> dict[str, int]:
         erased = self.system.erase(key)
-        return {"events_purged": erased.events, "sessions": erased.sessions}
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         erased = self.system.erase_user(tenant_id, user_id)
-        return {"events_purged": erased.events, "sessions": erased.sessions}
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def health(self) -> dict[str, Any]:
         """What ``ops.v1.health`` answers: whether the log answers, live sessions, load."""

@@ -39,6 +39,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from convmem.actors import MemorySystem
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo
@@ -64,7 +65,8 @@ class MemoryService:
     caps the seconds a request may ask for; `fresh_reads` (default on) makes
     reads check the log for writes made through other services;
     `drain_timeout` bounds how long `stop()` waits for requests in flight.
-    `connect_options` go to nats-py's ``connect`` (credentials, TLS).
+    `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options`
+    go to nats-py's ``connect`` as they are.
     The service never closes `system`: its owner does, after `stop()`.
     """
 
@@ -82,6 +84,7 @@ class MemoryService:
         connect_timeout: float = 5.0,
         name: str = "convmem-service",
         connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -99,7 +102,9 @@ class MemoryService:
         self.connect_timeout = connect_timeout
         self.name = name
         self.instance = uuid.uuid4().hex[:12]
-        self._connect_options = dict(connect_options or {})
+        self._auth = auth or NatsAuth()
+        self._connect_options = {**self._auth.options(), **(connect_options or {})}
+        self._secrets = (*url_secrets(url), *self._auth.secrets)
         self._ops = ApiOperations(
             system,
             api_prefix=self.api_prefix,
@@ -207,7 +212,7 @@ class MemoryService:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"MemoryService({self.url!r}, api_prefix={self.api_prefix!r}, {self._state})"
+        return f"MemoryService({redact_url(self.url)!r}, api_prefix={self.api_prefix!r}, {self._state})"
 
     # On the loop ----------------------------------------------------------------------------
 
@@ -218,7 +223,7 @@ class MemoryService:
             "allow_reconnect": True,
             "max_reconnect_attempts": 1,  # on the first connect only; unbounded once connected
             "reconnect_time_wait": 0.25,
-            "error_cb": _on_error,
+            "error_cb": self._on_error,
         }
         options.update(self._connect_options)
         try:
@@ -226,8 +231,9 @@ class MemoryService:
                 nats.connect(servers=server_list(self.url), **options), self.connect_timeout
             )
         except (TimeoutError, nats.errors.Error, OSError) as exc:
+            detail = scrub(str(exc) or type(exc).__name__, self._secrets)
             raise LogUnavailable(
-                f"the convmem service cannot connect to NATS at {self.url} ({exc or type(exc).__name__}); "
+                f"the convmem service cannot connect to NATS at {redact_url(self.url)} ({detail}); "
                 "check the URL and the credentials"
             ) from None
         nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
@@ -304,6 +310,5 @@ class MemoryService:
         """What ``ops.v1.metrics`` answers (the memory system's counters and this service's)."""
         return self._ops.metrics()
 
-
-async def _on_error(exc: Exception) -> None:
-    _log.warning("convmem service NATS error: %s", exc or type(exc).__name__)
+    async def _on_error(self, exc: Exception) -> None:
+        _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
