@@ -2,8 +2,10 @@
 
 from convmem.actors._audit import (
     SessionCheck,
+    SessionRow,
     TimelineRow,
     export_jsonl,
+    list_sessions,
     read_jsonl,
     replay_session,
     timeline,
@@ -48,6 +50,7 @@ __all__ = [
     "Posted",
     "SessionCheck",
     "SessionHandle",
+    "SessionRow",
     "SessionServices",
     "Snapshot",
     "SnapshotStore",
@@ -60,6 +63,7 @@ __all__ = [
     "Unwatch",
     "decode_logged",
     "export_jsonl",
+    "list_sessions",
     "load_state",
     "read_jsonl",
     "replay_session",

@@ -129,6 +129,18 @@ class InMemoryEventLog:
                 and (user_id is None or k.user_id == user_id)
             ]
 
+    def counts(self, *, tenant_id: str | None = None, user_id: str | None = None) -> dict[MemoryKey, int]:
+        """How many records each session holds (of a tenant, of a user)."""
+        with self._lock:
+            self._check_open()
+            return {
+                k: len(records)
+                for k, records in sorted(self._sessions.items(), key=lambda item: item[0].composite())
+                if records
+                and (tenant_id is None or k.tenant_id == tenant_id)
+                and (user_id is None or k.user_id == user_id)
+            }
+
     def erase(self, key: MemoryKey, *, at: float) -> int:
         """See `EventLog.erase`: nothing of the session stays, and every watcher is told."""
         with self._lock:

@@ -43,10 +43,12 @@ __all__ = ["add_demo_command", "load_conversations"]
 TENANT = "demo"
 
 
-def add_demo_command(commands: Any) -> None:
-    """Register `demo` on the CLI's subparsers."""
+def add_demo_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register `demo` on the CLI's subparsers (`common`: the global options)."""
     p = commands.add_parser(
-        "demo", help="play real conversations through convmem, then audit them (the main job)"
+        "demo",
+        parents=[common],
+        help="play real conversations through convmem, then audit them (the main job)",
     )
     p.add_argument("--sessions", type=int, default=40, help="conversations to play (default 40)")
     p.add_argument("--max-turns", type=int, default=30, help="turns per conversation at most (default 30)")

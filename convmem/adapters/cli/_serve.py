@@ -20,10 +20,11 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._auth import redact_url
 from convmem.adapters._connect import MEMORY_URL, open_backend
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters._openai import OpenAIChatSummarizer
-from convmem.adapters.cli._common import EXIT_OK, EXIT_USAGE, CliError, emit_json
+from convmem.adapters.cli._common import EXIT_OK, EXIT_USAGE, CliError, emit_json, nats_url
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.service._service import MemoryService
@@ -62,9 +63,9 @@ def _env_int(name: str, default: int) -> int:
         raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
 
 
-def add_serve_command(commands: Any) -> None:
-    """Register `serve` and `status` on the CLI's subparsers."""
-    p = commands.add_parser("serve", help="run the memory service (NATS request/reply API)")
+def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register `serve` and `status` on the CLI's subparsers (`common`: the global options)."""
+    p = commands.add_parser("serve", parents=[common], help="run the memory service (NATS request/reply API)")
     p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
     p.add_argument("--queue-group", default=_env("CONVMEM_QUEUE_GROUP", "convmem"))
     p.add_argument(
@@ -80,7 +81,7 @@ def add_serve_command(commands: Any) -> None:
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
 
-    p = commands.add_parser("status", help="health and metrics of the running services")
+    p = commands.add_parser("status", parents=[common], help="health and metrics of the running services")
     p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_status)
@@ -133,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         replicas=args.replicas,
         timeout=args.timeout,
+        auth=args.auth,
     )
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -147,17 +149,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         try:
             service = MemoryService(
-                system, opened.url, api_prefix=args.api_prefix, queue_group=args.queue_group
+                system,
+                opened.url,
+                api_prefix=args.api_prefix,
+                queue_group=args.queue_group,
+                auth=args.auth if opened.server is None else None,
             )
             service.start()
             where = "embedded nats-server" if opened.server is not None else "NATS"
             print(
-                f"convmem serve: {where} at {opened.url}, API {args.api_prefix}.v1.<tenant>.<op>, "
-                f"queue group {args.queue_group!r}",
+                f"convmem serve: {where} at {redact_url(opened.url)}, "
+                f"API {args.api_prefix}.v1.<tenant>.<op>, queue group {args.queue_group!r}",
                 file=sys.stderr,
             )
             if args.ready_file is not None:
-                args.ready_file.write_text(opened.url, encoding="utf-8")
+                args.ready_file.write_text(redact_url(opened.url), encoding="utf-8")
             try:
                 service.run_forever(stop)
             finally:
@@ -173,11 +179,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    if not args.nats:
+    url = nats_url(args)
+    if not url:
         raise CliError(
-            "status asks running services over NATS: give --nats URL (or CONVMEM_NATS_URL)", EXIT_USAGE
+            "status asks running services over NATS: give --server URL (or NATS_URL); no convmem serve "
+            "runs on the embedded data folder",
+            EXIT_USAGE,
         )
-    with RemoteMemory(args.nats, api_prefix=args.api_prefix, timeout=args.timeout) as remote:
+    with RemoteMemory(url, api_prefix=args.api_prefix, timeout=args.timeout, auth=args.auth) as remote:
         report = {"health": remote.service_health(), "metrics": remote.service_metrics()}
     if args.json:
         emit_json(report)

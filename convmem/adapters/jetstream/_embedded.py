@@ -35,10 +35,12 @@ from convmem.errors import LogUnavailable
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["EmbeddedNatsServer", "default_store_dir", "find_nats_server"]
+__all__ = ["EmbeddedNatsServer", "default_store_dir", "find_nats_server", "running_server_url"]
 
 _BINARY = "nats-server.exe" if sys.platform == "win32" else "nats-server"
 _LOCK = "convmem-nats.lock"
+_URL = "convmem-nats.url"
+"""Where a running embedded server's URL is written, so other processes can join it."""
 _PID = "convmem-nats.pid"
 
 
@@ -190,6 +192,7 @@ class EmbeddedNatsServer:
         if problem:
             self._terminate(kill=True)
             return f"{problem}; its log ends with:\n{self._log_tail()}"
+        (self.store_dir / _URL).write_text(f"nats://{self.host}:{port}", encoding="utf-8")
         return ""
 
     def _lock_store(self) -> int | None:
@@ -285,6 +288,31 @@ def _healthy(host: str, port: int) -> bool:
         return False
     finally:
         connection.close()
+
+
+def running_server_url(store_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The URL of the embedded server running on `store_dir` now (default folder when None), or None.
+
+    A server holds the folder's lock while it lives; the URL it wrote on
+    start is good only while that lock is held.
+    """
+    store = Path(store_dir) if store_dir is not None else default_store_dir()
+    if sys.platform == "win32" or not (store / _LOCK).exists():
+        return None
+    try:
+        lock = os.open(store / _LOCK, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: a server runs there
+        try:
+            return (store / _URL).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+    finally:
+        os.close(lock)
+    return None
 
 
 def _read_pid(path: Path) -> int | None:

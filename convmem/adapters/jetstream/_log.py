@@ -292,28 +292,32 @@ class JetStreamEventLog:
 
     def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
         """See `EventLog.keys`. From the stream's per-subject counts; no message is read."""
+        return list(self.counts(tenant_id=tenant_id, user_id=user_id))
+
+    def counts(self, *, tenant_id: str | None = None, user_id: str | None = None) -> dict[MemoryKey, int]:
+        """How many messages each session holds (of a tenant, of a user), in key order; none is read."""
         if self._closed:
             raise SessionClosed("the JetStream event log is closed")
         subject_filter = self._keys.filter(tenant_id, user_id)
         if subject_filter is None:
-            return []
+            return {}
         subjects = self._conn.call(lambda: self._subjects(subject_filter), what="list session subjects")
-        keys = (self._keys.key(s) for s in sorted(subjects))
-        return [k for k in keys if k is not None]
+        counted = ((self._keys.key(s), n) for s, n in sorted(subjects.items()))
+        return {k: n for k, n in counted if k is not None}
 
     async def _stream_last_seq(self) -> int:
         info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")
         return int(info["state"]["last_seq"])
 
-    async def _subjects(self, subject_filter: str) -> list[str]:
-        subjects: list[str] = []
+    async def _subjects(self, subject_filter: str) -> dict[str, int]:
+        subjects: dict[str, int] = {}
         while True:
             info = await self._conn.api(
                 f"$JS.API.STREAM.INFO.{self._stream}",
                 {"subjects_filter": subject_filter, "offset": len(subjects)},
             )
             page = info["state"].get("subjects") or {}
-            subjects.extend(page)
+            subjects.update(page)
             if not page or len(subjects) >= int(info.get("total", 0)):
                 return subjects
 
