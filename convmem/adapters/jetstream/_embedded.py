@@ -96,12 +96,16 @@ class EmbeddedNatsServer:
         binary: str | os.PathLike[str] | None = None,
         start_timeout: float = 15.0,
         max_control_line: int = 32_768,
+        extra_config: str = "",
     ) -> None:
         """Nothing runs until `start` (or ``with``). `sync_interval` None keeps NATS's default.
 
         `max_control_line` is raised above NATS's 4 KiB so the subject of the
         longest ids (256 characters of 4-byte UTF-8 each) still fits.
+        `extra_config` is added to the server's configuration as it is (say
+        an ``authorization`` or ``tls`` block).
         """
+        self.extra_config = extra_config
         self.host = "127.0.0.1"
         self.max_control_line = max_control_line
         self.store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
@@ -170,7 +174,7 @@ class EmbeddedNatsServer:
         config.write_text(
             f'listen: "{self.host}:{port}"\nhttp: "{self.host}:{monitor}"\n'
             f"max_control_line: {self.max_control_line}\n"
-            f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n",
+            f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n{self.extra_config}\n",
             encoding="utf-8",
         )
         lock = self._lock_store()
