@@ -98,9 +98,12 @@ class ConnectionWatch:
     Listeners added with `on_reconnect` are told each reconnection (on the loop).
     """
 
-    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, secrets: tuple[str, ...] = (), inbox_prefix: str | None = None) -> None:
         self.secrets = secrets
+        self.inbox_prefix = (inbox_prefix or "_INBOX").lower()
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+        self._spelled: dict[str, str] = {}
+        """Subjects waited on, as written, by their lowercased form."""
         self.refused: OrderedDict[str, str] = OrderedDict()
         """Subjects refused lately, by lowercased subject (nats-py lowercases the error)."""
         self._reconnect: list[Callable[[], None]] = []
@@ -116,12 +119,14 @@ class ConnectionWatch:
         denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiting.setdefault(subject.lower(), set())
         waiters.add(denied)
+        self._spelled[subject.lower()] = subject
         try:
             yield denied
         finally:
             waiters.discard(denied)
             if not waiters:
                 self._waiting.pop(subject.lower(), None)
+                self._spelled.pop(subject.lower(), None)
             if not denied.done():
                 denied.cancel()
 
@@ -131,18 +136,22 @@ class ConnectionWatch:
             _log.warning("NATS connection error: %s", scrub(_describe(exc), self.secrets))
             return
         kind, subject = match.group(1).lower(), match.group(2)
+        subject = self._spelled.get(subject.lower(), subject)  # nats-py lowercases the server's words
         self.refused[subject.lower()] = subject
         while len(self.refused) > _REFUSALS_KEPT:
             self.refused.popitem(last=False)
         if kind == "publish":
             message = f"the NATS server refused these credentials permission to publish to {subject!r}"
             waiters = list(self._waiting.get(subject.lower(), ()))
-        else:
+        elif subject.lower().startswith(self.inbox_prefix):  # replies cannot come back: every request fails
             message = (
-                f"the NATS server refused these credentials permission to subscribe to {subject!r}; "
-                "if that is the reply inbox, set an inbox prefix they may use (--inbox-prefix)"
+                f"the NATS server refused these credentials permission to subscribe to {subject!r}, "
+                "where replies come back; set an inbox prefix they may use (--inbox-prefix)"
             )
             waiters = [w for group in self._waiting.values() for w in group]
+        else:
+            message = f"the NATS server refused these credentials permission to subscribe to {subject!r}"
+            waiters = []
         _log.warning("%s", message)
         for waiter in waiters:
             if not waiter.done():
@@ -218,7 +227,7 @@ class NatsConnection:
         credentials and TLS settings (none: the URL's own, if any).
         """
         auth = auth or NatsAuth()
-        watch = ConnectionWatch((*url_secrets(url), *auth.secrets))
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
         options = auth.options()
         loop = EventLoopThread(name=f"{name}-nats-loop")
         try:
@@ -246,7 +255,7 @@ class NatsConnection:
         must then come from other threads; on this one they raise.
         """
         auth = auth or NatsAuth()
-        watch = ConnectionWatch((*url_secrets(url), *auth.secrets))
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
         nc, js = await asyncio.wait_for(_open(url, timeout, name, auth.options(), watch), 2 * timeout + 2.0)
         return cls(
             EventLoopThread.here(),

@@ -317,7 +317,15 @@ class SessionWriter:
                 continue
             if batch is not None:
                 headers["Nats-Batch-Commit"] = "1"
-            reply = await nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+            with self._conn.watch.expect(subject) as denied:  # a refused subject fails at once, named
+                request = asyncio.ensure_future(
+                    nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+                )
+                await asyncio.wait({request, denied}, return_when=asyncio.FIRST_COMPLETED)
+                if not request.done():
+                    request.cancel()
+                    denied.result()
+                reply = request.result()
         assert reply is not None
         ack = _ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
