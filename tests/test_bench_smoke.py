@@ -18,6 +18,7 @@ EXPECTED = {
     "scale": ["RSS after touching 200 sessions", "40 sessions round-robin, 8 live"],
     "quality": ["rolling_summary: evidence visible at each session's end @ 500 tokens"],
     "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
+    "erasure": ["erased session dropped by another process, p99", "log erase of a 11-event session"],
 }
 
 
