@@ -13,6 +13,7 @@ from convmem.actors._audit import (
 )
 from convmem.actors._clock import ManualClock, SystemClock
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
+from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
@@ -39,6 +40,7 @@ __all__ = [
     "ErasureNotice",
     "ErasureWatch",
     "EventLog",
+    "Forked",
     "LoadReport",
     "LoggedEvent",
     "LoopEventLog",
@@ -63,6 +65,7 @@ __all__ = [
     "Unwatch",
     "decode_logged",
     "export_jsonl",
+    "fork_events",
     "list_sessions",
     "load_state",
     "read_jsonl",

@@ -249,6 +249,8 @@ def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
     match event:
         case SessionStarted():
             extra = f", injected summary from {event.injected_from}" if event.injected_from else ""
+            if event.forked_from is not None:
+                extra += f", forked from {event.forked_from} as of position {event.forked_at}"
             return "session.started", f"strategy={event.config.strategy}{extra}"
         case TurnAdded():
             return "turn.added", f"#{event.index} user: {_clip(event.turn.user_message)}"

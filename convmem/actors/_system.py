@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -28,6 +29,7 @@ import pykka
 from convmem.actors._clock import SystemClock
 from convmem.actors._dispatch import Dispatcher, PooledActor, claim
 from convmem.actors._erasure import ErasureNotice, ErasureWatch
+from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
@@ -260,6 +262,17 @@ class MemorySystem:
             if self.snapshots is not None:
                 self.snapshots.delete(key)  # after the events: a stale save has nothing to follow
         return Erased(events_purged=events, sessions=len(keys))
+
+    def fork(self, key: MemoryKey, *, to: MemoryKey, at: int | datetime | None = None) -> Forked:
+        """Start session `to` as `key` was after log position `at` (an int), at a time (a datetime), or now.
+
+        The new session's first event records where it came from; its state
+        equals the source's at that point (see `convmem.actors._fork`).
+        `to` must have no events yet.
+        """
+        self.passivate(to)
+        forked, _ = fork_session(self.log, key, to, at)
+        return forked
 
     def forget(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
         """Drop at once every live session whose key `matches`, and its snapshot.

@@ -51,10 +51,12 @@ __all__ = [
     "AddTurnRequest",
     "AgentsItemsRequest",
     "EraseRequest",
+    "ForkRequest",
     "OperatorRequest",
     "Reply",
     "Request",
     "RestoreRequest",
+    "SessionsRequest",
     "ViewRequest",
     "check_api_prefix",
     "decode_reply",
@@ -84,6 +86,8 @@ SESSION_OPS = (
     "restore",
     "agents_start",
     "agents_items",
+    "sessions",
+    "fork",
 )
 OPERATOR_OPS = ("health", "metrics")
 ViewName = Literal["agents", "buffer", "window", "summary", "entity"]
@@ -192,6 +196,24 @@ class RestoreRequest(Request, kw_only=True):
     state: dict[str, Any]
 
 
+class SessionsRequest(Request, kw_only=True):
+    """``sessions``: the tenant's sessions (of one user when `user_id` is given), at most `limit`."""
+
+    limit: int | None = None
+
+
+class ForkRequest(Request, kw_only=True):
+    """``fork``: start session `to_session_id` (of `to_user_id`, default the same user) as this one was.
+
+    As of log position `at_position`, or time `at_time` (epoch seconds), or now.
+    """
+
+    to_session_id: str
+    to_user_id: str | None = None
+    at_position: int | None = None
+    at_time: float | None = None
+
+
 class OperatorRequest(msgspec.Struct, kw_only=True):
     """``ops.v1.*``: no fields besides the version (an empty payload is fine)."""
 
@@ -205,6 +227,8 @@ _REQUEST_TYPES: dict[str, type[Request]] = {
     "agents_items": AgentsItemsRequest,
     "erase": EraseRequest,
     "restore": RestoreRequest,
+    "sessions": SessionsRequest,
+    "fork": ForkRequest,
 }
 _json_decoders: dict[str, msgspec.json.Decoder[Any]] = {}
 _msgpack_decoders: dict[str, msgspec.msgpack.Decoder[Any]] = {}

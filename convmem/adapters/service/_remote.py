@@ -152,6 +152,12 @@ class RemoteMemory:
         result: dict[str, Any] = self.call(operator_subject(self.api_prefix, "metrics"), {})
         return result
 
+    def sessions(self, tenant_id: str, user_id: str | None = None, *, limit: int | None = None) -> list[Any]:
+        """The tenant's sessions (of one user), with events, last activity and health."""
+        subject = session_subject(self.api_prefix, tenant_id, "sessions")
+        result: list[Any] = self.call(subject, {"user_id": user_id or "", "limit": limit})
+        return result
+
     def erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         """Purge every session of one user (and their snapshots)."""
         subject = session_subject(self.api_prefix, tenant_id, "erase")
@@ -282,6 +288,26 @@ class RemoteSession:
         """Purge the session's events and snapshot; how many events were purged."""
         result: dict[str, int] = self._call("erase", timeout)
         return result["events_purged"]
+
+    def fork(
+        self,
+        to_session_id: str,
+        *,
+        to_user_id: str | None = None,
+        at_position: int | None = None,
+        at_time: float | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, int]:
+        """Start another session of this tenant as this one was (see `MemorySystem.fork`)."""
+        result: dict[str, int] = self._call(
+            "fork",
+            timeout,
+            to_session_id=to_session_id,
+            to_user_id=to_user_id,
+            at_position=at_position,
+            at_time=at_time,
+        )
+        return result
 
     def close(self) -> None:
         """Close the connection when this session opened it."""
