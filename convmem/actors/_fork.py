@@ -58,7 +58,7 @@ def fork_events(
             raise InvalidInput(
                 "key", f"{source} has an unreadable event at position {record.position} ({exc}); cannot fork"
             ) from None
-        if at_time is not None and event.at > at_time:
+        if at_time is not None and round(event.at, 6) > at_time:  # a datetime holds microseconds
             break
         if isinstance(event, SessionErased):
             copied = []  # what came before an erasure fence is not the session's any more
