@@ -26,7 +26,7 @@ from convmem.adapters.cli._common import (
     table,
 )
 
-__all__ = ["add_inspect_commands", "stamp"]
+__all__ = ["add_inspect_commands", "records_from_file", "stamp"]
 
 EVENT_TYPES = (
     "session.started",
@@ -115,7 +115,7 @@ def _show(rows: list[TimelineRow], *, as_json: bool, lines: bool = False) -> Non
         sys.stdout.flush()
 
 
-def _records_from_file(path: Path) -> list[LoggedEvent]:
+def records_from_file(path: Path) -> list[LoggedEvent]:
     try:
         with path.open(encoding="utf-8") as handle:
             return list(read_jsonl(handle, source=str(path)))
@@ -129,7 +129,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.follow and args.from_file:
         raise CliError("--follow reads the live log; it cannot follow a file", 2)
     if args.from_file:
-        rows = timeline((r for r in _records_from_file(args.from_file) if r.key == key), full=args.full)
+        rows = timeline((r for r in records_from_file(args.from_file) if r.key == key), full=args.full)
         shown = [r for r in rows if keep.keeps(r)]
         if not rows:
             raise CliError(f"no events for session {key.composite()} in {args.from_file}", EXIT_NOT_FOUND)
