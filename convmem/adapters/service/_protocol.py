@@ -44,6 +44,7 @@ from convmem.events import ConversationTurn, decode_token, encode_token
 __all__ = [
     "API_VERSION",
     "DEFAULT_API_PREFIX",
+    "MICRO_NAME",
     "OPERATOR_OPS",
     "SESSION_OPS",
     "VIEWS",
@@ -66,11 +67,14 @@ __all__ = [
     "operator_subject",
     "parse_subject",
     "session_subject",
+    "status_subject",
     "wants_msgpack",
 ]
 
 API_VERSION = 1
 DEFAULT_API_PREFIX = "convmem.api"
+MICRO_NAME = "convmem"
+"""The NATS micro-service name every instance registers (``$SRV.PING.convmem`` finds them all)."""
 SESSION_OPS = (
     "add_turn",
     "add_items",
@@ -118,6 +122,11 @@ def session_subject(api_prefix: str, tenant_id: str, op: str) -> str:
 def operator_subject(api_prefix: str, op: str) -> str:
     """The subject of an operator request (``health``, ``metrics``)."""
     return f"{api_prefix}.{_OPS_TOKEN}.{_VERSION_TOKEN}.{op}"
+
+
+def status_subject(api_prefix: str, instance: str) -> str:
+    """Where one service instance answers for itself: its health and metrics together."""
+    return f"{api_prefix}.{_OPS_TOKEN}.status.{instance}"
 
 
 def parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
