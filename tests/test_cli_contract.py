@@ -299,3 +299,14 @@ def test_read_only_commands_never_create_the_stream(
             await client.close()
 
     assert asyncio.run(streams()) == []
+
+
+def test_the_demo_counts_are_the_same_for_the_same_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two demo runs with one --seed store the same turns, events and summaries (only rates differ)."""
+    runs = []
+    for _ in range(2):
+        code, out, _ = run(capsys, "demo", "--sessions", "3", "--max-turns", "8", "--seed", "11", "--json")
+        assert code == 0
+        report = json.loads(out)
+        runs.append({k: report[k] for k in ("sessions", "turns", "events", "summaries", "verified")})
+    assert runs[0] == runs[1]

@@ -29,7 +29,15 @@ from typing import Any
 from convmem.actors import timeline, verify
 from convmem.adapters._connect import connect
 from convmem.adapters._extractive import ExtractiveSummarizer
-from convmem.adapters.cli._common import EXIT_FAILED, EXIT_OK, CliError, Progress, emit_json, table
+from convmem.adapters.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    Progress,
+    emit_json,
+    session_counts,
+    table,
+)
 from convmem.events import (
     ConversationTurn,
     HealthPolicy,
@@ -158,7 +166,7 @@ def _run(
     total: int,
 ) -> int:
     with connect(None, config=config, summarizer=summarizer, data_dir=data_dir, snapshot_every=20) as memory:
-        progress = Progress("planners: turns stored", total)
+        progress = Progress("planners: turns stored", total, quiet=args.json)
         done = 0
         lock = threading.Lock()
 
@@ -167,6 +175,9 @@ def _run(
             session = memory.session(key)
             for turn in turns:
                 session.add_turn(turn, timeout=30)
+                # A planner that waits for the summary its turn made due, as one waiting for its next
+                # prompt would: each summary then covers the same turns in every run of one --seed.
+                session.flush(timeout=60)
                 with lock:
                     done += 1
                     progress.update(done)
@@ -184,8 +195,9 @@ def _run(
 
         # The auditor: read the whole tenant from the log, rebuild every session from its
         # events alone (no snapshot), and compare with the live state.
-        audit = Progress("auditor: events read")
+        audit = Progress("auditor: events read", quiet=args.json)
         started = time.perf_counter()
+        audit.set_total(sum(session_counts(memory.log, tenant_id=TENANT).values()))
         checks = verify(memory.log, None, tenant_id=TENANT, live=live, progress=audit.update)
         replayed = time.perf_counter() - started
         audit.close()
