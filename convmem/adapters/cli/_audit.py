@@ -268,12 +268,21 @@ def cmd_erase(args: argparse.Namespace) -> int:
         if not args.yes and not _confirm(what, token):
             print("not erased: the confirmation did not match", file=sys.stderr)
             return EXIT_DECLINED
-        with MemorySystem(log=log, snapshots=snapshots) as system:
-            erased = system.erase(key) if key is not None else system.erase_user(args.tenant, args.user)
+        progress = Progress("erase: sessions", len(keys), quiet=args.json or key is not None)
+        events = sessions = 0
+        try:
+            with MemorySystem(log=log, snapshots=snapshots) as system:
+                for done, each in enumerate(keys, start=1):
+                    erased = system.erase(each)
+                    events += erased.events_purged
+                    sessions += erased.sessions
+                    progress.update(done)
+        finally:
+            progress.close()
     if args.json:
-        emit_json({"events_purged": erased.events_purged, "sessions": erased.sessions})
+        emit_json({"events_purged": events, "sessions": sessions})
     else:
-        print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
+        print(f"erased {what}: {events} events purged from {sessions} session(s)")
     return EXIT_OK
 
 

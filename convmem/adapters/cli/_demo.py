@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from convmem.actors import timeline, verify
+from convmem.adapters._auth import redact_url
 from convmem.adapters._connect import connect
 from convmem.adapters._extractive import ExtractiveSummarizer
 from convmem.adapters.cli._common import (
@@ -147,7 +148,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"convmem demo: {len(conversations)} conversations, {total} turns, {args.planners} planners",
         file=sys.stderr,
     )
-    print(f"embedded nats-server with JetStream, data in {data_dir}", file=sys.stderr)
+    if args.nats:
+        print(f"on NATS at {redact_url(args.nats)} (tenant {TENANT!r})", file=sys.stderr)
+    else:
+        print(f"embedded nats-server with JetStream, data in {data_dir}", file=sys.stderr)
     try:
         return _run(args, config, summarizer, data_dir, keys, conversations, flaky_key, total)
     finally:
@@ -165,7 +169,14 @@ def _run(
     flaky_key: MemoryKey,
     total: int,
 ) -> int:
-    with connect(None, config=config, summarizer=summarizer, data_dir=data_dir, snapshot_every=20) as memory:
+    with connect(
+        args.nats or None,
+        config=config,
+        summarizer=summarizer,
+        data_dir=data_dir,
+        snapshot_every=20,
+        auth=args.auth,
+    ) as memory:
         progress = Progress("planners: turns stored", total, quiet=args.json)
         done = 0
         lock = threading.Lock()
