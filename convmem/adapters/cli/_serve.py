@@ -191,7 +191,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 f"API {args.api_prefix}.v1.<tenant>.<op>, queue group {args.queue_group!r}",
                 file=sys.stderr,
             )
-            _record_instance(args, service.instance)
+            if args.data_dir or opened.server is not None:  # a folder of its own: the container's
+                _record_instance(args, service.instance)
             if args.ready_file is not None:
                 args.ready_file.write_text(redact_url(opened.url), encoding="utf-8")
             try:
@@ -216,7 +217,11 @@ def _serve_file(args: argparse.Namespace) -> Path:
 
 
 def _record_instance(args: argparse.Namespace, instance: str) -> None:
-    """Note this replica's instance id in the data folder, for `status --local` (the health check)."""
+    """Note this replica's instance id in its data folder, for `status --local` (the health check).
+
+    Only in a folder of its own: the embedded server's, or one given (`--data-dir`,
+    ``CONVMEM_DATA_DIR``, as the image sets).
+    """
     folder = _serve_file(args)
     try:
         folder.mkdir(parents=True, exist_ok=True)
