@@ -321,7 +321,8 @@ class SessionWriter:
                 request = asyncio.ensure_future(
                     nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
                 )
-                await asyncio.wait({request, denied}, return_when=asyncio.FIRST_COMPLETED)
+                waits: set[asyncio.Future[Any]] = {request, denied}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if not request.done():
                     request.cancel()
                     denied.result()
