@@ -8,6 +8,7 @@ the guarantees of data already stored.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -15,6 +16,8 @@ import nats.js.errors
 
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig
+
+_log = logging.getLogger("convmem.jetstream")
 
 __all__ = ["check_exists", "check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
 
@@ -108,7 +111,11 @@ def _bucket_config(bucket: str, *, replicas: int) -> dict[str, Any]:
 
 
 async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> None:
-    """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs."""
+    """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs.
+
+    A bucket an earlier convmem made (the same settings, but message deletes denied) is
+    replaced: it holds only snapshots, which sessions rebuild from the log.
+    """
     stream = f"KV_{bucket}"
     found = await _stream_config_of(conn, stream)
     if found is None:
@@ -120,13 +127,6 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
                 raise
         found = await _stream_config_of(conn, stream)
         assert found is not None
-    if found.get("deny_delete"):
-        raise InvalidConfig(
-            "bucket",
-            f"the existing key-value bucket {bucket!r} denies message deletes, so convmem cannot erase "
-            "a snapshot for good (NATS cannot change that setting). Snapshots are only a cache: delete "
-            f"the bucket (nats kv del {bucket}) and convmem makes it anew on its next start",
-        )
     wanted = {
         "subjects": [f"$KV.{bucket}.>"],
         "storage": "file",
@@ -136,6 +136,25 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
         "max_age": 0,
     }
     _compare(f"key-value bucket {bucket!r}", wanted, found, ignore=set())
+    if found.get("deny_delete"):
+        # What convmem made before it erased snapshots for good: nats-py's KV API denies message
+        # deletes, and NATS cannot turn that off. The bucket holds only snapshots, a cache that
+        # sessions rebuild from the log, so it is made anew rather than refused.
+        _log.warning(
+            "key-value bucket %r denies message deletes (made by an earlier convmem): replacing it, "
+            "its snapshots are rebuilt from the log",
+            bucket,
+        )
+        try:
+            await conn.api(f"$JS.API.STREAM.DELETE.{stream}")
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10059:  # 10059: another process deleted it meanwhile
+                raise
+        try:
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10058:  # 10058: another process replaced it meanwhile
+                raise
 
 
 async def check_exists(conn: NatsConnection, stream: str) -> bool:
