@@ -19,7 +19,17 @@ from bench._report import document, table, write_json
 
 __all__ = ["MEASURES", "main"]
 
-MEASURES = ("throughput", "latency", "context", "replay", "activation", "scale", "quality", "dropin")
+MEASURES = (
+    "throughput",
+    "latency",
+    "context",
+    "replay",
+    "activation",
+    "scale",
+    "quality",
+    "dropin",
+    "erasure",
+)
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 

@@ -12,6 +12,8 @@ ConvmemError
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
+├── StoreNotFound                         the event stream or snapshot bucket does not exist (read-only use)
+├── PermissionDenied                      the NATS server refused a subject to these credentials; names it
 ├── SessionClosed                         the memory system or session was closed
 ├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout
 ├── SummarizerError                       a summarizer failed: HTTP error, timeout, malformed reply
@@ -36,8 +38,10 @@ __all__ = [
     "MemoryBudgetExceeded",
     "NotBuilt",
     "OperationTimeout",
+    "PermissionDenied",
     "ReplayError",
     "SessionClosed",
+    "StoreNotFound",
     "SummarizerError",
     "UnknownEventType",
 ]
@@ -134,6 +138,22 @@ class ConcurrencyConflict(ConvmemError):
 
 class LogUnavailable(ConvmemError):
     """The event log could not be reached, or did not answer within its timeout."""
+
+
+class StoreNotFound(ConvmemError):
+    """A reader asked for a stream or bucket the server does not have (readers never create one)."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class PermissionDenied(ConvmemError):
+    """The NATS server refused to let these credentials publish (or subscribe) on `subject`."""
+
+    def __init__(self, message: str, *, subject: str | None = None) -> None:
+        self.subject = subject
+        super().__init__(message)
 
 
 class SessionClosed(ConvmemError):

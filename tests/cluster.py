@@ -135,12 +135,20 @@ def node_configs(
 
 
 def compose_environment(service: str) -> dict[str, str]:
-    """The environment docker/compose.yaml gives `service` (anchors and merge keys resolved)."""
+    """The environment docker/compose.yaml gives `service` (anchors and merge keys resolved).
+
+    A value naming a file the service mounts from docker/ (CONVMEM_CONFIG) names that file here.
+    """
     compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     environment = compose["services"][service].get("environment") or {}
     if isinstance(environment, list):
         environment = dict(item.split("=", 1) for item in environment)
-    return {str(k): str(v) for k, v in environment.items()}
+    mounts = {}
+    for volume in compose["services"][service].get("volumes") or []:
+        source, _, rest = str(volume).partition(":")
+        if source.startswith("./"):
+            mounts[rest.split(":")[0]] = str(DOCKER / source[2:])
+    return {str(k): mounts.get(str(v), str(v)) for k, v in environment.items()}
 
 
 def remap_urls(urls: str, clients: dict[str, int]) -> str:

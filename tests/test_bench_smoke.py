@@ -21,6 +21,7 @@ EXPECTED = {
         "recommended: max context tokens @ 4000",
     ],
     "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
+    "erasure": ["erased session dropped by another process, p99", "log erase of a 11-event session"],
 }
 
 

@@ -234,11 +234,15 @@ def healthcheck_argv() -> list[str]:
     return argv
 
 
-def serve_env(url: str) -> dict[str, str]:
-    """This environment without CONVMEM_*, plus compose's for the service, with `url` for NATS."""
+def serve_env(url: str, data_dir: Path) -> dict[str, str]:
+    """This environment without CONVMEM_*, plus compose's for the service, with `url` for NATS.
+
+    `data_dir` stands for the container's own folder, where its serve records its instance.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
     env.update(compose_environment(SERVICE))
     env["CONVMEM_NATS_URL"] = url
+    env["CONVMEM_DATA_DIR"] = str(data_dir)
     return env
 
 
@@ -246,7 +250,9 @@ def start_serve(url: str, tmp_path: Path, name: str) -> Process:
     """`convmem serve` as compose runs it; returns once it answers requests."""
     ready = tmp_path / f"{name}.ready"
     serve = Process(
-        [*CLI, "serve", "--ready-file", str(ready)], stderr=tmp_path / f"{name}.err", env=serve_env(url)
+        [*CLI, "serve", "--ready-file", str(ready)],
+        stderr=tmp_path / f"{name}.err",
+        env=serve_env(url, tmp_path / name),
     )
     try:
         wait_for(ready.exists, timeout=DEADLINE, what=f"{name} serving", pause=exits_early(serve, name))
@@ -256,11 +262,17 @@ def start_serve(url: str, tmp_path: Path, name: str) -> Process:
     return serve
 
 
-def run_healthcheck(url: str) -> subprocess.CompletedProcess[str]:
+def run_healthcheck(url: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """The image's health check, in the container (data folder) of the serve it should ask."""
     argv = healthcheck_argv()
     assert argv[0] == "convmem"
     return subprocess.run(
-        [*CLI, *argv[1:]], env=serve_env(url), capture_output=True, text=True, timeout=DEADLINE, check=False
+        [*CLI, *argv[1:]],
+        env=serve_env(url, data_dir),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
     )
 
 
@@ -329,7 +341,8 @@ def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
     sessions, turns = 40, 40 * SCALE
     keys = [MemoryKey("acme", f"u{i % 4}", f"s{i}") for i in range(sessions)]
     try:
-        assert run_healthcheck(urls).returncode == 0
+        for n in (1, 2):
+            assert run_healthcheck(urls, tmp_path / f"serve-{n}").returncode == 0
         # A tenant's planners: acme's credentials, on the third node, replies on acme's inbox.
         tenant = cluster.url("n3", "acme", "acme-secret")
         with RemoteMemory(tenant, inbox_prefix="_INBOX_acme", timeout=CLIENT_TIMEOUT) as remote:
@@ -346,7 +359,8 @@ def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
             finally:
                 load.join(DEADLINE * 2)
             assert not load.failures, f"never acknowledged: {load.failures[:5]}"
-            assert run_healthcheck(urls).returncode == 0  # the survivor answers the health check
+            assert run_healthcheck(urls, tmp_path / "serve-2").returncode == 0  # the survivor answers
+            assert run_healthcheck(urls, tmp_path / "serve-1").returncode == 4  # the dead one is seen dead
             with JetStreamBackend.connect(urls, replicas=3) as backend:
                 for key in keys:
                     assert stored_turns(backend.log, key) == load.acked[key], f"{key}: not stored once"

@@ -10,6 +10,7 @@ say; the image runs as a non-root user with a health check that is a valid
 
 from __future__ import annotations
 
+import asyncio
 import json
 import posixpath
 import re
@@ -18,14 +19,18 @@ import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import nats
 import pytest
 import yaml
 from cluster import COMPOSE, DOCKER, NODES
 
+import convmem
+from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteSession
 from convmem.adapters.cli._main import build_parser
-from convmem.adapters.cli._serve import ENVIRONMENT
+from convmem.adapters.cli._serve import ENVIRONMENT, load_config
 from convmem.adapters.jetstream._connection import MIN_SERVER_VERSION
 from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.events import ConversationTurn, MemoryKey
 
 DOCKERFILE = DOCKER / "Dockerfile"
 CONFIGS = sorted(DOCKER.rglob("*.conf"))
@@ -302,3 +307,32 @@ def test_the_image_runs_convmem_serve_by_default() -> None:
     """ENTRYPOINT convmem, CMD serve: flags after the image name reach the CLI."""
     assert [json.loads(a) for a in instructions("ENTRYPOINT")] == [["convmem"]]
     assert [json.loads(a) for a in instructions("CMD")] == [["serve"]]
+
+
+def test_the_compose_configuration_makes_the_readmes_context_request_return_turns(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """serve with compose's CONVMEM_CONFIG answers the README's `nats req ... context` with the turn."""
+    mounted = compose()["services"]["convmem-1"]["environment"]["CONVMEM_CONFIG"]
+    [source] = [
+        volume.split(":")[0]
+        for volume in compose()["services"]["convmem-1"]["volumes"]
+        if volume.split(":")[1] == mounted
+    ]
+    config = load_config(DOCKER / source)
+    with convmem.connect(nats_server.url, config=config) as memory, MemoryService(memory, nats_server.url):
+        with RemoteSession(nats_server.url, MemoryKey("acme", "alice@example.com", "chat-1")) as session:
+            session.add_turn(ConversationTurn(user_message="Hi, I'm Alice.", assistant_response="Hello!"))
+
+        async def nats_req() -> Any:  # what `nats req convmem.api.v1.acme.context '{...}'` sends
+            client = await nats.connect(nats_server.url)
+            try:
+                payload = b'{"user_id": "alice@example.com", "session_id": "chat-1"}'
+                reply = await client.request("convmem.api.v1.acme.context", payload, timeout=10)
+                return json.loads(reply.data)
+            finally:
+                await client.close()
+
+        reply = asyncio.run(nats_req())
+    assert reply["ok"] is True
+    assert reply["result"]["conversation_memory"]["recent_turns"][0]["user"] == "Hi, I'm Alice."

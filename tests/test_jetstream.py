@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
+from convmem.actors import Snapshot
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.adapters.jetstream._embedded import find_nats_server
@@ -130,10 +131,28 @@ def test_a_prefix_overlapping_another_stream_is_refused(nats_server: EmbeddedNat
 
 
 def test_an_existing_bucket_that_differs_is_refused(nats_server: EmbeddedNatsServer) -> None:
-    """A snapshot bucket keeping history is not ours: refused, not changed."""
+    """A bucket of other settings (a history of 5) is a configuration error, never changed."""
     raw(nats_server.url, lambda c: c.js.create_key_value(bucket="CONVMEM_SNAPSHOTS", history=5))
-    with pytest.raises(InvalidConfig, match="max_msgs_per_subject"):
+    with pytest.raises(InvalidConfig, match="max_msgs_per_subject is 5"):
         JetStreamSnapshotStore.connect(nats_server.url)
+    info = raw(nats_server.url, lambda c: c.api("$JS.API.STREAM.INFO.KV_CONVMEM_SNAPSHOTS"))
+    assert info["config"]["max_msgs_per_subject"] == 5
+
+
+def test_an_earlier_convmem_bucket_that_denies_deletes_is_replaced(nats_server: EmbeddedNatsServer) -> None:
+    """The bucket an earlier convmem made with nats' KV API (deletes denied) is made anew, deletable."""
+    raw(nats_server.url, lambda c: c.js.create_key_value(bucket="CONVMEM_SNAPSHOTS"))
+    store = JetStreamSnapshotStore.connect(nats_server.url)
+    try:
+        snapshot = Snapshot(key=KEY, seq=1, state_hash="h", data=b"state")
+        store.save(snapshot)
+        assert store.load(KEY) == snapshot
+        store.delete(KEY)
+        assert store.load(KEY) is None
+    finally:
+        store.close()
+    info = raw(nats_server.url, lambda c: c.api("$JS.API.STREAM.INFO.KV_CONVMEM_SNAPSHOTS"))
+    assert info["config"].get("deny_delete", False) is False
 
 
 @pytest.mark.parametrize(

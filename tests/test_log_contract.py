@@ -9,13 +9,14 @@ JetStream.
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from convmem.actors import EventLog
+from convmem.actors import ErasureNotice, ErasureWatch, EventLog
 from convmem.adapters import InMemoryEventLog, JetStreamEventLog
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, SessionCleared, SessionErased, decode_event
@@ -243,47 +244,52 @@ def test_keys_lists_the_sessions_that_have_events(log: EventLog) -> None:
     assert list(log.read_all(tenant_id="")) == []
 
 
-def test_erase_purges_a_session_and_leaves_a_tombstone(log: EventLog) -> None:
-    """erase() removes every event, counts them, and leaves one SessionErased above them."""
+def test_erase_removes_a_session_and_leaves_nothing(log: EventLog) -> None:
+    """erase() removes every event and counts them; no tombstone stays: the key reads as never written."""
     log.append(KEY, events(1, 3), expected_seq=0)
     other = MemoryKey("acme", "alice", "s2")
     log.append(other, events(1), expected_seq=0)
     assert log.erase(KEY, at=99.0) == 3
-    [tombstone] = log.read(KEY)
-    event = decode_event(tombstone.data)
-    assert isinstance(event, SessionErased)
-    assert (tombstone.seq, event.seq, event.at) == (4, 4, 99.0)
-    assert tombstone.event_id == event.event_id == f"erased/{KEY.composite()}/4"
-    assert log.last_seq(KEY) == 4
+    assert log.read(KEY) == []
+    assert log.last_seq(KEY) == 0
     assert seqs(log, other) == [1]
-    assert [r.seq for r in log.read_all() if r.key == KEY] == [4]
-    assert set(log.keys()) == {KEY, other}
+    assert [r.key for r in log.read_all()] == [other]
+    assert log.keys() == [other]
 
 
 def test_a_stale_writer_cannot_write_erased_history_back(open_log: OpenLog) -> None:
-    """After erase, a writer expecting the old last seq conflicts; one expecting the tombstone goes on."""
+    """After erase, a writer expecting the old last seq conflicts; the session may only start afresh."""
     writer, eraser = open_log(), open_log()
     writer.append(KEY, events(1, 2), expected_seq=0)
     eraser.erase(KEY, at=5.0)
     with pytest.raises(ConcurrencyConflict) as caught:
         writer.append(KEY, events(3), expected_seq=2)
-    assert caught.value.actual_seq == 3
-    assert writer.append(KEY, events(4), expected_seq=3) == 4
-    assert seqs(eraser) == [3, 4]
+    assert caught.value.actual_seq == 0
+    assert writer.append(KEY, events(1), expected_seq=0) == 1
+    assert seqs(eraser) == [1]
 
 
-def test_erasing_again_purges_what_came_after_the_tombstone(log: EventLog) -> None:
-    """A second erase counts only real events, never the old tombstone, and moves the seq on."""
+def test_a_session_begun_again_over_the_fence_keeps_its_events(log: EventLog) -> None:
+    """A writer that saw the erasure's fence and began anew above it keeps its history after erase."""
+    log.append(KEY, events(1, 2), expected_seq=0)
+    log.append(KEY, [SessionErased(seq=3, event_id=f"erased/{uuid.uuid4().hex}", at=1.0)], expected_seq=2)
+    log.append(KEY, events(4, 2), expected_seq=3)
+    assert log.erase(KEY, at=2.0) == 4  # the old fence is not counted as an event
+    assert log.read(KEY) == []
+
+
+def test_erasing_again_erases_what_came_after(log: EventLog) -> None:
+    """A second erase of an emptied session counts nothing; a new session is erased in turn."""
     log.append(KEY, events(1, 2), expected_seq=0)
     assert log.erase(KEY, at=1.0) == 2
     assert log.erase(KEY, at=2.0) == 0
-    log.append(KEY, events(5, 2), expected_seq=4)
+    log.append(KEY, events(1, 2), expected_seq=0)
     assert log.erase(KEY, at=3.0) == 2
-    assert seqs(log) == [7]
+    assert seqs(log) == []
 
 
 def test_erasing_an_unknown_session_does_nothing(log: EventLog) -> None:
-    """erase() of a session without events purges nothing and leaves no tombstone."""
+    """erase() of a session without events removes nothing and leaves nothing."""
     assert log.erase(KEY, at=1.0) == 0
     assert log.read(KEY) == []
     assert log.last_seq(KEY) == 0
@@ -295,8 +301,36 @@ def test_erase_user_erases_every_session_of_that_user_only(log: EventLog) -> Non
     assert log.erase_user("t1", "u2", at=7.0) == 4
     for key in TENANTS:
         erased = (key.tenant_id, key.user_id) == ("t1", "u2")
-        assert seqs(log, key) == ([3] if erased else [1, 2])
-    assert len(list(log.read_all())) == 2 * len(TENANTS) - 4 + 2
+        assert seqs(log, key) == ([] if erased else [1, 2])
+    assert len(list(log.read_all())) == 2 * len(TENANTS) - 4
+
+
+def test_every_watcher_is_told_of_an_erasure_by_digest(open_log: OpenLog) -> None:
+    """erase/erase_user notify every watcher of the log with a notice that matches only the erased keys."""
+    writer, eraser = open_log(), open_log()
+    assert isinstance(writer, ErasureWatch)
+    seen: queue.Queue[ErasureNotice | None] = queue.Queue()
+    unwatch = writer.watch_erasures(seen.put)
+    try:
+        fill(writer, TENANTS)
+        eraser.erase(TENANTS[0], at=1.0)
+        notice = seen.get(timeout=10)
+        assert notice is not None
+        assert [k for k in TENANTS if notice.matches(k)] == [TENANTS[0]]
+        assert TENANTS[0].user_id.encode() not in notice.encode()
+        eraser.erase_user("t1", "u2", at=2.0)
+        notice = seen.get(timeout=10)
+        assert notice is not None
+        assert {k for k in TENANTS if notice.matches(k)} == {
+            k for k in TENANTS if (k.tenant_id, k.user_id) == ("t1", "u2")
+        }
+        assert eraser.erase(TENANTS[0], at=3.0) == 0  # nothing there: no notice
+        eraser.erase(TENANTS[-1], at=4.0)
+        notice = seen.get(timeout=10)
+        assert notice is not None
+        assert notice.matches(TENANTS[-1])
+    finally:
+        unwatch()
 
 
 HOSTILE = [

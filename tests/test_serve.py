@@ -73,9 +73,9 @@ def test_status_reports_health_and_metrics_of_a_running_service(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert report["health"]["status"] == "ok"
-    assert report["metrics"]["turns"] == 1
+    [replica] = json.loads(done.stdout)["replicas"]
+    assert replica["health"]["status"] == "ok"
+    assert replica["metrics"]["turns"] == 1
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -2,14 +2,18 @@
 
 from convmem.actors._audit import (
     SessionCheck,
+    SessionRow,
     TimelineRow,
     export_jsonl,
+    list_sessions,
     read_jsonl,
     replay_session,
     timeline,
     verify,
 )
 from convmem.actors._clock import ManualClock, SystemClock
+from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
+from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
@@ -33,7 +37,10 @@ __all__ = [
     "AsyncSessionHandle",
     "Clock",
     "Erased",
+    "ErasureNotice",
+    "ErasureWatch",
     "EventLog",
+    "Forked",
     "LoadReport",
     "LoggedEvent",
     "LoopEventLog",
@@ -45,6 +52,7 @@ __all__ = [
     "Posted",
     "SessionCheck",
     "SessionHandle",
+    "SessionRow",
     "SessionServices",
     "Snapshot",
     "SnapshotStore",
@@ -54,8 +62,11 @@ __all__ = [
     "SystemClock",
     "TimelineRow",
     "Timer",
+    "Unwatch",
     "decode_logged",
     "export_jsonl",
+    "fork_events",
+    "list_sessions",
     "load_state",
     "read_jsonl",
     "replay_session",

@@ -47,8 +47,10 @@ from convmem.projections import SessionState, SkippedEvent, decode_state, replay
 
 __all__ = [
     "SessionCheck",
+    "SessionRow",
     "TimelineRow",
     "export_jsonl",
+    "list_sessions",
     "read_jsonl",
     "replay_session",
     "timeline",
@@ -188,6 +190,51 @@ def _erased(records: list[LoggedEvent]) -> bool:
     return any(r.event_id is not None and r.event_id.startswith("erased/") for r in records)
 
 
+class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One session as `list_sessions` shows it."""
+
+    key: MemoryKey
+    events: int
+    last_seq: int
+    last_at: float | None
+    health: str
+    turns: int
+
+
+def list_sessions(
+    log: EventLog, *, tenant_id: str | None = None, user_id: str | None = None, limit: int | None = None
+) -> list[SessionRow]:
+    """The sessions with events (of a tenant, of a user), each rebuilt from its events, in key order.
+
+    A session whose events do not fold shows health ``unreadable``.
+    """
+    rows = []
+    for key in sorted(log.keys(tenant_id=tenant_id, user_id=user_id), key=MemoryKey.composite)[:limit]:
+        records = log.read(key)
+        report = LoadReport()
+        try:
+            state = replay(decode_logged(records, on_poison="skip", report=report))
+            health, last_seq, last_at, turns = (
+                state.health.value,
+                state.version,
+                state.last_at,
+                len(state.turns),
+            )
+        except ReplayError:
+            health, last_seq, last_at, turns = "unreadable", records[-1].seq or 0 if records else 0, None, 0
+        rows.append(
+            SessionRow(
+                key=key,
+                events=len(records),
+                last_seq=last_seq,
+                last_at=last_at or None,
+                health=health,
+                turns=turns,
+            )
+        )
+    return rows
+
+
 class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
     """One event of a session, described for people."""
 
@@ -198,10 +245,12 @@ class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
-def _describe(event: AnyEvent) -> tuple[str, str]:
+def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
     match event:
         case SessionStarted():
             extra = f", injected summary from {event.injected_from}" if event.injected_from else ""
+            if event.forked_from is not None:
+                extra += f", forked from {event.forked_from} as of position {event.forked_at}"
             return "session.started", f"strategy={event.config.strategy}{extra}"
         case TurnAdded():
             return "turn.added", f"#{event.index} user: {_clip(event.turn.user_message)}"
@@ -242,8 +291,16 @@ def _clip(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def timeline(records: Iterable[LoggedEvent]) -> list[TimelineRow]:
-    """Each record as a row; a poison record shows what is wrong with it."""
+def _whole(text: str) -> str:
+    return text
+
+
+def timeline(records: Iterable[LoggedEvent], *, full: bool = False) -> list[TimelineRow]:
+    """Each record as a row; a poison record shows what is wrong with it.
+
+    Details are cut at about 60 characters, or kept whole with `full`.
+    """
+    clip = _whole if full else _clip
     rows = []
     for record in records:
         try:
@@ -253,7 +310,7 @@ def timeline(records: Iterable[LoggedEvent]) -> list[TimelineRow]:
                 TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=str(exc))
             )
             continue
-        kind, detail = _describe(event)
+        kind, detail = _describe(event, clip)
         rows.append(
             TimelineRow(position=record.position, seq=event.seq, at=event.at, type=kind, detail=detail)
         )

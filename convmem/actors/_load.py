@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
+from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import EventDecodeError, ReplayError, UnknownEventType
 from convmem.events import AnyEvent, MemoryKey, decode_event
 from convmem.projections import (
@@ -106,8 +106,23 @@ def load_state(
             report.snapshot_rejected = str(exc)
         if report.snapshot_rejected:
             _log.warning("ignoring snapshot of %s: %s", key, report.snapshot_rejected)
-    after = start.version if start is not None else 0
-    records = log.read(key, after_seq=after)
+    if start is not None and snapshot is not None and snapshots is not None:
+        # The snapshot stands for the log's events up to its seq only while the log holds the
+        # event at that seq (the very one, when the snapshot names it). Otherwise it outlived an
+        # erasure (a stale process saved it): it holds erased data, so it goes.
+        near = log.read(key, after_seq=start.version - 1)
+        problem = _stale(near, snapshot)
+        if problem is None:
+            records = [r for r in near if r.seq is None or r.seq > start.version]
+        else:
+            _log.warning("deleting the snapshot of %s: %s", key, problem)
+            snapshots.delete(key)
+            report.snapshot_rejected = problem
+            report.snapshot_seq = 0
+            start = None
+            records = log.read(key)
+    else:
+        records = log.read(key)
     try:
         state = replay(decode_logged(records, on_poison=on_poison, report=report), state=start)
     except ReplayError:
@@ -116,6 +131,8 @@ def load_state(
         # The snapshot does not continue into the log (e.g. the session was erased): start over.
         report.snapshot_rejected = "snapshot does not continue into the log"
         report.snapshot_seq = 0
+        if snapshots is not None:
+            snapshots.delete(key)  # useless, and maybe erased data
         report.events_applied = 0
         state = replay(decode_logged(log.read(key), on_poison=on_poison, report=report), state=None)
     if start is not None and snapshots is not None and state.version > start.version and not state.started:
@@ -124,3 +141,13 @@ def load_state(
         snapshots.delete(key)
         report.snapshot_rejected = "snapshot predates an erasure"
     return state, report
+
+
+def _stale(records: list[LoggedEvent], snapshot: Snapshot) -> str | None:
+    """Why `snapshot` does not belong to the history in `records` (read from its seq on), or None."""
+    at = next((r for r in records if r.seq == snapshot.seq), None)
+    if at is None:
+        return f"the log holds no event at the snapshot's seq {snapshot.seq} (the session was erased)"
+    if snapshot.event_id and at.event_id is not None and at.event_id != snapshot.event_id:
+        return f"the log's event at seq {snapshot.seq} is not the one the snapshot covers (erased since)"
+    return None

@@ -87,15 +87,19 @@ class EventLog(Protocol):
         ...
 
     def erase(self, key: MemoryKey, *, at: float) -> int:
-        """Purge a session's events, leaving a `SessionErased` tombstone; returns events purged.
+        """Remove a session's events from the store; returns the events removed.
 
-        The tombstone's seq is above every purged event's, so a stale writer
-        expecting an old last seq conflicts instead of writing them back.
+        Nothing of the session stays, no tombstone either: the session reads
+        as never written, and a stale writer expecting an old last seq
+        conflicts instead of writing the erased history back. While the
+        erasure runs, readers may see a `SessionErased` above the events (a
+        fence that stops writers), never a part of the history. A log that is
+        an `ErasureWatch` tells every watcher once it is done.
         """
         ...
 
     def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
-        """`erase` every session of one user; returns events purged."""
+        """`erase` every session of one user; returns the events removed."""
         ...
 
     def close(self) -> None:
@@ -174,12 +178,19 @@ class LoopEventLog(Protocol):
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """An encoded session state covering the session's events up to `seq`."""
+    """An encoded session state covering the session's events up to `seq`.
+
+    `event_id` is the id of the event at `seq` (empty in snapshots saved
+    before it was recorded): a snapshot is used only while the log still
+    holds that very event, so one saved by a stale process after an erasure
+    never stands in for a new session that reached the same seq.
+    """
 
     key: MemoryKey
     seq: int
     state_hash: str
     data: bytes
+    event_id: str = ""
 
 
 class SnapshotStore(Protocol):

@@ -193,6 +193,8 @@ class SaveSnapshot(msgspec.Struct, frozen=True):
     """A snapshot fell due on the log's loop, where saving it would block: the actor's thread saves it."""
 
     state: SessionState
+    event_id: str
+    """The id of the event at the state's seq."""
 
 
 Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh | SaveSnapshot
@@ -269,7 +271,7 @@ class SessionActor(PooledActor):
                 self._reload()
                 message.reply.set_result(self._state)
             case SaveSnapshot():
-                self._save_snapshot(message.state)
+                self._save_snapshot(message.state, message.event_id)
             case _:
                 raise TypeError(f"session actor got an unknown message {type(message).__name__}")
 
@@ -536,17 +538,22 @@ class SessionActor(PooledActor):
         self._events_since_snapshot += len(events)
         if self._events_since_snapshot >= self._system.snapshot_every:
             self._events_since_snapshot = 0
+            last_id = events[-1].event_id
             if on_loop:
-                self.actor_ref.tell(SaveSnapshot(state))
+                self.actor_ref.tell(SaveSnapshot(state, last_id))
             else:
-                self._save_snapshot(state)
+                self._save_snapshot(state, last_id)
 
-    def _save_snapshot(self, state: SessionState) -> None:
+    def _save_snapshot(self, state: SessionState, event_id: str) -> None:
         store = self._system.snapshots
         if store is None:
             return
         snapshot = Snapshot(
-            key=self._key, seq=state.version, state_hash=state_hash(state), data=encode_state(state)
+            key=self._key,
+            seq=state.version,
+            state_hash=state_hash(state),
+            data=encode_state(state),
+            event_id=event_id,
         )
         try:
             store.save(snapshot)

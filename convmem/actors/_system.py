@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -27,6 +28,8 @@ import pykka
 
 from convmem.actors._clock import SystemClock
 from convmem.actors._dispatch import Dispatcher, PooledActor, claim
+from convmem.actors._erasure import ErasureNotice, ErasureWatch
+from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
@@ -34,7 +37,7 @@ from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer, Timer
 from convmem.actors._services import Callback, SessionServices
 from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
-from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
+from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import (
     AnyEvent,
     HealthChanged,
@@ -57,9 +60,12 @@ _log = logging.getLogger("convmem.system")
 
 
 class Erased(msgspec.Struct, frozen=True, kw_only=True):
-    """What an erasure purged: events, from how many sessions."""
+    """What an erasure removed: `events_purged` events from `sessions` sessions.
 
-    events: int
+    The service API's ``erase`` reply and ``convmem erase --json`` use the same two names.
+    """
+
+    events_purged: int
     sessions: int
 
 
@@ -154,6 +160,10 @@ class MemorySystem:
         self._on_close = on_close
         self._sweep_timer: Timer | None = None
         self._schedule_sweep()
+        # Erasures made by other processes (or other systems on this log) reach us as notices;
+        # the live sessions they name are dropped on this one thread, off the log's loop.
+        self._erasures = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-erasure")
+        self._unwatch = log.watch_erasures(self._on_erasure) if isinstance(log, ErasureWatch) else None
 
     @staticmethod
     def _check_config(config: ShortTermMemoryConfig, summarizer: Summarizer | None) -> None:
@@ -229,10 +239,12 @@ class MemorySystem:
                 del self._live[key]
 
     def erase(self, key: MemoryKey) -> Erased:
-        """Purge a session's events and snapshot (erasure of personal data).
+        """Remove a session's events and snapshot from the store (erasure of personal data).
 
-        The log keeps a tombstone above the purged events, so a stale writer
-        conflicts instead of writing them back; the session may start afresh.
+        When it returns, reads through this system see nothing of the session,
+        and the log has told every other process using it (see `forget`).
+        A stale writer elsewhere conflicts instead of writing the erased
+        history back; the session may start afresh.
         """
         return self._erase([key], lambda at: self.log.erase(key, at=at))
 
@@ -243,13 +255,63 @@ class MemorySystem:
 
     def _erase(self, keys: list[MemoryKey], purge: Callable[[float], int]) -> Erased:
         for key in keys:
-            self.passivate(key)  # no live actor keeps (or snapshots) what is being purged
-            if self.snapshots is not None:
-                self.snapshots.delete(key)
+            self.passivate(key)  # no live actor keeps (or snapshots) what is being erased
         events = purge(self.clock.now())
         for key in keys:
-            self.passivate(key)  # drop any activation that raced in before the purge
-        return Erased(events=events, sessions=len(keys))
+            self.passivate(key)  # drop any activation that raced in before the erasure
+            if self.snapshots is not None:
+                self.snapshots.delete(key)  # after the events: a stale save has nothing to follow
+        return Erased(events_purged=events, sessions=len(keys))
+
+    def fork(self, key: MemoryKey, *, to: MemoryKey, at: int | datetime | None = None) -> Forked:
+        """Start session `to` as `key` was after log position `at` (an int), at a time (a datetime), or now.
+
+        The new session's first event records where it came from; its state
+        equals the source's at that point (see `convmem.actors._fork`).
+        `to` must have no events yet.
+        """
+        self.passivate(to)
+        forked, _ = fork_session(self.log, key, to, at)
+        return forked
+
+    def forget(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
+        """Drop at once every live session whose key `matches`, and its snapshot.
+
+        For erasures made elsewhere: the session's state leaves this process's
+        memory now, not at its next write or passivation. An actor that is
+        stopping is waited for, so a snapshot it was saving is deleted after
+        it. A later message reactivates the session from the log. Returns the
+        keys dropped.
+        """
+        with self._lock:
+            stopping = [(k, ref) for k, ref in self._stopping.items() if matches(k)]
+            live = [k for k in self._live if matches(k)]
+        for _key, ref in stopping:
+            ref.actor_stopped.wait(self.timeout)
+        dropped = sorted({*live, *(k for k, _ in stopping)}, key=MemoryKey.composite)
+        for key in live:
+            self.passivate(key)
+        if self.snapshots is not None:
+            for key in dropped:
+                try:
+                    self.snapshots.delete(key)
+                except ConvmemError:
+                    _log.warning("the snapshot of erased session %s was not deleted", key, exc_info=True)
+        if dropped:
+            self.metrics.count("erasures_seen", len(dropped))
+        return dropped
+
+    def _on_erasure(self, notice: ErasureNotice | None) -> None:
+        """The log's notice (on its thread): drop the matching sessions on ours; None drops them all."""
+        match = (lambda _key: True) if notice is None else notice.matches
+        with contextlib.suppress(RuntimeError):  # the pool shuts down with the system
+            self._erasures.submit(self._forget_logged, match)
+
+    def _forget_logged(self, match: Callable[[MemoryKey], bool]) -> None:
+        try:
+            self.forget(match)
+        except Exception:
+            _log.exception("dropping erased sessions failed")
 
     def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:
         """Rebuild `key` from its snapshot and the log (what activation does)."""
@@ -269,6 +331,9 @@ class MemorySystem:
             self._live.clear()
             if self._sweep_timer is not None:
                 self._sweep_timer.cancel()
+        if self._unwatch is not None:
+            self._unwatch()
+        self._erasures.shutdown(wait=True)
         for entry in entries:
             try:
                 entry.ref.stop(block=True, timeout=self.timeout)

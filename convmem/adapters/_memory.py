@@ -1,23 +1,25 @@
 """In-memory `EventLog` and `SnapshotStore`: real implementations, not mocks.
 
 They keep the same promises as the JetStream adapters (optimistic
-concurrency, exactly-once by event id, tombstones on erasure, log-wide
-positions) and pass the same contract suite. Useful for tests, for
+concurrency, exactly-once by event id, erasure that leaves nothing and tells
+every watcher, log-wide positions) and pass the same contract suite. Useful for tests, for
 in-process use and as the reference the durable adapters are checked against.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from convmem.actors import LoggedEvent, Snapshot
+from convmem.actors import ErasureNotice, LoggedEvent, Snapshot, Unwatch
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
-from convmem.events import Event, MemoryKey, SessionErased, encode_event
+from convmem.events import Event, MemoryKey, encode_event
 
 __all__ = ["MEMORY_URL", "InMemoryBackend", "InMemoryEventLog", "InMemorySnapshotStore"]
 
 MEMORY_URL = "memory://"
+_log = logging.getLogger("convmem.memory")
 
 
 class InMemoryEventLog:
@@ -29,6 +31,7 @@ class InMemoryEventLog:
         self._last_seq: dict[MemoryKey, int] = {}
         self._ids: dict[MemoryKey, set[str]] = {}
         self._all: list[LoggedEvent | None] = []
+        self._watchers: dict[object, Callable[[ErasureNotice | None], None]] = {}
         self._closed = False
 
     def _check_open(self) -> None:
@@ -126,33 +129,68 @@ class InMemoryEventLog:
                 and (user_id is None or k.user_id == user_id)
             ]
 
-    def erase(self, key: MemoryKey, *, at: float) -> int:
-        """See `EventLog.erase`."""
+    def counts(self, *, tenant_id: str | None = None, user_id: str | None = None) -> dict[MemoryKey, int]:
+        """How many records each session holds (of a tenant, of a user)."""
         with self._lock:
             self._check_open()
-            return self._erase_locked(key, at)
+            return {
+                k: len(records)
+                for k, records in sorted(self._sessions.items(), key=lambda item: item[0].composite())
+                if records
+                and (tenant_id is None or k.tenant_id == tenant_id)
+                and (user_id is None or k.user_id == user_id)
+            }
 
-    def _erase_locked(self, key: MemoryKey, at: float) -> int:
-        records = self._sessions.get(key, [])
+    def erase(self, key: MemoryKey, *, at: float) -> int:
+        """See `EventLog.erase`: nothing of the session stays, and every watcher is told."""
+        with self._lock:
+            self._check_open()
+            erased = self._erase_locked(key)
+        if erased is not None:
+            self._tell(ErasureNotice.of_sessions([key]))
+        return erased or 0
+
+    def _erase_locked(self, key: MemoryKey) -> int | None:
+        """Forget the session's records and ids; None when it had none."""
+        records = self._sessions.pop(key, [])
+        self._last_seq.pop(key, None)
+        self._ids.pop(key, None)
         if not records:
-            return 0
-        purged = [r for r in records if not _is_tombstone(r)]
+            return None
         for record in records:
             self._all[record.position - 1] = None
-        self._sessions[key] = []
-        seq = self._last_seq.get(key, 0) + 1
-        tombstone = SessionErased(
-            seq=seq, event_id=f"erased/{key.composite()}/{seq}", at=at, reason="erased on request"
-        )
-        self._store(key, [tombstone])
-        return len(purged)
+        return sum(1 for r in records if not _is_fence(r))
 
     def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
         """See `EventLog.erase_user`."""
         with self._lock:
             self._check_open()
             keys = [k for k in self._sessions if k.tenant_id == tenant_id and k.user_id == user_id]
-            return sum(self._erase_locked(k, at) for k in keys)
+            erased = [self._erase_locked(k) for k in keys]
+        if any(n is not None for n in erased):
+            self._tell(ErasureNotice.of_user(tenant_id, user_id))
+        return sum(n or 0 for n in erased)
+
+    def watch_erasures(self, on_notice: Callable[[ErasureNotice | None], None]) -> Unwatch:
+        """See `ErasureWatch`: watchers are told before `erase` returns."""
+        token = object()
+        with self._lock:
+            self._watchers[token] = on_notice
+
+        def unwatch() -> None:
+            with self._lock:
+                self._watchers.pop(token, None)
+
+        return unwatch
+
+    def _tell(self, notice: ErasureNotice) -> None:
+        with self._lock:
+            watchers = list(self._watchers.values())
+        for on_notice in watchers:
+            try:
+                on_notice(notice)
+            except Exception:  # one watcher's failure must not keep the others uninformed
+                _log.exception("an erasure watcher failed")
 
     def close(self) -> None:
         """See `EventLog.close`."""
@@ -160,7 +198,7 @@ class InMemoryEventLog:
             self._closed = True
 
 
-def _is_tombstone(record: LoggedEvent) -> bool:
+def _is_fence(record: LoggedEvent) -> bool:
     return record.event_id is not None and record.event_id.startswith("erased/")
 
 

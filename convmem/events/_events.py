@@ -75,12 +75,17 @@ class SessionStarted(Event, frozen=True, gc=False, tag="session.started"):
 
     When cross-session injection is on, the summary offered from the user's
     latest other session is recorded here, so a replay shows what was injected.
+    A session forked from another (`MemorySystem.fork`) names its source in
+    `forked_from` and the source's log position it was copied as of in
+    `forked_at`; the source's events up to there follow it, copied.
     """
 
     key: MemoryKey
     config: ShortTermMemoryConfig
     injected_summary: str | None = None
     injected_from: MemoryKey | None = None
+    forked_from: MemoryKey | None = None
+    forked_at: int | None = None
 
 
 class TurnAdded(Event, frozen=True, gc=False, tag="turn.added"):

@@ -3,8 +3,12 @@
 `evolve` is pure and total over the closed set of event types. An event whose
 `seq` is not above the state's `version` was already applied and changes
 nothing (redelivery is harmless); an event that skips a `seq` raises
-`ReplayError`, because a history with a hole cannot be trusted. The one
-exception is `SessionErased`, a tombstone that may open a history at any seq.
+`ReplayError`, because a history with a hole cannot be trusted. The
+exceptions come from erasure: `SessionErased`, the fence an erasure puts above
+the events it removes, may open a history at any seq; and so may the
+`SessionStarted` of a session begun again over that fence once the erasure
+removed the fence too (a history can only lose what comes before a start by
+an erasure).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def _check_order(state: SessionState, event: AnyEvent | SkippedEvent) -> bool:
         return False
     if isinstance(event, SessionErased):
         return True
+    if state.version == 0 and isinstance(event, SessionStarted):
+        return True  # a session begun again after an erasure: what came before it was erased
     if event.seq != state.version + 1:
         raise ReplayError(
             f"event seq {event.seq} follows seq {state.version}: "

@@ -171,6 +171,16 @@ EXAMPLES: dict[str, Event] = {
         first_index=3,
         origin="penguiflow-state:sha256:ab12",
     ),
+    # Added with fork (issue 17): where a forked session came from.
+    "session.started+forked": SessionStarted(
+        seq=1,
+        event_id="fork/3f2a/1",
+        at=1765700000.0,
+        key=KEY,
+        config=CONFIG,
+        forked_from=MemoryKey("acme.corp", "alice@example.com", "chat-0"),
+        forked_at=1234,
+    ),
 }
 """One fixed example per golden file: per event tag, with every field set away from its default,
 and per field added later (``tag+field``)."""

@@ -1,4 +1,4 @@
-"""The auditor's commands: replay, verify, inspect, export, erase."""
+"""The auditor's commands: replay, verify, export, erase (inspect and sessions are in `_inspect`)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,23 @@ import argparse
 import sys
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from convmem.actors import (
+    EventLog,
     LoggedEvent,
     MemorySystem,
     export_jsonl,
     read_jsonl,
     replay_session,
-    timeline,
     verify,
 )
 from convmem.adapters._memory import InMemoryEventLog
 from convmem.adapters.cli._common import (
+    EXIT_DECLINED,
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -34,27 +34,34 @@ from convmem.adapters.cli._common import (
     emit_json,
     parse_key,
     parse_time,
+    positive_int,
+    session_counts,
     table,
 )
+from convmem.events import MemoryKey
 from convmem.projections import agent_items, llm_context
 
-__all__ = ["add_audit_commands"]
+__all__ = ["add_audit_commands", "event_count"]
 
 
-def add_audit_commands(commands: Any) -> None:
-    """Register replay, verify, inspect, export and erase on the CLI's subparsers."""
+def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register replay, verify, export and erase on the CLI's subparsers (`common`: global options)."""
     p = commands.add_parser(
-        "replay", help="a session's state and context as of its latest event, a position or a time"
+        "replay",
+        parents=[common],
+        help="a session's state and context as of its latest event, a position or a time",
     )
     p.add_argument("key", help="tenant:user:session")
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--position", type=int, help="stop after this log position (stream sequence)")
+    when.add_argument("--position", type=positive_int, help="stop after this log position (stream sequence)")
     when.add_argument("--time", help="stop after this time (epoch seconds or ISO 8601)")
     p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_replay)
 
-    p = commands.add_parser("verify", help="rebuild sessions from the log and compare with their snapshots")
+    p = commands.add_parser(
+        "verify", parents=[common], help="rebuild sessions from the log and compare with their snapshots"
+    )
     p.add_argument("key", nargs="?", help="one session, tenant:user:session")
     p.add_argument("--tenant", help="every session of a tenant")
     p.add_argument("--user", help="every session of a user (needs --tenant)")
@@ -63,20 +70,18 @@ def add_audit_commands(commands: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_verify)
 
-    p = commands.add_parser("inspect", help="a session's event timeline")
-    p.add_argument("key", help="tenant:user:session")
-    p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(run=cmd_inspect)
-
-    p = commands.add_parser("export", help="events as JSONL, one per line (replay --from-file reads it back)")
+    p = commands.add_parser(
+        "export", parents=[common], help="events as JSONL, one per line (replay --from-file reads it back)"
+    )
     p.add_argument("--key", help="one session, tenant:user:session")
     p.add_argument("--tenant", help="every session of a tenant")
     p.add_argument("--user", help="every session of a user (needs --tenant)")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     p.set_defaults(run=cmd_export)
 
-    p = commands.add_parser("erase", help="purge a session's or a user's events and snapshots")
+    p = commands.add_parser(
+        "erase", parents=[common], help="erase a session's or a user's events and snapshots"
+    )
     p.add_argument("--key", help="one session, tenant:user:session")
     p.add_argument("--tenant", help="the user's tenant")
     p.add_argument("--user", help="every session of this user (needs --tenant)")
@@ -99,12 +104,6 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
     return {"tenant_id": args.tenant, "user_id": args.user}
 
 
-def _stamp(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     key = parse_key(args.key)
     until_time = parse_time(args.time) if args.time else None
@@ -112,7 +111,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         records: Iterable[LoggedEvent] = _records_from_file(args.from_file)
         state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
     else:
-        with backend(args) as (log, _):
+        with backend(args, read_only=True) as (log, _):
             records = log.read(key)
             state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
     if not state.started and state.version == 0:
@@ -145,17 +144,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     key = parse_key(args.key) if args.key else None
     if key is None and not (args.all or args.tenant):
         raise CliError("say what to verify: a KEY, --tenant [--user], or --all", EXIT_USAGE)
-    progress = Progress("verify: events read")
+    progress = Progress("verify: events read", quiet=args.json)
     started = time.perf_counter()
-    if args.from_file:
-        file_log = InMemoryEventLog()
-        for record in _records_from_file(args.from_file):
-            file_log.append_raw(record.key, record.data, seq=record.seq)
-        checks = verify(file_log, None, key=key, progress=progress.update, **scope)
-    else:
-        with backend(args) as (log, snapshots):
-            checks = verify(log, snapshots, key=key, progress=progress.update, **scope)
-    progress.close()
+    try:
+        if args.from_file:
+            file_log = InMemoryEventLog()
+            for record in _records_from_file(args.from_file):
+                file_log.append_raw(record.key, record.data, seq=record.seq)
+            progress.set_total(event_count(file_log, key, scope))
+            checks = verify(file_log, None, key=key, progress=progress.update, **scope)
+        else:
+            with backend(args, read_only=True) as (log, snapshots):
+                progress.set_total(event_count(log, key, scope))
+                checks = verify(log, snapshots, key=key, progress=progress.update, **scope)
+    finally:
+        progress.close()
     elapsed = time.perf_counter() - started
     if not checks:
         raise CliError("nothing to verify: no session has events in that scope", EXIT_NOT_FOUND)
@@ -210,43 +213,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    key = parse_key(args.key)
-    if args.from_file:
-        rows = timeline(r for r in _records_from_file(args.from_file) if r.key == key)
-    else:
-        with backend(args) as (log, _):
-            rows = timeline(log.read(key))
-    if not rows:
-        raise CliError(f"no events for session {key}", EXIT_NOT_FOUND)
-    if args.json:
-        emit_json([msgspec.to_builtins(r) for r in rows])
-    else:
-        table(
-            [(r.position, r.seq if r.seq is not None else "-", _stamp(r.at), r.type, r.detail) for r in rows],
-            ["position", "seq", "time (UTC)", "event", "detail"],
-        )
-    return EXIT_OK
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     scope = _scope(args)
     key = parse_key(args.key) if args.key else None
-    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     count = 0
-    progress = Progress("export: events")
-    try:
-        with backend(args) as (log, _):
+    with backend(args, read_only=True) as (log, _):
+        total = event_count(log, key, scope)
+        if not total:
+            what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
+            raise CliError(f"nothing to export: no events for {what}", EXIT_NOT_FOUND)
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+        progress = Progress("export: events", total, quiet=not args.output)
+        try:
             records = log.read(key) if key is not None else log.read_all(**scope)
             for line in export_jsonl(records):
                 out.write(line + "\n")
                 count += 1
-                if count % 1000 == 0:
+                if count % 200 == 0:
                     progress.update(count)
-    finally:
-        progress.close()
-        if args.output:
-            out.close()
+            progress.update(count)
+        finally:
+            progress.close()
+            if args.output:
+                out.close()
     if args.output:
         print(f"exported {count} events to {args.output}", file=sys.stderr)
     return EXIT_OK
@@ -255,7 +244,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _confirm(what: str, token: str) -> bool:
     if not sys.stdin.isatty():
         raise CliError(f"refusing to erase {what} without confirmation: pass --yes", EXIT_USAGE)
-    answer = input(f"Erase {what}? This cannot be undone. Type {token!r} to confirm: ")
+    answer = input(f"Erase {what}? This cannot be undone. Type {token} to confirm: ")
     return answer.strip() == token
 
 
@@ -265,19 +254,45 @@ def cmd_erase(args: argparse.Namespace) -> int:
     key = parse_key(args.key) if args.key else None
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant", EXIT_USAGE)
-    what = f"session {key}" if key else f"every session of user {args.user!r} of tenant {args.tenant!r}"
-    token = key.composite() if key else args.user
-    if not args.yes and not _confirm(what, token):
-        print("not erased", file=sys.stderr)
-        return EXIT_FAILED
-    with backend(args) as (log, snapshots), MemorySystem(log=log, snapshots=snapshots) as system:
+    with backend(args) as (log, snapshots):
+        keys = [key] if key is not None else log.keys(tenant_id=args.tenant, user_id=args.user)
         if key is not None and log.last_seq(key) == 0:
+            keys = []
+        if key is not None:
+            what = f"session {key.composite()}"
+        else:
+            what = f"user {args.user} of tenant {args.tenant} ({len(keys)} session(s))"
+        if not keys:
             raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
-        erased = system.erase(key) if key is not None else system.erase_user(args.tenant, args.user)
-        if not erased.sessions:
-            raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
+        token = key.composite() if key else args.user
+        if not args.yes and not _confirm(what, token):
+            print("not erased: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        progress = Progress("erase: sessions", len(keys), quiet=args.json or key is not None)
+        events = sessions = 0
+        try:
+            with MemorySystem(log=log, snapshots=snapshots) as system:
+                for done, each in enumerate(keys, start=1):
+                    erased = system.erase(each)
+                    events += erased.events_purged
+                    sessions += erased.sessions
+                    progress.update(done)
+        finally:
+            progress.close()
     if args.json:
-        emit_json({"erased_sessions": erased.sessions, "purged_events": erased.events})
+        emit_json({"events_purged": events, "sessions": sessions})
     else:
-        print(f"erased {what}: {erased.events} events purged from {erased.sessions} session(s)")
+        print(f"erased {what}: {events} events purged from {sessions} session(s)")
     return EXIT_OK
+
+
+def event_count(log: EventLog, key: MemoryKey | None, scope: dict[str, Any]) -> int:
+    """How many events a read of `key` (or of the scope) will bring, to size a progress bar."""
+    if key is not None:
+        return len(log.read(key)) if isinstance(log, InMemoryEventLog) else _counts(log, scope, key)
+    return _counts(log, scope, None)
+
+
+def _counts(log: EventLog, scope: dict[str, Any], key: MemoryKey | None) -> int:
+    counts = session_counts(log, **scope)
+    return counts.get(key, 0) if key is not None else sum(counts.values())

@@ -11,13 +11,21 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
 from convmem.actors import EventLog, SnapshotStore
 from convmem.adapters._connect import open_backend
+from convmem.adapters.jetstream._embedded import running_server_url
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey
 
 __all__ = [
+    "EXIT_CODES",
+    "EXIT_DECLINED",
     "EXIT_FAILED",
+    "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
     "EXIT_INVALID",
     "EXIT_NOT_FOUND",
@@ -28,18 +36,36 @@ __all__ = [
     "Progress",
     "backend",
     "emit_json",
+    "nats_url",
     "parse_key",
     "parse_time",
+    "positive_int",
+    "positive_seconds",
+    "session_counts",
     "table",
 ]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # verification found a mismatch or poison
-EXIT_USAGE = 2  # bad arguments (argparse's own code)
+EXIT_USAGE = 2  # bad arguments
 EXIT_NOT_FOUND = 3  # the key or user has no events
-EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached
+EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
 EXIT_INVALID = 5  # an input (file, key, data) is wrong
+EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
+EXIT_INTERNAL = 70  # a bug
 EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "verification found a mismatch or a poison event (or a demo session did not verify)",
+    EXIT_USAGE: "bad arguments",
+    EXIT_NOT_FOUND: "the key, user or stream has no events",
+    EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",
+    EXIT_INVALID: "an input is wrong (a file, data)",
+    EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
+    EXIT_INTERNAL: "an internal error (a bug: please report it)",
+    EXIT_INTERRUPTED: "interrupted",
+}
 
 
 class CliError(Exception):
@@ -48,6 +74,28 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_INVALID) -> None:
         super().__init__(message)
         self.code = code
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
 
 
 def parse_key(text: str) -> MemoryKey:
@@ -75,21 +123,51 @@ def parse_time(text: str) -> float:
     return moment.timestamp()
 
 
+def nats_url(args: argparse.Namespace) -> str | None:
+    """The NATS URL to use: the one given, else that of a server running on the embedded data folder.
+
+    `convmem serve` on the embedded default holds its data folder; the other
+    commands join that server rather than start their own on the same folder.
+    """
+    if args.nats:
+        return str(args.nats)
+    return running_server_url(args.data_dir)
+
+
 @contextmanager
-def backend(args: argparse.Namespace) -> Iterator[tuple[EventLog, SnapshotStore | None]]:
-    """The log and snapshot store the global options name; closed on exit."""
+def backend(
+    args: argparse.Namespace, *, read_only: bool = False
+) -> Iterator[tuple[EventLog, SnapshotStore | None]]:
+    """The log and snapshot store the global options name; closed on exit.
+
+    `read_only` (replay, verify, inspect, export, sessions, timeline) never
+    creates the stream or the bucket: a missing stream is `StoreNotFound`.
+    """
     opened = open_backend(
-        args.nats,
+        nats_url(args),
         data_dir=args.data_dir,
         stream=args.stream,
         prefix=args.prefix,
         bucket=args.bucket,
         timeout=args.timeout,
+        auth=args.auth,
+        read_only=read_only,
     )
     try:
         yield opened.log, opened.snapshots
     finally:
         opened.close()
+
+
+def session_counts(
+    log: EventLog, *, tenant_id: str | None = None, user_id: str | None = None
+) -> dict[MemoryKey, int]:
+    """Events per session (of a tenant, of a user) from a log that counts them without reading."""
+    counts = getattr(log, "counts", None)
+    if counts is None:
+        raise CliError(f"{type(log).__name__} cannot count its sessions' events", EXIT_INVALID)
+    found: dict[MemoryKey, int] = counts(tenant_id=tenant_id, user_id=user_id)
+    return found
 
 
 def emit_json(data: Any, out: TextIO | None = None) -> None:
@@ -111,35 +189,45 @@ def table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO 
 
 
 class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+    """A progress bar with a total and an ETA on stderr when it is a terminal; silent otherwise.
 
-    def __init__(self, label: str, total: int | None = None, *, stream: TextIO | None = None) -> None:
+    Silent too with ``--json`` (`quiet`) or ``CONVMEM_NO_PROGRESS`` set.
+    """
+
+    def __init__(
+        self, label: str, total: int | None = None, *, quiet: bool = False, stream: TextIO | None = None
+    ) -> None:
         self.label = label
         self.total = total
         self.done = 0
-        self._stream = stream or sys.stderr
-        self._live = self._stream.isatty() and os.environ.get("CONVMEM_NO_PROGRESS") is None
-        self._last = -1
+        out = stream or sys.stderr
+        self._bar: RichProgress | None = None
+        if not quiet and out.isatty() and os.environ.get("CONVMEM_NO_PROGRESS") is None:
+            self._bar = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=out),
+                transient=False,
+            )
+            self._task = self._bar.add_task(label, total=total)
+            self._bar.start()
+
+    def set_total(self, total: int) -> None:
+        """The total, once it is known."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.update(self._task, total=total)
 
     def update(self, done: int) -> None:
         """Show `done` of `total`."""
         self.done = done
-        if not self._live:
-            return
-        if self.total:
-            percent = int(100 * done / self.total)
-            if percent == self._last:
-                return
-            self._last = percent
-            filled = percent // 4
-            bar = "#" * filled + "." * (25 - filled)
-            self._stream.write(f"\r{self.label} [{bar}] {done}/{self.total}")
-        else:
-            self._stream.write(f"\r{self.label} {done}")
-        self._stream.flush()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
 
     def close(self) -> None:
-        """End the line."""
-        if self._live:
-            self._stream.write("\n")
-            self._stream.flush()
+        """End the bar."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

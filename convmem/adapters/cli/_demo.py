@@ -29,10 +29,24 @@ from typing import Any
 import msgspec
 
 from convmem.actors import timeline, verify
+from convmem.adapters._auth import redact_url
 from convmem.adapters._connect import connect
-from convmem.adapters.cli._common import EXIT_FAILED, EXIT_OK, CliError, Progress, emit_json, table
+from convmem.adapters.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    Progress,
+    emit_json,
+    session_counts,
+    table,
+)
 from convmem.adapters.summarizers import ExtractiveSummarizer, recommended
-from convmem.events import ConversationTurn, HealthPolicy, MemoryKey, ShortTermMemoryConfig
+from convmem.events import (
+    ConversationTurn,
+    HealthPolicy,
+    MemoryKey,
+    ShortTermMemoryConfig,
+)
 
 __all__ = ["add_demo_command", "load_conversations"]
 
@@ -41,10 +55,12 @@ DEMO_TOTAL_TOKENS = 1000
 """The context budget the demo's planners work with (`recommended`); small, so summaries show early."""
 
 
-def add_demo_command(commands: Any) -> None:
-    """Register `demo` on the CLI's subparsers."""
+def add_demo_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register `demo` on the CLI's subparsers (`common`: the global options)."""
     p = commands.add_parser(
-        "demo", help="play real conversations through convmem, then audit them (the main job)"
+        "demo",
+        parents=[common],
+        help="play real conversations through convmem, then audit them (the main job)",
     )
     p.add_argument("--sessions", type=int, default=40, help="conversations to play (default 40)")
     p.add_argument("--max-turns", type=int, default=30, help="turns per conversation at most (default 30)")
@@ -135,7 +151,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"convmem demo: {len(conversations)} conversations, {total} turns, {args.planners} planners",
         file=sys.stderr,
     )
-    print(f"embedded nats-server with JetStream, data in {data_dir}", file=sys.stderr)
+    if args.nats:
+        print(f"on NATS at {redact_url(args.nats)} (tenant {TENANT!r})", file=sys.stderr)
+    else:
+        print(f"embedded nats-server with JetStream, data in {data_dir}", file=sys.stderr)
     try:
         return _run(args, config, summarizer, data_dir, keys, conversations, flaky_key, total)
     finally:
@@ -153,8 +172,15 @@ def _run(
     flaky_key: MemoryKey,
     total: int,
 ) -> int:
-    with connect(None, config=config, summarizer=summarizer, data_dir=data_dir, snapshot_every=20) as memory:
-        progress = Progress("planners: turns stored", total)
+    with connect(
+        args.nats or None,
+        config=config,
+        summarizer=summarizer,
+        data_dir=data_dir,
+        snapshot_every=20,
+        auth=args.auth,
+    ) as memory:
+        progress = Progress("planners: turns stored", total, quiet=args.json)
         done = 0
         lock = threading.Lock()
 
@@ -163,6 +189,9 @@ def _run(
             session = memory.session(key)
             for turn in turns:
                 session.add_turn(turn, timeout=30)
+                # A planner that waits for the summary its turn made due, as one waiting for its next
+                # prompt would: each summary then covers the same turns in every run of one --seed.
+                session.flush(timeout=60)
                 with lock:
                     done += 1
                     progress.update(done)
@@ -180,8 +209,9 @@ def _run(
 
         # The auditor: read the whole tenant from the log, rebuild every session from its
         # events alone (no snapshot), and compare with the live state.
-        audit = Progress("auditor: events read")
+        audit = Progress("auditor: events read", quiet=args.json)
         started = time.perf_counter()
+        audit.set_total(sum(session_counts(memory.log, tenant_id=TENANT).values()))
         checks = verify(memory.log, None, tenant_id=TENANT, live=live, progress=audit.update)
         replayed = time.perf_counter() - started
         audit.close()

@@ -1,91 +1,224 @@
-"""The `convmem` command line: the demo, the service, and the auditor's commands.
+"""The `convmem` command line: the demo, the service, and the auditor's and operator's commands.
 
-Exit codes: 0 done; 1 verification found a problem (or a demo session did not
-verify); 2 bad arguments; 3 the key or user has no events; 4 the NATS server
-or log cannot be reached; 5 an input is wrong (file, data); 130 interrupted.
-Errors are one line on stderr saying what to do; no tracebacks.
+Global options (where to find NATS, how to authenticate, which names) are
+accepted before or after the subcommand and listed in every ``--help``. The
+exit codes are `_common.EXIT_CODES`; every error is one line on stderr, with
+no traceback and no secret.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from convmem import __version__
+from convmem.adapters._auth import NatsAuth, scrub, url_secrets
 from convmem.adapters.cli._audit import add_audit_commands
 from convmem.adapters.cli._common import (
+    EXIT_CODES,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
+    EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     CliError,
+    positive_seconds,
 )
 from convmem.adapters.cli._demo import add_demo_command
+from convmem.adapters.cli._fork import add_fork_command
+from convmem.adapters.cli._inspect import add_inspect_commands
 from convmem.adapters.cli._serve import add_serve_command
-from convmem.errors import ConvmemError, LogUnavailable
+from convmem.adapters.cli._timeline import add_timeline_command
+from convmem.errors import (
+    ConvmemError,
+    LogUnavailable,
+    OperationTimeout,
+    PermissionDenied,
+    SessionClosed,
+    StoreNotFound,
+)
 
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line."""
-    parser = argparse.ArgumentParser(
-        prog="convmem",
-        description="Short-term conversation memory for LLM planners, event-sourced on NATS JetStream.",
-        epilog="Exit codes: 0 ok, 1 verification failed, 2 usage, 3 not found, 4 unreachable, "
-        "5 invalid input, 130 interrupted.",
-    )
-    parser.add_argument("--version", action="version", version=f"convmem {__version__}")
-    parser.add_argument(
+def _env(*names: str) -> str | None:
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """The options every command takes; after a subcommand they override those given before it."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    where = parser.add_argument_group("where the log lives (every command)")
+    where.add_argument(
+        "-s",
+        "--server",
         "--nats",
-        default=os.environ.get("CONVMEM_NATS_URL") or None,
-        help="NATS URL of an existing server or cluster, or memory:// (default: the embedded server; "
-        "env CONVMEM_NATS_URL)",
+        dest="nats",
+        metavar="URL",
+        default=default(_env("CONVMEM_NATS_URL", "NATS_URL")),
+        help="NATS URL(s) of an existing server or cluster, or memory:// (default: the embedded server, "
+        "or the one `convmem serve` runs on it; env CONVMEM_NATS_URL or NATS_URL)",
     )
-    parser.add_argument(
+    where.add_argument(
         "--data-dir",
-        default=os.environ.get("CONVMEM_DATA_DIR") or None,
+        default=default(_env("CONVMEM_DATA_DIR")),
         help="the embedded server's data folder (default: a per-user folder; env CONVMEM_DATA_DIR)",
     )
-    parser.add_argument(
-        "--stream", default=os.environ.get("CONVMEM_STREAM") or None, help="event stream name"
+    where.add_argument(
+        "--stream", default=default(_env("CONVMEM_STREAM")), help="event stream name (env CONVMEM_STREAM)"
     )
-    parser.add_argument(
-        "--prefix", default=os.environ.get("CONVMEM_PREFIX") or None, help="event subject prefix"
+    where.add_argument(
+        "--prefix", default=default(_env("CONVMEM_PREFIX")), help="event subject prefix (env CONVMEM_PREFIX)"
     )
-    parser.add_argument(
-        "--bucket", default=os.environ.get("CONVMEM_BUCKET") or None, help="snapshot bucket name"
+    where.add_argument(
+        "--bucket", default=default(_env("CONVMEM_BUCKET")), help="snapshot bucket name (env CONVMEM_BUCKET)"
     )
-    parser.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for the server (default 5)"
+    where.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default(5.0),
+        help="seconds to wait for the server (default 5)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    add_demo_command(commands)
-    add_audit_commands(commands)
-    add_serve_command(commands)
+    auth = parser.add_argument_group("credentials and TLS (every command; as the nats CLI takes them)")
+    env = NatsAuth.from_env()
+    auth.add_argument(
+        "--creds", metavar="FILE", default=default(env.creds), help="credentials file (NATS_CREDS)"
+    )
+    auth.add_argument("--nkey", metavar="FILE", default=default(env.nkey), help="nkey seed file (NATS_NKEY)")
+    auth.add_argument("--nats-user", default=default(env.user), help="NATS user name (NATS_USER)")
+    auth.add_argument("--nats-password", default=default(env.password), help="NATS password (NATS_PASSWORD)")
+    auth.add_argument("--tlsca", metavar="FILE", default=default(env.tls_ca), help="CA certificate (NATS_CA)")
+    auth.add_argument(
+        "--tlscert", metavar="FILE", default=default(env.tls_cert), help="client certificate (NATS_CERT)"
+    )
+    auth.add_argument(
+        "--tlskey", metavar="FILE", default=default(env.tls_key), help="client certificate key (NATS_KEY)"
+    )
+    auth.add_argument(
+        "--inbox-prefix",
+        default=default(env.inbox_prefix),
+        help="subject prefix of reply inboxes, for users confined to their own (NATS_INBOX_PREFIX)",
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CliError(f"{message} (see {self.prog} --help)", EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    epilog = "exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
+    parser = _Parser(
+        prog="convmem",
+        description="Short-term conversation memory for LLM planners, event-sourced on NATS JetStream.",
+        epilog=epilog,
+    )
+    parser.add_argument("--version", action="version", version=f"convmem {__version__}")
+    _global_options(parser, suppress=False)
+    common = _Parser(add_help=False)
+    _global_options(common, suppress=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    add_demo_command(commands, common)
+    add_audit_commands(commands, common)
+    add_inspect_commands(commands, common)
+    add_fork_command(commands, common)
+    add_timeline_command(commands, common)
+    add_serve_command(commands, common)
+    for sub in commands.choices.values():
+        sub.epilog = epilog
     return parser
+
+
+def _auth(args: argparse.Namespace) -> NatsAuth:
+    return NatsAuth(
+        creds=args.creds,
+        nkey=args.nkey,
+        tls_ca=args.tlsca,
+        tls_cert=args.tlscert,
+        tls_key=args.tlskey,
+        user=args.nats_user,
+        password=args.nats_password,
+        inbox_prefix=args.inbox_prefix,
+    )
+
+
+class _Scrubbed(logging.Filter):
+    """Log records with every secret of the command line hidden."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self._secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = scrub(record.getMessage(), self._secrets)
+        record.args = None
+        return True
+
+
+def _logging(command: str, secrets: tuple[str, ...]) -> None:
+    """One line per record on stderr, secrets hidden; the service logs more than the other commands."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_Scrubbed(secrets))
+    if command == "serve":
+        handler.setFormatter(logging.Formatter("convmem serve: %(levelname)s %(name)s: %(message)s"))
+        level = logging.INFO
+    else:
+        handler.setFormatter(logging.Formatter("convmem: %(levelname)s: %(message)s"))
+        level = logging.ERROR  # warnings of a one-shot command would only repeat its error
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
+    logging.getLogger("nats").setLevel(logging.CRITICAL)  # its errors reach us as exceptions
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "failed"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    secrets: tuple[str, ...] = ()
     try:
+        args = build_parser().parse_args(argv)
+        args.auth = _auth(args)
+        secrets = (*url_secrets(args.nats), *args.auth.secrets)
+        _logging(args.command, secrets)
         code: int = args.run(args)
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
     except CliError as exc:
-        print(f"convmem: error: {exc}", file=sys.stderr)
-        return exc.code
-    except LogUnavailable as exc:
-        print(f"convmem: error: {exc}", file=sys.stderr)
-        print("convmem: is the NATS server up? check --nats / CONVMEM_NATS_URL", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return _fail(str(exc), exc.code, secrets)
+    except StoreNotFound as exc:
+        return _fail(str(exc), EXIT_NOT_FOUND, secrets)
+    except (LogUnavailable, PermissionDenied, OperationTimeout, SessionClosed) as exc:
+        return _fail(f"{exc} (check --server/NATS_URL and the credentials)", EXIT_UNAVAILABLE, secrets)
     except (ConvmemError, ValueError) as exc:
-        print(f"convmem: error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _fail(str(exc), EXIT_INVALID, secrets)
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        return _fail(f"cannot use{where}: {exc.strerror or exc}", EXIT_INVALID, secrets)
     except KeyboardInterrupt:
         print("convmem: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return 0
+    except Exception as exc:  # a bug: still one line, and the exit code says so
+        return _fail(
+            f"internal error ({type(exc).__name__}: {exc}); please report it", EXIT_INTERNAL, secrets
+        )
+    return code
+
+
+def _fail(message: str, code: int, secrets: tuple[str, ...]) -> int:
+    print(f"convmem: error: {scrub(_one_line(message), secrets)}", file=sys.stderr)
     return code

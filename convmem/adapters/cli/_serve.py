@@ -8,6 +8,7 @@ JSON or TOML file holding a `ShortTermMemoryConfig`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -20,11 +21,22 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._auth import redact_url
 from convmem.adapters._connect import MEMORY_URL, open_backend
-from convmem.adapters.cli._common import EXIT_OK, EXIT_USAGE, CliError, emit_json
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
-from convmem.adapters.service._remote import RemoteMemory
+from convmem.adapters.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    nats_url,
+    positive_int,
+    positive_seconds,
+    table,
+)
+from convmem.adapters.jetstream._embedded import default_store_dir
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix
 from convmem.adapters.service._service import MemoryService
+from convmem.adapters.service._status import service_status
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer, recommended
 from convmem.errors import InvalidConfig
 from convmem.events import ShortTermMemoryConfig
@@ -63,9 +75,9 @@ def _env_int(name: str, default: int) -> int:
         raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
 
 
-def add_serve_command(commands: Any) -> None:
-    """Register `serve` and `status` on the CLI's subparsers."""
-    p = commands.add_parser("serve", help="run the memory service (NATS request/reply API)")
+def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register `serve` and `status` on the CLI's subparsers (`common`: the global options)."""
+    p = commands.add_parser("serve", parents=[common], help="run the memory service (NATS request/reply API)")
     p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
     p.add_argument("--queue-group", default=_env("CONVMEM_QUEUE_GROUP", "convmem"))
     p.add_argument(
@@ -87,8 +99,26 @@ def add_serve_command(commands: Any) -> None:
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
 
-    p = commands.add_parser("status", help="health and metrics of the running services")
+    p = commands.add_parser(
+        "status", parents=[common], help="health and metrics of every running service replica"
+    )
     p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
+    p.add_argument(
+        "--expect",
+        type=positive_int,
+        help="how many replicas should answer (fewer: exit 4, the silent shown)",
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="ask only the replica this machine runs (the one `convmem serve` recorded in its data folder)",
+    )
+    p.add_argument(
+        "--discover",
+        type=positive_seconds,
+        default=0.5,
+        help="seconds to wait for replicas to answer the ping",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_status)
 
@@ -144,6 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         replicas=args.replicas,
         timeout=args.timeout,
+        auth=args.auth,
     )
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -158,17 +189,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         try:
             service = MemoryService(
-                system, opened.url, api_prefix=args.api_prefix, queue_group=args.queue_group
+                system,
+                opened.url,
+                api_prefix=args.api_prefix,
+                queue_group=args.queue_group,
+                auth=args.auth if opened.server is None else None,
             )
             service.start()
             where = "embedded nats-server" if opened.server is not None else "NATS"
             print(
-                f"convmem serve: {where} at {opened.url}, API {args.api_prefix}.v1.<tenant>.<op>, "
-                f"queue group {args.queue_group!r}",
+                f"convmem serve: {where} at {redact_url(opened.url)}, "
+                f"API {args.api_prefix}.v1.<tenant>.<op>, queue group {args.queue_group!r}",
                 file=sys.stderr,
             )
+            if args.data_dir or opened.server is not None:  # a folder of its own: the container's
+                _record_instance(args, service.instance)
             if args.ready_file is not None:
-                args.ready_file.write_text(opened.url, encoding="utf-8")
+                args.ready_file.write_text(redact_url(opened.url), encoding="utf-8")
             try:
                 service.run_forever(stop)
             finally:
@@ -183,17 +220,104 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    if not args.nats:
-        raise CliError(
-            "status asks running services over NATS: give --nats URL (or CONVMEM_NATS_URL)", EXIT_USAGE
+_SERVE_FILE = "convmem-serve.json"
+
+
+def _serve_file(args: argparse.Namespace) -> Path:
+    return Path(args.data_dir) if args.data_dir else default_store_dir()
+
+
+def _record_instance(args: argparse.Namespace, instance: str) -> None:
+    """Note this replica's instance id in its data folder, for `status --local` (the health check).
+
+    Only in a folder of its own: the embedded server's, or one given (`--data-dir`,
+    ``CONVMEM_DATA_DIR``, as the image sets).
+    """
+    folder = _serve_file(args)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / _SERVE_FILE).write_text(
+            json.dumps({"instance": instance, "pid": os.getpid()}), encoding="utf-8"
         )
-    with RemoteMemory(args.nats, api_prefix=args.api_prefix, timeout=args.timeout) as remote:
-        report = {"health": remote.service_health(), "metrics": remote.service_metrics()}
+    except OSError as exc:
+        print(f"convmem serve: cannot record the instance for status --local: {exc}", file=sys.stderr)
+
+
+def _local_instance(args: argparse.Namespace) -> str:
+    path = _serve_file(args) / _SERVE_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        instance, pid = str(recorded["instance"]), int(recorded["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CliError(
+            f"no convmem serve recorded in {path.parent} (start one, or drop --local)", 4
+        ) from None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        raise CliError(f"the convmem serve recorded in {path.parent} (pid {pid}) is not running", 4) from None
+    except PermissionError:
+        pass  # alive, another user's
+    return instance
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    url = nats_url(args)
+    if not url:
+        raise CliError(
+            "status asks running services over NATS: give --server URL (or NATS_URL); no convmem serve "
+            "runs on the embedded data folder",
+            EXIT_USAGE,
+        )
+    check_api_prefix(args.api_prefix)
+    only = _local_instance(args) if args.local else None
+    replicas = asyncio.run(
+        service_status(
+            url,
+            auth=args.auth,
+            api_prefix=args.api_prefix,
+            timeout=args.timeout,
+            discover=args.discover,
+            only=only,
+        )
+    )
+    missing = max(0, (args.expect or 0) - len(replicas))
+    rows = [msgspec.to_builtins(r) for r in replicas] + [
+        {"instance": "?", "health": None, "metrics": None, "problem": "silent: did not answer the ping"}
+        for _ in range(missing)
+    ]
     if args.json:
-        emit_json(report)
+        emit_json({"replicas": rows, "answered": sum(r.ok for r in replicas), "expected": args.expect})
     else:
-        health, metrics = report["health"], report["metrics"]
-        print(f"health: {json.dumps(health, sort_keys=True)}")
-        print(f"metrics: {json.dumps(metrics, sort_keys=True)}")
-    return EXIT_OK
+        _status_tables(rows)
+    if not replicas:
+        raise CliError(f"no convmem service answered on {redact_url(url)} (api prefix {args.api_prefix})", 4)
+    return EXIT_OK if missing == 0 and all(r.ok for r in replicas) else 4
+
+
+def _status_tables(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        print(f"replica {row['instance']}")
+        if row["problem"] is not None:
+            print(f"  {row['problem'].upper()}")
+            continue
+        health, metrics = row["health"] or {}, row["metrics"] or {}
+        service = metrics.get("service", {})
+        append = metrics.get("append_ms") or {}
+        table(
+            [
+                ("status", health.get("status")),
+                ("log", health.get("log")),
+                ("uptime", f"{health.get('uptime_s', 0):.0f} s"),
+                ("live sessions", health.get("live_sessions")),
+                ("requests in flight", health.get("in_flight")),
+                ("requests", service.get("requests")),
+                ("errors", service.get("errors")),
+                ("turns", metrics.get("turns")),
+                ("summaries", metrics.get("summaries")),
+                ("summary failures", metrics.get("summary_failures")),
+                ("conflicts", metrics.get("conflicts")),
+                ("append p50 / p99 (ms)", f"{append.get('p50', '-')} / {append.get('p99', '-')}"),
+            ],
+            ["  measure", "value"],
+        )

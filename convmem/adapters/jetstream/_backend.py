@@ -16,10 +16,12 @@ import asyncio
 import os
 from types import TracebackType
 
+from convmem.adapters._auth import NatsAuth
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
+from convmem.errors import StoreNotFound
 
 __all__ = ["JetStreamBackend"]
 
@@ -30,7 +32,7 @@ class JetStreamBackend:
     def __init__(
         self,
         log: JetStreamEventLog,
-        snapshots: JetStreamSnapshotStore,
+        snapshots: JetStreamSnapshotStore | None,
         *,
         url: str,
         server: EmbeddedNatsServer | None = None,
@@ -52,14 +54,21 @@ class JetStreamBackend:
         duplicate_window: float = 120.0,
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        auth: NatsAuth | None = None,
+        read_only: bool = False,
     ) -> JetStreamBackend:
         """Connect to `url`; create or check the stream and the bucket.
 
         `replicas` 3 on a cluster survives the loss of a server; on a single
         server durability rests on its ``sync_interval`` (see `EmbeddedNatsServer`).
+        `auth` holds credentials and TLS settings. `read_only` (audits) never
+        creates the stream or the bucket: a missing stream is `StoreNotFound`,
+        a missing bucket leaves `snapshots` None.
         """
-        connection = NatsConnection.connect(url, timeout=timeout, max_control_line=max_control_line)
-        return cls._on(connection, url, stream, prefix, bucket, replicas, duplicate_window)
+        connection = NatsConnection.connect(
+            url, timeout=timeout, max_control_line=max_control_line, auth=auth
+        )
+        return cls._on(connection, url, stream, prefix, bucket, replicas, duplicate_window, read_only)
 
     @classmethod
     async def connect_here(
@@ -73,6 +82,8 @@ class JetStreamBackend:
         duplicate_window: float = 120.0,
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        auth: NatsAuth | None = None,
+        read_only: bool = False,
     ) -> JetStreamBackend:
         """`connect`, with the NATS connection on the event loop running here (call from a coroutine).
 
@@ -83,11 +94,11 @@ class JetStreamBackend:
         with `await backend.aclose()`, and the system with `await system.aclose()`.
         """
         connection = await NatsConnection.connect_here(
-            url, timeout=timeout, max_control_line=max_control_line
+            url, timeout=timeout, max_control_line=max_control_line, auth=auth
         )
         # The stream and bucket checks wait on this loop: they run on a worker thread meanwhile.
         return await asyncio.to_thread(
-            cls._on, connection, url, stream, prefix, bucket, replicas, duplicate_window
+            cls._on, connection, url, stream, prefix, bucket, replicas, duplicate_window, read_only
         )
 
     @classmethod
@@ -100,13 +111,24 @@ class JetStreamBackend:
         bucket: str,
         replicas: int,
         duplicate_window: float,
+        read_only: bool = False,
     ) -> JetStreamBackend:
         try:
             log = JetStreamEventLog(
-                connection, stream=stream, prefix=prefix, replicas=replicas, duplicate_window=duplicate_window
+                connection,
+                stream=stream,
+                prefix=prefix,
+                replicas=replicas,
+                duplicate_window=duplicate_window,
+                create=not read_only,
             )
+            snapshots: JetStreamSnapshotStore | None
             try:
-                snapshots = JetStreamSnapshotStore(connection, bucket=bucket, replicas=replicas)
+                snapshots = JetStreamSnapshotStore(
+                    connection, bucket=bucket, replicas=replicas, create=not read_only
+                )
+            except StoreNotFound:
+                snapshots = None  # a reader does without snapshots
             except BaseException:
                 log.close()
                 raise
@@ -178,7 +200,8 @@ class JetStreamBackend:
         """Close both adapters (and so the connection), then stop the embedded server if any."""
         try:
             self.log.close()
-            self.snapshots.close()
+            if self.snapshots is not None:
+                self.snapshots.close()
         finally:
             if self.server is not None:
                 self.server.stop()

@@ -25,7 +25,9 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from convmem.actors import Posted
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
+from convmem.adapters.jetstream._watch import ConnectionWatch, describe, request_denied
 from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
 
 __all__ = [
@@ -95,11 +97,13 @@ class NatsConnection:
         url: str,
         timeout: float,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
+        watch: ConnectionWatch | None = None,
     ) -> None:
         self._loop = loop
         self.nc = nc
         self.js = js
         self.url = url
+        self.watch = watch if watch is not None else ConnectionWatch(url_secrets(url))
         self.timeout = timeout
         self.max_control_line = max_control_line
         self._lock = threading.Lock()
@@ -114,20 +118,27 @@ class NatsConnection:
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
         name: str = "convmem",
+        auth: NatsAuth | None = None,
     ) -> NatsConnection:
         """Connect to `url` and check that JetStream is there; `LogUnavailable` if not.
 
         `max_control_line` is the server's setting of that name: a publish
         whose subject would not fit is refused here, because the server
-        answers one by dropping the whole connection.
+        answers one by dropping the whole connection. `auth` holds the
+        credentials and TLS settings (none: the URL's own, if any).
         """
+        auth = auth or NatsAuth()
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
+        options = auth.options()
         loop = EventLoopThread(name=f"{name}-nats-loop")
         try:
-            nc, js = loop.call(lambda: _open(url, timeout, name), timeout=2 * timeout + 2.0, what="connect")
+            nc, js = loop.call(
+                lambda: _open(url, timeout, name, options, watch), timeout=2 * timeout + 2.0, what="connect"
+            )
         except BaseException:
             loop.stop()
             raise
-        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line)
+        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line, watch=watch)
 
     @classmethod
     async def connect_here(
@@ -137,15 +148,24 @@ class NatsConnection:
         timeout: float = 5.0,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
         name: str = "convmem",
+        auth: NatsAuth | None = None,
     ) -> NatsConnection:
         """`connect`, on the event loop running here: nats-py's I/O then shares this loop and thread.
 
         Blocking calls on the connection (the adapters' synchronous methods)
         must then come from other threads; on this one they raise.
         """
-        nc, js = await asyncio.wait_for(_open(url, timeout, name), 2 * timeout + 2.0)
+        auth = auth or NatsAuth()
+        watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
+        nc, js = await asyncio.wait_for(_open(url, timeout, name, auth.options(), watch), 2 * timeout + 2.0)
         return cls(
-            EventLoopThread.here(), nc, js, url=url, timeout=timeout, max_control_line=max_control_line
+            EventLoopThread.here(),
+            nc,
+            js,
+            url=url,
+            timeout=timeout,
+            max_control_line=max_control_line,
+            watch=watch,
         )
 
     def on_loop_thread(self) -> bool:
@@ -220,14 +240,14 @@ class NatsConnection:
         try:
             self._loop.call(shut, timeout=self.timeout + 1.0, what="close")
         except ConvmemError:
-            _log.warning("closing the NATS connection to %s timed out", self.url)
+            _log.warning("closing the NATS connection to %s timed out", redact_url(self.url))
         finally:
             self._loop.stop()
 
     async def api(self, subject: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """A JetStream API request; an error reply raises nats-py's `APIError`."""
         payload = json.dumps(request).encode() if request is not None else b""
-        msg = await self.nc.request(subject, payload, timeout=self.timeout)
+        msg = await request_denied(self.nc, self.watch, subject, payload, self.timeout)
         reply: dict[str, Any] = json.loads(msg.data)
         if "error" in reply:
             error = reply["error"]
@@ -346,7 +366,10 @@ class _Client(Client):
             _log.exception("a handler of subscription %s failed", sid)
 
 
-async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStreamContext]:
+async def _open(
+    url: str, timeout: float, name: str, options: dict[str, Any], watch: ConnectionWatch
+) -> tuple[_Client, JetStreamContext]:
+    shown = redact_url(url)
     nc = _Client()
     try:
         await asyncio.wait_for(
@@ -357,33 +380,35 @@ async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStream
                 allow_reconnect=True,
                 max_reconnect_attempts=1,  # on the first connect only; unbounded once connected
                 reconnect_time_wait=0.25,  # type: ignore[arg-type]  # nats-py annotates int, uses float
-                error_cb=_on_error,
-                disconnected_cb=_on_disconnected,
-                reconnected_cb=_on_reconnected,
+                error_cb=watch.error_cb,
+                disconnected_cb=watch.disconnected_cb,
+                reconnected_cb=watch.reconnected_cb,
+                **options,
             ),
             timeout,
         )
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         await nc.close()
         raise LogUnavailable(
-            f"cannot connect to NATS at {url} ({_describe(exc)}); start nats-server with "
-            "JetStream (nats-server -js) or pass the URL of a running one (None starts an embedded server)"
+            f"cannot connect to NATS at {shown} ({scrub(_describe(exc), watch.secrets)}); check the URL "
+            "and the credentials, and that nats-server runs with JetStream"
         ) from None
     nc.options["max_reconnect_attempts"] = -1
     try:
         version = nc.connected_server_version
         if (version.major, version.minor) < MIN_SERVER_VERSION:
             raise LogUnavailable(
-                f"the NATS server at {url} is version {version}; convmem needs nats-server "
+                f"the NATS server at {shown} is version {version}; convmem needs nats-server "
                 f"{MIN_SERVER_VERSION[0]}.{MIN_SERVER_VERSION[1]} or newer (atomic batch publish)"
             )
         js = nc.jetstream(timeout=timeout)
         try:
-            await js.account_info()
+            await request_denied(nc, watch, "$JS.API.INFO", b"", timeout)
         except (TimeoutError, nats.errors.Error) as exc:
             raise LogUnavailable(
-                f"the NATS server at {url} does not answer JetStream requests ({_describe(exc)}); "
-                "enable JetStream (nats-server -js, or a jetstream block in its config)"
+                f"the NATS server at {shown} does not answer JetStream requests "
+                f"({scrub(_describe(exc), watch.secrets)}); enable JetStream (nats-server -js, or a "
+                "jetstream block in its config)"
             ) from None
     except BaseException:
         await nc.close()
@@ -391,17 +416,5 @@ async def _open(url: str, timeout: float, name: str) -> tuple[_Client, JetStream
     return nc, js
 
 
-async def _on_error(exc: Exception) -> None:
-    _log.warning("NATS connection error: %s", _describe(exc))
-
-
 def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
-
-
-async def _on_disconnected() -> None:
-    _log.info("disconnected from NATS; reconnecting")
-
-
-async def _on_reconnected() -> None:
-    _log.info("reconnected to NATS")
+    return describe(exc)

@@ -35,10 +35,12 @@ from convmem.errors import LogUnavailable
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["EmbeddedNatsServer", "default_store_dir", "find_nats_server"]
+__all__ = ["EmbeddedNatsServer", "default_store_dir", "find_nats_server", "running_server_url"]
 
 _BINARY = "nats-server.exe" if sys.platform == "win32" else "nats-server"
 _LOCK = "convmem-nats.lock"
+_URL = "convmem-nats.url"
+"""Where a running embedded server's URL is written, so other processes can join it."""
 _PID = "convmem-nats.pid"
 
 
@@ -94,12 +96,16 @@ class EmbeddedNatsServer:
         binary: str | os.PathLike[str] | None = None,
         start_timeout: float = 15.0,
         max_control_line: int = 32_768,
+        extra_config: str = "",
     ) -> None:
         """Nothing runs until `start` (or ``with``). `sync_interval` None keeps NATS's default.
 
         `max_control_line` is raised above NATS's 4 KiB so the subject of the
         longest ids (256 characters of 4-byte UTF-8 each) still fits.
+        `extra_config` is added to the server's configuration as it is (say
+        an ``authorization`` or ``tls`` block).
         """
+        self.extra_config = extra_config
         self.host = "127.0.0.1"
         self.max_control_line = max_control_line
         self.store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
@@ -168,7 +174,7 @@ class EmbeddedNatsServer:
         config.write_text(
             f'listen: "{self.host}:{port}"\nhttp: "{self.host}:{monitor}"\n'
             f"max_control_line: {self.max_control_line}\n"
-            f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n",
+            f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n{self.extra_config}\n",
             encoding="utf-8",
         )
         lock = self._lock_store()
@@ -190,6 +196,7 @@ class EmbeddedNatsServer:
         if problem:
             self._terminate(kill=True)
             return f"{problem}; its log ends with:\n{self._log_tail()}"
+        (self.store_dir / _URL).write_text(f"nats://{self.host}:{port}", encoding="utf-8")
         return ""
 
     def _lock_store(self) -> int | None:
@@ -285,6 +292,31 @@ def _healthy(host: str, port: int) -> bool:
         return False
     finally:
         connection.close()
+
+
+def running_server_url(store_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The URL of the embedded server running on `store_dir` now (default folder when None), or None.
+
+    A server holds the folder's lock while it lives; the URL it wrote on
+    start is good only while that lock is held.
+    """
+    store = Path(store_dir) if store_dir is not None else default_store_dir()
+    if sys.platform == "win32" or not (store / _LOCK).exists():
+        return None
+    try:
+        lock = os.open(store / _LOCK, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: a server runs there
+        try:
+            return (store / _URL).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+    finally:
+        os.close(lock)
+    return None
 
 
 def _read_pid(path: Path) -> int | None:

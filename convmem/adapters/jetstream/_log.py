@@ -17,18 +17,25 @@ leader, so a stale read costs a `ConcurrencyConflict`, never a lost update.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import logging
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
-from convmem.actors import LoggedEvent, Posted
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from convmem.actors import ErasureNotice, LoggedEvent, Posted, Unwatch
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
 from convmem.adapters.jetstream._read import SubjectKeys, read_range, to_logged
-from convmem.adapters.jetstream._setup import check_names, ensure_stream, subject_pattern
+from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
 from convmem.adapters.jetstream._write import PendingAppend, SessionWriter, Settles
-from convmem.errors import InvalidConfig, InvalidInput, SessionClosed
+from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed, StoreNotFound
 from convmem.events import Event, MemoryKey, encode_event
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
@@ -36,6 +43,8 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
 _HEADER_SAFE = re.compile(r"^(?=\S)[^\x00-\x1f\x7f]*(?<=\S)$")
 
 _APPENDING_CACHE = 8_192  # keys whose subject and error label are kept (then the cache starts over)
+
+_log = logging.getLogger("convmem.jetstream")
 
 DEFAULT_STREAM = "CONVMEM_EVENTS"
 DEFAULT_PREFIX = "convmem.ev"
@@ -53,11 +62,14 @@ class JetStreamEventLog:
         replicas: int = 1,
         duplicate_window: float = 120.0,
         read_batch: int = 2048,
+        create: bool = True,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the stream.
 
         `duplicate_window` (seconds) must outlast any retry of an append;
-        `read_batch` is how many messages one read request brings back.
+        `read_batch` is how many messages one read request brings back. With
+        `create` False (readers: audits) the stream is never created or
+        checked, and a missing one is `StoreNotFound`.
         """
         check_names(stream=stream, prefix=prefix)
         if replicas < 1:
@@ -76,12 +88,19 @@ class JetStreamEventLog:
         self._close_lock = threading.Lock()
         self._appending: dict[MemoryKey, tuple[str, str]] = {}
         try:
-            connection.call(
-                lambda: ensure_stream(
-                    connection, stream, prefix, replicas=replicas, duplicate_window=duplicate_window
-                ),
-                what=f"checking stream {stream!r}",
-            )
+            if create:
+                connection.call(
+                    lambda: ensure_stream(
+                        connection, stream, prefix, replicas=replicas, duplicate_window=duplicate_window
+                    ),
+                    what=f"checking stream {stream!r}",
+                )
+            elif not connection.call(lambda: check_exists(connection, stream), what=f"finding {stream!r}"):
+                raise StoreNotFound(
+                    f"the NATS server has no stream {stream!r}: nothing was stored there yet "
+                    "(or the events live under another --stream name)",
+                    name=stream,
+                )
         except BaseException:
             self.close()
             raise
@@ -273,39 +292,106 @@ class JetStreamEventLog:
 
     def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
         """See `EventLog.keys`. From the stream's per-subject counts; no message is read."""
+        return list(self.counts(tenant_id=tenant_id, user_id=user_id))
+
+    def counts(self, *, tenant_id: str | None = None, user_id: str | None = None) -> dict[MemoryKey, int]:
+        """How many messages each session holds (of a tenant, of a user), in key order; none is read."""
         if self._closed:
             raise SessionClosed("the JetStream event log is closed")
         subject_filter = self._keys.filter(tenant_id, user_id)
         if subject_filter is None:
-            return []
+            return {}
         subjects = self._conn.call(lambda: self._subjects(subject_filter), what="list session subjects")
-        keys = (self._keys.key(s) for s in sorted(subjects))
-        return [k for k in keys if k is not None]
+        counted = ((self._keys.key(s), n) for s, n in sorted(subjects.items()))
+        return {k: n for k, n in counted if k is not None}
 
     async def _stream_last_seq(self) -> int:
         info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")
         return int(info["state"]["last_seq"])
 
-    async def _subjects(self, subject_filter: str) -> list[str]:
-        subjects: list[str] = []
+    async def _subjects(self, subject_filter: str) -> dict[str, int]:
+        subjects: dict[str, int] = {}
         while True:
             info = await self._conn.api(
                 f"$JS.API.STREAM.INFO.{self._stream}",
                 {"subjects_filter": subject_filter, "offset": len(subjects)},
             )
             page = info["state"].get("subjects") or {}
-            subjects.extend(page)
+            subjects.update(page)
             if not page or len(subjects) >= int(info.get("total", 0)):
                 return subjects
 
     def erase(self, key: MemoryKey, *, at: float) -> int:
-        """See `EventLog.erase`."""
-        subject = self._open_subject(key, publish=True)
-        return self._conn.call(lambda: self._writer.erase(key, subject, at), what=f"erase {key}")
+        """See `EventLog.erase`: the messages are erased on disk, then every watcher is told."""
+        erased = self._erase(key, at)
+        if erased is not None:
+            self._notify(ErasureNotice.of_sessions([key]))
+        return erased or 0
 
     def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
         """See `EventLog.erase_user`."""
-        return sum(self.erase(key, at=at) for key in self.keys(tenant_id=tenant_id, user_id=user_id))
+        erased = [self._erase(key, at) for key in self.keys(tenant_id=tenant_id, user_id=user_id)]
+        if any(n is not None for n in erased):
+            self._notify(ErasureNotice.of_user(tenant_id, user_id))
+        return sum(n or 0 for n in erased)
+
+    def _erase(self, key: MemoryKey, at: float) -> int | None:
+        """Erase one session (see `SessionWriter.erase`); None when it had no message."""
+        subject = self._open_subject(key, publish=True)
+        return self._conn.call(lambda: self._writer.erase(key, subject, at), what=f"erase {key}")
+
+    @property
+    def notices(self) -> str:
+        """The subject erasure notices travel on (core NATS: nothing of them is stored)."""
+        return f"{self._keys.prefix}.erasures"
+
+    def _notify(self, notice: ErasureNotice) -> None:
+        data = notice.encode()
+
+        async def publish() -> None:
+            await self._conn.nc.publish(self.notices, data)
+            await self._conn.nc.flush(timeout=max(1, int(self._conn.timeout)))
+
+        self._conn.call(publish, what="tell other processes of an erasure")
+
+    def watch_erasures(self, on_notice: Callable[[ErasureNotice | None], None]) -> Unwatch:
+        """See `ErasureWatch`: notices of every process on this stream, and None after a reconnection.
+
+        On the connection's own loop thread (a system made by `connect_here`)
+        the subscription is made without waiting for it.
+        """
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+
+        async def on_message(msg: Msg) -> None:
+            try:
+                notice = ErasureNotice.decode(msg.data)
+            except msgspec.DecodeError:
+                _log.warning("ignoring a message on %s that is not an erasure notice", self.notices)
+                return
+            on_notice(notice)
+
+        async def subscribe() -> Subscription:
+            return await self._conn.nc.subscribe(self.notices, cb=on_message)
+
+        made = self._conn.submit(subscribe, what="watch erasure notices")
+        if not self._conn.on_loop_thread():
+            wait(made, timeout=self._conn.timeout, what="watch erasure notices")
+        stop_listening = self._conn.watch.on_reconnect(lambda: on_notice(None))
+
+        def unwatch() -> None:
+            stop_listening()
+            if self._conn.closed or not made.done() or made.exception() is not None:
+                return
+
+            async def unsubscribe() -> None:
+                with contextlib.suppress(nats.errors.Error):
+                    await made.result().unsubscribe()
+
+            with contextlib.suppress(ConvmemError):
+                self._conn.submit(unsubscribe, what="stop watching erasure notices")
+
+        return unwatch
 
     def close(self) -> None:
         """See `EventLog.close`. Releases this log's share of the connection."""

@@ -8,6 +8,7 @@ the guarantees of data already stored.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -16,7 +17,9 @@ import nats.js.errors
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig
 
-__all__ = ["check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
+_log = logging.getLogger("convmem.jetstream")
+
+__all__ = ["check_exists", "check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
 
 _NS = 1_000_000_000
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
@@ -84,15 +87,40 @@ async def ensure_stream(
     _compare(f"stream {name!r}", wanted, found, ignore={"name"})
 
 
+def _bucket_config(bucket: str, *, replicas: int) -> dict[str, Any]:
+    """A key-value bucket's stream as nats-py's ``create_key_value`` makes it, but deletable by message.
+
+    ``deny_delete`` is off so a snapshot can be erased for good (``STREAM.MSG.DELETE``
+    overwrites its bytes), which NATS cannot turn off on an existing stream.
+    """
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "retention": "limits",
+        "storage": "file",
+        "num_replicas": replicas,
+        "max_msgs_per_subject": 1,
+        "max_age": 0,
+        "discard": "new",
+        "duplicate_window": 120 * _NS,
+        "allow_rollup_hdrs": True,
+        "deny_delete": False,
+        "deny_purge": False,
+        "allow_direct": True,
+    }
+
+
 async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> None:
-    """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs."""
+    """Create the snapshots key-value bucket if missing; raise `InvalidConfig` if it differs.
+
+    A bucket an earlier convmem made (the same settings, but message deletes denied) is
+    replaced: it holds only snapshots, which sessions rebuild from the log.
+    """
     stream = f"KV_{bucket}"
     found = await _stream_config_of(conn, stream)
     if found is None:
         try:
-            await conn.js.create_key_value(
-                bucket=bucket, history=1, storage=nats.js.api.StorageType.FILE, replicas=replicas
-            )
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
             return
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:
@@ -108,6 +136,30 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
         "max_age": 0,
     }
     _compare(f"key-value bucket {bucket!r}", wanted, found, ignore=set())
+    if found.get("deny_delete"):
+        # What convmem made before it erased snapshots for good: nats-py's KV API denies message
+        # deletes, and NATS cannot turn that off. The bucket holds only snapshots, a cache that
+        # sessions rebuild from the log, so it is made anew rather than refused.
+        _log.warning(
+            "key-value bucket %r denies message deletes (made by an earlier convmem): replacing it, "
+            "its snapshots are rebuilt from the log",
+            bucket,
+        )
+        try:
+            await conn.api(f"$JS.API.STREAM.DELETE.{stream}")
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10059:  # 10059: another process deleted it meanwhile
+                raise
+        try:
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10058:  # 10058: another process replaced it meanwhile
+                raise
+
+
+async def check_exists(conn: NatsConnection, stream: str) -> bool:
+    """Whether the stream exists (never creates it: for read-only use)."""
+    return await _stream_config_of(conn, stream) is not None
 
 
 async def _stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:

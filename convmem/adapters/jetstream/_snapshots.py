@@ -2,9 +2,11 @@
 
 The key is the session's three subject tokens joined by dots (always a valid
 KV key, and never another session's); the value is the msgpack of
-`Snapshot`. A save reads the stored snapshot and writes only if it is older,
-conditioned on the revision it read, so two savers racing never put an older
-snapshot over a newer one.
+`Snapshot`. A save reads the stored snapshot and writes only if it is older;
+it erases the older one, then writes on the emptied key only (a conditional
+publish), so two savers racing never put an older snapshot over a newer one,
+and no superseded snapshot stays in the bucket's files (a plain put would
+leave the replaced bytes there until NATS compacts the block).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import nats.js.errors
 
 from convmem.actors import Snapshot
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
-from convmem.adapters.jetstream._setup import check_names, ensure_bucket
-from convmem.errors import InvalidConfig, LogUnavailable, SessionClosed
+from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
+from convmem.errors import InvalidConfig, LogUnavailable, SessionClosed, StoreNotFound
 from convmem.events import MemoryKey
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamSnapshotStore"]
@@ -27,15 +29,24 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Snapshot)
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _OPERATION = "KV-Operation"
+_NO_MESSAGE = 10057
 
 
 class JetStreamSnapshotStore:
     """The durable `SnapshotStore`: latest snapshot per session in a KV bucket."""
 
     def __init__(
-        self, connection: NatsConnection, *, bucket: str = DEFAULT_BUCKET, replicas: int = 1
+        self,
+        connection: NatsConnection,
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        replicas: int = 1,
+        create: bool = True,
     ) -> None:
-        """Use an open connection (leased until `close`); creates or checks the bucket."""
+        """Use an open connection (leased until `close`); creates or checks the bucket.
+
+        With `create` False the bucket is never created or checked; a missing one is `StoreNotFound`.
+        """
         check_names(bucket=bucket)
         if replicas < 1:
             raise InvalidConfig("replicas", f"is {replicas}, must be 1 or more")
@@ -46,10 +57,15 @@ class JetStreamSnapshotStore:
         self._closed = False
         self._close_lock = threading.Lock()
         try:
-            connection.call(
-                lambda: ensure_bucket(connection, bucket, replicas=replicas),
-                what=f"checking bucket {bucket!r}",
-            )
+            if create:
+                connection.call(
+                    lambda: ensure_bucket(connection, bucket, replicas=replicas),
+                    what=f"checking bucket {bucket!r}",
+                )
+            elif not connection.call(
+                lambda: check_exists(connection, self._stream), what=f"finding bucket {bucket!r}"
+            ):
+                raise StoreNotFound(f"the NATS server has no key-value bucket {bucket!r}", name=bucket)
         except BaseException:
             self.close()
             raise
@@ -92,7 +108,13 @@ class JetStreamSnapshotStore:
         return snapshot if snapshot is not None and snapshot.key == key else None
 
     def save(self, snapshot: Snapshot) -> None:
-        """See `SnapshotStore.save`."""
+        """See `SnapshotStore.save`.
+
+        The stored snapshot it replaces is erased first (its bytes
+        overwritten), and the new one is written only on the emptied key
+        (expected last subject sequence 0): the bucket's history limit never
+        drops a snapshot by itself, which would leave its bytes on disk.
+        """
         self._check_open()
         subject = self.subject(snapshot.key)
         self._conn.check_subject(subject, snapshot.key)
@@ -104,9 +126,10 @@ class JetStreamSnapshotStore:
                 stored = _decode(current)
                 if stored is not None and stored.key == snapshot.key and stored.seq >= snapshot.seq:
                     return
-                expected = str(current.seq if current is not None else 0)
+                if current is not None:
+                    await self._erase(current.seq)
                 try:
-                    await self._conn.js.publish(subject, data, headers={_EXPECTED: expected})
+                    await self._conn.js.publish(subject, data, headers={_EXPECTED: "0"})
                     return
                 except nats.js.errors.APIError as exc:
                     if exc.err_code not in (10071, 10164):
@@ -116,15 +139,27 @@ class JetStreamSnapshotStore:
         self._conn.call(put, what=f"save snapshot of {snapshot.key}")
 
     def delete(self, key: MemoryKey) -> None:
-        """See `SnapshotStore.delete`. Purges every revision, leaving the bucket's purge marker."""
+        """See `SnapshotStore.delete`. Erases the stored snapshot's bytes; leaves no marker behind."""
         self._check_open()
         subject = self.subject(key)
         self._conn.check_subject(subject, key)
 
-        async def purge() -> None:
-            await self._conn.js.publish(subject, b"", headers={_OPERATION: "PURGE", "Nats-Rollup": "sub"})
+        async def erase() -> None:
+            for _ in range(10):
+                current = await self._get(subject)
+                if current is None:
+                    return
+                await self._erase(current.seq)
 
-        self._conn.call(purge, what=f"delete snapshot of {key}")
+        self._conn.call(erase, what=f"delete snapshot of {key}")
+
+    async def _erase(self, position: int) -> None:
+        """Erase one message of the bucket's stream (``STREAM.MSG.DELETE`` overwrites its bytes)."""
+        try:
+            await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != _NO_MESSAGE:  # gone already: another saver or eraser got there first
+                raise
 
     async def _get(self, subject: str) -> StoredMessage | None:
         return await self._conn.get_message(self._stream, {"last_by_subj": subject})

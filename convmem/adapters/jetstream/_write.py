@@ -52,6 +52,8 @@ _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is a
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
 _CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
+_ERASE_WINDOW = 64  # message deletions in flight at once
+_NO_MESSAGE = 10057  # "message delete failed: no message found" (gone already)
 _log = logging.getLogger("convmem.jetstream")
 
 OnStored = Callable[[int], None]
@@ -315,7 +317,16 @@ class SessionWriter:
                 continue
             if batch is not None:
                 headers["Nats-Batch-Commit"] = "1"
-            reply = await nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+            with self._conn.watch.expect(subject) as denied:  # a refused subject fails at once, named
+                request = asyncio.ensure_future(
+                    nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+                )
+                waits: set[asyncio.Future[Any]] = {request, denied}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not request.done():
+                    request.cancel()
+                    denied.result()
+                reply = request.result()
         assert reply is not None
         ack = _ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
@@ -369,42 +380,52 @@ class SessionWriter:
         self._remember(subject, last)
         return last
 
-    async def erase(self, key: MemoryKey, subject: str, at: float) -> int:
-        """Purge the subject, then write the tombstone on the emptied subject; returns events purged.
+    async def erase(self, key: MemoryKey, subject: str, at: float) -> int | None:
+        """Remove every message of the session's subject for good; returns the events removed.
 
-        The tombstone expects an empty subject, so a writer that slipped in
-        after the purge makes us purge again rather than leave its event
-        beside the tombstone; its seq stays above every seq seen.
+        None when the subject had no message.
+
+        1. A fence: a `SessionErased` appended on top, conditional on the
+           subject's last message, so from here on a stale writer conflicts and
+           a reader rebuilds an empty session, never a part of the history.
+        2. Every message below the fence is erased (``STREAM.MSG.DELETE``,
+           whose default overwrites the stored bytes; a purge only forgets them).
+        3. The fence itself is erased. A session begun again on top of it
+           meanwhile keeps its events: its `SessionStarted` opens its history.
         """
         async with self._session(subject):
-            purged = 0
-            top = 0
-            for attempt in range(_ATTEMPTS):
-                last = await self.load_last(subject)
-                if attempt == 0 and last.stream_seq == 0:
-                    return 0
-                top = max(top, last.seq)
-                if last.stream_seq:
-                    purged += await self._purge(subject, through=last.stream_seq)
-                seq = top + 1
-                tombstone = SessionErased(
-                    seq=seq, event_id=f"erased/{key.composite()}/{seq}", at=at, reason="erased on request"
+            last = await self.load_last(subject)
+            if last.stream_seq == 0:
+                return None
+            for _ in range(_ATTEMPTS):
+                fence = SessionErased(
+                    seq=last.seq + 1, event_id=f"erased/{uuid.uuid4().hex}", at=at, reason="erased on request"
                 )
                 try:
-                    await self._publish(subject, (tombstone,), (encode_event(tombstone),), _EMPTY)
+                    await self._publish(subject, (fence,), (encode_event(fence),), last)
+                    break
                 except _Refused:
-                    continue
-                return purged
-            raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
+                    last = await self.load_last(subject)
+            else:
+                raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
+            fence_at = self._last[subject].stream_seq
+            below = [m for m in await fetch_subject(self._conn, self._stream, subject) if m.seq < fence_at]
+            await self.erase_messages([m.seq for m in below])
+            await self.erase_messages([fence_at])
+            self._last.pop(subject, None)
+            return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
 
-    async def _purge(self, subject: str, *, through: int) -> int:
-        """Purge the subject up to stream sequence `through`; returns the events (not tombstones) gone."""
-        first = await self._conn.get_message(self._stream, {"seq": 1, "next_by_subj": subject})
-        tombstone = first is not None and first.headers.get(MSG_ID, "").startswith("erased/")
-        reply = await self._conn.api(
-            f"$JS.API.STREAM.PURGE.{self._stream}", {"filter": subject, "seq": through + 1}
-        )
-        return max(0, int(reply.get("purged", 0)) - int(tombstone))
+    async def erase_messages(self, positions: list[int]) -> None:
+        """Erase these stream messages securely (their bytes overwritten), some requests at a time."""
+        for start in range(0, len(positions), _ERASE_WINDOW):
+            await asyncio.gather(*(self._erase_one(p) for p in positions[start : start + _ERASE_WINDOW]))
+
+    async def _erase_one(self, position: int) -> None:
+        try:
+            await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != _NO_MESSAGE:  # erased meanwhile by another eraser
+                raise
 
     def _remember(self, subject: str, last: _Last) -> None:
         known = self._last.get(subject)

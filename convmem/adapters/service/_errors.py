@@ -15,7 +15,7 @@ The errors added to the tree of `convmem.errors`::
     │   └── UnsupportedVersion    the request's ``v`` is not one this service speaks
     ├── OperationTimeout
     │   └── ServiceUnavailable    no service answered (none subscribed, or none in time)
-    ├── PermissionDenied          the NATS server refused the request subject to these credentials
+    ├── PermissionDenied          (defined in convmem.errors) a subject refused to these credentials
     ├── InternalError             the service failed unexpectedly (its log has the traceback)
     └── RemoteError               an error reply of a type this client does not know
 """
@@ -36,6 +36,7 @@ from convmem.errors import (
     MemoryBudgetExceeded,
     NotBuilt,
     OperationTimeout,
+    PermissionDenied,
     ReplayError,
     SessionClosed,
     SummarizerError,
@@ -70,14 +71,6 @@ class UnsupportedVersion(InvalidInput):
 
 class ServiceUnavailable(OperationTimeout):
     """No convmem service answered: none is subscribed, or none replied in time."""
-
-
-class PermissionDenied(ConvmemError):
-    """The NATS server refused to let these credentials publish (or subscribe) on a subject."""
-
-    def __init__(self, message: str, *, subject: str | None = None) -> None:
-        self.subject = subject
-        super().__init__(message)
 
 
 class InternalError(ConvmemError):

@@ -20,6 +20,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from convmem.adapters._auth import redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.service._protocol import decode_reply
@@ -201,8 +202,10 @@ async def open_client(
     try:
         nc = await asyncio.wait_for(nats.connect(servers=server_list(url), **options), timeout + 1.0)
     except (TimeoutError, nats.errors.Error, OSError) as exc:
+        secrets = (*url_secrets(url), *(str(options[k]) for k in ("password", "token") if options.get(k)))
+        detail = scrub(str(exc) or type(exc).__name__, secrets)
         raise ServiceUnavailable(
-            f"cannot connect to NATS at {url} ({exc or type(exc).__name__}); check the URL and credentials"
+            f"cannot connect to NATS at {redact_url(url)} ({detail}); check the URL and credentials"
         ) from None
     nc.options["max_reconnect_attempts"] = connect_options.get("max_reconnect_attempts", -1)
     return nc

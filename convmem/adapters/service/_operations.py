@@ -12,11 +12,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from convmem.actors import MemorySystem, SessionHandle
+from convmem.actors import MemorySystem, SessionHandle, list_sessions
 from convmem.adapters.integrations._views import check_limit, items_view, start_session
 from convmem.adapters.service._errors import MalformedRequest, error_info
 from convmem.adapters.service._protocol import (
@@ -24,8 +25,10 @@ from convmem.adapters.service._protocol import (
     AddTurnRequest,
     AgentsItemsRequest,
     EraseRequest,
+    ForkRequest,
     Request,
     RestoreRequest,
+    SessionsRequest,
     ViewRequest,
     decode_request,
     encode_error,
@@ -161,6 +164,8 @@ class ApiOperations:
         if isinstance(request, EraseRequest) and request.scope == "user":
             MemoryKey(tenant_id, request.user_id, "*")  # checks both ids as every key does
             return self._erase_user(tenant_id, request.user_id)
+        if isinstance(request, SessionsRequest):
+            return self._sessions(tenant_id, request)
         key = MemoryKey(tenant_id, request.user_id, request.session_id)
         handle = self.system.session(key)
         if isinstance(request, AddTurnRequest):
@@ -171,6 +176,8 @@ class ApiOperations:
             return handle.from_dict(request.state, timeout=timeout)
         if isinstance(request, EraseRequest):
             return self._erase(key)
+        if isinstance(request, ForkRequest):
+            return self._fork(key, request)
         if isinstance(request, ViewRequest):
             return _VIEWS[request.view](self._fresh(handle, timeout))
         if isinstance(request, AgentsItemsRequest):
@@ -214,11 +221,41 @@ class ApiOperations:
 
     def _erase(self, key: MemoryKey) -> dict[str, int]:
         erased = self.system.erase(key)
-        return {"events_purged": erased.events, "sessions": erased.sessions}
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
+
+    def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]]:
+        if request.limit is not None and request.limit < 1:
+            raise MalformedRequest("limit", f"must be 1 or more, got {request.limit}")
+        user = request.user_id or None
+        if user is not None:
+            MemoryKey(tenant_id, user, "*")  # checks the ids as every key does
+        rows = list_sessions(self.system.log, tenant_id=tenant_id, user_id=user, limit=request.limit)
+        return [
+            {
+                "user_id": r.key.user_id,
+                "session_id": r.key.session_id,
+                "events": r.events,
+                "last_seq": r.last_seq,
+                "last_at": r.last_at,
+                "health": r.health,
+                "turns": r.turns,
+            }
+            for r in rows
+        ]
+
+    def _fork(self, key: MemoryKey, request: ForkRequest) -> dict[str, int]:
+        if request.at_position is not None and request.at_time is not None:
+            raise MalformedRequest("at_time", "give at_position or at_time, not both")
+        to = MemoryKey(key.tenant_id, request.to_user_id or key.user_id, request.to_session_id)
+        at: int | datetime | None = request.at_position
+        if request.at_time is not None:
+            at = datetime.fromtimestamp(request.at_time, tz=UTC)
+        forked = self.system.fork(key, to=to, at=at)
+        return {"events": forked.events, "forked_at": forked.forked_at}
 
     def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         erased = self.system.erase_user(tenant_id, user_id)
-        return {"events_purged": erased.events, "sessions": erased.sessions}
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def health(self) -> dict[str, Any]:
         """What ``ops.v1.health`` answers: whether the log answers, live sessions, load."""

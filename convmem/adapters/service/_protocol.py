@@ -44,6 +44,7 @@ from convmem.events import ConversationTurn, decode_token, encode_token
 __all__ = [
     "API_VERSION",
     "DEFAULT_API_PREFIX",
+    "MICRO_NAME",
     "OPERATOR_OPS",
     "SESSION_OPS",
     "VIEWS",
@@ -51,10 +52,12 @@ __all__ = [
     "AddTurnRequest",
     "AgentsItemsRequest",
     "EraseRequest",
+    "ForkRequest",
     "OperatorRequest",
     "Reply",
     "Request",
     "RestoreRequest",
+    "SessionsRequest",
     "ViewRequest",
     "check_api_prefix",
     "decode_reply",
@@ -64,11 +67,14 @@ __all__ = [
     "operator_subject",
     "parse_subject",
     "session_subject",
+    "status_subject",
     "wants_msgpack",
 ]
 
 API_VERSION = 1
 DEFAULT_API_PREFIX = "convmem.api"
+MICRO_NAME = "convmem"
+"""The NATS micro-service name every instance registers (``$SRV.PING.convmem`` finds them all)."""
 SESSION_OPS = (
     "add_turn",
     "add_items",
@@ -84,6 +90,8 @@ SESSION_OPS = (
     "restore",
     "agents_start",
     "agents_items",
+    "sessions",
+    "fork",
 )
 OPERATOR_OPS = ("health", "metrics")
 ViewName = Literal["agents", "buffer", "window", "summary", "entity"]
@@ -114,6 +122,11 @@ def session_subject(api_prefix: str, tenant_id: str, op: str) -> str:
 def operator_subject(api_prefix: str, op: str) -> str:
     """The subject of an operator request (``health``, ``metrics``)."""
     return f"{api_prefix}.{_OPS_TOKEN}.{_VERSION_TOKEN}.{op}"
+
+
+def status_subject(api_prefix: str, instance: str) -> str:
+    """Where one service instance answers for itself: its health and metrics together."""
+    return f"{api_prefix}.{_OPS_TOKEN}.status.{instance}"
 
 
 def parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
@@ -192,6 +205,24 @@ class RestoreRequest(Request, kw_only=True):
     state: dict[str, Any]
 
 
+class SessionsRequest(Request, kw_only=True):
+    """``sessions``: the tenant's sessions (of one user when `user_id` is given), at most `limit`."""
+
+    limit: int | None = None
+
+
+class ForkRequest(Request, kw_only=True):
+    """``fork``: start session `to_session_id` (of `to_user_id`, default the same user) as this one was.
+
+    As of log position `at_position`, or time `at_time` (epoch seconds), or now.
+    """
+
+    to_session_id: str
+    to_user_id: str | None = None
+    at_position: int | None = None
+    at_time: float | None = None
+
+
 class OperatorRequest(msgspec.Struct, kw_only=True):
     """``ops.v1.*``: no fields besides the version (an empty payload is fine)."""
 
@@ -205,6 +236,8 @@ _REQUEST_TYPES: dict[str, type[Request]] = {
     "agents_items": AgentsItemsRequest,
     "erase": EraseRequest,
     "restore": RestoreRequest,
+    "sessions": SessionsRequest,
+    "fork": ForkRequest,
 }
 _json_decoders: dict[str, msgspec.json.Decoder[Any]] = {}
 _msgpack_decoders: dict[str, msgspec.msgpack.Decoder[Any]] = {}

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client
 
+from convmem.adapters._auth import NatsAuth
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.service._errors import ServiceUnavailable
 from convmem.adapters.service._exchange import (
@@ -58,8 +59,9 @@ T = TypeVar("T")
 class RemoteMemory:
     """A connection to the convmem service, shared by the `RemoteSession`s it hands out.
 
-    `connect_options` go to nats-py's ``connect`` (``user``, ``password``,
-    ``user_credentials``, ``tls``, ...).
+    `auth` holds credentials and TLS settings (`NatsAuth`: a credentials
+    file, an nkey seed, TLS files, the inbox prefix); `connect_options` go to
+    nats-py's ``connect`` as they are.
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class RemoteMemory:
         encoding: Encoding = "json",
         name: str = "convmem-client",
         connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
     ) -> None:
         self.url = url
+        options = {**(auth.options() if auth is not None else {}), **(connect_options or {})}
         self.api_prefix = check_api_prefix(api_prefix)
         self.timeout = deadlines(timeout)[0]
         self._loop = EventLoopThread(name=f"{name}-loop")
@@ -85,7 +89,7 @@ class RemoteMemory:
                     name=name,
                     inbox_prefix=inbox_prefix,
                     timeout=self.timeout,
-                    connect_options=connect_options or {},
+                    connect_options=options,
                 ),
                 self.timeout + 2.0,
                 "connect",
@@ -148,6 +152,12 @@ class RemoteMemory:
         result: dict[str, Any] = self.call(operator_subject(self.api_prefix, "metrics"), {})
         return result
 
+    def sessions(self, tenant_id: str, user_id: str | None = None, *, limit: int | None = None) -> list[Any]:
+        """The tenant's sessions (of one user), with events, last activity and health."""
+        subject = session_subject(self.api_prefix, tenant_id, "sessions")
+        result: list[Any] = self.call(subject, {"user_id": user_id or "", "limit": limit})
+        return result
+
     def erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         """Purge every session of one user (and their snapshots)."""
         subject = session_subject(self.api_prefix, tenant_id, "erase")
@@ -191,6 +201,7 @@ class RemoteSession:
         inbox_prefix: str | None = None,
         encoding: Encoding = "json",
         connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
     ) -> None:
         if not isinstance(key, MemoryKey):
             raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
@@ -203,6 +214,7 @@ class RemoteSession:
                 inbox_prefix=inbox_prefix,
                 encoding=encoding,
                 connect_options=connect_options,
+                auth=auth,
             )
             if isinstance(target, str)
             else target
@@ -277,6 +289,26 @@ class RemoteSession:
         result: dict[str, int] = self._call("erase", timeout)
         return result["events_purged"]
 
+    def fork(
+        self,
+        to_session_id: str,
+        *,
+        to_user_id: str | None = None,
+        at_position: int | None = None,
+        at_time: float | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, int]:
+        """Start another session of this tenant as this one was (see `MemorySystem.fork`)."""
+        result: dict[str, int] = self._call(
+            "fork",
+            timeout,
+            to_session_id=to_session_id,
+            to_user_id=to_user_id,
+            at_position=at_position,
+            at_time=at_time,
+        )
+        return result
+
     def close(self) -> None:
         """Close the connection when this session opened it."""
         if self._owned:
@@ -310,6 +342,7 @@ class AsyncRemoteSession:
         inbox_prefix: str | None = None,
         encoding: Encoding = "json",
         connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
     ) -> None:
         if not isinstance(key, MemoryKey):
             raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
@@ -319,7 +352,7 @@ class AsyncRemoteSession:
         self._url = target if isinstance(target, str) else None
         self._encoding: Encoding = encoding
         self._inbox_prefix = inbox_prefix
-        self._connect_options = dict(connect_options or {})
+        self._connect_options = {**(auth.options() if auth is not None else {}), **(connect_options or {})}
         self._exchange = None if isinstance(target, str) else Exchange(target, encoding=encoding)
         self._lock = asyncio.Lock()
         self._closed = False

@@ -11,7 +11,9 @@ services on one NATS share the requests; optimistic concurrency on the log
 keeps a session written through several of them correct, and reads check
 the log's last sequence first, so a session read through one service shows
 what was written through another. Operator requests (``{api_prefix}.ops.v1.>``)
-are answered by every instance (no queue group).
+are answered by every instance (no queue group). Each instance is also a NATS
+micro-service named ``convmem`` (`nats micro ls`): ``$SRV.PING.convmem`` finds
+every replica, and ``{api_prefix}.ops.status.{instance}`` asks one of them.
 
 nats-py runs on the service's own loop thread. The blocking `MemorySystem`
 calls run on a bounded thread pool, never on the loop: when every worker is
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -34,19 +37,26 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.micro
+import nats.micro.service
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.micro.request import Request as MicroRequest
 
+from convmem import __version__
 from convmem.actors import MemorySystem
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo
 from convmem.adapters.service._operations import ApiOperations
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
+    MICRO_NAME,
     check_api_prefix,
     encode_error,
+    status_subject,
     wants_msgpack,
 )
 from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
@@ -63,8 +73,11 @@ class MemoryService:
     `max_concurrency` bounds the requests handled at once; `max_timeout`
     caps the seconds a request may ask for; `fresh_reads` (default on) makes
     reads check the log for writes made through other services;
-    `drain_timeout` bounds how long `stop()` waits for requests in flight.
-    `connect_options` go to nats-py's ``connect`` (credentials, TLS).
+    `drain_timeout` bounds how long `stop()` waits for requests in flight;
+    `status_timeout` how long this replica's status may take before it
+    reports itself unhealthy.
+    `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options`
+    go to nats-py's ``connect`` as they are.
     The service never closes `system`: its owner does, after `stop()`.
     """
 
@@ -82,6 +95,8 @@ class MemoryService:
         connect_timeout: float = 5.0,
         name: str = "convmem-service",
         connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
+        status_timeout: float = 5.0,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -98,8 +113,11 @@ class MemoryService:
         self.drain_timeout = drain_timeout
         self.connect_timeout = connect_timeout
         self.name = name
+        self.status_timeout = status_timeout
         self.instance = uuid.uuid4().hex[:12]
-        self._connect_options = dict(connect_options or {})
+        self._auth = auth or NatsAuth()
+        self._connect_options = {**self._auth.options(), **(connect_options or {})}
+        self._secrets = (*url_secrets(url), *self._auth.secrets)
         self._ops = ApiOperations(
             system,
             api_prefix=self.api_prefix,
@@ -117,6 +135,7 @@ class MemoryService:
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
+        self._micro: nats.micro.service.Service | None = None
 
     # Lifecycle ----------------------------------------------------------------------------
 
@@ -207,7 +226,7 @@ class MemoryService:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"MemoryService({self.url!r}, api_prefix={self.api_prefix!r}, {self._state})"
+        return f"MemoryService({redact_url(self.url)!r}, api_prefix={self.api_prefix!r}, {self._state})"
 
     # On the loop ----------------------------------------------------------------------------
 
@@ -218,7 +237,7 @@ class MemoryService:
             "allow_reconnect": True,
             "max_reconnect_attempts": 1,  # on the first connect only; unbounded once connected
             "reconnect_time_wait": 0.25,
-            "error_cb": _on_error,
+            "error_cb": self._on_error,
         }
         options.update(self._connect_options)
         try:
@@ -226,8 +245,9 @@ class MemoryService:
                 nats.connect(servers=server_list(self.url), **options), self.connect_timeout
             )
         except (TimeoutError, nats.errors.Error, OSError) as exc:
+            detail = scrub(str(exc) or type(exc).__name__, self._secrets)
             raise LogUnavailable(
-                f"the convmem service cannot connect to NATS at {self.url} ({exc or type(exc).__name__}); "
+                f"the convmem service cannot connect to NATS at {redact_url(self.url)} ({detail}); "
                 "check the URL and the credentials"
             ) from None
         nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
@@ -239,6 +259,17 @@ class MemoryService:
                 await nc.subscribe(sessions, queue=self.queue_group, cb=self._on_message),
                 await nc.subscribe(operators, cb=self._on_message),
             ]
+            self._micro = await nats.micro.add_service(
+                nc,
+                name=MICRO_NAME,
+                version=__version__,
+                description="convmem: short-term conversation memory (session API on NATS)",
+                metadata={"instance": self.instance, "api_prefix": self.api_prefix},
+                stats_handler=self._micro_stats,
+            )
+            await self._micro.add_endpoint(
+                name="status", subject=status_subject(self.api_prefix, self.instance), handler=self._status
+            )
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
         except BaseException:
             await nc.close()
@@ -281,7 +312,26 @@ class MemoryService:
             )
             await nc.publish(msg.reply, encode_error(error, msgpack=wants_msgpack(msg.data)))
 
+    def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
+        """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
+        return {"live_sessions": self.system.live_sessions(), **self._ops.stats.snapshot()}
+
+    async def _status(self, request: MicroRequest) -> None:
+        """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            wait = self.status_timeout
+            health = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.health), wait)
+            metrics = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.metrics), wait)
+        except TimeoutError:
+            await request.respond_error("504", f"this replica did not get its log's answer within {wait:g}s")
+            return
+        await request.respond(json.dumps({"health": health, "metrics": metrics}).encode())
+
     async def _drain(self) -> None:
+        if self._micro is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._micro.stop()
         for sub in self._subs:
             with contextlib.suppress(nats.errors.Error):
                 await sub.drain()  # type: ignore[no-untyped-call]  # no new requests; received ones are handled
@@ -304,6 +354,5 @@ class MemoryService:
         """What ``ops.v1.metrics`` answers (the memory system's counters and this service's)."""
         return self._ops.metrics()
 
-
-async def _on_error(exc: Exception) -> None:
-    _log.warning("convmem service NATS error: %s", exc or type(exc).__name__)
+    async def _on_error(self, exc: Exception) -> None:
+        _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))

@@ -1,0 +1,91 @@
+"""Erasure notices: how every process holding a session learns that it was erased, naming nobody.
+
+An erasure removes a session's events and snapshot from the store; a process
+that has the session live still holds its state in memory. The log that
+erased it tells every process watching it (`ErasureWatch`) with an
+`ErasureNotice`, and each `MemorySystem` drops the live sessions it matches.
+
+A notice carries no id in clear: only keyed BLAKE2b digests of the erased
+keys (or of the erased user's tenant and user ids), keyed with a random salt
+drawn for that notice. A process checks its own live keys against them; a
+reader of the notice learns nothing it could not confirm by guessing the
+ids themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from convmem.events import MemoryKey
+
+__all__ = ["ErasureNotice", "ErasureWatch", "Unwatch"]
+
+_SALT_BYTES = 16
+_DIGEST_BYTES = 16
+_encode_parts = msgspec.msgpack.Encoder().encode
+
+
+def _digest(salt: bytes, *parts: str) -> bytes:
+    # The parts are length-prefixed (msgpack), so no two id tuples hash alike by concatenation.
+    return hashlib.blake2b(_encode_parts(parts), key=salt, digest_size=_DIGEST_BYTES).digest()
+
+
+class ErasureNotice(msgspec.Struct, frozen=True, kw_only=True):
+    """Which sessions were erased, as digests keyed with `salt`; `users`: every session of a user."""
+
+    salt: bytes
+    sessions: tuple[bytes, ...] = ()
+    users: tuple[bytes, ...] = ()
+
+    @classmethod
+    def of_sessions(cls, keys: Iterable[MemoryKey]) -> ErasureNotice:
+        """A notice for these sessions, under a fresh random salt."""
+        salt = os.urandom(_SALT_BYTES)
+        return cls(
+            salt=salt, sessions=tuple(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in keys)
+        )
+
+    @classmethod
+    def of_user(cls, tenant_id: str, user_id: str) -> ErasureNotice:
+        """A notice for every session of one user, under a fresh random salt."""
+        salt = os.urandom(_SALT_BYTES)
+        return cls(salt=salt, users=(_digest(salt, tenant_id, user_id),))
+
+    def matches(self, key: MemoryKey) -> bool:
+        """Whether `key` is one of the erased sessions."""
+        if self.sessions and _digest(self.salt, key.tenant_id, key.user_id, key.session_id) in self.sessions:
+            return True
+        return bool(self.users) and _digest(self.salt, key.tenant_id, key.user_id) in self.users
+
+    def encode(self) -> bytes:
+        """The notice as bytes (msgpack), for a log that sends it to other processes."""
+        return msgspec.msgpack.encode(self)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ErasureNotice:
+        """A notice from `encode`'s bytes; `msgspec.DecodeError` when they are not one."""
+        return msgspec.msgpack.decode(data, type=cls)
+
+
+Unwatch = Callable[[], None]
+
+
+@runtime_checkable
+class ErasureWatch(Protocol):
+    """An `EventLog` that tells every process using it of erasures (optional capability).
+
+    `watch_erasures(on_notice)` calls `on_notice` with each `ErasureNotice`
+    of an erasure made through any handle on the same log, this process's
+    included, soon after that erasure returned. It calls ``on_notice(None)``
+    when notices may have been missed (a reconnection): the watcher must then
+    treat every session it holds as possibly erased. `on_notice` must be
+    quick and must not block (it may run on the log's event loop). Returns a
+    function that stops the watch.
+    """
+
+    def watch_erasures(self, on_notice: Callable[[ErasureNotice | None], None]) -> Unwatch: ...

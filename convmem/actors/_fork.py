@@ -1,0 +1,108 @@
+"""Forking a session: a new session that starts exactly where another one was at a point of its past.
+
+The fork is made of the source's own events up to that point, copied: its
+first event is the source's `SessionStarted` with the new key and the fork's
+origin (`forked_from`, `forked_at`), the others follow unchanged but for
+their ids and seqs. So the fork's state is the source's state at that point
+(its key aside), `verify` rebuilds it like any session, and an auditor sees
+where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from convmem.actors._ports import EventLog, LoggedEvent
+from convmem.errors import EventDecodeError, InvalidInput
+from convmem.events import AnyEvent, MemoryKey, SessionErased, SessionStarted, decode_event
+
+__all__ = ["Forked", "fork_events", "fork_session"]
+
+_CHUNK = 500  # events per append: one atomic batch each, well under the server's batch limit
+
+
+class Forked(msgspec.Struct, frozen=True, kw_only=True):
+    """What a fork copied: `events` events of the source, as of its log position `forked_at`."""
+
+    events: int
+    forked_at: int
+
+
+def fork_events(
+    records: Iterable[LoggedEvent],
+    source: MemoryKey,
+    to: MemoryKey,
+    *,
+    at_position: int | None = None,
+    at_time: float | None = None,
+    fork_id: str,
+) -> tuple[list[AnyEvent], int]:
+    """The events of session `to` starting as `source` was after `at_position` (or `at_time`; or now).
+
+    Returns them with the log position of the last source event copied.
+    `InvalidInput` when the source had no events by then or holds an
+    event this version cannot read (a fork must be exact).
+    """
+    copied: list[AnyEvent] = []
+    last = 0
+    for record in records:
+        if at_position is not None and record.position > at_position:
+            break
+        try:
+            event = decode_event(record.data, seq=record.position)
+        except EventDecodeError as exc:
+            raise InvalidInput(
+                "key", f"{source} has an unreadable event at position {record.position} ({exc}); cannot fork"
+            ) from None
+        if at_time is not None and round(event.at, 6) > at_time:  # a datetime holds microseconds
+            break
+        if isinstance(event, SessionErased):
+            copied = []  # what came before an erasure fence is not the session's any more
+        else:
+            copied.append(event)
+        last = record.position
+    if not copied or not isinstance(copied[0], SessionStarted):
+        when = (
+            f"position {at_position}" if at_position is not None else f"time {at_time}" if at_time else "now"
+        )
+        raise InvalidInput("at", f"{source} had no events as of {when}: nothing to fork")
+    start = msgspec.structs.replace(
+        copied[0], seq=1, event_id=f"{fork_id}/1", key=to, forked_from=source, forked_at=last
+    )
+    rest = [
+        msgspec.structs.replace(event, seq=n, event_id=f"{fork_id}/{n}")
+        for n, event in enumerate(copied[1:], start=2)
+    ]
+    return [start, *rest], last
+
+
+def fork_session(
+    log: EventLog, source: MemoryKey, to: MemoryKey, at: int | datetime | None = None
+) -> tuple[Forked, list[AnyEvent]]:
+    """Write the fork of `source` as `to` into `log` (see `MemorySystem.fork`); returns what was written."""
+    if not isinstance(to, MemoryKey):
+        raise InvalidInput("to", f"must be a MemoryKey, got {type(to).__name__}")
+    if to == source:
+        raise InvalidInput("to", "must be another session than the one forked")
+    if isinstance(at, bool) or not (at is None or isinstance(at, int | datetime)):
+        raise InvalidInput("at", f"must be a log position (int) or a datetime, got {type(at).__name__}")
+    if isinstance(at, datetime) and at.tzinfo is None:
+        raise InvalidInput("at", "a datetime needs a time zone (say datetime.now(UTC))")
+    events, last = fork_events(
+        log.read(source),
+        source,
+        to,
+        at_position=at if isinstance(at, int) else None,
+        at_time=at.timestamp() if isinstance(at, datetime) else None,
+        fork_id=f"fork/{os.urandom(8).hex()}",
+    )
+    if log.last_seq(to) != 0:
+        raise InvalidInput("to", f"{to} has events already; fork into a session that has none")
+    for start in range(0, len(events), _CHUNK):
+        chunk = events[start : start + _CHUNK]
+        log.append(to, chunk, expected_seq=chunk[0].seq - 1)
+    return Forked(events=len(events), forked_at=last), events

@@ -1,0 +1,119 @@
+"""`convmem timeline KEY -o page.html`: one self-contained HTML page of a session's history.
+
+For every event: where it sits in the log, what it was, the health after it,
+the exact context a model would have been shown as of it (`llm_context` of
+the state the events up to it fold into) and the change from the event
+before. The page needs nothing at view time: data, style and script are in
+the file, and its content security policy forbids fetching anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from convmem.actors import LoadReport, LoggedEvent, decode_logged, timeline
+from convmem.adapters.cli._common import EXIT_NOT_FOUND, EXIT_OK, CliError, backend, parse_key
+from convmem.adapters.cli._inspect import records_from_file, stamp
+from convmem.adapters.cli._page import PAGE
+from convmem.errors import ReplayError
+from convmem.events import AnyEvent, MemoryKey
+from convmem.projections import SessionState, SkippedEvent, evolve, llm_context
+
+__all__ = ["add_timeline_command", "timeline_page"]
+
+
+def add_timeline_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register `timeline` on the CLI's subparsers (`common`: the global options)."""
+    p = commands.add_parser(
+        "timeline",
+        parents=[common],
+        help="write a self-contained HTML page of a session's events and the context as of each",
+    )
+    p.add_argument("key", help="tenant:user:session")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
+    p.set_defaults(run=cmd_timeline)
+
+
+def _context_text(state: SessionState) -> str:
+    return json.dumps(llm_context(state), ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def page_data(records: Iterable[LoggedEvent], key: MemoryKey) -> dict[str, Any]:
+    """What the page shows, event by event (see the module docstring)."""
+    records = list(records)
+    rows = timeline(records, full=True)
+    state = SessionState()
+    previous = _context_text(state)
+    events: list[dict[str, Any]] = []
+    by_position: dict[int, AnyEvent | SkippedEvent] = {}
+    for record in records:
+        for decoded in decode_logged([record], on_poison="skip", report=LoadReport()):
+            by_position[record.position] = decoded
+    for listed in rows:
+        row = listed
+        found = by_position.get(row.position)
+        if found is not None:
+            try:
+                state = evolve(state, found)
+            except ReplayError as exc:
+                row = msgspec.structs.replace(row, type="POISON", detail=str(exc))
+        context = _context_text(state)
+        diff = [
+            line
+            for line in difflib.ndiff(previous.splitlines(), context.splitlines())
+            if line[:1] in "+- " and not line.startswith("? ")
+        ]
+        changed = [line for line in diff if line[:1] in "+-"]
+        events.append(
+            {
+                "position": row.position,
+                "seq": row.seq,
+                "at": row.at,
+                "time": stamp(row.at) if row.at is not None else None,
+                "type": row.type,
+                "detail": row.detail,
+                "health": state.health.value if state.started else "unknown",
+                "context": context,
+                "diff": diff if changed else [],
+            }
+        )
+        previous = context
+    times = [e["at"] for e in events if e["at"] is not None]
+    return {
+        "key": key.composite(),
+        "first": stamp(min(times)) if times else "-",
+        "last": stamp(max(times)) if times else "-",
+        "events": events,
+    }
+
+
+def timeline_page(records: Iterable[LoggedEvent], key: MemoryKey) -> str:
+    """The whole HTML page of `key`'s events."""
+    data = json.dumps(page_data(records, key), ensure_ascii=False).replace("</", "<\\/")
+    return PAGE.replace("__TITLE__", _html(key.composite())).replace("__DATA__", data)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    key = parse_key(args.key)
+    if args.from_file:
+        records = [r for r in records_from_file(args.from_file) if r.key == key]
+    else:
+        with backend(args, read_only=True) as (log, _):
+            records = log.read(key)
+    if not records:
+        raise CliError(f"no events for session {key.composite()}", EXIT_NOT_FOUND)
+    args.output.write_text(timeline_page(records, key), encoding="utf-8")
+    print(f"wrote the timeline of {key.composite()} ({len(records)} events) to {args.output}")
+    return EXIT_OK

@@ -1,0 +1,145 @@
+"""The timeline page in a real headless Chromium: the context shown at a position is `replay --position`'s.
+
+Chromium is Debian's (`.ci/run` installs it with apt-get), driven by
+Playwright; the page is opened from a file with every network request
+recorded, and none may leave the file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+import convmem
+from convmem.adapters import EmbeddedNatsServer
+from convmem.adapters.cli._main import main
+from convmem.events import ConversationTurn, HealthPolicy, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+
+KEY = MemoryKey("acme", "alice@example.com", "trip-planning")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TURNS = [
+    ("Hi, I'm Alice. I want to plan a trip to Lisbon in May.", "Lovely! How many days?"),
+    ("Five days, budget about 1,200 euros.", "Noted: 5 days, EUR 1,200."),
+    ("I prefer small hotels near Alfama.", "I'll look near Alfama."),
+    ("Vegetarian food, please.", "I'll keep restaurants vegetarian."),
+    ("Can we add a day trip to Sintra?", "Yes, day 3 works for Sintra."),
+    ("My sister Ines joins on day 4.", "Great, two travellers from day 4."),
+    ("What's the total so far?", "About EUR 1,050 with the Sintra trip."),
+]
+
+
+class FlakySummarizer:
+    """Fails its first two calls (the health machine at work), then summarizes the user lines."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Mapping[str, Any]) -> dict[str, str]:
+        with self.lock:
+            self.calls += 1
+            if self.calls <= 2:
+                raise ConnectionError("summarizer endpoint unreachable")
+        said = "\n".join(f"- {t['user']}" for t in request["turns"])
+        return {
+            "summary": f"<session_summary>\n{request['previous_summary'][-300:]}\n{said}\n</session_summary>"
+        }
+
+
+@pytest.fixture
+def session_log(nats_server: EmbeddedNatsServer) -> str:
+    """A session with summaries, health transitions and a clear, on a real server."""
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(full_zone_turns=2),
+        health=HealthPolicy(retry_backoff_seconds=(0.05, 0.05, 0.05), degraded_retry_seconds=0.2),
+    )
+    with convmem.connect(nats_server.url, config=config, summarizer=FlakySummarizer()) as memory:
+        session = memory.session(KEY)
+        for user, assistant in TURNS:
+            session.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+            session.flush(timeout=30)
+    return nats_server.url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def replay_context(url: str, position: int, capsys: pytest.CaptureFixture[str]) -> Any:
+    assert main(["-s", url, "replay", KEY.composite(), "--position", str(position), "--json"]) == 0
+    return json.loads(capsys.readouterr()[0])["context"]
+
+
+def shown(page: Page) -> tuple[int, Any]:
+    return int(page.get_attribute("body", "data-position") or 0), json.loads(page.inner_text("#context"))
+
+
+def test_the_page_shows_the_context_replay_gives_at_each_position(
+    session_log: str, browser: Browser, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Click an event, move the slider, step with the keys: the context shown is replay --position's."""
+    page_file = tmp_path / "timeline.html"
+    assert main(["-s", session_log, "timeline", KEY.composite(), "-o", str(page_file)]) == 0
+    capsys.readouterr()
+    requests: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(page_file.as_uri())
+    marks = page.locator(".mark")
+    count = marks.count()
+    assert count >= len(TURNS) + 3  # started, turns, summaries, health changes
+    kinds = page.evaluate("Array.from(document.querySelectorAll('.mark')).map(m => m.className)")
+    assert any("retry" in k for k in kinds)
+    assert any("summary" in k for k in kinds)
+
+    marks.nth(4).click()  # a click on an event
+    position, context = shown(page)
+    assert context == replay_context(session_log, position, capsys)
+
+    page.locator("#slider").fill(str(count // 2))  # the slider
+    position, context = shown(page)
+    assert context == replay_context(session_log, position, capsys)
+
+    page.locator("#slider").focus()
+    page.keyboard.press("ArrowRight")  # a step with the keys
+    stepped, context = shown(page)
+    assert stepped > position
+    assert context == replay_context(session_log, stepped, capsys)
+    assert page.inner_text("#diff").strip()
+
+    page.screenshot(path=str(tmp_path / "timeline.png"), full_page=True)
+    assert requests == [page_file.as_uri()]  # nothing but the file itself
+    page.close()
+
+
+def test_timeline_of_an_unknown_key_is_exit_3(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+    """No events: no page, exit 3."""
+    with convmem.connect(nats_server.url) as memory:
+        memory.session(MemoryKey("a", "b", "c")).add_turn(
+            ConversationTurn(user_message="x", assistant_response="y")
+        )
+    assert main(["-s", nats_server.url, "timeline", "a:b:nobody", "-o", str(tmp_path / "p.html")]) == 3
+    assert not (tmp_path / "p.html").exists()
