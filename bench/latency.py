@@ -142,6 +142,18 @@ def _merge(parts: list[tuple[list[float], float, int]]) -> tuple[list[float], fl
     return latencies, sum(p[1] for p in parts) / len(parts), sum(p[2] for p in parts)
 
 
+async def _settle(name: str, handles: list[AsyncSessionHandle]) -> None:
+    """After a burst, let its background summaries finish, so none of them falls into the next burst.
+
+    A working summarizer is flushed (its sessions' summaries all made); a hung one never finishes, and
+    its calls only wait, so its bursts are followed by a short pause alone.
+    """
+    if name == "hung":
+        await asyncio.sleep(0.1)
+        return
+    await asyncio.gather(*(h.flush(timeout=120) for h in handles))
+
+
 def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -> dict[str, Latencies]:
     """The healthy, hung, summarizer-less and recommended systems side by side, bursts interleaved.
 
@@ -181,7 +193,7 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
                     for name in systems:
                         burst = await _open_loop(handles[name], turns, rate, seconds / rounds)
                         parts[name].setdefault(rate, []).append(burst)
-                        await asyncio.sleep(0.1)  # let background summaries settle between bursts
+                        await _settle(name, handles[name])
             healthy_p99 = percentile(_merge(parts["healthy"].get(1000, [([], 0.0, 0)]))[0], 99.0)
             if sizes.profile and healthy_p99 > 0.005:
                 with py_spy(sizes.out_dir, f"latency-{label}", result.details):
