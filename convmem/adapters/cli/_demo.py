@@ -247,11 +247,9 @@ def _show_session(context: Mapping[str, Any], memory: Any, key: MemoryKey, as_js
         return
     print(f"\nSession {key}: the context a planner would inject next")
     memo = context.get("conversation_memory", {})
-    shown = {
-        "summary": memo.get("summary", ""),
-        "pending_turns": memo.get("pending_turns", []),
-        "recent_turns": memo.get("recent_turns", [])[-2:],
-    }
+    # The context as the planner gets it (a key only when it has content), its recent turns cut short.
+    shown = {name: memo[name] for name in ("summary", "pending_turns") if name in memo}
+    shown["recent_turns"] = memo.get("recent_turns", [])[-2:]
     emit_json({"conversation_memory": shown})
     print(f"(showing the last 2 of {len(memo.get('recent_turns', []))} recent turns)")
     print(f"\nSession {key}: health history")
