@@ -6,16 +6,19 @@ own loop thread and waits on it with a timeout. Each port has an in-memory
 implementation in `convmem.adapters` and one contract suite in the tests that
 every implementation passes. The optional capabilities (`NotifyingEventLog`,
 `LoopEventLog`) are what a log built on an event loop adds for speed.
+`Summarizer`, convmem's one summarizer protocol, is defined beside the
+requests it answers (`convmem.projections.SummaryRequest`) and is a port here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
 from convmem.events import Event, MemoryKey
+from convmem.projections import Summarizer
 
 __all__ = [
     "Clock",
@@ -211,18 +214,6 @@ class SnapshotStore(Protocol):
     def close(self) -> None:
         """Release connections."""
         ...
-
-
-@runtime_checkable
-class Summarizer(Protocol):
-    """The RFC's summarizer: ``{"previous_summary", "turns"} -> {"summary": str}``.
-
-    It may be a plain function or a coroutine function; the pool runs
-    either, with a timeout. Whatever it returns is validated before it is
-    stored.
-    """
-
-    def __call__(self, request: Mapping[str, Any], /) -> Any: ...
 
 
 class Timer(Protocol):

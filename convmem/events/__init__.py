@@ -12,6 +12,7 @@ from convmem.events._codec import (
 )
 from convmem.events._config import (
     AgentsMemoryConfig,
+    AgentsStrategy,
     ConversationMemoryConfig,
     HealthPolicy,
     MemoryBudget,
@@ -20,6 +21,8 @@ from convmem.events._config import (
     OverflowPolicy,
     ShortTermMemoryConfig,
     Strategy,
+    strategy_reads_summaries,
+    strategy_summarizes,
 )
 from convmem.events._dates import date_text
 from convmem.events._events import (
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "UPCASTERS",
     "AgentsMemoryConfig",
+    "AgentsStrategy",
     "AnyEvent",
     "BacklogTrimmed",
     "ConversationMemoryConfig",
@@ -83,4 +87,6 @@ __all__ = [
     "encode_event_json",
     "encode_token",
     "event_tag",
+    "strategy_reads_summaries",
+    "strategy_summarizes",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Literal
+from typing import Literal, assert_never, get_args
 
 import msgspec
 
@@ -23,6 +23,7 @@ from convmem.errors import InvalidConfig
 
 __all__ = [
     "AgentsMemoryConfig",
+    "AgentsStrategy",
     "ConversationMemoryConfig",
     "HealthPolicy",
     "MemoryBudget",
@@ -31,11 +32,47 @@ __all__ = [
     "OverflowPolicy",
     "ShortTermMemoryConfig",
     "Strategy",
+    "strategy_reads_summaries",
+    "strategy_summarizes",
 ]
 
 Strategy = Literal["none", "truncation", "rolling_summary"]
+"""PenguiFlow's strategies: what `llm_context` shows, and whether the session summarizes.
+
+How each one shows, and how it maps to the other two vocabularies (`AgentsStrategy`,
+the conversation memories' `MemoryType`), is one table: ``convmem/projections/_strategies.py``.
+"""
 OverflowPolicy = Literal["truncate_summary", "truncate_oldest", "error"]
 AgentsStrategy = Literal["none", "trimming", "summarizing", "compacting"]
+"""The OpenAI-Agents session strategies: what `agent_items` shows (see `Strategy`)."""
+
+
+def strategy_summarizes(strategy: Strategy) -> bool:
+    """Whether a session of `strategy` asks a summarizer for summaries (its one stored consequence)."""
+    match strategy:
+        case "none" | "truncation":
+            return False
+        case "rolling_summary":
+            return True
+        case _:
+            assert_never(strategy)
+
+
+def strategy_reads_summaries(strategy: AgentsStrategy) -> bool:
+    """Whether the Agents strategy shows the session's summaries (so needs a summarizing `Strategy`)."""
+    match strategy:
+        case "none" | "trimming" | "compacting":
+            return False
+        case "summarizing":
+            return True
+        case _:
+            assert_never(strategy)
+
+
+def _one_of(field: str, value: object, names: tuple[str, ...]) -> None:
+    if value not in names:
+        listed = ", ".join(names[:-1]) + f" or {names[-1]}"
+        raise InvalidConfig(field, f"must be {listed}, got {value!r}")
 
 
 class MemoryHealth(enum.Enum):
@@ -88,11 +125,7 @@ class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
                 "budget.summary_max_tokens",
                 f"{self.summary_max_tokens} exceeds total_max_tokens={self.total_max_tokens}",
             )
-        if self.overflow_policy not in ("truncate_summary", "truncate_oldest", "error"):
-            raise InvalidConfig(
-                "budget.overflow_policy",
-                f"must be truncate_summary, truncate_oldest or error, got {self.overflow_policy!r}",
-            )
+        _one_of("budget.overflow_policy", self.overflow_policy, get_args(OverflowPolicy))
 
 
 class MemoryIsolation(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -165,11 +198,7 @@ class AgentsMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Offer the user's latest summary from another session to a new session."""
 
     def __post_init__(self) -> None:
-        if self.strategy not in ("none", "trimming", "summarizing", "compacting"):
-            raise InvalidConfig(
-                "agents.strategy",
-                f"must be none, trimming, summarizing or compacting, got {self.strategy!r}",
-            )
+        _one_of("agents.strategy", self.strategy, get_args(AgentsStrategy))
         _positive_int("agents.max_turns", self.max_turns)
         _positive_int("agents.keep_last_n_turns", self.keep_last_n_turns)
         _positive_int("agents.context_limit", self.context_limit)
@@ -225,20 +254,18 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     Off by default: PenguiFlow-shaped contexts stay exactly as PenguiFlow renders them."""
 
     def __post_init__(self) -> None:
-        if self.strategy not in ("none", "truncation", "rolling_summary"):
-            raise InvalidConfig(
-                "strategy", f"must be none, truncation or rolling_summary, got {self.strategy!r}"
-            )
+        _one_of("strategy", self.strategy, get_args(Strategy))
         _positive_int("recovery_backlog_limit", self.recovery_backlog_limit, minimum=0)
         _positive_int("retry_attempts", self.retry_attempts, minimum=0)
-        if self.agents.strategy == "summarizing" and self.strategy != "rolling_summary":
+        if strategy_reads_summaries(self.agents.strategy) and not strategy_summarizes(self.strategy):
+            needed = " or ".join(repr(s) for s in get_args(Strategy) if strategy_summarizes(s))
             raise InvalidConfig(
                 "agents.strategy",
-                "summarizing needs strategy='rolling_summary' (the summaries come from the "
+                f"{self.agents.strategy} needs strategy={needed} (the summaries come from the "
                 "session's summarizer)",
             )
 
     @property
     def summarizes(self) -> bool:
         """Whether this session asks a summarizer for summaries."""
-        return self.strategy == "rolling_summary"
+        return strategy_summarizes(self.strategy)

@@ -1,9 +1,13 @@
-"""Pure logic: the fold, the decisions, the health machine and every context view. No I/O."""
+"""Pure logic: the fold, the decisions, the health machine, every strategy and its view. No I/O.
+
+Every memory strategy of the three vocabularies (PenguiFlow's `Strategy`, the
+OpenAI-Agents `AgentsStrategy`, the conversation memories' `MemoryType`) is one
+entry of the tables in ``_strategies``, beside what it shows.
+"""
 
 from convmem.projections._agents import (
     CROSS_SESSION_HEADER,
     SUMMARY_REQUEST_LINE,
-    agent_items,
     agent_items_tokens,
     compact_turn_items,
     cross_session_instructions,
@@ -13,14 +17,11 @@ from convmem.projections._budget import (
     ContextSelection,
     TokenEstimator,
     default_token_estimator,
-    full_tokens,
+    fit,
     render,
-    select_context,
     trim_summary,
-    view_tokens,
 )
-from convmem.projections._context import estimate_tokens, llm_context
-from convmem.projections._decide import (
+from convmem.projections._commands import (
     AddItems,
     AddTurn,
     AdoptTurns,
@@ -30,30 +31,39 @@ from convmem.projections._decide import (
     Restore,
     StartSession,
     SummaryFailed,
-    SummaryRequest,
     SummarySucceeded,
-    decide,
+)
+from convmem.projections._context import (
+    estimate_tokens,
+    full_tokens,
+    llm_context,
+    select_context,
+    view_tokens,
+)
+from convmem.projections._decide import decide
+from convmem.projections._entities import EntityRecord, EntityTable, parse_entities
+from convmem.projections._evolve import SkippedEvent, evolve, replay, skipped_from_error
+from convmem.projections._health import (
+    Summarizer,
+    SummaryRequest,
     next_due_at,
     summary_due,
     summary_problem,
 )
-from convmem.projections._evolve import SkippedEvent, evolve, replay, skipped_from_error
 from convmem.projections._memories import (
     BufferMemory,
     EntityMemory,
-    EntityRecord,
-    EntityTable,
     Memory,
     MemoryMessage,
     MemoryType,
-    Summarizer,
+    MessageSummarizer,
     SummaryMemory,
     WindowMemory,
+)
+from convmem.projections._memory_views import (
     buffer_messages,
-    create_memory,
     entity_messages,
     entity_table,
-    parse_entities,
     summary_messages,
     window_messages,
 )
@@ -66,27 +76,47 @@ from convmem.projections._serial import (
     to_dict,
 )
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
+from convmem.projections._strategies import (
+    AGENTS_STRATEGIES,
+    CONTEXT_STRATEGIES,
+    MEMORY_VIEWS,
+    AgentsView,
+    ContextStrategy,
+    MemoryView,
+    Shown,
+    agent_items,
+    create_memory,
+    strategy_table,
+)
 
 __all__ = [
+    "AGENTS_STRATEGIES",
+    "CONTEXT_STRATEGIES",
     "CROSS_SESSION_HEADER",
     "EXPORT_VERSION",
+    "MEMORY_VIEWS",
     "SUMMARY_REQUEST_LINE",
     "AddItems",
     "AddTurn",
     "AdoptTurns",
+    "AgentsView",
     "BufferMemory",
     "Clear",
     "Command",
     "ContextSelection",
+    "ContextStrategy",
     "EntityMemory",
     "EntityRecord",
     "EntityTable",
     "Memory",
     "MemoryMessage",
     "MemoryType",
+    "MemoryView",
+    "MessageSummarizer",
     "PopItem",
     "Restore",
     "SessionState",
+    "Shown",
     "SkippedEvent",
     "StartSession",
     "Summarizer",
@@ -111,6 +141,7 @@ __all__ = [
     "entity_table",
     "estimate_tokens",
     "evolve",
+    "fit",
     "full_tokens",
     "latest_summary_for_user",
     "llm_context",
@@ -123,6 +154,7 @@ __all__ = [
     "select_context",
     "skipped_from_error",
     "state_hash",
+    "strategy_table",
     "summary_due",
     "summary_messages",
     "summary_problem",

@@ -1,5 +1,8 @@
 """The OpenAI-Agents session strategies, as read-time views over a session's state.
 
+Each strategy's view is one function here; the table in ``_strategies`` maps
+each `AgentsStrategy` name to it (`agent_items` reads through that table).
+
 A strategy never destroys stored history: each view is computed from the
 live turns every time it is read, so switching strategy, or replaying the
 log, shows the same conversation differently but never loses it. Turns are
@@ -37,18 +40,22 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from convmem.events import ConversationTurn, MemoryKey
+from convmem.events import AgentsMemoryConfig, ConversationTurn, MemoryKey
 from convmem.projections._budget import TokenEstimator, default_token_estimator, render
 from convmem.projections._state import SessionState, TurnRecord
 
 __all__ = [
     "CROSS_SESSION_HEADER",
     "SUMMARY_REQUEST_LINE",
-    "agent_items",
     "agent_items_tokens",
     "compact_turn_items",
+    "compacted_items",
     "cross_session_instructions",
+    "every_item",
     "latest_summary_for_user",
+    "summarized_items",
+    "summarizing_zone",
+    "trimmed_items",
 ]
 
 SUMMARY_REQUEST_LINE = "Summarize the conversation we had so far."
@@ -114,7 +121,40 @@ def compact_turn_items(turn: ConversationTurn, *, tool_calls: bool) -> list[dict
     return out
 
 
-def _compacted(state: SessionState) -> list[dict[str, Any]]:
+def every_item(state: SessionState) -> list[dict[str, Any]]:
+    """``none``: every live turn's items."""
+    return _items(state.turns)
+
+
+def trimmed_items(state: SessionState) -> list[dict[str, Any]]:
+    """``trimming``: from `max_turns` user turns on, only the last `keep_last_n_turns`."""
+    agents = state.config.agents
+    return _items(_trimmed(state.turns, agents.max_turns, agents.keep_last_n_turns))
+
+
+def summarized_items(state: SessionState) -> list[dict[str, Any]]:
+    """``summarizing``: the summary as a user line and an assistant line, then the turns it does not cover."""
+    agents = state.config.agents
+    tail = state.unsummarized()
+    if state.summary:
+        return [
+            {"role": "user", "content": SUMMARY_REQUEST_LINE},
+            {"role": "assistant", "content": state.summary},
+            *_items(tail),
+        ]
+    if _user_turn_count(tail) < agents.context_limit:
+        return _items(_trimmed(tail, agents.max_turns, agents.keep_last_n_turns))
+    # A summary is due but not made yet: a slow summarizer never hides a turn.
+    return _items(tail)
+
+
+def summarizing_zone(agents: AgentsMemoryConfig) -> tuple[int, int]:
+    """``summarizing``'s summary zone: (turns kept verbatim, unsummarized turns that trigger a summary)."""
+    return agents.keep_last_n_turns, agents.context_limit - agents.keep_last_n_turns
+
+
+def compacted_items(state: SessionState) -> list[dict[str, Any]]:
+    """``compacting``: past `compact_trigger_turns` user turns, older tool results as placeholders."""
     agents = state.config.agents
     records = state.turns
     if _user_turn_count(records) <= agents.compact_trigger_turns:
@@ -126,31 +166,6 @@ def _compacted(state: SessionState) -> list[dict[str, Any]]:
         out.extend(compact_turn_items(record.turn, tool_calls=agents.compact_tool_calls))
     out.extend(_items(protected))
     return out
-
-
-def agent_items(state: SessionState) -> list[dict[str, Any]]:
-    """The session's items as its `agents.strategy` shows them to the model (fresh dicts)."""
-    agents = state.config.agents
-    match agents.strategy:
-        case "none":
-            return _items(state.turns)
-        case "trimming":
-            return _items(_trimmed(state.turns, agents.max_turns, agents.keep_last_n_turns))
-        case "summarizing":
-            tail = state.unsummarized()
-            if state.summary:
-                return [
-                    {"role": "user", "content": SUMMARY_REQUEST_LINE},
-                    {"role": "assistant", "content": state.summary},
-                    *_items(tail),
-                ]
-            if _user_turn_count(tail) < agents.context_limit:
-                return _items(_trimmed(tail, agents.max_turns, agents.keep_last_n_turns))
-            # A summary is due but not made yet: a slow summarizer never hides a turn.
-            return _items(tail)
-        case "compacting":
-            return _compacted(state)
-    raise AssertionError(f"unknown agents strategy {agents.strategy!r}")  # pragma: no cover
 
 
 def agent_items_tokens(

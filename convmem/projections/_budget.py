@@ -1,4 +1,4 @@
-"""Token budgets: what the PenguiFlow-shaped view may show, and what it costs.
+"""Token budgets: what a PenguiFlow-shaped view costs, and what of it fits.
 
 Tokens are measured on the canonical rendering of the ``conversation_memory``
 object, ``json.dumps(obj, ensure_ascii=False, sort_keys=True)`` (the one
@@ -7,7 +7,8 @@ that rendering is computed from per-turn lengths stored at fold time, so
 neither budget checks nor views serialise the whole payload. A custom
 estimator is called on the real rendering.
 
-Overflow policies (applied to views; the stored state is never touched):
+Which turns a view offers is its strategy's (``_strategies``); `fit` then
+applies the overflow policy (to views; the stored state is never touched):
 
 * ``truncate_oldest``: drop pending turns oldest first, then recent turns
   oldest first, then the summary;
@@ -28,19 +29,17 @@ from typing import Any
 
 import msgspec
 
-from convmem.events import MemoryHealth
-from convmem.projections._state import SessionState, TurnRecord
+from convmem.events import ShortTermMemoryConfig
+from convmem.projections._state import TurnRecord
 
 __all__ = [
     "ContextSelection",
     "TokenEstimator",
     "default_token_estimator",
-    "full_tokens",
+    "fit",
     "render",
-    "select_context",
     "selection_tokens",
     "trim_summary",
-    "view_tokens",
 ]
 
 TokenEstimator = Callable[[str], int]
@@ -119,57 +118,25 @@ def selection_tokens(
     return estimator(render(selection.payload(include_digest=include_digest, include_date=include_date)))
 
 
-def _visible(state: SessionState) -> ContextSelection:
-    """The view before any budget applies, by strategy and health (the seed's rules)."""
-    strategy = state.config.strategy
-    if strategy == "none":
-        return ContextSelection(summary="", pending=(), recent=())
-    recent = state.recent()
-    if strategy == "truncation" or state.health is MemoryHealth.DEGRADED:
-        return ContextSelection(summary="", pending=(), recent=recent)
-    return ContextSelection(summary=state.summary, pending=state.pending(), recent=recent)
-
-
-def full_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
-    """Tokens of summary + pending + recent, whatever the health (the ``error`` policy's measure)."""
-    if state.config.strategy == "none":
-        return 0
-    if state.config.strategy == "truncation":
-        selection = ContextSelection(summary="", pending=(), recent=state.recent())
-    else:
-        selection = ContextSelection(summary=state.summary, pending=state.pending(), recent=state.recent())
-    config = state.config
-    return selection_tokens(selection, estimator, config.include_trajectory_digest, config.include_turn_dates)
-
-
-def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
-    """Tokens of the view as it shows now, before budgets."""
-    if state.config.strategy == "none":
-        return 0
-    config = state.config
-    return selection_tokens(
-        _visible(state), estimator, config.include_trajectory_digest, config.include_turn_dates
-    )
-
-
-def select_context(
-    state: SessionState, estimator: TokenEstimator = default_token_estimator
+def fit(
+    selection: ContextSelection,
+    config: ShortTermMemoryConfig,
+    estimator: TokenEstimator = default_token_estimator,
 ) -> ContextSelection:
-    """The view after the overflow policy: never over `total_max_tokens` unless nothing is shown.
+    """`selection` after the overflow policy: never over `total_max_tokens` unless nothing is shown.
 
     A `total_max_tokens` of 0 sets no budget (PenguiFlow's meaning): the view is shown whole.
     """
-    selection = _visible(state)
-    budget = state.config.budget.total_max_tokens
-    include, dated = state.config.include_trajectory_digest, state.config.include_turn_dates
+    budget = config.budget.total_max_tokens
+    include, dated = config.include_trajectory_digest, config.include_turn_dates
 
     def fits(candidate: ContextSelection) -> bool:
         return selection_tokens(candidate, estimator, include, dated) <= budget
 
-    if state.config.strategy == "none" or not budget or fits(selection):  # 0: no overall budget
+    if not budget or fits(selection):  # 0: no overall budget
         return selection
     full = selection
-    if state.config.budget.overflow_policy == "truncate_summary" and selection.summary:
+    if config.budget.overflow_policy == "truncate_summary" and selection.summary:
         selection = msgspec.structs.replace(
             selection,
             summary=trim_summary(

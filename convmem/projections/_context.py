@@ -4,10 +4,11 @@
 PenguiFlow's presence rules: `recent_turns` always, `pending_turns` and
 `summary` only when non-empty; strategy ``none`` gives ``{}``.
 
-What shows in each health state (the seed's table): HEALTHY, RETRY and
+Which turns show is the session's `Strategy`'s, read from its entry in
+``_strategies`` (for ``rolling_summary``, the seed's table: HEALTHY, RETRY and
 RECOVERING show the last good summary, the pending turns and the recent
-turns; DEGRADED shows the recent turns only. The budget's overflow policy is
-applied last, so the view never exceeds `total_max_tokens`.
+turns; DEGRADED shows the recent turns only). The budget's overflow policy is
+applied last (`fit`), so the view never exceeds `total_max_tokens`.
 """
 
 from __future__ import annotations
@@ -15,24 +16,43 @@ from __future__ import annotations
 from typing import Any
 
 from convmem.projections._budget import (
+    ContextSelection,
     TokenEstimator,
     default_token_estimator,
-    select_context,
+    fit,
     selection_tokens,
 )
 from convmem.projections._state import SessionState
+from convmem.projections._strategies import CONTEXT_STRATEGIES
 
-__all__ = ["estimate_tokens", "llm_context"]
+__all__ = [
+    "estimate_tokens",
+    "full_tokens",
+    "llm_context",
+    "over_budget",
+    "select_context",
+    "view_tokens",
+]
+
+_NOTHING = ContextSelection(summary="", pending=(), recent=())
+
+
+def select_context(
+    state: SessionState, estimator: TokenEstimator = default_token_estimator
+) -> ContextSelection:
+    """The view after the overflow policy: never over `total_max_tokens` unless nothing is shown."""
+    view = CONTEXT_STRATEGIES[state.config.strategy].view
+    return _NOTHING if view is None else fit(view(state), state.config, estimator)
 
 
 def llm_context(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> dict[str, Any]:
     """The patch a planner merges into its `llm_context`."""
-    if state.config.strategy == "none":
+    view = CONTEXT_STRATEGIES[state.config.strategy].view
+    if view is None:
         return {}
-    selection = select_context(state, estimator)
     config = state.config
     return {
-        "conversation_memory": selection.payload(
+        "conversation_memory": fit(view(state), config, estimator).payload(
             include_digest=config.include_trajectory_digest, include_date=config.include_turn_dates
         )
     }
@@ -40,12 +60,34 @@ def llm_context(state: SessionState, estimator: TokenEstimator = default_token_e
 
 def estimate_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
     """Tokens of the ``conversation_memory`` object the view shows (0 for strategy none)."""
-    if state.config.strategy == "none":
-        return 0
+    view = CONTEXT_STRATEGIES[state.config.strategy].view
+    return 0 if view is None else _tokens(fit(view(state), state.config, estimator), state, estimator)
+
+
+def view_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
+    """Tokens of the view as it shows now, before budgets."""
+    view = CONTEXT_STRATEGIES[state.config.strategy].view
+    return 0 if view is None else _tokens(view(state), state, estimator)
+
+
+def full_tokens(state: SessionState, estimator: TokenEstimator = default_token_estimator) -> int:
+    """Tokens of everything the strategy may show, whatever the health (the ``error`` policy's measure)."""
+    content = CONTEXT_STRATEGIES[state.config.strategy].content
+    return 0 if content is None else _tokens(content(state), state, estimator)
+
+
+def over_budget(state: SessionState, estimator: TokenEstimator) -> int | None:
+    """Tokens of the state's full content when the ``error`` policy refuses it, else None.
+
+    A `total_max_tokens` of 0 sets no budget, so nothing is refused.
+    """
+    budget = state.config.budget
+    if budget.overflow_policy != "error" or not budget.total_max_tokens:
+        return None
+    tokens = full_tokens(state, estimator)
+    return tokens if tokens > budget.total_max_tokens else None
+
+
+def _tokens(selection: ContextSelection, state: SessionState, estimator: TokenEstimator) -> int:
     config = state.config
-    return selection_tokens(
-        select_context(state, estimator),
-        estimator,
-        config.include_trajectory_digest,
-        config.include_turn_dates,
-    )
+    return selection_tokens(selection, estimator, config.include_trajectory_digest, config.include_turn_dates)

@@ -1,24 +1,28 @@
-"""The health machine's timing and the questions a session asks its summarizer.
+"""The health machine's timing, and the questions a session asks its summarizer.
 
 Pure queries on a state: when the session next wants a summary
 (`next_due_at`), what it asks for (`summary_due`), whether an answer still
 applies (`is_stale`) and whether a summary can be stored (`summary_problem`).
-The transitions themselves are decisions, in `_decide`.
+`Summarizer` is what answers: convmem's one summarizer protocol, which the
+runtime's pool calls. The transitions themselves are decisions, in `_transitions`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, assert_never, runtime_checkable
 
 import msgspec
 
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections._budget import TokenEstimator
 from convmem.projections._state import SessionState, TurnRecord
+from convmem.projections._strategies import AGENTS_STRATEGIES
 
 __all__ = [
     "SURROGATE",
+    "Summarizer",
     "SummaryRequest",
     "is_stale",
     "next_due_at",
@@ -59,12 +63,27 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
         return {"previous_summary": self.previous_summary, "turns": turns}
 
 
+@runtime_checkable
+class Summarizer(Protocol):
+    """The RFC's summarizer: `SummaryRequest.payload()` in, ``{"summary": str}`` (or the text) out.
+
+    Any callable of that shape, a plain function or a coroutine function
+    (the runtime's pool runs either, with a timeout). Its answer is checked
+    by `summary_problem` before it is stored. The conversation-memory
+    spec's standalone `SummaryMemory` folds messages instead, with a
+    `MessageSummarizer`.
+    """
+
+    def __call__(self, request: Mapping[str, Any], /) -> Any: ...
+
+
 def summary_zone(config: ShortTermMemoryConfig) -> tuple[int, int]:
-    """(turns kept verbatim, unsummarized evicted turns that trigger a summary)."""
-    agents = config.agents
-    if agents.strategy == "summarizing":
-        return agents.keep_last_n_turns, agents.context_limit - agents.keep_last_n_turns
-    return config.budget.full_zone_turns, 1
+    """(turns kept verbatim, unsummarized evicted turns that trigger a summary).
+
+    The Agents strategy's own zone when it sets one, else the budget's full zone.
+    """
+    zone = AGENTS_STRATEGIES[config.agents.strategy].summary_zone
+    return zone(config.agents) if zone is not None else (config.budget.full_zone_turns, 1)
 
 
 def summarizable(state: SessionState) -> tuple[TurnRecord, ...]:
@@ -97,6 +116,8 @@ def next_due_at(state: SessionState) -> float | None:
             if not turns or not policy.degraded_retry_seconds:
                 return None
             return state.health_since + policy.degraded_retry_seconds
+        case _:
+            assert_never(state.health)
 
 
 def summary_due(state: SessionState, now: float, *, turn_added: bool = False) -> SummaryRequest | None:

@@ -3,13 +3,13 @@
 Two faces over one set of rules:
 
 * standalone classes with the spec's API (`BufferMemory`, `WindowMemory`,
-  `SummaryMemory`, `EntityMemory`, `create_memory`), for callers that keep a
-  memory in process;
-* views over a session's folded state (`buffer_messages`, `window_messages`,
-  `summary_messages`, `entity_messages`), with the settings of
-  `ShortTermMemoryConfig.memories`.
+  `SummaryMemory`, `EntityMemory`; `create_memory` picks one by `MemoryType`
+  through the table in ``_strategies``), for callers that keep a memory in process;
+* views over a session's folded state (``_memory_views``: `buffer_messages`,
+  `window_messages`, `summary_messages`, `entity_messages`), with the
+  settings of `ShortTermMemoryConfig.memories`.
 
-The rules are private pure functions over tuples of `MemoryMessage` (and an
+The rules are pure functions over tuples of `MemoryMessage` (and an
 immutable `EntityTable`) that both faces share; the classes only hold their
 results. Nothing here reads a clock: a message's timestamp is whatever the
 caller passes as ``timestamp=`` (a `datetime`), or None. Bad input raises
@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from typing import Any, ClassVar
@@ -29,32 +29,24 @@ from typing import Any, ClassVar
 import msgspec
 
 from convmem.errors import InvalidInput
-from convmem.projections._entities import (
-    EntityRecord,
-    EntityTable,
-    parse_entities,
-    track_entities,
-)
-from convmem.projections._state import SessionState, TurnRecord
+from convmem.projections._entities import EntityTable, parse_entities, track_entities
 
 __all__ = [
     "BufferMemory",
     "EntityMemory",
-    "EntityRecord",
-    "EntityTable",
     "Memory",
     "MemoryMessage",
     "MemoryType",
-    "Summarizer",
+    "MessageSummarizer",
+    "Messages",
     "SummaryMemory",
     "WindowMemory",
-    "buffer_messages",
-    "create_memory",
-    "entity_messages",
-    "entity_table",
-    "parse_entities",
-    "summary_messages",
-    "window_messages",
+    "as_llm",
+    "buffer_rule",
+    "entity_view",
+    "newest",
+    "summary_view",
+    "window_rule",
 ]
 
 ROLES = ("user", "assistant", "system")
@@ -98,15 +90,19 @@ class MemoryMessage:
 
 
 Messages = tuple[MemoryMessage, ...]
-Summarizer = Callable[[list[MemoryMessage], str], str]
-"""``summarizer(older_messages, previous_summary) -> new_summary``."""
+MessageSummarizer = Callable[[list[MemoryMessage], str], str]
+"""What `SummaryMemory` folds with: ``summarizer(older_messages, previous_summary) -> new_summary``.
+
+The spec's standalone memory keeps messages, not turns, so it takes this
+rather than the runtime's `Summarizer` (a turn payload in, ``{"summary"}`` out).
+"""
 
 
-def _as_llm(messages: Iterable[MemoryMessage]) -> list[dict[str, str]]:
+def as_llm(messages: Iterable[MemoryMessage]) -> list[dict[str, str]]:
     return [m.to_llm() for m in messages]
 
 
-def _last(messages: Messages, n: int) -> Messages:
+def newest(messages: Messages, n: int) -> Messages:
     """The last `n` messages (none for n == 0, all when there are fewer)."""
     return messages[max(0, len(messages) - n) :] if n > 0 else ()
 
@@ -114,7 +110,7 @@ def _last(messages: Messages, n: int) -> Messages:
 # The rules ------------------------------------------------------------------------
 
 
-def _buffer_rule(messages: Messages, max_messages: int | None) -> Messages:
+def buffer_rule(messages: Messages, max_messages: int | None) -> Messages:
     """Drop the oldest non-system messages until at most `max_messages` remain (None: keep all)."""
     if max_messages is None:
         return messages
@@ -128,14 +124,14 @@ def _buffer_rule(messages: Messages, max_messages: int | None) -> Messages:
     return tuple(kept)
 
 
-def _window_rule(messages: Messages, window_size: int) -> Messages:
+def window_rule(messages: Messages, window_size: int) -> Messages:
     """Every system message, then the last `window_size` non-system messages."""
     others = tuple(m for m in messages if m.role != "system")
-    return (*(m for m in messages if m.role == "system"), *_last(others, window_size))
+    return (*(m for m in messages if m.role == "system"), *newest(others, window_size))
 
 
 def _summary_fold(
-    summary: str, recent: Messages, summarizer: Summarizer | None, threshold: int, keep_recent: int
+    summary: str, recent: Messages, summarizer: MessageSummarizer | None, threshold: int, keep_recent: int
 ) -> tuple[str, Messages]:
     """Once `recent` holds `threshold` messages, fold all but the last `keep_recent` into the summary.
 
@@ -150,14 +146,14 @@ def _summary_fold(
     return new, recent[split:]
 
 
-def _summary_view(summary: str, messages: Iterable[MemoryMessage]) -> list[dict[str, str]]:
+def summary_view(summary: str, messages: Iterable[MemoryMessage]) -> list[dict[str, str]]:
     head = [{"role": "system", "content": SUMMARY_PREFIX + summary}] if summary.strip() else []
-    return head + _as_llm(messages)
+    return head + as_llm(messages)
 
 
-def _entity_view(table: EntityTable, recent: Iterable[MemoryMessage]) -> list[dict[str, str]]:
+def entity_view(table: EntityTable, recent: Iterable[MemoryMessage]) -> list[dict[str, str]]:
     text = table.summary()
-    return ([{"role": "system", "content": text}] if text else []) + _as_llm(recent)
+    return ([{"role": "system", "content": text}] if text else []) + as_llm(recent)
 
 
 # The standalone memories -------------------------------------------------------------
@@ -224,10 +220,10 @@ class BufferMemory(Memory):
 
     def add_message(self, role: str, content: str, **metadata: Any) -> None:
         message = MemoryMessage.create(role, content, metadata)
-        self._messages = _buffer_rule((*self._messages, message), self.max_messages)
+        self._messages = buffer_rule((*self._messages, message), self.max_messages)
 
     def get_messages(self) -> list[dict[str, str]]:
-        return _as_llm(self._messages)
+        return as_llm(self._messages)
 
     def clear(self) -> None:
         self._messages = ()
@@ -249,10 +245,10 @@ class WindowMemory(Memory):
         if message.role == "system":
             self._system = (*self._system, message)
         else:
-            self._window = _window_rule((*self._window, message), self.window_size)
+            self._window = window_rule((*self._window, message), self.window_size)
 
     def get_messages(self) -> list[dict[str, str]]:
-        return _as_llm((*self._system, *self._window))
+        return as_llm((*self._system, *self._window))
 
     def clear(self) -> None:
         self._system, self._window = (), ()
@@ -269,7 +265,7 @@ class SummaryMemory(Memory):
     memory_type = MemoryType.SUMMARY
 
     def __init__(
-        self, summarizer: Summarizer | None = None, threshold: int = 10, keep_recent: int = 4
+        self, summarizer: MessageSummarizer | None = None, threshold: int = 10, keep_recent: int = 4
     ) -> None:
         _check_count("threshold", threshold, minimum=1)
         _check_count("keep_recent", keep_recent, minimum=0)
@@ -297,7 +293,7 @@ class SummaryMemory(Memory):
         )
 
     def get_messages(self) -> list[dict[str, str]]:
-        return _as_llm(self._system) + _summary_view(self.summary, self._recent)
+        return as_llm(self._system) + summary_view(self.summary, self._recent)
 
     def clear(self) -> None:
         self.summary, self._system, self._recent = "", (), ()
@@ -320,84 +316,14 @@ class EntityMemory(Memory):
         message = MemoryMessage.create(role, content, metadata)
         mentions = parse_entities(message.metadata.get("entities"))
         self._table = track_entities(self._table, mentions, self.max_entities)
-        self._messages = _last((*self._messages, message), self.recent)
+        self._messages = newest((*self._messages, message), self.recent)
 
     def get_entity(self, name: str) -> dict[str, Any] | None:
         """``{name, kind, attributes, mentions}`` of the entity called `name`, or None."""
         return self._table.get(name)
 
     def get_messages(self) -> list[dict[str, str]]:
-        return _entity_view(self._table, self._messages)
+        return entity_view(self._table, self._messages)
 
     def clear(self) -> None:
         self._table, self._messages = EntityTable(), ()
-
-
-_MEMORIES: dict[MemoryType, type[Memory]] = {
-    MemoryType.BUFFER: BufferMemory,
-    MemoryType.WINDOW: WindowMemory,
-    MemoryType.SUMMARY: SummaryMemory,
-    MemoryType.ENTITY: EntityMemory,
-}
-
-
-def create_memory(memory_type: MemoryType, **kwargs: Any) -> Memory:
-    """A new memory of `memory_type`, built with `kwargs`; `ValueError` for anything else."""
-    memory_class = _MEMORIES.get(memory_type) if isinstance(memory_type, MemoryType) else None
-    if memory_class is None:
-        raise InvalidInput("memory_type", f"unsupported memory type {memory_type!r}; use a MemoryType member")
-    return memory_class(**kwargs)
-
-
-# Views over a session's state ----------------------------------------------------------
-
-
-def _turn_messages(records: Iterable[TurnRecord]) -> Messages:
-    out: list[MemoryMessage] = []
-    for record in records:
-        if record.turn.user_message:
-            out.append(MemoryMessage("user", record.turn.user_message))
-        if record.turn.assistant_response:
-            out.append(MemoryMessage("assistant", record.turn.assistant_response))
-    return tuple(out)
-
-
-def _last_messages(records: Sequence[TurnRecord], n: int) -> Messages:
-    """The last `n` messages of the turns, reading only as many turns as needed."""
-    start, found = len(records), 0
-    while start > 0 and found < n:
-        start -= 1
-        found += len(_turn_messages((records[start],)))
-    return _last(_turn_messages(records[start:]), n)
-
-
-def buffer_messages(state: SessionState) -> list[dict[str, str]]:
-    """Every live turn's messages, at most `memories.max_messages` of them (the newest)."""
-    limit = state.config.memories.max_messages
-    messages = _turn_messages(state.turns) if limit is None else _last_messages(state.turns, limit)
-    return _as_llm(_buffer_rule(messages, limit))
-
-
-def window_messages(state: SessionState) -> list[dict[str, str]]:
-    """The last `memories.window_size` messages of the live turns."""
-    size = state.config.memories.window_size
-    return _as_llm(_window_rule(_last_messages(state.turns, size), size))
-
-
-def summary_messages(state: SessionState) -> list[dict[str, str]]:
-    """The session's summary as a system message (if any), then the unsummarized turns' messages."""
-    return _summary_view(state.summary, _turn_messages(state.unsummarized()))
-
-
-def entity_table(state: SessionState) -> EntityTable:
-    """The entities of every live turn, tracked with `memories.entity_max` and its eviction rule."""
-    table = EntityTable()
-    for record in state.turns:
-        table = track_entities(table, record.turn.entities, state.config.memories.entity_max)
-    return table
-
-
-def entity_messages(state: SessionState) -> list[dict[str, str]]:
-    """The entity summary as a system message, then the last `memories.entity_recent_messages` messages."""
-    recent = _last_messages(state.turns, state.config.memories.entity_recent_messages)
-    return _entity_view(entity_table(state), recent)

@@ -39,15 +39,12 @@ from convmem.adapters.service._protocol import (
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import (
+    MEMORY_VIEWS,
     SessionState,
     agent_items,
-    buffer_messages,
-    entity_messages,
     estimate_tokens,
     llm_context,
-    summary_messages,
     to_dict,
-    window_messages,
 )
 
 __all__ = ["Answer", "ApiOperations", "RequestStats"]
@@ -56,11 +53,9 @@ _log = logging.getLogger("convmem.service")
 
 _VIEWS: dict[str, Callable[[SessionState], list[Any]]] = {
     "agents": agent_items,
-    "buffer": buffer_messages,
-    "window": window_messages,
-    "summary": summary_messages,
-    "entity": entity_messages,
+    **{memory_type.value: view.messages for memory_type, view in MEMORY_VIEWS.items()},
 }
+"""The ``views`` operation's views (`VIEWS`): the Agents items and every conversation memory's."""
 _PROBE = MemoryKey("_convmem", "_health", "_probe")
 """A key nobody writes: reading its last sequence proves the log answers."""
 

@@ -46,7 +46,13 @@ from convmem.adapters.integrations.penguiflow._values import (
 from convmem.errors import InvalidInput
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import MemoryHealth, MemoryKey
-from convmem.projections import SessionState, default_token_estimator, estimate_tokens, llm_context
+from convmem.projections import (
+    CONTEXT_STRATEGIES,
+    SessionState,
+    default_token_estimator,
+    estimate_tokens,
+    llm_context,
+)
 
 __all__ = ["DefaultShortTermMemory"]
 
@@ -179,8 +185,8 @@ class DefaultShortTermMemory:
         Never waits for a summary. Over budget under the ``error`` policy it
         raises `MemoryBudgetExceeded`, PenguiFlow's and convmem's at once.
         """
-        if self.config.strategy == "none":
-            return
+        if not CONTEXT_STRATEGIES[self.config.strategy].shows_memory:
+            return  # PenguiFlow's `none` stores nothing
         converted = turn_from_penguiflow(turn)
         self._loop.capture()
         key = self._writable()
@@ -193,7 +199,7 @@ class DefaultShortTermMemory:
 
     async def get_llm_context(self) -> Mapping[str, Any]:
         """The patch for the planner's `llm_context` (``{}`` for strategy ``none``)."""
-        if self.config.strategy == "none":
+        if not CONTEXT_STRATEGIES[self.config.strategy].shows_memory:
             return {}
         key = self.session_key
         if key is None:
@@ -203,7 +209,7 @@ class DefaultShortTermMemory:
     def estimate_tokens(self) -> int:
         """Tokens of the context patch, with the configured estimator (PenguiFlow's measure)."""
         state = self._state_now()
-        if state.config.strategy == "none":
+        if not CONTEXT_STRATEGIES[state.config.strategy].shows_memory:
             return self._estimator("{}")
         return estimate_tokens(state, self._estimator)
 
