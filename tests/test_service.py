@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import inspect
 import re
 import socket
 import subprocess
@@ -40,6 +41,8 @@ from convmem.adapters import (
 from convmem.adapters.jetstream._embedded import find_nats_server
 from convmem.adapters.service._errors import exception_of
 from convmem.adapters.service._protocol import decode_reply
+from convmem.adapters.service._remote import OnConnection, awaiting, blocking
+from convmem.adapters.service._requests import SessionRequests
 from convmem.errors import (
     ConvmemError,
     InvalidInput,
@@ -48,6 +51,7 @@ from convmem.errors import (
     LogUnavailable,
     MemoryBudgetExceeded,
     OperationTimeout,
+    SessionClosed,
 )
 from convmem.events import (
     AgentsMemoryConfig,
@@ -250,6 +254,77 @@ def test_async_remote_session_offers_the_same_operations(
     assert out["window"] == window_messages(local.snapshot_state())
     assert out["shared_index"] == 1
     assert stored_users(system, shared_key) == ["question 2 about Paris"]
+
+
+def _operations(handle: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(getattr(handle, name))
+        for name in dir(handle)
+        if not name.startswith("_") and inspect.isfunction(getattr(handle, name))
+    }
+
+
+def test_the_blocking_handle_is_the_async_operations_run_on_the_connection() -> None:
+    """RemoteSession's methods are SessionRequests' coroutines made blocking: same names, same signatures."""
+    operations = _operations(SessionRequests)
+    blocking = _operations(RemoteSession)
+    assert set(blocking) - {"close"} == set(operations) - {"health", "restore"} | {"from_dict"}
+    for name, signature in blocking.items():
+        if name != "close":
+            assert signature == operations["restore" if name == "from_dict" else name], name
+    assert isinstance(RemoteSession.health, property)
+    assert set(operations) <= set(_operations(AsyncRemoteSession))
+
+
+class _Probe(OnConnection):
+    async def echo(self, value: int, timeout: float | None = None) -> tuple[int, float | None]:
+        return value, timeout
+
+
+class _ProbeHandle:
+    def __init__(self, remote: RemoteMemory) -> None:
+        self.on_connection = _Probe(remote, MemoryKey("acme", "alice", "probe"), None)
+
+    echo = blocking(_Probe.echo)
+    aecho = awaiting(_Probe.echo)
+
+
+def test_a_derived_method_finds_its_timeout_positionally_or_by_name(remote: RemoteMemory) -> None:
+    """`blocking` and `awaiting` read the call's own timeout (a bad one is refused before the work runs)."""
+    probe = _ProbeHandle(remote)
+    assert probe.echo(1) == (1, None)
+    assert probe.echo(2, 5) == (2, 5)
+    assert asyncio.run(probe.aecho(3, timeout=5)) == (3, 5)
+    for call in (lambda: probe.echo(1, 0), lambda: probe.echo(1, timeout=-1)):
+        with pytest.raises(InvalidInput, match="timeout"):
+            call()
+    with pytest.raises(InvalidInput, match="timeout"):
+        asyncio.run(probe.aecho(3, 0))
+
+
+def test_a_closed_connection_refuses_its_sessions(url: str, api_prefix: str) -> None:
+    """After RemoteMemory.close, a session's blocking and awaited calls raise SessionClosed."""
+    remote = RemoteMemory(url, api_prefix=api_prefix, timeout=WAIT)
+    session = remote.session(MemoryKey("acme", "alice", "closed"))
+    remote.close()
+    with pytest.raises(SessionClosed, match="this RemoteMemory is closed"):
+        session.get_llm_context()
+    with pytest.raises(SessionClosed, match="this RemoteMemory is closed"):
+        asyncio.run(remote.acall(session_subject(api_prefix, "acme", "context"), {}))
+
+
+@pytest.mark.usefixtures("service")
+def test_an_async_remote_session_forks(system: MemorySystem, url: str, api_prefix: str) -> None:
+    """Every operation is written once, so the asyncio handle forks as the blocking one does."""
+    source, fork = MemoryKey("acme", "bob", "fork-source"), MemoryKey("acme", "bob", "fork-copy")
+
+    async def scenario() -> dict[str, int]:
+        async with AsyncRemoteSession(url, source, api_prefix=api_prefix, timeout=WAIT) as session:
+            await session.add_turn(rich_turn(1))
+            return await session.fork(fork.session_id)
+
+    assert asyncio.run(scenario())["events"] >= 1
+    assert system.session(fork).get_llm_context() == system.session(source).get_llm_context()
 
 
 # Errors ---------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from convmem.adapters.jetstream import (
 from convmem.adapters.service import (
     DEFAULT_API_PREFIX,
     AsyncRemoteSession,
+    ClientOptions,
     InternalError,
     MalformedRequest,
     MemoryService,
@@ -62,6 +63,7 @@ __all__ = [
     "Backend",
     "BackendOpener",
     "BackendOptions",
+    "ClientOptions",
     "ConnectOptions",
     "ConvmemChatMessageHistory",
     "ConvmemSession",

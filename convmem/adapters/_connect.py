@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Unpack, cast
 
@@ -26,8 +26,7 @@ from convmem.actors import Clock, MemorySystem, Summarizer
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
 from convmem.adapters._memory import MEMORY_URL
-from convmem.adapters.service._exchange import Encoding
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
+from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer
 from convmem.events import ShortTermMemoryConfig
@@ -154,26 +153,12 @@ async def _closed_on_error_here(backend: Backend) -> AsyncIterator[None]:
         raise
 
 
-def connect_remote(
-    url: str,
-    *,
-    api_prefix: str = DEFAULT_API_PREFIX,
-    timeout: float = 10.0,
-    inbox_prefix: str | None = None,
-    encoding: Encoding = "json",
-    connect_options: Mapping[str, Any] | None = None,
-) -> RemoteMemory:
+def connect_remote(url: str, *, timeout: float = 10.0, **options: Unpack[ClientOptions]) -> RemoteMemory:
     """A connection to the convmem service (`convmem serve`) on the NATS server at `url`.
 
     The remote counterpart of `convmem.connect()`: framework sessions
     (`ConvmemSession`, `ConvmemChatMessageHistory`) and `RemoteSession`s share
-    it. Close it (or use it as a context manager) when done.
+    it. Close it (or use it as a context manager) when done. See
+    `ClientOptions` for the keywords (`api_prefix`, `inbox_prefix`, `auth`, ...).
     """
-    return RemoteMemory(
-        url,
-        api_prefix=api_prefix,
-        timeout=timeout,
-        inbox_prefix=inbox_prefix,
-        encoding=encoding,
-        connect_options=connect_options,
-    )
+    return RemoteMemory(url, timeout=timeout, **options)

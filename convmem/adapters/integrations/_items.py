@@ -25,9 +25,7 @@ from typing import Any, Protocol
 
 from convmem.actors import MemorySystem, SessionHandle
 from convmem.adapters.integrations._views import as_configured, items_view, start_session
-from convmem.adapters.service._exchange import deadlines
-from convmem.adapters.service._protocol import session_subject
-from convmem.adapters.service._remote import RemoteMemory
+from convmem.adapters.service._remote import OnConnection, RemoteMemory, awaiting, blocking
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState, cross_session_instructions
@@ -120,6 +118,28 @@ class LocalItems:
         await self.aio.clear(timeout=self.timeout)
 
 
+class _ItemRequests(OnConnection):
+    """The operations of `Items`, each once, as requests sent on a `RemoteMemory`'s loop."""
+
+    async def start(self) -> str | None:
+        result: str | None = await self._call("agents_start")
+        return result
+
+    async def items(self, limit: int | None) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._call("agents_items", limit=limit)
+        return result
+
+    async def add(self, items: Sequence[Mapping[str, Any]]) -> None:
+        await self._call("add_items", items=list(items))
+
+    async def pop(self) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self._call("pop_item")
+        return result
+
+    async def clear(self) -> None:
+        await self._call("clear")
+
+
 class RemoteItems:
     """A session served by a convmem service, through `remote`'s connection."""
 
@@ -127,57 +147,18 @@ class RemoteItems:
         self.remote = remote
         self.key = key
         self.timeout = timeout
+        self.on_connection = _ItemRequests(remote, key, timeout)
 
-    def _request(self, op: str, fields: Mapping[str, Any]) -> tuple[str, dict[str, Any], float]:
-        """The subject, the body and the client's wait; the service is given a little less."""
-        wait, budget = deadlines(self.timeout if self.timeout is not None else self.remote.timeout)
-        key = self.key
-        body = {"user_id": key.user_id, "session_id": key.session_id, "timeout": budget, **fields}
-        return session_subject(self.remote.api_prefix, key.tenant_id, op), body, wait
-
-    def _call(self, op: str, **fields: Any) -> Any:
-        subject, body, wait = self._request(op, fields)
-        return self.remote.call(subject, body, timeout=wait)
-
-    async def _acall(self, op: str, **fields: Any) -> Any:
-        subject, body, wait = self._request(op, fields)
-        return await self.remote.acall(subject, body, timeout=wait)
-
-    def start(self) -> str | None:
-        result: str | None = self._call("agents_start")
-        return result
-
-    def items(self, limit: int | None) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("agents_items", limit=limit)
-        return result
-
-    def add(self, items: Sequence[Mapping[str, Any]]) -> None:
-        self._call("add_items", items=list(items))
-
-    def pop(self) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = self._call("pop_item")
-        return result
-
-    def clear(self) -> None:
-        self._call("clear")
-
-    async def astart(self) -> str | None:
-        result: str | None = await self._acall("agents_start")
-        return result
-
-    async def aitems(self, limit: int | None) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._acall("agents_items", limit=limit)
-        return result
-
-    async def aadd(self, items: Sequence[Mapping[str, Any]]) -> None:
-        await self._acall("add_items", items=list(items))
-
-    async def apop(self) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = await self._acall("pop_item")
-        return result
-
-    async def aclear(self) -> None:
-        await self._acall("clear")
+    start = blocking(_ItemRequests.start)
+    items = blocking(_ItemRequests.items)
+    add = blocking(_ItemRequests.add)
+    pop = blocking(_ItemRequests.pop)
+    clear = blocking(_ItemRequests.clear)
+    astart = awaiting(_ItemRequests.start)
+    aitems = awaiting(_ItemRequests.items)
+    aadd = awaiting(_ItemRequests.add)
+    apop = awaiting(_ItemRequests.pop)
+    aclear = awaiting(_ItemRequests.clear)
 
 
 def items_of(

@@ -2,8 +2,9 @@
 
 `_protocol` and `_errors` define subjects, payloads and the error wire form;
 `_service` answers requests, each handled by `_operations` against a
-`MemorySystem`; `_remote` and `_exchange` are the clients (`RemoteSession`,
-`AsyncRemoteSession`, `RemoteMemory`) that planners in other processes use.
+`MemorySystem`; `_requests`, `_remote` and `_exchange` are the clients
+(`AsyncRemoteSession`, and `RemoteSession` derived from its operations on a
+`RemoteMemory`'s loop) that planners in other processes use.
 """
 
 from convmem.adapters.service._errors import (
@@ -15,6 +16,7 @@ from convmem.adapters.service._errors import (
     UnknownOperation,
     UnsupportedVersion,
 )
+from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, operator_subject, session_subject
 from convmem.adapters.service._remote import AsyncRemoteSession, RemoteMemory, RemoteSession
 from convmem.adapters.service._service import MemoryService
@@ -22,6 +24,7 @@ from convmem.adapters.service._service import MemoryService
 __all__ = [
     "DEFAULT_API_PREFIX",
     "AsyncRemoteSession",
+    "ClientOptions",
     "InternalError",
     "MalformedRequest",
     "MemoryService",

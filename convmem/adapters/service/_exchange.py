@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client
 
-from convmem.adapters._auth import redact_url, scrub, url_secrets
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.service._protocol import decode_reply
@@ -29,16 +29,40 @@ from convmem.events import ConversationTurn, MessageItem
 
 __all__ = [
     "GRACE",
+    "ClientOptions",
     "Encoding",
     "Exchange",
     "deadlines",
     "items_fields",
+    "nats_options",
     "open_client",
     "state_fields",
     "turn_fields",
 ]
 
 Encoding = Literal["json", "msgpack"]
+
+
+class ClientOptions(TypedDict, total=False):
+    """How a client of the service connects and speaks (each optional)."""
+
+    api_prefix: str
+    """The service's subject prefix (default ``convmem.api``)."""
+    inbox_prefix: str | None
+    """Where replies come back (say ``_INBOX_acme``, for credentials confined to a tenant's subjects)."""
+    encoding: Encoding
+    """``json`` (default) or ``msgpack`` requests."""
+    connect_options: Mapping[str, Any] | None
+    """Keywords for nats-py's ``connect``, as they are."""
+    auth: NatsAuth | None
+    """Credentials and TLS settings (a credentials file, an nkey seed, TLS files, the inbox prefix)."""
+
+
+def nats_options(options: ClientOptions) -> dict[str, Any]:
+    """nats-py's ``connect`` keywords: the credentials' (each file checked now), then `connect_options`."""
+    auth = options.get("auth")
+    return {**(auth.options() if auth is not None else {}), **(options.get("connect_options") or {})}
+
 
 GRACE = 0.5
 """Seconds between the service's deadline and the client's, so the service's answer arrives first."""
@@ -67,9 +91,9 @@ class Exchange:
         cls,
         url: str,
         *,
-        encoding: Encoding,
+        encoding: Encoding = "json",
         name: str,
-        inbox_prefix: str | None,
+        inbox_prefix: str | None = None,
         timeout: float,
         connect_options: Mapping[str, Any],
     ) -> Exchange:

@@ -8,7 +8,11 @@ with RemoteSession("nats://127.0.0.1:4222", MemoryKey("acme", "alice", "chat-1")
 
 * `RemoteMemory`: one connection (on its own loop thread) for many sessions,
   plus the operator requests; `RemoteSession`: the blocking handle;
-  `AsyncRemoteSession`: the asyncio handle (on the caller's loop).
+  `AsyncRemoteSession` (``_requests``): the asyncio handle (on the caller's loop).
+* Each operation is written once, as a coroutine (``_requests``). A blocking
+  method is derived from it (`blocking`): the coroutine runs on the
+  connection's loop while the caller's thread waits; `awaiting` derives the
+  method that awaits it from any other event loop.
 * An error reply is raised as the exception the session would have raised in
   process: same class, message and fields (`InvalidTurn.field`,
   `MemoryBudgetExceeded.tokens`, ...).
@@ -25,118 +29,133 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
-from nats.aio.client import Client
-
-from convmem.adapters._auth import NatsAuth
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.service._errors import ServiceUnavailable
-from convmem.adapters.service._exchange import (
-    Encoding,
-    Exchange,
-    deadlines,
-    items_fields,
-    state_fields,
-    turn_fields,
-)
+from convmem.adapters.service._exchange import ClientOptions, Exchange, deadlines, nats_options
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
     check_api_prefix,
     operator_subject,
     session_subject,
 )
+from convmem.adapters.service._requests import AsyncRemoteSession, SessionRequests, session_request
 from convmem.errors import ConvmemError, InvalidInput, SessionClosed
-from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
+from convmem.events import MemoryHealth, MemoryKey
 
-__all__ = ["AsyncRemoteSession", "RemoteMemory", "RemoteSession"]
+__all__ = ["AsyncRemoteSession", "OnConnection", "RemoteMemory", "RemoteSession", "awaiting", "blocking"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_SLACK = 2.0
+"""Seconds a caller waits for the loop beyond a request's own wait (which the loop enforces)."""
 
 
 class RemoteMemory:
     """A connection to the convmem service, shared by the `RemoteSession`s it hands out.
 
-    `auth` holds credentials and TLS settings (`NatsAuth`: a credentials
-    file, an nkey seed, TLS files, the inbox prefix); `connect_options` go to
-    nats-py's ``connect`` as they are.
+    `options` (`ClientOptions`): the service's `api_prefix`, the reply
+    `inbox_prefix`, the `encoding`, `auth` (credentials and TLS settings) and
+    `connect_options` for nats-py's ``connect`` as they are.
     """
 
     def __init__(
         self,
         url: str,
         *,
-        api_prefix: str = DEFAULT_API_PREFIX,
         timeout: float = 10.0,
-        inbox_prefix: str | None = None,
-        encoding: Encoding = "json",
         name: str = "convmem-client",
-        connect_options: Mapping[str, Any] | None = None,
-        auth: NatsAuth | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self.url = url
-        options = {**(auth.options() if auth is not None else {}), **(connect_options or {})}
-        self.api_prefix = check_api_prefix(api_prefix)
+        connect_options = nats_options(options)
+        self.api_prefix = check_api_prefix(options.get("api_prefix", DEFAULT_API_PREFIX))
         self.timeout = deadlines(timeout)[0]
         self._loop = EventLoopThread(name=f"{name}-loop")
+        self._closed = False
         try:
-            self._exchange = self._submit(
+            self._exchange = self.run(
                 lambda: Exchange.connect(
                     url,
-                    encoding=encoding,
+                    encoding=options.get("encoding", "json"),
                     name=name,
-                    inbox_prefix=inbox_prefix,
+                    inbox_prefix=options.get("inbox_prefix"),
                     timeout=self.timeout,
-                    connect_options=options,
+                    connect_options=connect_options,
                 ),
-                self.timeout + 2.0,
-                "connect",
+                wait=self.timeout,
+                what="connect",
             )
         except BaseException:
             self._loop.stop()
             raise
-        self._closed = False
 
-    def _submit(self, fn: Callable[[], Coroutine[Any, Any, T]], wait: float, what: str) -> T:
-        future = self._loop.submit(fn)
+    def run(self, work: Callable[[], Coroutine[Any, Any, T]], *, wait: float, what: str) -> T:
+        """Run `work()` on this connection's loop; wait here (a thread) for its result.
+
+        `wait` is what the work itself may take: past it and a little slack,
+        `ServiceUnavailable`; the connection closing under it, `SessionClosed`.
+        """
+        future = self._loop.submit(work)
         try:
-            return future.result(wait)
-        except ConvmemError:  # raised by `fn` (some are TimeoutErrors too: not our wait's)
+            return future.result(wait + _SLACK)
+        except ConvmemError:  # raised by `work` (some are TimeoutErrors too: not our wait's)
             raise
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise ServiceUnavailable(f"{what} got no answer within {wait:g}s; NATS may be down") from None
+            raise ServiceUnavailable(
+                f"{what} got no answer within {wait + _SLACK:g}s; NATS may be down"
+            ) from None
         except concurrent.futures.CancelledError:
             raise SessionClosed(f"{what} was cancelled: the connection closed") from None
 
-    def call(self, subject: str, fields: Mapping[str, Any], *, timeout: float | None = None) -> Any:
-        """One request on `subject` (blocking); the reply's result, or its error raised."""
-        if self._closed:
-            raise SessionClosed("this RemoteMemory is closed")
-        wait = deadlines(timeout if timeout is not None else self.timeout)[0]
-        return self._submit(lambda: self._exchange.call(subject, fields, wait), wait + 2.0, subject)
-
-    async def acall(self, subject: str, fields: Mapping[str, Any], *, timeout: float | None = None) -> Any:
-        """`call` from any asyncio loop: the request runs on this connection's own loop."""
-        if self._closed:
-            raise SessionClosed("this RemoteMemory is closed")
-        wait = deadlines(timeout if timeout is not None else self.timeout)[0]
-        future = self._loop.submit(lambda: self._exchange.call(subject, fields, wait))
+    async def arun(self, work: Callable[[], Coroutine[Any, Any, T]], *, wait: float, what: str) -> T:
+        """`run`, awaited from any event loop: the work still runs on this connection's loop."""
+        future = self._loop.submit(work)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), wait + 2.0)
+            return await asyncio.wait_for(asyncio.wrap_future(future), wait + _SLACK)
         except ConvmemError:
             raise
         except TimeoutError:
             raise ServiceUnavailable(
-                f"{subject} got no answer within {wait + 2.0:g}s; NATS may be down"
+                f"{what} got no answer within {wait + _SLACK:g}s; NATS may be down"
             ) from None
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # the caller was cancelled, not the request
-            raise SessionClosed(f"{subject} was cancelled: the connection closed") from None
+            raise SessionClosed(f"{what} was cancelled: the connection closed") from None
+
+    async def request(self, subject: str, fields: Mapping[str, Any], wait: float) -> Any:
+        """One request on `subject`, on this connection's loop: the reply's result, or its error raised."""
+        self.check_open()
+        return await self._exchange.call(subject, fields, wait)
+
+    def call(self, subject: str, fields: Mapping[str, Any], *, timeout: float | None = None) -> Any:
+        """One request on `subject` (blocking); the reply's result, or its error raised."""
+        wait = self._wait(timeout)
+        return self.run(lambda: self.request(subject, fields, wait), wait=wait, what=subject)
+
+    async def acall(self, subject: str, fields: Mapping[str, Any], *, timeout: float | None = None) -> Any:
+        """`call` from any asyncio loop: the request runs on this connection's own loop."""
+        wait = self._wait(timeout)
+        return await self.arun(lambda: self.request(subject, fields, wait), wait=wait, what=subject)
+
+    def _wait(self, timeout: float | None) -> float:
+        self.check_open()
+        return deadlines(timeout if timeout is not None else self.timeout)[0]
+
+    def check_open(self) -> None:
+        """`SessionClosed` once this connection is closed."""
+        if self._closed:
+            raise SessionClosed("this RemoteMemory is closed")
 
     def session(self, key: MemoryKey, *, timeout: float | None = None) -> RemoteSession:
         """A blocking handle on the session `key` over this connection."""
@@ -169,9 +188,8 @@ class RemoteMemory:
         if self._closed:
             return
         self._closed = True
-
         try:
-            self._submit(lambda: self._exchange.close(self.timeout), self.timeout + 2.0, "close")
+            self.run(lambda: self._exchange.close(self.timeout), wait=self.timeout, what="close")
         finally:
             self._loop.stop()
 
@@ -184,11 +202,87 @@ class RemoteMemory:
         self.close()
 
 
+class OnConnection:
+    """Requests about one session, made on a `RemoteMemory`'s loop (see `blocking` and `awaiting`)."""
+
+    def __init__(self, memory: RemoteMemory, key: MemoryKey, timeout: float | None) -> None:
+        if not isinstance(key, MemoryKey):
+            raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
+        self.memory = memory
+        self.key = key
+        self.timeout = deadlines(timeout)[0] if timeout is not None else memory.timeout
+
+    def wait(self, timeout: float | None) -> float:
+        """What a request of `timeout` (None: this session's) may take; `InvalidInput` for a bad one."""
+        self.memory.check_open()
+        return deadlines(timeout if timeout is not None else self.timeout)[0]
+
+    async def _call(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
+        chosen = timeout if timeout is not None else self.timeout
+        subject, body, wait = session_request(self.key, self.memory.api_prefix, op, chosen, fields)
+        return await self.memory.request(subject, body, wait)
+
+
+def _timeout_of(operation: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """How to find the `timeout` argument of a call of `operation` (None when it has none)."""
+    names = list(inspect.signature(operation).parameters)[1:]  # after self
+    if "timeout" not in names:
+        return lambda args, kwargs: None
+    at = names.index("timeout")
+    return lambda args, kwargs: kwargs.get("timeout", args[at] if len(args) > at else None)
+
+
+def blocking(
+    operation: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Any, P], R]:
+    """A blocking method running `operation` (a coroutine method of an `OnConnection`) on its loop.
+
+    The handle that gets the method holds the `OnConnection` as `on_connection`.
+    """
+    timeout_of = _timeout_of(operation)
+
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        requests: OnConnection = self.on_connection
+        wait = requests.wait(timeout_of(args, kwargs))
+        return requests.memory.run(
+            lambda: operation(requests, *args, **kwargs), wait=wait, what=_what(requests, operation)
+        )
+
+    functools.update_wrapper(method, operation)  # its name, docstring and signature, for help()
+    return method
+
+
+def awaiting(
+    operation: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
+    """`blocking` for asyncio: a method awaiting `operation` from any loop (it runs on the connection's)."""
+    timeout_of = _timeout_of(operation)
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        requests: OnConnection = self.on_connection
+        wait = requests.wait(timeout_of(args, kwargs))
+        return await requests.memory.arun(
+            lambda: operation(requests, *args, **kwargs), wait=wait, what=_what(requests, operation)
+        )
+
+    functools.update_wrapper(method, operation)
+    return method
+
+
+def _what(requests: OnConnection, operation: Callable[..., Any]) -> str:
+    return f"{operation.__name__} of session {requests.key.composite()}"
+
+
+class _SessionOnConnection(OnConnection, SessionRequests):
+    """The session operations, sent on a `RemoteMemory`'s loop."""
+
+
 class RemoteSession:
     """A blocking handle on one session served by a convmem service: `SessionHandle`'s API.
 
     `target` is a NATS URL (the session then owns its connection; further
-    keywords configure it) or a shared `RemoteMemory`.
+    keywords configure it) or a shared `RemoteMemory`. Each method is the
+    operation of `SessionRequests`, run on the connection's loop.
     """
 
     def __init__(
@@ -197,117 +291,38 @@ class RemoteSession:
         key: MemoryKey,
         *,
         timeout: float | None = None,
-        api_prefix: str = DEFAULT_API_PREFIX,
-        inbox_prefix: str | None = None,
-        encoding: Encoding = "json",
-        connect_options: Mapping[str, Any] | None = None,
-        auth: NatsAuth | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         if not isinstance(key, MemoryKey):
             raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
         self._owned = isinstance(target, str)
         self.memory = (
-            RemoteMemory(
-                target,
-                api_prefix=api_prefix,
-                timeout=timeout if timeout is not None else 10.0,
-                inbox_prefix=inbox_prefix,
-                encoding=encoding,
-                connect_options=connect_options,
-                auth=auth,
-            )
+            RemoteMemory(target, timeout=timeout if timeout is not None else 10.0, **options)
             if isinstance(target, str)
             else target
         )
+        self.on_connection = _SessionOnConnection(self.memory, key, timeout)
         self.key = key
-        self.timeout = deadlines(timeout)[0] if timeout is not None else self.memory.timeout
+        self.timeout = self.on_connection.timeout
 
-    def _call(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
-        wait, budget = deadlines(timeout if timeout is not None else self.timeout)
-        body = {"user_id": self.key.user_id, "session_id": self.key.session_id, "timeout": budget, **fields}
-        return self.memory.call(
-            session_subject(self.memory.api_prefix, self.key.tenant_id, op), body, timeout=wait
-        )
-
-    def add_turn(
-        self, turn: ConversationTurn, *, timeout: float | None = None, idempotency_key: str | None = None
-    ) -> int:
-        """Store a completed turn; its number once the log acknowledged it (0: already stored)."""
-        result: int = self._call("add_turn", timeout, **turn_fields(turn, idempotency_key))
-        return result
-
-    def add_items(
-        self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
-    ) -> None:
-        """Store agent items (OpenAI-Agents session items) as they arrive."""
-        self._call("add_items", timeout, **items_fields(items))
-
-    def pop_item(self, *, timeout: float | None = None) -> dict[str, Any] | None:
-        """Remove and return the session's last item (None when the session is empty)."""
-        result: dict[str, Any] | None = self._call("pop_item", timeout)
-        return result
-
-    def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context`."""
-        result: dict[str, Any] = self._call("context")
-        return result
-
-    def estimate_tokens(self) -> int:
-        """Tokens of the context view."""
-        result: int = self._call("tokens")
-        return result
-
-    def view(self, name: str) -> list[dict[str, Any]]:
-        """A conversation view: ``agents``, ``buffer``, ``window``, ``summary`` or ``entity``."""
-        result: list[dict[str, Any]] = self._call("views", view=name)
-        return result
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
-        self._call("flush", timeout)
+    add_turn = blocking(SessionRequests.add_turn)
+    add_items = blocking(SessionRequests.add_items)
+    pop_item = blocking(SessionRequests.pop_item)
+    get_llm_context = blocking(SessionRequests.get_llm_context)
+    estimate_tokens = blocking(SessionRequests.estimate_tokens)
+    view = blocking(SessionRequests.view)
+    flush = blocking(SessionRequests.flush)
+    to_dict = blocking(SessionRequests.to_dict)
+    from_dict = blocking(SessionRequests.restore)
+    clear = blocking(SessionRequests.clear)
+    erase = blocking(SessionRequests.erase)
+    fork = blocking(SessionRequests.fork)
+    _health = blocking(SessionRequests.health)
 
     @property
     def health(self) -> MemoryHealth:
         """The session's summarization health (asks the service)."""
-        return MemoryHealth(self._call("health"))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The RFC's export of the session's memory."""
-        result: dict[str, Any] = self._call("export_state")
-        return result
-
-    def from_dict(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
-        """Replace the session's content with a `to_dict()` export."""
-        self._call("restore", timeout, **state_fields(state))
-
-    def clear(self, *, timeout: float | None = None) -> None:
-        """Forget the turns and summary (the log keeps them for audit)."""
-        self._call("clear", timeout)
-
-    def erase(self, *, timeout: float | None = None) -> int:
-        """Purge the session's events and snapshot; how many events were purged."""
-        result: dict[str, int] = self._call("erase", timeout)
-        return result["events_purged"]
-
-    def fork(
-        self,
-        to_session_id: str,
-        *,
-        to_user_id: str | None = None,
-        at_position: int | None = None,
-        at_time: float | None = None,
-        timeout: float | None = None,
-    ) -> dict[str, int]:
-        """Start another session of this tenant as this one was (see `MemorySystem.fork`)."""
-        result: dict[str, int] = self._call(
-            "fork",
-            timeout,
-            to_session_id=to_session_id,
-            to_user_id=to_user_id,
-            at_position=at_position,
-            at_time=at_time,
-        )
-        return result
+        return self._health()
 
     def close(self) -> None:
         """Close the connection when this session opened it."""
@@ -321,137 +336,3 @@ class RemoteSession:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-class AsyncRemoteSession:
-    """An asyncio handle on one session served by a convmem service.
-
-    `target` is a NATS URL (connected on first use, closed by `aclose`) or a
-    connected nats-py `Client` on the running loop (the caller's; its own
-    ``inbox_prefix`` applies). Reads that a local handle answers from memory
-    (`health`, `estimate_tokens`, `to_dict`) are coroutines here.
-    """
-
-    def __init__(
-        self,
-        target: str | Client,
-        key: MemoryKey,
-        *,
-        timeout: float = 10.0,
-        api_prefix: str = DEFAULT_API_PREFIX,
-        inbox_prefix: str | None = None,
-        encoding: Encoding = "json",
-        connect_options: Mapping[str, Any] | None = None,
-        auth: NatsAuth | None = None,
-    ) -> None:
-        if not isinstance(key, MemoryKey):
-            raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
-        self.key = key
-        self.api_prefix = check_api_prefix(api_prefix)
-        self.timeout = deadlines(timeout)[0]
-        self._url = target if isinstance(target, str) else None
-        self._encoding: Encoding = encoding
-        self._inbox_prefix = inbox_prefix
-        self._connect_options = {**(auth.options() if auth is not None else {}), **(connect_options or {})}
-        self._exchange = None if isinstance(target, str) else Exchange(target, encoding=encoding)
-        self._lock = asyncio.Lock()
-        self._closed = False
-
-    async def _ready(self) -> Exchange:
-        if self._closed:
-            raise SessionClosed("this AsyncRemoteSession is closed")
-        async with self._lock:
-            if self._exchange is None:
-                assert self._url is not None
-                self._exchange = await Exchange.connect(
-                    self._url,
-                    encoding=self._encoding,
-                    name="convmem-client",
-                    inbox_prefix=self._inbox_prefix,
-                    timeout=self.timeout,
-                    connect_options=self._connect_options,
-                )
-            return self._exchange
-
-    async def _call(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
-        wait, budget = deadlines(timeout if timeout is not None else self.timeout)
-        exchange = await self._ready()
-        body = {"user_id": self.key.user_id, "session_id": self.key.session_id, "timeout": budget, **fields}
-        return await exchange.call(session_subject(self.api_prefix, self.key.tenant_id, op), body, wait)
-
-    async def add_turn(
-        self, turn: ConversationTurn, *, timeout: float | None = None, idempotency_key: str | None = None
-    ) -> int:
-        """Store a completed turn; its number once the log acknowledged it (0: already stored)."""
-        result: int = await self._call("add_turn", timeout, **turn_fields(turn, idempotency_key))
-        return result
-
-    async def add_items(
-        self, items: Sequence[Mapping[str, Any] | MessageItem], *, timeout: float | None = None
-    ) -> None:
-        """Store agent items (OpenAI-Agents session items) as they arrive."""
-        await self._call("add_items", timeout, **items_fields(items))
-
-    async def pop_item(self, *, timeout: float | None = None) -> dict[str, Any] | None:
-        """Remove and return the session's last item (None when the session is empty)."""
-        result: dict[str, Any] | None = await self._call("pop_item", timeout)
-        return result
-
-    async def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context`."""
-        result: dict[str, Any] = await self._call("context")
-        return result
-
-    async def estimate_tokens(self) -> int:
-        """Tokens of the context view."""
-        result: int = await self._call("tokens")
-        return result
-
-    async def view(self, name: str) -> list[dict[str, Any]]:
-        """A conversation view: ``agents``, ``buffer``, ``window``, ``summary`` or ``entity``."""
-        result: list[dict[str, Any]] = await self._call("views", view=name)
-        return result
-
-    async def flush(self, timeout: float | None = None) -> None:
-        """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
-        await self._call("flush", timeout)
-
-    async def health(self) -> MemoryHealth:
-        """The session's summarization health."""
-        return MemoryHealth(await self._call("health"))
-
-    async def to_dict(self) -> dict[str, Any]:
-        """The RFC's export of the session's memory."""
-        result: dict[str, Any] = await self._call("export_state")
-        return result
-
-    async def restore(self, state: Mapping[str, Any], *, timeout: float | None = None) -> None:
-        """Replace the session's content with a `to_dict()` export."""
-        await self._call("restore", timeout, **state_fields(state))
-
-    from_dict = restore
-
-    async def clear(self, *, timeout: float | None = None) -> None:
-        """Forget the turns and summary (the log keeps them for audit)."""
-        await self._call("clear", timeout)
-
-    async def erase(self, *, timeout: float | None = None) -> int:
-        """Purge the session's events and snapshot; how many events were purged."""
-        result: dict[str, int] = await self._call("erase", timeout)
-        return result["events_purged"]
-
-    async def aclose(self) -> None:
-        """Close the connection when this session opened it. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._url is not None and self._exchange is not None:
-            await self._exchange.close(self.timeout)
-
-    async def __aenter__(self) -> AsyncRemoteSession:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
