@@ -36,7 +36,7 @@ from typing import Any
 
 from convmem.actors import AsyncSessionHandle, MemorySystem
 from convmem.adapters.integrations.penguiflow import _values
-from convmem.adapters.integrations.penguiflow._values import turn_from_penguiflow
+from convmem.adapters.integrations.penguiflow._values import convmem_key, turn_from_penguiflow
 from convmem.errors import InvalidConfig, InvalidInput, InvalidKey
 from convmem.events import (
     ConversationTurn,
@@ -92,16 +92,6 @@ def config_from_penguiflow(config: Any) -> ShortTermMemoryConfig:
             "pass memory_key= to run() and resume() instead of custom paths",
         )
     return converted
-
-
-def _key_of(key: Any) -> MemoryKey:
-    """A convmem key from convmem's or PenguiFlow's `MemoryKey`."""
-    if isinstance(key, MemoryKey):
-        return key
-    try:
-        return MemoryKey(key.tenant_id, key.user_id, key.session_id)
-    except AttributeError:
-        raise InvalidKey("key", f"must be a MemoryKey, got {type(key).__name__}") from None
 
 
 def _parse_composite(composite: str) -> MemoryKey | None:
@@ -165,7 +155,7 @@ class ConvmemShortTermMemory:
 
     def session(self, key: Any) -> AsyncSessionHandle:
         """The convmem session of `key` (convmem's or PenguiFlow's `MemoryKey`), for direct use."""
-        return self.system.async_session(_key_of(key), config=self.config)
+        return self.system.async_session(convmem_key(key), config=self.config)
 
     # PenguiFlow's persistence hooks: the per-call key -----------------------------------
 

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from convmem.actors import AsyncSessionHandle, MemorySystem, SessionServices
 from convmem.adapters.integrations.penguiflow._values import CONVMEM_MARK, digest_of, key_from_composite
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import SessionState
-
-if TYPE_CHECKING:
-    from convmem.adapters.integrations.penguiflow._memory import DefaultShortTermMemory
 
 __all__ = ["already_in_log", "catch_up", "import_saved", "move", "origin_of", "target_key"]
 
@@ -75,13 +72,12 @@ def _imported_before(system: MemorySystem, key: MemoryKey, idempotency_key: str)
     return any(record.event_id == event_id for record in system.log.read(key))
 
 
-async def import_saved(
-    memory: DefaultShortTermMemory, handle: AsyncSessionHandle, key: MemoryKey, saved: object
-) -> bool:
+async def import_saved(imported: set[str], handle: AsyncSessionHandle, key: MemoryKey, saved: object) -> bool:
     """Import a saved state into session `key` when the rules above say so.
 
-    True when the store holds a state PenguiFlow wrote (imported now or
-    before): the caller writes convmem's state back over it.
+    `imported` holds the digests of the states this memory imported already
+    (a new one is added). True when the store holds a state PenguiFlow wrote
+    (imported now or before): the caller writes convmem's state back over it.
     """
     if saved is None:
         return False
@@ -92,11 +88,11 @@ async def import_saved(
     if ours and await asyncio.to_thread(system.log.last_seq, key) > 0:
         return False  # convmem's own: the log holds it (or more)
     digest = digest_of(saved)
-    if digest not in memory._imported:
+    if digest not in imported:
         idempotency_key = f"import/{digest}"
         if not await asyncio.to_thread(_imported_before, system, key, idempotency_key):
             await handle.restore(saved, origin=origin_of(saved), idempotency_key=idempotency_key)
-        memory._imported.add(digest)
+        imported.add(digest)
     return not ours
 
 
