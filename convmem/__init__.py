@@ -6,6 +6,13 @@ nothing heavy): `convmem.connect` (and `convmem.connect_here` for asyncio),
 `convmem.MemorySystem`, `convmem.MemoryKey`, `convmem.ConversationTurn`,
 `convmem.ShortTermMemoryConfig`, `convmem.MemoryBudget`, and `convmem.recommended`
 (the recommended offline configuration and summarizer for a token budget).
+
+The package holds four layers, each importing only those before it:
+`events/` (the vocabulary: keys, turns, configuration, events, codec),
+`projections/` (pure logic: folds, decisions, every strategy's view),
+`actors/` (the runtime: a session actor per live session, the summarizer
+pool, the ports) and `adapters/` (the edges: JetStream, the service, the
+CLI, integrations, summarizers); `errors` holds the exception tree.
 """
 
 from __future__ import annotations

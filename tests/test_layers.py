@@ -1,4 +1,11 @@
-"""The layer rule, checked by walking imports: adapters -> actors -> projections -> events; a pure core."""
+"""The layer rule, checked by walking imports: adapters -> actors -> projections -> events; a pure core.
+
+This is the project's one layer checker. The house's quick hook
+(``check_layers.py`` among the shared hooks, run before a session stops)
+checks the same rule with shorter lists; every kind of violation it reports
+is a case below (`HOUSE_HOOK_CASES`), so nothing it could find gets past
+this test. Each package also says in its docstring what it holds.
+"""
 
 from __future__ import annotations
 
@@ -73,7 +80,13 @@ def layer_violations(package_dir: Path) -> list[str]:
         mine = _layer(".".join(module_parts), package)
         if mine is None:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SyntaxError as exc:
+            problems.append(
+                f"{relative}:{exc.lineno}: does not parse ({exc.msg}), so its imports are unknown"
+            )
+            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 for name in _imported(node, module_parts, is_package):
@@ -123,9 +136,36 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     return package
 
 
+HOUSE_HOOK_IMPURE = (
+    "pykka", "nats", "asyncio", "threading", "logging", "time", "random",
+    "socket", "subprocess", "os", "httpx", "requests", "concurrent",
+)  # fmt: skip
+"""The modules the house hook refuses in a pure layer (each must be refused here too)."""
+HOUSE_HOOK_CALLS = ("now", "utcnow", "uuid4", "uuid1", "time", "monotonic", "perf_counter")
+"""The calls the house hook refuses in a pure layer."""
+
+HOUSE_HOOK_CASES = [
+    *(({"events/_bad.py": f"import {name}\n"}, f"events/ imports {name}") for name in HOUSE_HOOK_IMPURE),
+    *(
+        ({"projections/_bad.py": f"from {name} import x\n"}, f"projections/ imports {name}")
+        for name in HOUSE_HOOK_IMPURE
+    ),
+    *(({"projections/_bad.py": f"y = x.{name}()\n"}, f"calls {name}()") for name in HOUSE_HOOK_CALLS),
+    *(({"events/_bad.py": f"y = {name}()\n"}, f"calls {name}()") for name in HOUSE_HOOK_CALLS),
+    ({"events/_bad.py": "from pkg.projections import evolve\n"}, "events/ imports pkg.projections"),
+    ({"projections/_bad.py": "import pkg.actors\n"}, "projections/ imports pkg.actors"),
+    ({"actors/_bad.py": "from pkg.adapters._nats import x\n"}, "actors/ imports pkg.adapters._nats"),
+    ({"projections/_bad.py": "from ..adapters import x\n"}, "projections/ imports pkg.adapters"),
+    ({"projections/__init__.py": "from ..actors._session import x\n"}, "projections/ imports pkg.actors"),
+    ({"events/_bad.py": "def broken(:\n"}, "events/_bad.py:1: does not parse"),
+]
+"""One case per kind of violation the house hook reports: the project's checker reports each."""
+
+
 @pytest.mark.parametrize(
     ("files", "expected"),
     [
+        *HOUSE_HOOK_CASES,
         ({"events/_bad.py": "import time\n"}, "events/ imports time"),
         ({"events/_bad.py": "from uuid import uuid4\n"}, "events/ imports uuid"),
         ({"projections/_bad.py": "import asyncio\n"}, "projections/ imports asyncio"),
@@ -158,3 +198,23 @@ def test_the_checker_accepts_a_good_package(tmp_path: Path) -> None:
         },
     )
     assert layer_violations(package) == []
+
+
+def _packages(root: Path) -> list[Path]:
+    return sorted(path.parent for path in root.rglob("__init__.py"))
+
+
+def test_every_package_says_what_it_holds() -> None:
+    """Each package's docstring opens with a sentence of what it holds and names each of its subpackages."""
+    problems = []
+    for package in _packages(PACKAGE_DIR):
+        relative = package.relative_to(PACKAGE_DIR.parent)
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
+        first = (doc or "").split("\n\n")[0]
+        if len(first.split()) < 5 or not first.rstrip().endswith("."):
+            problems.append(f"{relative}: no opening sentence saying what it holds ({first!r})")
+            continue
+        for sub in _packages(package):
+            if sub.parent == package and f"{sub.name}/" not in (doc or ""):
+                problems.append(f"{relative}: its docstring does not name its subpackage {sub.name}/")
+    assert problems == []
