@@ -17,10 +17,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 from convmem.adapters._auth import NatsAuth
-from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.adapters.jetstream._connection import (
+    DEFAULT_MAX_CONTROL_LINE,
+    ConnectionOptions,
+    NatsConnection,
+)
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
@@ -186,13 +190,13 @@ class JetStreamBackend:
         self.close()
 
 
-def _connection(options: JetStreamOptions) -> dict[str, Any]:
-    """The options that concern the connection itself (`NatsConnection.connect`'s keywords)."""
-    return {
-        "timeout": options.get("timeout", 5.0),
-        "max_control_line": options.get("max_control_line", DEFAULT_MAX_CONTROL_LINE),
-        "auth": options.get("auth"),
-    }
+def _connection(options: JetStreamOptions) -> ConnectionOptions:
+    """The options that concern the connection itself."""
+    return ConnectionOptions(
+        timeout=options.get("timeout", 5.0),
+        max_control_line=options.get("max_control_line", DEFAULT_MAX_CONTROL_LINE),
+        auth=options.get("auth"),
+    )
 
 
 @contextmanager

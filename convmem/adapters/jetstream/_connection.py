@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import msgspec
 import nats.errors
@@ -33,6 +33,7 @@ from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClos
 __all__ = [
     "DEFAULT_MAX_CONTROL_LINE",
     "MIN_SERVER_VERSION",
+    "ConnectionOptions",
     "NatsConnection",
     "StoredMessage",
     "log_error",
@@ -85,6 +86,20 @@ def unavailable(exc: BaseException, what: str) -> LogUnavailable:
     return LogUnavailable(f"{what} failed: {detail}; check that nats-server is up with JetStream, then retry")
 
 
+class ConnectionOptions(TypedDict, total=False):
+    """How `NatsConnection.connect` connects (each optional)."""
+
+    timeout: float
+    """Seconds to connect, and then for each call (default 5)."""
+    max_control_line: int
+    """The server's setting of that name: a publish whose subject would not fit is refused here,
+    because the server answers one by dropping the whole connection (default 4096)."""
+    name: str
+    """The client's name, as the server shows it (default ``convmem``)."""
+    auth: NatsAuth | None
+    """Credentials and TLS settings (none: the URL's own, if any)."""
+
+
 class NatsConnection:
     """A nats-py client, its JetStream context and the loop thread that owns them."""
 
@@ -111,62 +126,41 @@ class NatsConnection:
         self._closed = False
 
     @classmethod
-    def connect(
-        cls,
-        url: str,
-        *,
-        timeout: float = 5.0,
-        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
-        name: str = "convmem",
-        auth: NatsAuth | None = None,
-    ) -> NatsConnection:
+    def connect(cls, url: str, **options: Unpack[ConnectionOptions]) -> NatsConnection:
         """Connect to `url` and check that JetStream is there; `LogUnavailable` if not.
 
-        `max_control_line` is the server's setting of that name: a publish
-        whose subject would not fit is refused here, because the server
-        answers one by dropping the whole connection. `auth` holds the
-        credentials and TLS settings (none: the URL's own, if any).
+        The connection runs on a loop thread of its own, which it stops when
+        it closes: this is `connect_here` run on that thread.
         """
-        auth = auth or NatsAuth()
-        watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
-        options = auth.options()
-        loop = EventLoopThread(name=f"{name}-nats-loop")
+        timeout = options.get("timeout", 5.0)
+        loop = EventLoopThread(name=f"{options.get('name', 'convmem')}-nats-loop")
         try:
-            nc, js = loop.call(
-                lambda: _open(url, timeout, name, options, watch), timeout=2 * timeout + 2.0, what="connect"
+            return loop.call(
+                lambda: cls._made_on(loop, url, options), timeout=2 * timeout + 2.0, what="connect"
             )
         except BaseException:
             loop.stop()
             raise
-        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line, watch=watch)
 
     @classmethod
-    async def connect_here(
-        cls,
-        url: str,
-        *,
-        timeout: float = 5.0,
-        max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
-        name: str = "convmem",
-        auth: NatsAuth | None = None,
-    ) -> NatsConnection:
+    async def connect_here(cls, url: str, **options: Unpack[ConnectionOptions]) -> NatsConnection:
         """`connect`, on the event loop running here: nats-py's I/O then shares this loop and thread.
 
         Blocking calls on the connection (the adapters' synchronous methods)
         must then come from other threads; on this one they raise.
         """
-        auth = auth or NatsAuth()
+        timeout = options.get("timeout", 5.0)
+        return await asyncio.wait_for(cls._made_on(EventLoopThread.here(), url, options), 2 * timeout + 2.0)
+
+    @classmethod
+    async def _made_on(cls, loop: EventLoopThread, url: str, options: ConnectionOptions) -> NatsConnection:
+        """The connection to `url`, made on `loop` (which runs this coroutine) and kept there."""
+        auth = options.get("auth") or NatsAuth()
+        timeout = options.get("timeout", 5.0)
         watch = ConnectionWatch((*url_secrets(url), *auth.secrets), auth.inbox_prefix)
-        nc, js = await asyncio.wait_for(_open(url, timeout, name, auth.options(), watch), 2 * timeout + 2.0)
-        return cls(
-            EventLoopThread.here(),
-            nc,
-            js,
-            url=url,
-            timeout=timeout,
-            max_control_line=max_control_line,
-            watch=watch,
-        )
+        nc, js = await _open(url, timeout, options.get("name", "convmem"), auth.options(), watch)
+        max_control_line = options.get("max_control_line", DEFAULT_MAX_CONTROL_LINE)
+        return cls(loop, nc, js, url=url, timeout=timeout, max_control_line=max_control_line, watch=watch)
 
     def on_loop_thread(self) -> bool:
         """Whether the caller is the connection's event loop thread."""
