@@ -29,6 +29,8 @@ Adding a strategy: add its name to the `Strategy` or `AgentsStrategy`
 literal (``convmem/events/_config.py``) or a member to `MemoryType`, then run
 mypy: every ``assert_never`` that must handle it fails until it does (its
 entry here, and the facts the stored configuration needs in ``_config``).
+A new name is stored in `SessionStarted`'s configuration: CHANGELOG.md marks
+it as a schema change.
 """
 
 from __future__ import annotations
