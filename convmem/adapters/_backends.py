@@ -169,25 +169,31 @@ _S = TypeVar("_S", bound=EmbeddedOptions)
 
 
 def _embedded(options: BackendOptions) -> _Embedded:
-    """The embedded server's settings: its fsync, and the names and timeout given."""
-    settings = _Embedded(
-        sync_interval=options.get("sync_interval", "always"), timeout=options.get("timeout", 5.0)
-    )
+    """The embedded server's settings given (`JetStreamBackend.embedded`'s defaults for the rest)."""
+    settings = _Embedded()
+    if "sync_interval" in options:
+        settings["sync_interval"] = options["sync_interval"]
+    if "timeout" in options:
+        settings["timeout"] = options["timeout"]
     return _named(settings, options)
 
 
 def _joined(url: str, options: BackendOptions) -> JetStreamOptions:
-    """The settings to join the server or cluster at `url` (checked to be NATS URLs)."""
+    """The settings given to join the server or cluster at `url` (checked to be NATS URLs).
+
+    The credentials are completed from the nats CLI's environment variables;
+    `JetStreamBackend.connect`'s defaults stand for what was not given.
+    """
     if not all(u.strip().startswith(("nats://", "tls://", "ws://", "wss://")) for u in url.split(",")):
         raise _not_a_backend(url)
-    from_env = NatsAuth.from_env()
-    given = options.get("auth")
-    settings = JetStreamOptions(
-        replicas=options.get("replicas", 1),
-        timeout=options.get("timeout", 5.0),
-        auth=from_env if given is None else given.merged(from_env),
-        read_only=options.get("read_only", False),
-    )
+    from_env, given = NatsAuth.from_env(), options.get("auth")
+    settings = JetStreamOptions(auth=from_env if given is None else given.merged(from_env))
+    if "replicas" in options:
+        settings["replicas"] = options["replicas"]
+    if "timeout" in options:
+        settings["timeout"] = options["timeout"]
+    if "read_only" in options:
+        settings["read_only"] = options["read_only"]
     return _named(settings, options)
 
 

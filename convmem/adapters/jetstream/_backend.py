@@ -21,7 +21,6 @@ from typing import TypedDict, Unpack
 
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters.jetstream._connection import (
-    DEFAULT_MAX_CONTROL_LINE,
     ConnectionOptions,
     NatsConnection,
 )
@@ -191,12 +190,13 @@ class JetStreamBackend:
 
 
 def _connection(options: JetStreamOptions) -> ConnectionOptions:
-    """The options that concern the connection itself."""
-    return ConnectionOptions(
-        timeout=options.get("timeout", 5.0),
-        max_control_line=options.get("max_control_line", DEFAULT_MAX_CONTROL_LINE),
-        auth=options.get("auth"),
-    )
+    """The options given that concern the connection itself (its defaults for the rest)."""
+    settings = ConnectionOptions(auth=options.get("auth"))
+    if "timeout" in options:
+        settings["timeout"] = options["timeout"]
+    if "max_control_line" in options:
+        settings["max_control_line"] = options["max_control_line"]
+    return settings
 
 
 @contextmanager
