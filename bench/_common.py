@@ -147,6 +147,12 @@ class Sizes:
     out_dir: str = ""
     profile: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # peers: convmem and the memories a planner would pick instead, on one workload
+    peer_sessions: tuple[int, ...] = (1000, 10_000)
+    peer_turns: int = 20
+    peer_rounds: int = 3
+    peer_callers: int = 64
+    peer_reads: int = 20_000
 
 
 FULL = Sizes(
@@ -200,6 +206,10 @@ SMOKE = Sizes(
     q_sessions=2,
     q_budgets=(1000, 2000, 4000),
     profile=False,
+    peer_sessions=(16, 40),
+    peer_turns=4,
+    peer_callers=8,
+    peer_reads=80,
 )
 
 

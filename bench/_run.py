@@ -29,6 +29,7 @@ MEASURES = (
     "quality",
     "dropin",
     "erasure",
+    "peers",
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
