@@ -152,7 +152,7 @@ class Sizes:
     peer_turns: int = 20
     peer_rounds: int = 3
     peer_callers: int = 64
-    peer_reads: int = 20_000
+    peer_read_seconds: float = 4.0
 
 
 FULL = Sizes(
@@ -209,7 +209,7 @@ SMOKE = Sizes(
     peer_sessions=(16, 40),
     peer_turns=4,
     peer_callers=8,
-    peer_reads=80,
+    peer_read_seconds=0.02,
 )
 
 

@@ -22,6 +22,13 @@ EXPECTED = {
     ],
     "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
     "erasure": ["erased session dropped by another process, p99", "log erase of a 11-event session"],
+    "peers": [
+        "writes/s @ 40 sessions, convmem, threads, fsync always, connect()'s default live bound",
+        "reads/s @ 40 sessions, OpenAI Agents SQLiteSession, file",
+        "reads/s @ 40 sessions, LangGraph SqliteSaver, file",
+        "writes/s @ 40 sessions, PenguiFlow DefaultShortTermMemory",
+        "reads/s @ 40 sessions, convmem, default live bound, vs LangGraph SqliteSaver on a file",
+    ],
 }
 
 

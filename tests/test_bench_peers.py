@@ -1,0 +1,144 @@
+"""The peers measure's own rules: every store holds what was written, and a store that does not fails.
+
+These drive the real stores (the peers' own classes, SQLite files, convmem on
+its embedded server) at a few sessions; the figures themselves are the
+benchmark's, not a test's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import _peer_stores, peers
+from bench._common import sample_turn, session_keys
+from bench._peer_stores import (
+    AgentsSession,
+    ConvmemTasks,
+    ConvmemThreads,
+    LangGraphSaver,
+    LoopThread,
+    PenguiFlowMemory,
+    Store,
+)
+
+TURNS = [sample_turn(n) for n in range(7)]
+USERS = [t.user_message for t in TURNS]
+
+
+@pytest.fixture
+def loop() -> Iterator[LoopThread]:
+    running = LoopThread()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def opened(store: Store, sessions: int, loop: LoopThread) -> Store:
+    store.open(session_keys(sessions, tenant="peers-test"), TURNS, loop)
+    return store
+
+
+def write_all(store: Store, loop: LoopThread, sessions: int, turns: range, callers: int = 2) -> None:
+    owned = [list(range(c, sessions, callers)) for c in range(callers)]
+    assert peers._rate(store, loop, peers._write_plan(owned, turns.start, turns.stop)) > 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ConvmemThreads(all_live=True),
+        lambda: ConvmemThreads(all_live=False),
+        ConvmemTasks,
+        lambda: AgentsSession(on_file=True),
+        lambda: AgentsSession(on_file=False),
+        lambda: LangGraphSaver(on_file=True),
+        lambda: LangGraphSaver(on_file=False),
+        PenguiFlowMemory,
+    ],
+    ids=[
+        "convmem-live",
+        "convmem-bound",
+        "convmem-tasks",
+        "agents-file",
+        "agents-memory",
+        "sqlite-saver",
+        "memory-saver",
+        "penguiflow",
+    ],
+)
+def test_every_store_shows_the_turns_written_in_order(make: object, loop: LoopThread) -> None:
+    """Each store, written round its sessions by two callers, reads back its window of the turns, in order."""
+    store = opened(make(), 4, loop)  # type: ignore[operator]
+    try:
+        write_all(store, loop, 4, range(len(TURNS)))
+        shown = peers._check(store, loop, 4, USERS)
+        assert shown == (len(USERS) if store.window is None else 5)
+        assert peers._rate(store, loop, peers._read_plan([[0, 1], [2, 3]]), reads_for=0.01) > 0
+    finally:
+        store.close(loop)
+
+
+@pytest.mark.parametrize(
+    "make", [PenguiFlowMemory, lambda: LangGraphSaver(on_file=False)], ids=["penguiflow", "memory-saver"]
+)
+def test_a_store_missing_a_turn_fails_the_check(make: object, loop: LoopThread) -> None:
+    """A session that lacks one of the turns written to the others fails the measure, naming the store."""
+    store = opened(make(), 3, loop)  # type: ignore[operator]
+    try:
+        write_all(store, loop, 3, range(len(TURNS) - 1))
+        write_all(store, loop, 1, range(len(TURNS) - 1, len(TURNS)), callers=1)  # session 0 only
+        with pytest.raises(AssertionError, match=store.label.split(" (")[0]):
+            peers._check(store, loop, 3, USERS)
+    finally:
+        store.close(loop)
+
+
+def test_agents_on_a_file_keeps_a_bounded_number_of_sessions_open(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound the least recently used session object is closed, and its history is read back whole."""
+    monkeypatch.setattr(_peer_stores, "AGENTS_OPEN_SESSIONS", 3)
+    store = opened(AgentsSession(on_file=True), 8, loop)
+    try:
+        write_all(store, loop, 8, range(len(TURNS)))
+        assert isinstance(store, AgentsSession)
+        assert len(store.sessions) <= 3
+        assert peers._check(store, loop, 8, USERS) == len(USERS)
+    finally:
+        store.close(loop)
+
+
+def test_a_sqlite_file_without_fsync_per_commit_is_refused(tmp_path: Path) -> None:
+    """The figures' names say WAL with synchronous FULL: a database set otherwise is not measured."""
+    conn = sqlite3.connect(tmp_path / "normal.db")
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        pragmas = {
+            "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+            "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
+        }
+    finally:
+        conn.close()
+    with pytest.raises(RuntimeError, match="synchronous=1"):
+        _peer_stores._require_fsync(pragmas, "a peer")
+    _peer_stores._require_fsync({"journal_mode": "wal", "synchronous": 2}, "a peer")
+
+
+def test_each_round_starts_with_the_next_store() -> None:
+    """Rounds alternate: over as many rounds as stores, each store goes first once and all run every round."""
+    stores = ["a", "b", "c"]
+    orders = [peers._turn_order(stores, r) for r in range(3)]
+    assert [order[0] for order in orders] == stores
+    assert all(sorted(order) == stores for order in orders)
+
+
+def test_a_timed_read_round_ends_for_every_caller_at_one_deadline() -> None:
+    """Reads go round a caller's sessions until the round's deadline; a past deadline makes none."""
+    assert list(peers._ops([(1,), (2,)], None)) == [(1,), (2,)]
+    assert list(peers._ops([(1,), (2,)], 0.0)) == []
