@@ -18,18 +18,16 @@ import tempfile
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-from agents import SQLiteSession
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver, create_checkpoint, empty_checkpoint
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
-from penguiflow.planner import memory as pf
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import convmem
 from convmem.actors import AsyncSessionHandle, MemorySystem, SessionHandle
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+
+if TYPE_CHECKING:  # each store imports its peer when opened: a store's process loads only its own
+    from agents import SQLiteSession
+    from langchain_core.messages import BaseMessage
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = [
     "AGENTS_OPEN_SESSIONS",
@@ -199,6 +197,9 @@ class AgentsSession(Store):
         )
 
     def open(self, keys: list[MemoryKey], turns: list[ConversationTurn], loop: LoopThread) -> None:
+        from agents import SQLiteSession  # noqa: PLC0415 (see the TYPE_CHECKING imports)
+
+        self.session_class = SQLiteSession
         self.ids = [k.composite() for k in keys]
         self.db = str(self.folder() / "agents.db") if self.on_file else ":memory:"
         self.items = [
@@ -213,14 +214,14 @@ class AgentsSession(Store):
         self.sessions: collections.OrderedDict[int, SQLiteSession] = collections.OrderedDict()
         if not self.on_file:
             for index, session_id in enumerate(self.ids):
-                self.sessions[index] = SQLiteSession(session_id)
+                self.sessions[index] = self.session_class(session_id)
         else:
-            self.pragmas = _agents_file_pragmas(self.db)
+            self.pragmas = _agents_file_pragmas(self.session_class, self.db)
 
     def _session(self, index: int) -> SQLiteSession:
         session = self.sessions.get(index)
         if session is None:
-            session = self.sessions[index] = SQLiteSession(self.ids[index], self.db)
+            session = self.sessions[index] = self.session_class(self.ids[index], self.db)
             if len(self.sessions) > AGENTS_OPEN_SESSIONS:
                 self.sessions.popitem(last=False)[1].close()
         elif self.on_file:
@@ -263,6 +264,12 @@ class LangGraphSaver(Store):
         )
 
     def open(self, keys: list[MemoryKey], turns: list[ConversationTurn], loop: LoopThread) -> None:
+        from langchain_core.messages import AIMessage, HumanMessage  # noqa: PLC0415
+        from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint  # noqa: PLC0415
+        from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+        from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415
+
+        self.create_checkpoint, self.empty_checkpoint = create_checkpoint, empty_checkpoint
         self.configs = [{"configurable": {"thread_id": k.composite(), "checkpoint_ns": ""}} for k in keys]
         self.messages: list[tuple[BaseMessage, ...]] = [
             (HumanMessage(t.user_message), AIMessage(t.assistant_response)) for t in turns
@@ -285,7 +292,7 @@ class LangGraphSaver(Store):
         config: Any = self.configs[session]
         latest = self.saver.get_tuple(config)
         if latest is None:
-            base, before, step, parent = empty_checkpoint(), [], -1, config
+            base, before, step, parent = self.empty_checkpoint(), [], -1, config
         else:
             base, step, parent = latest.checkpoint, latest.metadata["step"], latest.config
             before = base["channel_values"]["messages"]
@@ -295,7 +302,7 @@ class LangGraphSaver(Store):
             "channel_values": {"messages": [*before, *self.messages[turn]]},
             "channel_versions": {"messages": version},
         }
-        checkpoint = create_checkpoint(following, None, step + 1)  # type: ignore[arg-type]
+        checkpoint = self.create_checkpoint(following, None, step + 1)  # type: ignore[arg-type]
         metadata: Any = {"source": "update", "step": step + 1, "parents": {}}
         return self.saver.put(parent, checkpoint, metadata, {"messages": version})
 
@@ -320,6 +327,8 @@ class PenguiFlowMemory(Store):
     window = _CONFIG.budget.full_zone_turns
 
     def open(self, keys: list[MemoryKey], turns: list[ConversationTurn], loop: LoopThread) -> None:
+        from penguiflow.planner import memory as pf  # noqa: PLC0415 (see the TYPE_CHECKING imports)
+
         config = pf.ShortTermMemoryConfig(strategy="truncation")
         if config.budget.full_zone_turns != self.window:
             raise AssertionError("PenguiFlow's default window differs from convmem's: the reads would differ")
@@ -339,13 +348,13 @@ class PenguiFlowMemory(Store):
         return [t["user"] for t in context["conversation_memory"].get("recent_turns", [])]
 
 
-def _agents_file_pragmas(path: str) -> dict[str, Any]:
+def _agents_file_pragmas(session_class: type[SQLiteSession], path: str) -> dict[str, Any]:
     """What a fresh connection to `path` gets once a `SQLiteSession` made the file.
 
     `SQLiteSession` switches its connections to WAL (kept in the file) and leaves
     ``synchronous`` at SQLite's default; a connection of our own shows both.
     """
-    SQLiteSession("bench-probe", path).close()
+    session_class("bench-probe", path).close()
     conn = sqlite3.connect(path)
     try:
         pragmas = {

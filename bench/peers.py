@@ -33,7 +33,9 @@ offers as the context to inject, through its own API:
   (not durable), from asyncio tasks: `add_turn` / `get_llm_context`, strategy
   ``truncation`` with its default 5-turn window, as convmem's.
 
-Every store is opened before the timed part and stays open through the run.
+Every store runs in a child process of its own (no store pays for another's
+threads, heap or registries), is opened before the timed part and stays open
+through the size's rounds.
 Each session first gets its first ``peer_turns - peer_rounds * k`` turns
 (not timed: it creates the session everywhere); then `peer_rounds` (3) write
 rounds each add ``k`` more turns to every session (turns 3-8, 9-14, 15-20:
@@ -58,123 +60,20 @@ an extra pass of that store (py-spy, when installed).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import statistics
-import threading
-import time
-from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from bench._common import Figure, Result, Sizes, Target, sample_turn, session_keys
-from bench._peer_stores import (
-    AGENTS_OPEN_SESSIONS,
-    AgentsSession,
-    ConvmemTasks,
-    ConvmemThreads,
-    LangGraphSaver,
-    LoopThread,
-    PenguiFlowMemory,
-    Store,
-)
-from bench._profile import py_spy
+from bench._common import Figure, Result, Sizes, Target
+from bench._peer_runs import STORES, StoreProcess
+from bench._peer_stores import AGENTS_OPEN_SESSIONS
 
 __all__ = ["run"]
 
 T = TypeVar("T")
-_PHASE_TIMEOUT = 3600.0
 _SHORT = {
     "agents_file": "Agents SQLiteSession on a file",
     "langgraph_file": "LangGraph SqliteSaver on a file",
 }
-
-
-def _stores() -> tuple[list[Store], dict[str, Store]]:
-    named: dict[str, Store] = {
-        "live": ConvmemThreads(all_live=True),
-        "bound": ConvmemThreads(all_live=False),
-        "tasks": ConvmemTasks(),
-        "agents_file": AgentsSession(on_file=True),
-        "agents_memory": AgentsSession(on_file=False),
-        "langgraph_file": LangGraphSaver(on_file=True),
-        "langgraph_memory": LangGraphSaver(on_file=False),
-        "penguiflow": PenguiFlowMemory(),
-    }
-    return list(named.values()), named
-
-
-Plan = list[list[tuple[int, ...]]]
-"""One list of calls per caller: a write's (session, turn), a read's (session,)."""
-
-
-def _ops(ops: list[tuple[int, ...]], deadline: float | None) -> Iterator[tuple[int, ...]]:
-    """`ops` once; or, given a `deadline` (`time.perf_counter`), round and round them until then."""
-    if deadline is None:
-        yield from ops
-        return
-    for op in itertools.cycle(ops):
-        if time.perf_counter() >= deadline:
-            return
-        yield op
-
-
-def _in_threads(plan: Plan, call: Callable[..., Any], seconds: float | None) -> tuple[int, float]:
-    """Calls made by one thread per caller, and the seconds from the moment all were ready to the last."""
-    barrier = threading.Barrier(len(plan) + 1)
-    errors: list[BaseException] = []
-    made = [0] * len(plan)
-    deadline: list[float | None] = [None]
-
-    def caller(index: int) -> None:
-        barrier.wait()
-        try:
-            for op in _ops(plan[index], deadline[0]):
-                call(*op)
-                made[index] += 1
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(len(plan))]
-    for thread in threads:
-        thread.start()
-    started = time.perf_counter()
-    deadline[0] = None if seconds is None else started + seconds
-    barrier.wait()
-    for thread in threads:
-        thread.join(_PHASE_TIMEOUT)
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise errors[0]
-    if any(thread.is_alive() for thread in threads):
-        raise TimeoutError(f"callers still running after {_PHASE_TIMEOUT:.0f} s")
-    return sum(made), elapsed
-
-
-async def _in_tasks(
-    plan: Plan, call: Callable[..., Coroutine[Any, Any, Any]], seconds: float | None
-) -> tuple[int, float]:
-    """Calls made by one asyncio task per caller, and the seconds they took."""
-    made = [0] * len(plan)
-    started = time.perf_counter()
-    deadline = None if seconds is None else started + seconds
-
-    async def caller(index: int) -> None:
-        for op in _ops(plan[index], deadline):
-            await call(*op)
-            made[index] += 1
-
-    await asyncio.gather(*(caller(i) for i in range(len(plan))))
-    return sum(made), time.perf_counter() - started
-
-
-def _rate(store: Store, loop: LoopThread, plan: Plan, *, reads_for: float | None = None) -> float:
-    """Writes per second along `plan`; or, given `reads_for` seconds, reads per second round it."""
-    call = store.write if reads_for is None else store.read
-    if store.calls == "threads":
-        made, seconds = _in_threads(plan, call, reads_for)
-    else:
-        made, seconds = loop.run(_in_tasks(plan, call, reads_for), _PHASE_TIMEOUT)
-    return made / seconds
 
 
 def _turn_order(stores: list[T], round_: int) -> list[T]:
@@ -183,89 +82,47 @@ def _turn_order(stores: list[T], round_: int) -> list[T]:
     return stores[shift:] + stores[:shift]
 
 
-def _write_plan(owned: list[list[int]], first: int, last: int) -> Plan:
-    """Turns `first` .. `last - 1` to every session, each caller round its own sessions once per turn."""
-    return [[(s, t) for t in range(first, last) for s in mine] for mine in owned]
-
-
-def _read_plan(owned: list[list[int]]) -> Plan:
-    """Each caller round its own sessions (again and again, for as long as the round lasts)."""
-    return [[(s,) for s in mine] for mine in owned]
-
-
-def _check(store: Store, loop: LoopThread, sessions: int, users: list[str]) -> int:
-    """Each sampled session shows exactly the turns written (its window of them); the count shown."""
-    expected = users if store.window is None else users[-store.window :]
-    for session in sorted({0, sessions // 2, sessions - 1}):
-        context = store.read(session)
-        if store.calls == "tasks":
-            context = loop.run(context, 60)
-        shown = store.shown(context)
-        if shown != expected:
-            raise AssertionError(
-                f"{store.label}: session {session} shows {len(shown)} turns {shown[-1:]!r}..., "
-                f"expected the {len(expected)} written, ending {expected[-1:]!r}"
-            )
-    return len(expected)
-
-
-def _one_size(
-    sizes: Sizes, sessions: int, result: Result
-) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """Every store on `sessions` sessions: median writes/s and reads/s, rounds in the details."""
-    callers = min(sizes.peer_callers, sessions)
+def _one_size(sizes: Sizes, sessions: int, processes: dict[str, StoreProcess], result: Result) -> None:
+    """Every store on `sessions` sessions: median writes/s and reads/s as figures, rounds in the details."""
     per_round = sizes.peer_turns // sizes.peer_rounds
     first_turns = sizes.peer_turns - per_round * sizes.peer_rounds
-    turns = [sample_turn(n) for n in range(sizes.peer_turns)]
-    owned = [list(range(c, sessions, callers)) for c in range(callers)]
-    keys = session_keys(sessions, tenant="peers")
-    stores, named = _stores()
-    loop = LoopThread()
-    opened: list[Store] = []
-    detail: dict[str, Any] = {"callers": callers, "turns": sizes.peer_turns, "stores": {}}
+    order = list(processes.values())
+    detail: dict[str, Any] = {"callers": min(sizes.peer_callers, sessions), "stores": {}}
+    writes: dict[str, list[float]] = {name: [] for name in processes}
+    reads: dict[str, list[float]] = {name: [] for name in processes}
+    opened: list[StoreProcess] = []
     try:
-        for store in stores:
-            store.open(keys, turns, loop)
+        for store in order:
+            detail["stores"][store.label] = store.open(sessions)
             opened.append(store)
-        writes: dict[str, list[float]] = {s.label: [] for s in stores}
-        reads: dict[str, list[float]] = {s.label: [] for s in stores}
-        started_rate = {s.label: _rate(s, loop, _write_plan(owned, 0, first_turns)) for s in stores}
+        first = {store.name: store.writes(0, first_turns) for store in order}
         for round_ in range(sizes.peer_rounds):
             done = first_turns + round_ * per_round
-            for store in _turn_order(stores, round_):
-                writes[store.label].append(_rate(store, loop, _write_plan(owned, done, done + per_round)))
+            for store in _turn_order(order, round_):
+                writes[store.name].append(store.writes(done, done + per_round))
         for round_ in range(sizes.peer_rounds):
-            for store in _turn_order(stores, round_):
-                reads[store.label].append(
-                    _rate(store, loop, _read_plan(owned), reads_for=sizes.peer_read_seconds)
-                )
-        users = [t.user_message for t in turns]
-        for store in stores:
-            detail["stores"][store.label] = {
-                "writes_per_s_rounds": writes[store.label],
-                "reads_per_s_rounds": reads[store.label],
-                "first_turns_per_s": started_rate[store.label],
-                "turns_a_read_shows": _check(store, loop, sessions, users),
-                **({"sqlite": store.pragmas} if hasattr(store, "pragmas") else {}),
+            for store in _turn_order(order, round_):
+                reads[store.name].append(store.reads(sizes.peer_read_seconds))
+        for store in order:
+            detail["stores"][store.label] |= {
+                "writes_per_s_rounds": writes[store.name],
+                "reads_per_s_rounds": reads[store.name],
+                "first_turns_per_s": first[store.name],
+                "turns_a_read_shows": store.check(),
             }
-        bound = named["bound"]
-        detail["default_live_bound"] = getattr(bound, "live_bound", None)
-        median = {
-            label: {"writes": statistics.median(writes[label]), "reads": statistics.median(reads[label])}
-            for label in writes
+        got = {
+            name: {"writes": statistics.median(writes[name]), "reads": statistics.median(reads[name])}
+            for name in processes
         }
-        last = sessions == max(sizes.peer_sessions)
-        missed = median[bound.label]["writes"] < 0.8 * median[named["live"].label]["writes"]
-        if last and missed and sizes.profile:  # an extra pass, after the check: one more turn each
-            with py_spy(sizes.out_dir, f"peers-default-bound-{sessions}", result.details):
-                _rate(bound, loop, _write_plan(owned, 0, 1))
-                _rate(bound, loop, _read_plan(owned), reads_for=sizes.peer_read_seconds)
+        missed = got["bound"]["writes"] < 0.8 * got["live"]["writes"]
+        if sessions == max(sizes.peer_sessions) and missed and sizes.profile:
+            name = f"peers-default-bound-{sessions}"
+            result.details[name] = processes["bound"].profile(sizes.out_dir, name, sizes.peer_read_seconds)
     finally:
         for store in opened:
-            store.close(loop)
-        loop.close()
+            store.close()
     result.details[f"{sessions}_sessions"] = detail
-    return {key: median[store.label] for key, store in named.items()}, {k: s.label for k, s in named.items()}
+    _figures(sizes, sessions, got, {name: store.label for name, store in processes.items()}, result)
 
 
 def _figures(
@@ -300,9 +157,15 @@ def _figures(
 
 def run(sizes: Sizes) -> Result:
     result = Result()
-    for sessions in sizes.peer_sessions:
-        got, labels = _one_size(sizes, sessions, result)
-        _figures(sizes, sessions, got, labels, result)
+    processes: dict[str, StoreProcess] = {}
+    try:
+        for name in STORES:
+            processes[name] = StoreProcess(name, turns=sizes.peer_turns, callers=sizes.peer_callers)
+        for sessions in sizes.peer_sessions:
+            _one_size(sizes, sessions, processes, result)
+    finally:
+        for process in processes.values():
+            process.exit()
     per_round = sizes.peer_turns // sizes.peer_rounds
     result.notes += [
         f"{sizes.peer_callers} callers, each round its own sessions; {sizes.peer_turns} turns a session "

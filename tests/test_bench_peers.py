@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import _peer_stores, peers
+from bench import _peer_runs, _peer_stores, peers
 from bench._common import sample_turn, session_keys
 from bench._peer_stores import (
     AgentsSession,
@@ -45,7 +45,7 @@ def opened(store: Store, sessions: int, loop: LoopThread) -> Store:
 
 def write_all(store: Store, loop: LoopThread, sessions: int, turns: range, callers: int = 2) -> None:
     owned = [list(range(c, sessions, callers)) for c in range(callers)]
-    assert peers._rate(store, loop, peers._write_plan(owned, turns.start, turns.stop)) > 0
+    assert _peer_runs.rate(store, loop, _peer_runs.write_plan(owned, turns.start, turns.stop)) > 0
 
 
 @pytest.mark.parametrize(
@@ -76,9 +76,9 @@ def test_every_store_shows_the_turns_written_in_order(make: object, loop: LoopTh
     store = opened(make(), 4, loop)  # type: ignore[operator]
     try:
         write_all(store, loop, 4, range(len(TURNS)))
-        shown = peers._check(store, loop, 4, USERS)
+        shown = _peer_runs.check(store, loop, 4, USERS)
         assert shown == (len(USERS) if store.window is None else 5)
-        assert peers._rate(store, loop, peers._read_plan([[0, 1], [2, 3]]), reads_for=0.01) > 0
+        assert _peer_runs.rate(store, loop, _peer_runs.read_plan([[0, 1], [2, 3]]), reads_for=0.01) > 0
     finally:
         store.close(loop)
 
@@ -93,7 +93,7 @@ def test_a_store_missing_a_turn_fails_the_check(make: object, loop: LoopThread) 
         write_all(store, loop, 3, range(len(TURNS) - 1))
         write_all(store, loop, 1, range(len(TURNS) - 1, len(TURNS)), callers=1)  # session 0 only
         with pytest.raises(AssertionError, match=store.label.split(" (")[0]):
-            peers._check(store, loop, 3, USERS)
+            _peer_runs.check(store, loop, 3, USERS)
     finally:
         store.close(loop)
 
@@ -108,7 +108,7 @@ def test_agents_on_a_file_keeps_a_bounded_number_of_sessions_open(
         write_all(store, loop, 8, range(len(TURNS)))
         assert isinstance(store, AgentsSession)
         assert len(store.sessions) <= 3
-        assert peers._check(store, loop, 8, USERS) == len(USERS)
+        assert _peer_runs.check(store, loop, 8, USERS) == len(USERS)
     finally:
         store.close(loop)
 
@@ -140,5 +140,20 @@ def test_each_round_starts_with_the_next_store() -> None:
 
 def test_a_timed_read_round_ends_for_every_caller_at_one_deadline() -> None:
     """Reads go round a caller's sessions until the round's deadline; a past deadline makes none."""
-    assert list(peers._ops([(1,), (2,)], None)) == [(1,), (2,)]
-    assert list(peers._ops([(1,), (2,)], 0.0)) == []
+    assert list(_peer_runs._ops([(1,), (2,)], None)) == [(1,), (2,)]
+    assert list(_peer_runs._ops([(1,), (2,)], 0.0)) == []
+
+
+def test_a_store_in_its_own_process_reports_its_failure_by_name() -> None:
+    """A store driven in a child process answers each phase; a failed check comes back naming the store."""
+    store = _peer_runs.StoreProcess("penguiflow", turns=3, callers=2)
+    try:
+        assert store.open(4) == {}
+        assert store.writes(0, 2) > 0
+        with pytest.raises(RuntimeError, match=r"PenguiFlow DefaultShortTermMemory.*check failed"):
+            store.check()  # two of the three turns written
+        assert store.writes(2, 3) > 0
+        assert store.check() == 3
+        store.close()
+    finally:
+        store.exit()
