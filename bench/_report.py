@@ -37,7 +37,8 @@ def machine() -> dict[str, Any]:
     except Exception as exc:  # the report still says why
         nats_version = f"unknown ({exc})"
     packages = {}
-    for name in ("convmem", "nats-py", "msgspec", "pykka", "penguiflow", "psutil"):
+    peers = ("openai-agents", "langgraph", "langgraph-checkpoint-sqlite")  # the peers measure's
+    for name in ("convmem", "nats-py", "msgspec", "pykka", "penguiflow", "psutil", *peers):
         try:
             packages[name] = version(name)
         except Exception:
