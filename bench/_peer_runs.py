@@ -190,7 +190,7 @@ def _serve(conn: Connection, name: str, turns_written: int, callers: int) -> Non
                     with py_spy(out_dir, profile_name, details):  # an extra pass: one more turn each
                         rate(store, loop, write_plan(owned, 0, 1))
                         rate(store, loop, read_plan(owned), reads_for=seconds)
-                    conn.send((True, details))
+                    conn.send((True, details[profile_name]))
                 elif command == "close":
                     store.close(loop)
                     conn.send((True, None))

@@ -7,7 +7,9 @@ benchmark's, not a test's.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,3 +159,18 @@ def test_a_store_in_its_own_process_reports_its_failure_by_name() -> None:
         store.close()
     finally:
         store.exit()
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in requirements}
+
+
+@pytest.mark.parametrize("extra", ["bench", "dev"])
+def test_the_bench_and_dev_extras_install_every_peer(extra: str) -> None:
+    """`.[bench]` brings the peers the measure drives (README), `.[dev]` too (CI's smoke run), the core none."""
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())[
+        "project"
+    ]
+    peers_packages = {"openai-agents", "langgraph", "langgraph-checkpoint-sqlite", "penguiflow"}
+    assert peers_packages <= names(project["optional-dependencies"][extra])
+    assert not peers_packages & names(project["dependencies"])
