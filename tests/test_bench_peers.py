@@ -167,7 +167,7 @@ def names(requirements: list[str]) -> set[str]:
 
 @pytest.mark.parametrize("extra", ["bench", "dev"])
 def test_the_bench_and_dev_extras_install_every_peer(extra: str) -> None:
-    """`.[bench]` brings the peers the measure drives (README), `.[dev]` too (CI's smoke run), the core none."""
+    """`.[bench]` brings the measure's peers (README), `.[dev]` too (CI's smoke run); the core none."""
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())[
         "project"
     ]
