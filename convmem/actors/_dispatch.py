@@ -18,6 +18,11 @@ A thread that is about to wait for an idle actor's answer anyway can run the
 message itself (`_Inbox.claim`, then `PooledActor.run_claimed`): one message,
 in order, with the actor held for it as a dispatcher thread would hold it.
 That saves the two thread hand-offs of a round trip through the dispatcher.
+
+The actor loop, the inbox and the failure handling override pykka 4.x
+internals (`_start_actor_loop`, `_create_actor_inbox`, `_handle_receive`,
+`_handle_failure`, `_stop`, ...). pyproject.toml bounds pykka below 5, and
+tests/test_patched_internals.py names any of them that changes shape.
 """
 
 from __future__ import annotations

@@ -20,13 +20,12 @@ from typing import Any, TypedDict, TypeVar, Unpack
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.aio.client import Client
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from convmem.actors import Posted
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
+from convmem.adapters.jetstream._client import NatsClient, parse_headers
 from convmem.adapters.jetstream._watch import ConnectionWatch, describe, request_denied
 from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
 
@@ -68,16 +67,6 @@ def server_list(url: str) -> list[str]:
     return [u.strip() for u in url.split(",") if u.strip()]
 
 
-def parse_headers(raw: bytes) -> dict[str, str]:
-    """Parse a NATS header block as UTF-8 (``email``'s parser mangles non-ASCII values)."""
-    out: dict[str, str] = {}
-    for line in raw.decode("utf-8", "replace").split("\r\n")[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            out[name.strip()] = value.strip()
-    return out
-
-
 def unavailable(exc: BaseException, what: str) -> LogUnavailable:
     """Turn a nats-py failure into the one error the ports promise."""
     detail = _describe(exc)
@@ -106,7 +95,7 @@ class NatsConnection:
     def __init__(
         self,
         loop: EventLoopThread,
-        nc: _Client,
+        nc: NatsClient,
         js: JetStreamContext,
         *,
         url: str,
@@ -288,83 +277,11 @@ def _guarded(fn: Callable[[], Coroutine[Any, Any, T]], what: str) -> Callable[[]
     return guarded
 
 
-DirectHandler = Callable[[bytes, bytes, bytes], None]
-"""Told (subject, data, raw header block) of each message of a direct subscription, on the loop."""
-
-
-class _Client(Client):
-    """nats-py's client with three shortcuts for convmem's hot paths (nats-py 2.x internals).
-
-    - Plain header blocks are parsed faster. nats-py checks every header name
-      character by character; a stream read brings ~9 headers per message and
-      spent most of its time there. Blocks with an inline status
-      (``NATS/1.0 404``) still go to nats-py's parser.
-    - `publish_prepared` sends a header block the caller built from checked
-      parts, without nats-py's per-header checks and encoding.
-    - A `subscribe_direct` subscription hands each message to a plain function
-      as it is parsed: no `Msg`, no queue, no task wake per message (acks).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._direct: dict[int, DirectHandler] = {}
-
-    async def _process_headers(self, headers: bytes | None) -> dict[str, str] | None:
-        if headers and headers.startswith(b"NATS/1.0\r\n"):
-            return parse_headers(headers) or None
-        return await super()._process_headers(headers)
-
-    async def publish_prepared(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
-        """`publish` of a complete header block (``NATS/1.0`` line to blank line) built by the caller.
-
-        The subject, reply subject and header values must already be valid: nothing is checked here.
-        """
-        if self.is_closed:
-            raise nats.errors.ConnectionClosedError
-        if self.is_draining_pubs:
-            raise nats.errors.ConnectionDrainingError
-        if not self.is_connected:  # buffering while reconnecting has limits: nats-py's publish keeps them
-            await self.publish(subject, payload, reply=reply, headers=parse_headers(header))
-            return
-        if len(payload) > self._max_payload:
-            raise nats.errors.MaxPayloadError
-        self.stats["out_msgs"] += 1
-        self.stats["out_bytes"] += len(payload)
-        await self._send_command(
-            b"HPUB %s %s %d %d\r\n%s%s\r\n"
-            % (subject.encode(), reply.encode(), len(header), len(header) + len(payload), header, payload)
-        )
-        if self._flush_queue is not None and self._flush_queue.empty():
-            await self._flush_pending()
-
-    async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
-        """Subscribe with `handler` called for each message on the loop, as the message is read.
-
-        `handler` must be quick and must not raise; it gets the raw header block (b"" for none).
-        """
-        subscription = await self.subscribe(subject)
-        self._direct[subscription._id] = handler
-        return subscription
-
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        handler = self._direct.get(sid)
-        if handler is None or sid not in self._subs:
-            self._direct.pop(sid, None)
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        try:
-            handler(subject, data, headers or b"")
-        except Exception:  # never into nats-py's read loop, which would drop the connection
-            _log.exception("a handler of subscription %s failed", sid)
-
-
 async def _open(
     url: str, timeout: float, name: str, options: dict[str, Any], watch: ConnectionWatch
-) -> tuple[_Client, JetStreamContext]:
+) -> tuple[NatsClient, JetStreamContext]:
     shown = redact_url(url)
-    nc = _Client()
+    nc = NatsClient()
     try:
         await asyncio.wait_for(
             nc.connect(
