@@ -6,11 +6,11 @@ import os
 import re
 import warnings
 
-from convmem.actors._session import _new_command_id
+from convmem.actors._write import new_command_id
 
 
 def test_ids_are_32_hex_digits_and_never_repeat_in_a_process() -> None:
-    ids = [_new_command_id() for _ in range(10_000)]
+    ids = [new_command_id() for _ in range(10_000)]
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
     assert len(set(ids)) == len(ids)
 
@@ -24,7 +24,7 @@ def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
         pid = os.fork()
     if pid == 0:  # the child: report its next id and leave at once
         try:
-            os.write(write, _new_command_id().encode())
+            os.write(write, new_command_id().encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -33,6 +33,6 @@ def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    parent = _new_command_id()
+    parent = new_command_id()
     assert re.fullmatch(r"[0-9a-f]{32}", child)
     assert child[:16] != parent[:16]

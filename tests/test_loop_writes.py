@@ -1,11 +1,16 @@
-"""Async writes on the log's own loop: decided, appended and answered there, with no thread waiting."""
+"""Async writes with a log that appends on its own loop: begun on the caller's loop, settled on the log's.
+
+No thread waits and none is woken for a live session's write: the caller's
+loop decides it and starts its append, the log's loop settles it (publishing
+the state and answering the caller there).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,32 +18,34 @@ from nats_fixtures import frozen
 from runtime_helpers import WAIT, key, turn, users, wait_until
 
 import convmem
-from convmem.actors import MemorySystem, load_state
+from convmem.actors import MemorySystem, Settle, load_state
 from convmem.actors._handles import _LoopReply
-from convmem.actors._session import Write
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.errors import InvalidInput, LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
-from convmem.projections import AddTurn
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation")
 
 
+def on_an_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class CountingLog(JetStreamEventLog):
-    """The JetStream log, counting the appends begun on its loop (the path under test)."""
+    """The JetStream log, counting the appends begun on a caller's event loop (the path under test)."""
 
     begun = 0
 
-    async def begin_append(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        done: Callable[[int | Exception], None],
+    def start_append(
+        self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int, settle: Settle[int]
     ) -> None:
-        type(self).begun += 1
-        await super().begin_append(key, events, expected_seq=expected_seq, done=done)
+        if on_an_event_loop() and not self.on_loop_thread():  # the caller's loop, not the log's own
+            type(self).begun += 1
+        super().start_append(key, events, expected_seq=expected_seq, settle=settle)
 
 
 @pytest.fixture
@@ -83,8 +90,8 @@ def test_async_writes_of_live_sessions_run_on_the_loop_and_keep_each_sessions_or
         await asyncio.gather(*(writer(k) for k in keys))
 
     asyncio.run(main())
-    # Each took the loop path, bar perhaps a session's first: its actor may still be finishing the
-    # opening write's slice on its thread, and a busy session gets the write as a message.
+    # Each was begun on the caller's loop, bar perhaps a session's first: its actor may still be
+    # finishing the opening write on a thread, and a busy session gets the write as a message.
     assert log.begun >= 6 * 19
     for k in keys:
         expected = [f"{k.session_id}-{n}" for n in range(21)]
@@ -198,21 +205,14 @@ def test_snapshots_that_fall_due_on_the_loop_are_saved_by_the_actor(log: Countin
         snapshots.close()
 
 
-def test_a_write_posted_for_a_session_that_is_not_live_is_handled_off_the_loop(
+def test_an_async_write_to_a_session_that_is_not_live_is_begun_off_the_loop(
     system: MemorySystem, log: CountingLog
 ) -> None:
-    """Passivated between the handle's look and the loop's: activation reads the log, so not on its loop."""
+    """Activating a passivated session reads the log: a worker thread does it, never the caller's loop."""
     k = key("gone")
     system.session(k).add_turn(turn("first"))
     system.passivate(k)
-
-    async def main() -> list[object]:
-        reply = _LoopReply(asyncio.get_running_loop())
-        message = Write(AddTurn(turn=turn("second")), reply, None)
-        log.post(lambda: system.write_on_loop(k, message, log), reply)
-        return await asyncio.wait_for(reply.future, WAIT)
-
-    assert len(asyncio.run(main())) == 1
+    assert asyncio.run(system.session(k).aio.add_turn(turn("second"))) == 2
     assert stored(log, k) == ["first", "second"]
     assert log.begun == 0
 
@@ -244,17 +244,40 @@ def test_a_loop_reply_answered_after_its_caller_gave_up_is_dropped(system: Memor
     asyncio.run(main())
 
 
-def test_an_async_write_past_its_timeout_raises_operation_timeout(
-    system: MemorySystem, log: CountingLog
+def test_an_async_write_answered_after_its_timeout_raises_operation_timeout_and_still_completes(
+    system: MemorySystem, log: CountingLog, nats_server: EmbeddedNatsServer
 ) -> None:
-    """Cancelled before it started, or answered too late: the caller is told; the state is the log's."""
+    """The server stops answering meanwhile: the caller is told in time; the write lands later, once."""
     k = key("slow")
     handle = system.session(k)
     handle.add_turn(turn("first"))
-    with pytest.raises(OperationTimeout, match="did not finish within"):
-        asyncio.run(handle.aio.add_turn(turn("second"), timeout=0))
-    assert asyncio.run(handle.aio.add_turn(turn("third"))) >= 2
-    assert users(system.cell(k).state) == stored(log, k)
+    with frozen(nats_server), pytest.raises(OperationTimeout, match="did not finish within"):
+        asyncio.run(handle.aio.add_turn(turn("second"), timeout=0.2))
+    assert asyncio.run(handle.aio.add_turn(turn("third"))) == 3
+    assert users(system.cell(k).state) == stored(log, k) == ["first", "second", "third"]
+
+
+def test_an_async_write_whose_caller_gave_up_before_it_started_is_never_stored(
+    system: MemorySystem, log: CountingLog, nats_server: EmbeddedNatsServer
+) -> None:
+    """Queued behind a write the server holds up, its wait runs out first: it is cancelled, not run."""
+    k = key("given-up")
+    handle = system.session(k)
+    handle.add_turn(turn("first"))
+
+    async def main() -> None:
+        with frozen(nats_server):
+            begun = log.begun
+            held = asyncio.ensure_future(handle.aio.add_turn(turn("held")))
+            await asyncio.sleep(0)  # a yield (no wait): the task begins its write here, on this loop
+            assert log.begun == begun + 1  # its append is out: the session is busy until the server answers
+            with pytest.raises(OperationTimeout, match="did not finish within"):
+                await handle.aio.add_turn(turn("given up"), timeout=0)
+        assert await held == 2
+
+    asyncio.run(main())
+    assert asyncio.run(handle.aio.add_turn(turn("after"))) == 3
+    assert users(system.cell(k).state) == stored(log, k) == ["first", "held", "after"]
 
 
 # The connection on the planner's own loop ---------------------------------------------------------
@@ -389,22 +412,17 @@ def test_loops_that_made_async_writes_are_not_kept_alive(system: MemorySystem) -
 
 
 class RefusingLog(CountingLog):
-    """Fails the next append begun on its loop, as a publish cut short by a dropped connection would."""
+    """Fails the next append begun on an event loop, as a connection dropped just then would."""
 
     fail_next = False
 
-    async def begin_append(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        done: Callable[[int | Exception], None],
+    def start_append(
+        self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int, settle: Settle[int]
     ) -> None:
-        if type(self).fail_next:
+        if type(self).fail_next and on_an_event_loop() and not self.on_loop_thread():
             type(self).fail_next = False
             raise LogUnavailable("the publish was cut short")
-        await super().begin_append(key, events, expected_seq=expected_seq, done=done)
+        super().start_append(key, events, expected_seq=expected_seq, settle=settle)
 
 
 def test_an_append_that_fails_to_begin_on_the_loop_is_reported_and_the_session_rereads_the_log(

@@ -1,18 +1,19 @@
-"""The hot write path: posted batches on the loop, the JetStream fast path, answers given on the ack."""
+"""The hot write path: posted batches on the loop, the JetStream fast path, writes settled by the log."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 from nats_fixtures import frozen
-from runtime_helpers import WAIT, Harness, key, live_state, turn, users
+from runtime_helpers import WAIT, Harness, key, live_state, replay_log, turn, users, wait_until
 
-from convmem.actors import MemorySystem, NotifyingEventLog, SessionHandle
+from convmem.actors import LoopEventLog, MemorySystem, Settle
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
 from convmem.adapters._loop import EventLoopThread, wait
 from convmem.errors import ConcurrencyConflict, LogUnavailable, SessionClosed
@@ -133,7 +134,7 @@ def test_waiting_on_work_that_never_settles_times_out_clearly(loop_thread: Event
         wait(future, timeout=0.05, what="a posted job")
 
 
-# JetStreamEventLog.append_notifying -------------------------------------------------------------
+# JetStreamEventLog.start_append ------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -143,25 +144,54 @@ def log(nats_server: EmbeddedNatsServer) -> Iterator[JetStreamEventLog]:
     handle.close()
 
 
-def test_the_jetstream_log_tells_of_each_ack_before_append_returns(log: JetStreamEventLog) -> None:
-    """on_stored runs once per append, with the last seq, before the waiting caller wakes."""
-    assert isinstance(log, NotifyingEventLog)
-    told: list[tuple[int, int]] = []
-    returns = 0
+class Told:
+    """A `Settle` that records its outcome and the thread that settled it."""
 
-    def on_stored(last: int) -> None:
-        told.append((last, returns))
+    def __init__(self) -> None:
+        self.outcome: int | BaseException | None = None
+        self.thread = ""
+        self.settled = threading.Event()
 
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
+
+    def done(self) -> bool:
+        return self.settled.is_set()
+
+    def cancel(self) -> bool:
+        self.set_exception(SessionClosed("cancelled"))
+        return True
+
+    def set_result(self, result: int, /) -> None:
+        self._settle(result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._settle(exception)
+
+    def _settle(self, outcome: int | BaseException) -> None:
+        assert not self.settled.is_set(), "settled twice"
+        self.outcome, self.thread = outcome, threading.current_thread().name
+        self.settled.set()
+
+    def wait(self) -> int | BaseException | None:
+        assert self.settled.wait(WAIT), "never settled"
+        return self.outcome
+
+
+def test_a_started_append_returns_at_once_and_is_settled_on_the_loop_with_the_last_seq(
+    log: JetStreamEventLog,
+) -> None:
+    """start_append only starts it; the ack settles it on the connection's loop thread."""
+    assert isinstance(log, LoopEventLog)
     for seq in range(1, 6):  # the first append reads the session's last message; the rest use the cache
-        events = [cleared(seq, f"n-{seq}")]
-        stored = log.append_notifying(KEY, events, expected_seq=seq - 1, on_stored=on_stored)
-        assert stored == seq
-        returns += 1
-    assert told == [(seq, seq - 1) for seq in range(1, 6)]  # each told before its own append returned
+        told = Told()
+        log.start_append(KEY, [cleared(seq, f"n-{seq}")], expected_seq=seq - 1, settle=told)
+        assert told.wait() == seq
+        assert told.thread.endswith("nats-loop")
     assert [e.seq for e in log.read(KEY)] == [1, 2, 3, 4, 5]
 
 
-def test_a_refused_fast_append_is_a_conflict_and_tells_nothing(
+def test_a_refused_fast_append_is_a_conflict_and_nothing_is_stored_twice(
     log: JetStreamEventLog, nats_server: EmbeddedNatsServer
 ) -> None:
     """A writer whose cached last message went stale is refused by the server, never stored twice."""
@@ -171,13 +201,14 @@ def test_a_refused_fast_append_is_a_conflict_and_tells_nothing(
         other.append(KEY, [cleared(2, "b-2")], expected_seq=1)
     finally:
         other.close()
-    told: list[int] = []
-    with pytest.raises(ConcurrencyConflict) as caught:
-        log.append_notifying(KEY, [cleared(2, "a-2")], expected_seq=1, on_stored=told.append)
-    assert caught.value.actual_seq == 2
-    assert told == []
-    assert log.append_notifying(KEY, [cleared(3, "a-3")], expected_seq=2, on_stored=told.append) == 3
-    assert told == [3]
+    refused = Told()
+    log.start_append(KEY, [cleared(2, "a-2")], expected_seq=1, settle=refused)
+    conflict = refused.wait()
+    assert isinstance(conflict, ConcurrencyConflict)
+    assert conflict.actual_seq == 2
+    stored = Told()
+    log.start_append(KEY, [cleared(3, "a-3")], expected_seq=2, settle=stored)
+    assert stored.wait() == 3
     assert [e.event_id for e in log.read(KEY)] == ["a-1", "b-2", "a-3"]
 
 
@@ -206,6 +237,17 @@ def test_an_unanswered_fast_append_fails_and_its_retry_is_stored_once(
         log.close()
 
 
+def drop_acks(log: JetStreamEventLog) -> None:
+    """Unsubscribe the log's ack subscription: the server stores appends, their acks get lost."""
+    subscription = log._writer._ack_subscription
+    assert subscription is not None
+
+    async def lose_acks() -> None:
+        await subscription.unsubscribe()
+
+    log._conn.call(lose_acks, what="dropping the ack subscription", timeout=WAIT)
+
+
 def test_a_lost_ack_expires_and_the_next_append_finds_the_event_stored(
     nats_server: EmbeddedNatsServer,
 ) -> None:
@@ -215,13 +257,7 @@ def test_a_lost_ack_expires_and_the_next_append_finds_the_event_stored(
     try:
         log.append(k, [cleared(1, "l-1")], expected_seq=0)
         log.append(k, [cleared(2, "l-2")], expected_seq=1)  # the fast path: its ack subscription exists
-        subscription = log._writer._ack_subscription
-        assert subscription is not None
-
-        async def lose_acks() -> None:
-            await subscription.unsubscribe()
-
-        log._conn.call(lose_acks, what="dropping the ack subscription", timeout=WAIT)
+        drop_acks(log)
         with pytest.raises(LogUnavailable):
             log.append(k, [cleared(3, "l-3")], expected_seq=2)
         # Its publish stays in flight until it expires; then the full append finds l-3 stored, as ours.
@@ -231,109 +267,188 @@ def test_a_lost_ack_expires_and_the_next_append_finds_the_event_stored(
         log.close()
 
 
-def test_a_failing_hook_does_not_cost_the_append_its_answer(log: JetStreamEventLog) -> None:
-    def on_stored(last: int) -> None:
-        raise RuntimeError("hook broke")
+def test_an_append_in_flight_when_the_connection_closes_is_settled_as_closed(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """No append is left unsettled: a session's write waiting on it would hold the session for good."""
+    log = JetStreamEventLog.connect(nats_server.url, timeout=WAIT * 4)
+    k = MemoryKey("acme", "alice", "closing")
+    log.append(k, [cleared(1, "c-1")], expected_seq=0)
+    log.append(k, [cleared(2, "c-2")], expected_seq=1)  # the fast path from here on
+    drop_acks(log)
+    told = Told()
+    log.start_append(k, [cleared(3, "c-3")], expected_seq=2, settle=told)
+    log.close()  # long before the append's own expiry
+    assert isinstance(told.wait(), SessionClosed)
 
-    assert log.append_notifying(KEY, [cleared(1, "h-1")], expected_seq=0, on_stored=on_stored) == 1
-    assert [e.seq for e in log.read(KEY)] == [1]
+
+# The session's write, settled by the log -----------------------------------------------------------
 
 
-# The session actor answers from the ack ---------------------------------------------------------
-
-
-class HoldingLog(InMemoryEventLog):
-    """A `NotifyingEventLog` that, once armed, tells of the ack and then keeps the actor waiting."""
+class SettledByTest(InMemoryEventLog):
+    """A `LoopEventLog` that stores each started append at once and keeps its settle for the test."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.armed = False
-        self.fail_after_telling = False
-        self.gate = threading.Event()
-        self.held = threading.Event()
+        self.started: queue.Queue[tuple[Settle[int], int | Exception]] = queue.Queue()
         self.last_override: int | None = None
 
-    def append_notifying(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        on_stored: Callable[[int], None],
-    ) -> int:
-        last = self.append(key, events, expected_seq=expected_seq)
-        if not self.armed:
-            on_stored(last)
-            return last
-        self.armed = False
-        on_stored(last if self.last_override is None else self.last_override)
-        self.held.set()
-        assert self.gate.wait(WAIT), "the test never opened the gate"
-        if self.fail_after_telling:
-            raise LogUnavailable("the wait gave up just as the ack came in")
-        return last
+    def start_append(
+        self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int, settle: Settle[int]
+    ) -> None:
+        outcome: int | Exception
+        try:
+            outcome = self.append(key, events, expected_seq=expected_seq)
+        except Exception as exc:
+            outcome = exc
+        self.started.put((settle, outcome))
+
+    def on_loop_thread(self) -> bool:
+        return False
+
+    def settle_next(self, *, error: Exception | None = None, last: int | None = None) -> None:
+        """Settle the oldest started append: with its outcome, or with `error`, or with `last`."""
+        settle, outcome = self.started.get(timeout=WAIT)
+        outcome = error or (last if last is not None else outcome)
+        if isinstance(outcome, Exception):
+            settle.set_exception(outcome)
+        else:
+            settle.set_result(outcome)
+
+    def settle_all(self) -> None:
+        while not self.started.empty():
+            self.settle_next()
+
+
+def in_thread(call: Callable[[], int]) -> concurrent.futures.Future[int]:
+    """Run `call` on a thread of its own; its answer (or error) in a future."""
+    answer: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            answer.set_result(call())
+        except BaseException as exc:
+            answer.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return answer
+
+
+def wait_started(log: SettledByTest, n: int) -> None:
+    wait_until(lambda: log.started.qsize() >= n, message=f"{n} appends started")
 
 
 APART = WAIT / 2
-"""A blocking call's timeout below the system's: the write runs on the actor's thread, not the caller's."""
+"""A blocking call's timeout below the system's: the write runs on an actor thread, not the caller's."""
 
 
-def test_a_write_is_answered_and_readable_while_the_actor_still_waits(harness: Harness) -> None:
-    """The caller's answer and its read of the new state do not wait for the actor to wake."""
-    log = HoldingLog()
+def test_a_write_awaiting_its_append_holds_its_session_not_a_thread(harness: Harness) -> None:
+    """One actor thread, two sessions: the second's write begins while the first's append is unsettled."""
+    log = SettledByTest()
+    system = harness.system(TRUNCATION, log=log, actor_threads=1)
+    first, second = system.session(key("first")), system.session(key("second"))
+    for handle in (first, second):  # open both (settled as they start)
+        opening = in_thread(lambda h=handle: h.add_turn(turn("open"), timeout=APART))  # type: ignore[misc]
+        wait_started(log, 1)
+        log.settle_next()
+        wait_started(log, 1)
+        log.settle_next()
+        assert opening.result(WAIT) == 1
+    held = in_thread(lambda: first.add_turn(turn("held"), timeout=APART))
+    wait_started(log, 1)
+    other = in_thread(lambda: second.add_turn(turn("other"), timeout=APART))
+    wait_started(log, 2)  # the only actor thread started it: the first write holds none
+    assert not held.done()
+    log.settle_next()
+    log.settle_next()
+    assert held.result(WAIT) == 2
+    assert other.result(WAIT) == 2
+
+
+def test_the_thread_that_settles_a_write_publishes_its_state_and_answers_its_caller(harness: Harness) -> None:
+    """The log's thread only settles: the write itself (evolve, publish, answer) goes on from there."""
+    log = SettledByTest()
     system = harness.system(TRUNCATION, log=log)
     handle = system.session(key())
-    handle.add_turn(turn("first"))
-    log.armed = True
-    try:
-        assert handle.add_turn(turn("second"), timeout=APART) == 2
-        assert log.held.is_set()
-        assert not log.gate.is_set()
-        assert users(live_state(system, key())) == ["first", "second"]
-        assert "second" in str(handle.get_llm_context())
-    finally:
-        log.gate.set()
-    assert handle.add_turn(turn("third")) == 3
-    assert users(live_state(system, key())) == ["first", "second", "third"]
+    answer = in_thread(lambda: handle.add_turn(turn("first")))
+    wait_started(log, 1)
+    log.settle_next()  # the opening
+    wait_started(log, 1)
+    assert users(live_state(system, key())) == []
+    log.settle_next()  # returns once the write has published its state, here, on this thread
+    assert users(live_state(system, key())) == ["first"]
+    assert answer.result(WAIT) == 1
 
 
-def held_second_turn(
-    harness: Harness, log: HoldingLog
-) -> tuple[MemorySystem, SessionHandle, concurrent.futures.Future[int], threading.Thread]:
-    """A session with one turn; its second add_turn (on a thread) held inside the armed `log`."""
+@pytest.mark.parametrize("timeout", [None, APART], ids=["begun on the callers thread", "on an actor thread"])
+def test_a_sessions_next_message_waits_until_its_write_is_settled(
+    harness: Harness, timeout: float | None
+) -> None:
+    """A write holds its session from decision to answer: the next write decides on the new state."""
+    log = SettledByTest()
     system = harness.system(TRUNCATION, log=log)
     handle = system.session(key())
-    handle.add_turn(turn("first"))
-    log.armed = True
-    reply: concurrent.futures.Future[int] = concurrent.futures.Future()
-    worker = threading.Thread(target=lambda: reply.set_result(handle.add_turn(turn("second"), timeout=APART)))
-    worker.start()
-    assert log.held.wait(WAIT)
-    return system, handle, reply, worker
+    opened = in_thread(lambda: handle.add_turn(turn("first")))
+    wait_started(log, 1)
+    log.settle_next()
+    wait_started(log, 1)
+    log.settle_next()
+    assert opened.result(WAIT) == 1
+    one = in_thread(lambda: handle.add_turn(turn("one"), timeout=timeout))
+    wait_started(log, 1)
+    two = in_thread(lambda: handle.add_turn(turn("two")))
+    assert not two.done()
+    assert log.started.qsize() == 1  # the second is queued behind the first, not begun beside it
+    log.settle_next()
+    assert one.result(WAIT) == 2
+    wait_started(log, 1)
+    log.settle_next()
+    assert two.result(WAIT) == 3
+    assert live_state(system, key()) == replay_log(log, key())
 
 
-def test_an_ack_that_lands_as_the_wait_fails_counts_as_stored(harness: Harness) -> None:
-    """Told of the ack, then the wait raises: the caller already has its answer, the state keeps it."""
-    log = HoldingLog()
-    log.fail_after_telling = True
-    system, handle, reply, worker = held_second_turn(harness, log)
-    assert reply.result(WAIT) == 2
-    log.gate.set()
-    worker.join(WAIT)
-    assert handle.add_turn(turn("third")) == 3
-    assert users(live_state(system, key())) == ["first", "second", "third"]
+def test_a_write_settled_with_an_error_fails_and_the_next_write_rereads_the_log(harness: Harness) -> None:
+    """The log stored the turn but answered with an error: the caller hears it; nothing is lost."""
+    log = SettledByTest()
+    system = harness.system(TRUNCATION, log=log)
+    handle = system.session(key())
+    opened = in_thread(lambda: handle.add_turn(turn("first")))
+    wait_started(log, 1)
+    log.settle_next()
+    wait_started(log, 1)
+    log.settle_next()
+    assert opened.result(WAIT) == 1
+    failed = in_thread(lambda: handle.add_turn(turn("in doubt")))
+    wait_started(log, 1)
+    log.settle_next(error=LogUnavailable("the answer was lost"))
+    with pytest.raises(LogUnavailable, match="lost"):
+        failed.result(WAIT)
+    after = in_thread(lambda: handle.add_turn(turn("after")))
+    wait_started(log, 1)
+    log.settle_next()
+    assert after.result(WAIT) == 3
+    assert users(live_state(system, key())) == ["first", "in doubt", "after"]
+    assert live_state(system, key()) == replay_log(log, key())
 
 
-def test_an_ack_for_other_events_is_not_answered_early(harness: Harness) -> None:
-    """When the log reports another last seq (a retry it already held), the actor decides, not the hook."""
-    log = HoldingLog()
-    log.last_override = 99
-    system, _, reply, worker = held_second_turn(harness, log)
-    assert not reply.done()
-    log.gate.set()
-    assert reply.result(WAIT) == 2
-    worker.join(WAIT)
-    assert users(live_state(system, key())) == ["first", "second"]
+def test_a_write_settled_with_another_last_seq_takes_the_logs_state_and_stores_nothing(
+    harness: Harness,
+) -> None:
+    """The log says the session ends elsewhere (it held these ids): the log is the truth."""
+    log = SettledByTest()
+    system = harness.system(TRUNCATION, log=log)
+    handle = system.session(key())
+    opened = in_thread(lambda: handle.add_turn(turn("first")))
+    wait_started(log, 1)
+    log.settle_next()
+    wait_started(log, 1)
+    log.settle_next()
+    assert opened.result(WAIT) == 1
+    odd = in_thread(lambda: handle.add_turn(turn("second")))
+    wait_started(log, 1)
+    log.settle_next(last=99)
+    assert odd.result(WAIT) == 0  # as for a retry the log already held
+    assert live_state(system, key()) == replay_log(log, key())
 
 
 def test_the_jetstream_runtime_answers_every_write_with_its_state_visible(

@@ -10,14 +10,24 @@ order, `on_start`/`on_stop`/`on_failure`) while its messages run on one of a
 a free thread runs a slice of its inbox, and a busy dispatcher takes new mail
 without waking anyone.
 
-A handler may block (the session actor waits for the log): it holds one
-dispatcher thread meanwhile, and the others go on with other actors. Handlers
-must not wait on another pooled actor that could be waiting for a thread.
+An actor is *held* while one of its messages is handled: nobody else runs it
+then, and mail waits in its inbox. Three kinds of holder:
 
-A thread that is about to wait for an idle actor's answer anyway can run the
-message itself (`_Inbox.claim`, then `PooledActor.run_claimed`): one message,
-in order, with the actor held for it as a dispatcher thread would hold it.
-That saves the two thread hand-offs of a round trip through the dispatcher.
+- a dispatcher thread, running a slice of its inbox;
+- a thread (or an event loop) that claimed the idle actor to run one message
+  itself (`claim`, then `PooledActor.run_claimed`), because it is about to
+  wait for the answer anyway: that saves the two thread hand-offs of a round
+  trip through the dispatcher;
+- work the message started and that goes on elsewhere (`PooledActor.hold`,
+  then `let_go` from wherever it ends): a session's write, from its decision
+  until the log settles its append, holds its actor without holding a thread.
+
+The actor is let go when its last holder is done: it goes back in line if
+mail came meanwhile, else it is idle. A handler may also block (a session
+reading the log): it holds one dispatcher thread meanwhile, and the others go
+on with other actors. Handlers must not wait on another pooled actor that
+could be waiting for a thread. `Dispatcher.submit` runs plain work on the
+same threads (a session's leftover mail, redelivered).
 
 The actor loop, the inbox and the failure handling override pykka 4.x
 internals (`_start_actor_loop`, `_create_actor_inbox`, `_handle_receive`,
@@ -31,6 +41,7 @@ import collections
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -54,13 +65,28 @@ def claim(ref: pykka.ActorRef[Any]) -> PooledActor | None:
     return inbox.claim() if isinstance(inbox, _Inbox) else None
 
 
+class _Work:
+    """Plain work queued on a dispatcher beside the actors (`Dispatcher.submit`)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self._fn = fn
+
+    def _run_slice(self) -> None:
+        try:
+            self._fn()
+        except Exception:
+            _log.exception("work submitted to the dispatcher failed")
+
+
 class Dispatcher:
     """A fixed set of daemon threads running the actors that have mail, in turn."""
 
     def __init__(self, threads: int, *, name: str = "convmem-actors") -> None:
         if threads < 1:
             raise ValueError(f"a dispatcher needs at least one thread, got {threads}")
-        self._ready: collections.deque[PooledActor] = collections.deque()
+        self._ready: collections.deque[PooledActor | _Work] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
         self._threads = [
@@ -73,6 +99,18 @@ class Dispatcher:
         with self._cond:
             self._ready.append(actor)
             self._cond.notify()
+
+    def submit(self, fn: Callable[[], object]) -> bool:
+        """Run `fn()` on one of the threads, in line with the actors; False once the dispatcher closed.
+
+        `fn` may block like a handler (it holds its thread meanwhile); what it raises is logged.
+        """
+        with self._cond:
+            if self._closed:
+                return False
+            self._ready.append(_Work(fn))
+            self._cond.notify()
+            return True
 
     def _work(self) -> None:
         while True:
@@ -95,15 +133,21 @@ class Dispatcher:
 
 
 class _Inbox:
-    """A pykka inbox that queues its actor on the dispatcher when mail comes to an idle actor."""
+    """A pykka inbox that queues its actor on the dispatcher when mail comes to an idle actor.
 
-    __slots__ = ("_items", "_lock", "_scheduled", "actor")
+    `scheduled` is True while the actor is in line or held; `holders` counts
+    who holds it during and after a message (the thread running it, and any
+    work it left holding it: `PooledActor.hold`).
+    """
+
+    __slots__ = ("_items", "_lock", "_scheduled", "actor", "holders")
 
     def __init__(self) -> None:
         self._items: collections.deque[Any] = collections.deque()
         self._lock = threading.Lock()
         self._scheduled = True  # until the actor has started: its start schedules it
         self.actor: PooledActor | None = None
+        self.holders = 0
 
     def put(self, envelope: Any, /) -> None:
         with self._lock:
@@ -113,6 +157,11 @@ class _Inbox:
                 return  # already in line, or torn down (as a stopped thread's queue, nobody reads it)
             self._scheduled = True
         actor.dispatcher.schedule(actor)
+
+    def put_first(self, envelope: Any) -> None:
+        """Queue `envelope` ahead of the mail, by a holder of the actor: it is the actor's next message."""
+        with self._lock:
+            self._items.appendleft(envelope)
 
     def get(self) -> Any:
         """The next message (pykka's teardown asks only after `empty()` said there is one)."""
@@ -131,14 +180,6 @@ class _Inbox:
             self._scheduled = True
             return self.actor
 
-    def release(self) -> bool:
-        """After a claimed run: True, the actor idle, when no mail came; False (still in line) else."""
-        with self._lock:
-            if self._items:
-                return False
-            self._scheduled = False
-            return True
-
     def take(self) -> Any | None:
         """The next message, or None, and the actor counts as idle until the next `put`."""
         with self._lock:
@@ -147,6 +188,20 @@ class _Inbox:
             self._scheduled = False
             return None
 
+    def drop_holder(self) -> bool:
+        """One holder is done; True when it was the last (the caller must then let the actor go)."""
+        with self._lock:
+            self.holders -= 1
+            return self.holders == 0
+
+    def release(self) -> bool:
+        """After the last holder: True, the actor idle, when no mail came; False (still in line) else."""
+        with self._lock:
+            if self._items:
+                return False
+            self._scheduled = False
+            return True
+
 
 class PooledActor(pykka.Actor):
     """A pykka actor run by a `Dispatcher` (set `dispatcher` before `start` returns)."""
@@ -154,7 +209,9 @@ class PooledActor(pykka.Actor):
     dispatcher: Dispatcher
     actor_inbox: _Inbox
     on_caller_thread = False
-    """True while a message runs on the thread that sent it (`run_claimed`)."""
+    """True while a message runs on the thread (or loop) that sent it (`run_claimed`)."""
+    on_loop = False
+    """True while a message runs on an event loop that claimed the actor: it must not block."""
 
     @staticmethod
     def _create_actor_inbox() -> _Inbox:
@@ -180,22 +237,29 @@ class PooledActor(pykka.Actor):
             envelope = self.actor_inbox.take()
             if envelope is None:
                 return
+            self.actor_inbox.holders = 1
             self._handle_envelope(envelope)
+            if not self.actor_inbox.drop_holder():
+                return  # work the message started holds the actor: its `let_go` goes on from there
         if self.actor_stopped.is_set():
             self._tear_down()
             return
         self.dispatcher.schedule(self)  # more mail, perhaps: back in line behind the others
 
-    def run_claimed(self, message: Any) -> None:
-        """Handle `message` on the calling thread, once `actor_inbox.claim()` returned this actor.
+    def run_claimed(self, message: Any, *, on_loop: bool = False) -> None:
+        """Handle `message` on the calling thread, once `claim` returned this actor.
 
         The thread that claimed the actor is its thread for this one message:
         mail sent meanwhile waits in the inbox and goes to the dispatcher after
-        it, in order. An interrupt of the calling thread (a `BaseException`
-        raised mid-message) stops this actor, whose state may then be behind
-        what it did, and reaches the caller; the other actors go on.
+        it, in order. With `on_loop`, the caller is an event loop: the handler
+        must not block (`on_loop` tells it so). An interrupt of the calling
+        thread (a `BaseException` raised mid-message) stops this actor, whose
+        state may then be behind what it did, and reaches the caller; the
+        other actors go on.
         """
         self.on_caller_thread = True
+        self.on_loop = on_loop
+        self.actor_inbox.holders = 1
         try:
             self._handle_envelope(Envelope(message))
         except BaseException:
@@ -203,14 +267,34 @@ class PooledActor(pykka.Actor):
             raise
         finally:
             self.on_caller_thread = False
-            self.release()
+            self.on_loop = False
+            self._drop_holder()
 
-    def release(self) -> None:
-        """Let go of the actor after `actor_inbox.claim()`: mail that came meanwhile goes to the dispatcher.
+    def hold(self) -> None:
+        """Keep the actor held after the current message returns, until `let_go`.
 
-        A holder that handles its message in parts (across an event loop's
-        awaits) calls this once, when the last part is done.
+        For work that the message starts and that ends elsewhere (another
+        thread, an event loop): no other message of this actor runs before it
+        ends. Call from the message's handler, or from work holding the actor.
         """
+        with self.actor_inbox._lock:
+            self.actor_inbox.holders += 1
+
+    def let_go(self) -> None:
+        """End one `hold`: the actor goes on to its mail, or idles, once nothing holds it."""
+        self._drop_holder()
+
+    def requeue(self, message: Any) -> None:
+        """From work holding the actor: run `message` next, on a dispatcher thread, then `let_go`."""
+        self.actor_inbox.put_first(Envelope(message))
+        self._drop_holder()
+
+    def _drop_holder(self) -> None:
+        if self.actor_inbox.drop_holder():
+            self._release()
+
+    def _release(self) -> None:
+        """Let go of the held actor: mail that came meanwhile goes to the dispatcher."""
         if self.actor_stopped.is_set():
             self._tear_down()
         elif not self.actor_inbox.release():

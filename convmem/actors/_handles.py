@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from convmem.actors._session import Flush, Refresh, StateCell, Write
+from convmem.actors._session import Flush, Refresh, StateCell
+from convmem.actors._write import Write
 from convmem.errors import ConvmemError, InvalidInput, OperationTimeout, SessionClosed
 from convmem.events import (
     AnyEvent,
@@ -309,7 +310,7 @@ _PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
 
 
 class _LoopReply:
-    """A write's `Reply` for an asyncio caller: settled on any thread, answered on the caller's loop.
+    """A write's answer (`Settle`) for an asyncio caller: settled on any thread, answered on its loop.
 
     What the session actor needs of a `concurrent.futures.Future`, without its
     condition variable and per-answer wake-up: the answer goes to `future` on
@@ -392,11 +393,9 @@ class AsyncSessionHandle(_Reads):
         system, key = self._system, self.key
         reply = _LoopReply(asyncio.get_running_loop())
         message = Write(command, reply, command_id)
-        log = system.loop_log
-        if log is not None and system.is_live(key):
-            # On the log's own loop the write needs no thread: decided, appended and answered there.
-            log.post(lambda: system.write_on_loop(key, message, log), reply)
-        else:
+        # With a log that appends on its own loop, a live session's write needs no thread: it is
+        # decided and begun right here (the log settles it). Otherwise the session's thread runs it.
+        if system.loop_log is None or not system.claim_live(key, message):
             await self._deliver(message)
         wait = timeout if timeout is not None else system.timeout
         expiry = asyncio.get_running_loop().call_later(wait, reply.expire, wait)

@@ -4,16 +4,17 @@ Every port is synchronous and thread-safe: session actors are threads and
 call them directly; an adapter built on asyncio (the JetStream log) runs its
 own loop thread and waits on it with a timeout. Each port has an in-memory
 implementation in `convmem.adapters` and one contract suite in the tests that
-every implementation passes. The optional capabilities (`NotifyingEventLog`,
-`LoopEventLog`) are what a log built on an event loop adds for speed.
-`Summarizer`, convmem's one summarizer protocol, is defined beside the
-requests it answers (`convmem.projections.SummaryRequest`) and is a port here.
+every implementation passes. The optional capability `LoopEventLog` is what a
+log built on an event loop adds for speed; `Settle` is the one shape in which
+work handed to another thread or loop is answered. `Summarizer`, convmem's one
+summarizer protocol, is defined beside the requests it answers
+(`convmem.projections.SummaryRequest`) and is a port here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -24,12 +25,15 @@ __all__ = [
     "Clock",
     "EventLog",
     "LoggedEvent",
-    "NotifyingEventLog",
+    "LoopEventLog",
+    "Settle",
     "Snapshot",
     "SnapshotStore",
     "Summarizer",
     "Timer",
 ]
+
+T_contra = TypeVar("T_contra", contravariant=True)
 
 
 class LoggedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,30 +114,18 @@ class EventLog(Protocol):
         ...
 
 
-@runtime_checkable
-class NotifyingEventLog(Protocol):
-    """An `EventLog` that can tell its acknowledgement before its waiting caller wakes.
+class Settle(Protocol[T_contra]):
+    """Something settled once, with a result or an error: how work handed elsewhere tells its outcome.
 
-    Optional: the runtime uses it when a log has it. `append_notifying` is
-    `append`, plus `on_stored(last_seq)` called once the log acknowledged the
-    events, from whichever thread learns of it first (a loop thread), before
-    `append` returns. A session actor answers its caller from there, which
-    saves waking the actor first. `on_stored` must be quick and must not block.
+    The one shape for every hand-off of the runtime: a
+    `concurrent.futures.Future` is one; so is a session's `Write` (its log
+    settles it with the append's outcome), an asyncio caller's answer
+    (settled on any thread, read on the caller's loop), and what an event
+    loop thread settles for work posted to it. Queued work asks
+    `set_running_or_notify_cancel()` before it starts (False: it was
+    cancelled, skip it); `cancel()` settles work that will never start.
+    Settling twice is the settler's error; `done()` tells whether it was.
     """
-
-    def append_notifying(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        on_stored: Callable[[int], None],
-    ) -> int: ...
-
-
-@runtime_checkable
-class Posted(Protocol):
-    """What `LoopEventLog.post` settles: a `concurrent.futures.Future` or a stand-in with these methods."""
 
     def set_running_or_notify_cancel(self) -> bool: ...
 
@@ -141,43 +133,44 @@ class Posted(Protocol):
 
     def cancel(self) -> bool: ...
 
-    def set_exception(self, exception: BaseException | None, /) -> None: ...
+    def set_result(self, result: T_contra, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
 
 
 @runtime_checkable
 class LoopEventLog(Protocol):
-    """An `EventLog` whose appends can run on its own event loop without a thread waiting.
+    """An `EventLog` whose appends run on an event loop of its own, begun without waiting.
 
-    Optional: when the log has it, an async caller's write runs on that loop
-    from decision to acknowledgement (`AsyncSessionHandle`), with no thread
-    hand-off between the caller, the session and the log.
+    Optional: when the log has it, a session begins its append, lets go of the
+    thread that decided it, and is settled from the loop (see
+    `convmem.actors._write`): no thread waits for the network, and an asyncio
+    caller's write needs no thread at all.
 
+    - `start_append(key, events, *, expected_seq, settle)` checks and encodes
+      the events on the calling thread (raising, before anything is sent,
+      what `append` raises for bad input or a closed log), starts the append
+      on the loop, from any thread (the loop's own included), and returns.
+      `settle` is settled exactly once: with the session's last seq, or with
+      the error `append` would raise (`LogUnavailable` when no
+      acknowledgement came within the log's timeout, `SessionClosed` when the
+      log closed first). It must be quick: it may run on the loop.
     - `on_loop_thread()` tells whether the caller is the loop's thread:
       blocking calls made there are refused, as they would deadlock.
-    - `post(start, future)` runs `start()` on the loop soon, in a batch with
-      other posted work. `future` is set running first (a cancelled one skips
-      `start`); an exception from `start`, or the loop closing, settles it.
-    - `begin_append` runs on the loop only. It starts `append` and returns at
-      once; later `done` is called on the loop with the session's last seq, or
-      with the exception `append` would have raised. If `begin_append` itself
-      raises, `done` is never called, and the events may or may not have been
-      stored (as when `append` raises `LogUnavailable`).
     """
 
-    def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None: ...
-
-    def on_loop_thread(self) -> bool:
-        """Whether the caller is the loop's own thread (where a blocking call would deadlock)."""
-        ...
-
-    async def begin_append(
+    def start_append(
         self,
         key: MemoryKey,
         events: Sequence[Event],
         *,
         expected_seq: int,
-        done: Callable[[int | Exception], None],
+        settle: Settle[int],
     ) -> None: ...
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller is the loop's own thread (where a blocking call would deadlock)."""
+        ...
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,9 +34,10 @@ from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._load import LoadReport, load_state
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
-from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer, Timer
+from convmem.actors._ports import Clock, EventLog, LoopEventLog, Settle, SnapshotStore, Summarizer, Timer
 from convmem.actors._services import Callback, SessionServices
-from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
+from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake
+from convmem.actors._write import Write
 from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import (
     AnyEvent,
@@ -118,7 +119,8 @@ class MemorySystem:
         self._check_config(self.config, summarizer)
         self.log = log
         self.loop_log: LoopEventLog | None = log if isinstance(log, LoopEventLog) else None
-        """The log, when async writes can run on its loop (`LoopEventLog`)."""
+        """The log, when its appends run on a loop of its own (`LoopEventLog`)."""
+        self.start_append = _appender(log)
         self.snapshots = snapshots
         self._own_clock = clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -452,6 +454,19 @@ class MemorySystem:
         """Deliver `message` to the session, activating it when needed."""
         self._deliver(key, message, here=False)
 
+    def claim_live(self, key: MemoryKey, message: Write) -> bool:
+        """From an event loop: run `message` right here if the session is live and idle, else queue it
+        for a live one; False (nothing done) when the session is not live (activating it reads the log).
+        """
+        with self._lock:
+            entry = None if self._closed else self._live.get(key)
+            if entry is None:
+                return False
+            actor = self._hand(entry, message, here=True)
+        if actor is not None:
+            actor.run_claimed(message, on_loop=True)
+        return True
+
     def call(self, key: MemoryKey, message: Message) -> None:
         """`tell`, but when the session is idle the calling thread handles `message` itself.
 
@@ -486,25 +501,6 @@ class MemorySystem:
             entry.ref.tell(message)
         return actor
 
-    async def write_on_loop(self, key: MemoryKey, message: Write, log: LoopEventLog) -> None:
-        """On `log`'s loop (posted by an async handle): the write runs right there when the session is idle.
-
-        A busy session gets it as a message; a session that is not live is
-        activated from another thread (activation reads the log, and the log
-        answers on this loop).
-        """
-        with self._lock:
-            entry = None if self._closed else self._live.get(key)
-            if entry is not None:
-                actor = self._hand(entry, message, here=True)
-                if actor is None:
-                    return  # busy: queued for the actor's thread
-        if entry is None:
-            threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
-            return
-        assert isinstance(actor, SessionActor)
-        await actor.write_on_loop(message, log)
-
     def tell_if_live(self, key: MemoryKey, message: Message) -> bool:
         """Deliver `message` only to a live session (timers and summaries of passivated ones lapse)."""
         with self._lock:
@@ -519,8 +515,8 @@ class MemorySystem:
         if self._closed:
             _fail(message, SessionClosed("the memory system closed before the message was handled"))
             return
-        if isinstance(message, Write | Flush):
-            threading.Thread(target=self.tell, args=(key, message), daemon=True).start()
+        if isinstance(message, Write | Flush) and not self.dispatcher.submit(lambda: self.tell(key, message)):
+            _fail(message, SessionClosed("the memory system closed before the message was handled"))
 
     def _entry(self, key: MemoryKey) -> _Live:
         while True:
@@ -626,6 +622,27 @@ class MemorySystem:
             return
         with contextlib.suppress(RuntimeError):  # the pool shuts down with the system
             self._callback_pool.submit(callback.run, key, *args)
+
+
+def _appender(log: EventLog) -> Callable[[MemoryKey, list[AnyEvent], int, Settle[int]], None]:
+    """How a write begins its append on `log`: on the log's loop, or (a plain log) here, settled at once."""
+    if isinstance(log, LoopEventLog):
+        loop_log = log
+
+        def start(key: MemoryKey, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
+            loop_log.start_append(key, events, expected_seq=expected_seq, settle=settle)
+
+        return start
+
+    def append(key: MemoryKey, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
+        try:
+            last = log.append(key, events, expected_seq=expected_seq)
+        except Exception as exc:
+            settle.set_exception(exc)
+        else:
+            settle.set_result(last)
+
+    return append
 
 
 def _fail(message: Message, error: Exception) -> None:

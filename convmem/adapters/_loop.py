@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from convmem.actors import Posted
+from convmem.actors import Settle
 from convmem.errors import LogUnavailable, SessionClosed
 
 __all__ = ["EventLoopThread"]
@@ -41,7 +41,7 @@ class EventLoopThread:
     def __init__(self, name: str, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._lock = threading.Lock()
         self._stopped = False
-        self._posted: list[tuple[Start, Posted]] = []
+        self._posted: list[tuple[Start, Settle[Any]]] = []
         self._draining = False
         self._own = loop is None
         if loop is None:
@@ -97,7 +97,7 @@ class EventLoopThread:
                 raise SessionClosed("the NATS connection of this log is closed")
             return asyncio.run_coroutine_threadsafe(fn(), self._loop)
 
-    def post(self, start: Start, future: Posted) -> None:
+    def post(self, start: Start, future: Settle[Any]) -> None:
         """Run `start()` on the loop with whatever else was posted meanwhile, in one task.
 
         `start` must not wait on the network (it would hold up the rest of its
@@ -149,7 +149,7 @@ class EventLoopThread:
             self._thread.join(timeout)
 
 
-async def _start_all(batch: list[tuple[Start, Posted]]) -> None:
+async def _start_all(batch: list[tuple[Start, Settle[Any]]]) -> None:
     for index, (start, future) in enumerate(batch):
         if not future.set_running_or_notify_cancel():
             continue  # its caller stopped waiting before the loop got to it

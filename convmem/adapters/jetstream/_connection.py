@@ -22,7 +22,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from convmem.actors import Posted
+from convmem.actors import Settle
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
 from convmem.adapters.jetstream._client import NatsClient, parse_headers
@@ -113,6 +113,7 @@ class NatsConnection:
         self._lock = threading.Lock()
         self._leases = 1  # the creator's
         self._closed = False
+        self._closing: list[Callable[[], None]] = []
 
     @classmethod
     def connect(cls, url: str, **options: Unpack[ConnectionOptions]) -> NatsConnection:
@@ -170,6 +171,10 @@ class NatsConnection:
     def closed(self) -> bool:
         return self._closed
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call `hook()` on the loop once the connection is closed (drained): to settle what never will be."""
+        self._closing.append(hook)
+
     def lease(self) -> None:
         """Take a share of the connection; `release` gives it back."""
         with self._lock:
@@ -198,7 +203,7 @@ class NatsConnection:
             raise SessionClosed("the NATS connection is closed")
         return self._loop.submit(_guarded(fn, what))
 
-    def post(self, start: Start, future: Posted, *, what: str) -> None:
+    def post(self, start: Start, future: Settle[Any], *, what: str) -> None:
         """Start `start()` on the loop in a batch with other posted work (see `EventLoopThread.post`).
 
         nats-py errors raised while starting become `LogUnavailable`, as in `call` and `submit`.
@@ -219,6 +224,11 @@ class NatsConnection:
                 await asyncio.wait_for(self.nc.drain(), self.timeout)
             except Exception:  # a dead server: close without draining
                 await self.nc.close()
+            for hook in self._closing:
+                try:
+                    hook()
+                except Exception:
+                    _log.exception("a hook run as the NATS connection closed failed")
 
         try:
             self._loop.call(shut, timeout=self.timeout + 1.0, what="close")

@@ -21,20 +21,19 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from convmem.actors import ErasureNotice, LoggedEvent, Posted, Unwatch
+from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
 from convmem.adapters._loop import wait
-from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
+from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
 from convmem.adapters.jetstream._read import SubjectKeys, read_range, to_logged
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
-from convmem.adapters.jetstream._write import PendingAppend, SessionWriter, Settles
+from convmem.adapters.jetstream._write import PendingAppend, SessionWriter
 from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed, StoreNotFound
 from convmem.events import Event, MemoryKey, encode_event
 
@@ -152,71 +151,47 @@ class JetStreamEventLog:
 
     def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
         """See `EventLog.append`. Several events are stored as one atomic batch."""
-        return self._append(key, events, expected_seq, None)
-
-    def append_notifying(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        on_stored: Callable[[int], None],
-    ) -> int:
-        """See `NotifyingEventLog`: `on_stored` runs on the connection's loop thread."""
-        return self._append(key, events, expected_seq, on_stored)
-
-    def _append(
-        self,
-        key: MemoryKey,
-        events: Sequence[Event],
-        expected_seq: int,
-        on_stored: Callable[[int], None] | None,
-    ) -> int:
         if self._conn.on_loop_thread():
             raise RuntimeError(
                 f"a blocking append to {key} was made on the NATS connection's event loop thread, where "
                 "it would deadlock; use the AsyncSessionHandle there (or asyncio.to_thread)"
             )
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
-        pending = self._pending(key, events, expected_seq, on_stored, done)
+        pending = self._pending(key, events, expected_seq, done)
         if pending is None:
             return self.last_seq(key)
-        writer = self._writer
-        self._conn.post(lambda: writer.start_append(pending), done, what=pending.what)
+        self._start(pending)
         return wait(done, timeout=self._conn.timeout, what=pending.what)
 
-    def post(self, start: Callable[[], Coroutine[Any, Any, None]], future: Posted) -> None:
-        """See `LoopEventLog.post`."""
-        self._conn.post(start, future, what="a session's write")
-
-    def on_loop_thread(self) -> bool:
-        """See `LoopEventLog.on_loop_thread`."""
-        return self._conn.on_loop_thread()
-
-    async def begin_append(
+    def start_append(
         self,
         key: MemoryKey,
         events: Sequence[Event],
         *,
         expected_seq: int,
-        done: Callable[[int | Exception], None],
+        settle: Settle[int],
     ) -> None:
-        """See `LoopEventLog.begin_append` (on the connection's loop only)."""
-        pending = self._pending(key, events, expected_seq, None, _Told(done))
+        """See `LoopEventLog.start_append`: from any thread; `settle` is settled on the connection's loop."""
+        pending = self._pending(key, events, expected_seq, settle)
         if pending is None:
-            raise InvalidInput("events", "an append on the loop needs at least one event")
-        try:
-            await self._writer.start_append(pending)
-        except Exception as exc:
-            raise log_error(exc, pending.what) from None
+            raise InvalidInput("events", "an append needs at least one event")
+        self._start(pending)
+
+    def _start(self, pending: PendingAppend) -> None:
+        """Start `pending` on the loop, in a batch with other appends posted meanwhile."""
+        writer = self._writer
+        self._conn.post(lambda: writer.start_append(pending), pending.done, what=pending.what)
+
+    def on_loop_thread(self) -> bool:
+        """See `LoopEventLog.on_loop_thread`."""
+        return self._conn.on_loop_thread()
 
     def _pending(
         self,
         key: MemoryKey,
         events: Sequence[Event],
         expected_seq: int,
-        on_stored: Callable[[int], None] | None,
-        done: Settles,
+        done: Settle[int],
     ) -> PendingAppend | None:
         """The checked append, encoded; None when there is nothing to append."""
         subject, what = self._open_for_append(key)
@@ -235,7 +210,7 @@ class JetStreamEventLog:
                     "surrounding whitespace (it travels as the Nats-Msg-Id header)",
                 )
         payloads = tuple(encode_event(e) for e in events)
-        return PendingAppend(key, subject, events, payloads, expected_seq, done, what, on_stored)
+        return PendingAppend(key, subject, events, payloads, expected_seq, done, what)
 
     def _open_for_append(self, key: MemoryKey) -> tuple[str, str]:
         """The key's subject, checked for publishing, and how errors name an append to it (cached)."""
@@ -400,20 +375,3 @@ class JetStreamEventLog:
                 return
             self._closed = True
         self._conn.release()
-
-
-class _Told:
-    """An append's outcome handed to a function on the loop (`begin_append`), without a future."""
-
-    __slots__ = ("_done",)
-
-    def __init__(self, done: Callable[[int | Exception], None]) -> None:
-        self._done = done
-
-    def set_result(self, result: int, /) -> None:
-        self._done(result)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        if not isinstance(exception, Exception):  # the loop is going away
-            exception = SessionClosed(f"an append was cancelled ({exception!r})")
-        self._done(exception)

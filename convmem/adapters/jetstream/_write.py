@@ -31,14 +31,15 @@ import itertools
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple, Protocol
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple
 
 import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.subscription import Subscription
 
+from convmem.actors import Settle
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
@@ -56,8 +57,6 @@ _ERASE_WINDOW = 64  # message deletions in flight at once
 _NO_MESSAGE = 10057  # "message delete failed: no message found" (gone already)
 _log = logging.getLogger("convmem.jetstream")
 
-OnStored = Callable[[int], None]
-
 
 class _Last(NamedTuple):
     """What an append must know of a session: its last event seq and the subject's last message."""
@@ -70,14 +69,6 @@ class _Last(NamedTuple):
 _EMPTY = _Last(0, 0, None)
 
 
-class Settles(Protocol):
-    """Where an append's outcome goes: a `concurrent.futures.Future`, or a callback on the loop."""
-
-    def set_result(self, result: int, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
 class PendingAppend(NamedTuple):
     """One append handed to the loop: what to store, and whom to tell."""
 
@@ -87,20 +78,10 @@ class PendingAppend(NamedTuple):
     payloads: tuple[bytes, ...]
     expected: int
     """The session seq the events follow."""
-    done: Settles
+    done: Settle[int]
     """Settled with the session's last seq, or the log error."""
     what: str
     """How errors name the append ("append to <key>")."""
-    on_stored: OnStored | None = None
-    """Told the last seq on the loop once stored, before `done` is settled."""
-
-    def settle(self, last: int) -> None:
-        if self.on_stored is not None:
-            try:
-                self.on_stored(last)
-            except Exception:  # the caller's hook must not keep the append's own answer from it
-                _log.exception("an on_stored hook failed")
-        self.done.set_result(last)
 
 
 class _Refused(Exception):
@@ -135,12 +116,24 @@ class SessionWriter:
         self._ack_subscription: Subscription | None = None
         self._tokens = itertools.count()
         self._sweep: asyncio.TimerHandle | None = None
+        conn.on_close(self._abandon)
+
+    def _abandon(self) -> None:
+        """The connection closed: appends whose acknowledgement never came now never will (on the loop)."""
+        flights, self._acks = list(self._acks.values()), {}
+        self._fast.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for flight in flights:
+            if flight.waiter is not None and not flight.waiter.done():
+                flight.waiter.set_result(None)
+            flight.pending.done.set_exception(
+                SessionClosed(f"{flight.pending.what}: the NATS connection closed before its acknowledgement")
+            )
 
     async def start_append(self, pending: PendingAppend) -> None:
-        """Begin `pending` and return at once; its `done` gets the result or the (log) error.
-
-        Its `on_stored(last_seq)` runs on the loop once the events are stored, before `done` is settled.
-        """
+        """Begin `pending` and return at once; its `done` gets the result or the (log) error."""
         subject, events = pending.subject, pending.events
         last = self._last.get(subject)
         if (
@@ -232,7 +225,7 @@ class SessionWriter:
             return
         event = pending.events[-1]
         self._remember(subject, _Last(event.seq, int(reply["seq"]), event.event_id))
-        pending.settle(event.seq)
+        pending.done.set_result(event.seq)
 
     def _append_in_task(self, pending: PendingAppend) -> None:
         async def run() -> None:
@@ -248,7 +241,7 @@ class SessionWriter:
             except BaseException as exc:
                 pending.done.set_exception(log_error(exc, pending.what))
             else:
-                pending.settle(last)
+                pending.done.set_result(last)
 
         asyncio.get_running_loop().create_task(run())
 

@@ -1,0 +1,386 @@
+"""`Write`: one write of a session, carried from its decision to its answer, wherever it runs.
+
+A write is begun by whoever holds the session's actor at that moment: the
+caller's own thread (a blocking handle that claimed the idle actor), the
+caller's event loop (an asyncio handle that claimed it, when the log runs its
+appends on a loop), or a dispatcher thread (a busy session's queued write, a
+summary's outcome). From there it is one path:
+
+    decide(state, command) -> events
+    start the append after the state's version; the actor stays held  -> the log settles the write
+    settled with the events' last seq: evolve, publish the state, answer the caller, let go
+
+The log's only part is to settle the write (`Write` is the `Settle[int]` that
+`LoopEventLog.start_append` is given; a plain `EventLog.append` settles it
+before it returns). What follows is the write's own code, run where the
+settle lands (for the JetStream log, on its loop thread as the
+acknowledgement is read) with the actor still held, so it never runs beside
+another message of the session and no thread waits for the network.
+
+Anything that must read the log first goes to the actor's own thread as its
+next message (`PooledActor.requeue`), and resumes there: a session in doubt
+after a failed append rereads the log before deciding; a conflict (another
+writer came first) rereads it and decides again; an acknowledgement of other
+events (the log held these ids: a retry) rereads it and answers that nothing
+was stored; a retried command whose earlier append failed without an answer
+is checked against the log once stored. A session that has not started is
+opened by the same write: its `SessionStarted` is appended first, and the
+command is decided once that is settled.
+
+The state changes only by applying acknowledged events, so it always equals a
+replay of the log. A caller is answered only after the log acknowledged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from typing import Any, Protocol
+
+from convmem.actors._metrics import Metrics
+from convmem.actors._ports import Settle
+from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
+from convmem.events import AnyEvent, MemoryKey
+from convmem.projections import AddItems, AddTurn, AdoptTurns, Command, SessionState, StartSession, replay
+
+__all__ = ["MAX_CONFLICT_RETRIES", "Write", "WriteSession", "new_command_id"]
+
+_log = logging.getLogger("convmem.session")
+
+MAX_CONFLICT_RETRIES = 20
+
+_GROWS = (AddTurn, AddItems, AdoptTurns)
+"""Commands that store turns."""
+
+
+class _CommandIds:
+    """Log-wide unique command ids: 64 random bits drawn once per process, then a counter.
+
+    As unique as `uuid4().hex` for the log's deduplication (same 32 hex digits)
+    without reading the system's random source on every write. A forked child
+    draws its own random bits, or parent and child would repeat each other's ids.
+    """
+
+    def __init__(self) -> None:
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._numbers = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._numbers):016x}"
+
+
+new_command_id = _CommandIds()
+
+
+class WriteSession(Protocol):
+    """The session a write works on, as the write sees it (`SessionActor` is one)."""
+
+    key: MemoryKey
+    uncertain: bool
+    """An append failed without an answer: the log may hold more than the state shows."""
+    on_loop: bool
+    """The write runs on an event loop that claimed the actor: it must not read the log there."""
+
+    @property
+    def state(self) -> SessionState: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    def decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]: ...
+
+    def opening(self) -> StartSession:
+        """The command that starts this session (with its configuration)."""
+        ...
+
+    def start_append(self, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
+        """Begin the append; `settle` may be settled before this returns (a plain log)."""
+        ...
+
+    def reload(self) -> None:
+        """Replace the state by the log's (blocking)."""
+        ...
+
+    def load(self) -> SessionState:
+        """The log's state of the session, leaving the session's as it is (blocking)."""
+        ...
+
+    def already_stored(self, events: list[AnyEvent]) -> bool:
+        """Whether the log holds one of these events' ids (blocking)."""
+        ...
+
+    def in_doubt(self, command_id: str) -> bool: ...
+
+    def doubt(self, command_id: str) -> None: ...
+
+    def settle_doubt(self, command_id: str) -> None: ...
+
+    def adopt(self, state: SessionState) -> None:
+        """Take the log's state as it is (nothing to tell anyone)."""
+        ...
+
+    def publish(self, state: SessionState, events: list[AnyEvent], old: SessionState) -> None: ...
+
+    def written(self, *, grew: bool) -> None:
+        """A write ended (stored, refused or failed): schedule what follows it."""
+        ...
+
+    def hold(self) -> None: ...
+
+    def let_go(self) -> None: ...
+
+    def requeue(self, message: Any) -> None: ...
+
+
+class _Step:
+    """Where a write resumes on the actor's thread after a settle that needs the log read."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_DECIDE = _Step("decide")
+"""Decide (rereading the log first when the session is in doubt) and start the append."""
+_RETRY = _Step("retry")
+"""Another writer came first: reread the log, then decide again (or find our events stored)."""
+_RECHECK = _Step("recheck")
+"""The log acknowledged other events (it held these ids): reread it; nothing new was stored."""
+_VERIFY = _Step("verify")
+"""A retried command, stored: the log may hold the earlier attempt instead; take the log's state."""
+
+
+class Write:
+    """One write of one session: its command, its caller's answer, and where it stands.
+
+    `reply` is the caller's answer (settled with the stored events, or the
+    error); None for the session's own writes (a summary's outcome), whose
+    failures are logged. `command_id` is the caller's idempotency key.
+    """
+
+    __slots__ = (
+        "_appending",
+        "_attempts",
+        "_base",
+        "_events",
+        "_id",
+        "_opening",
+        "_session",
+        "_started",
+        "_step",
+        "command",
+        "command_id",
+        "reply",
+    )
+
+    def __init__(
+        self, command: Command, reply: Settle[list[AnyEvent]] | None = None, command_id: str | None = None
+    ) -> None:
+        self.command = command
+        self.reply = reply
+        self.command_id = command_id
+        self._id = ""
+        """The stem of the events' ids, once the write began (the caller's key scoped to the session)."""
+        self._step = _DECIDE
+        self._opening = False
+        self._attempts = 0
+        self._appending = False
+        self._session: WriteSession | None = None
+        self._base = SessionState()
+        self._events: list[AnyEvent] = []
+        self._started = 0.0
+
+    def __repr__(self) -> str:
+        return f"Write({type(self.command).__name__}, step={self._step!r})"
+
+    # Run by whoever holds the actor ------------------------------------------------------
+
+    def run(self, session: WriteSession) -> None:
+        """Take the write on from where it stands, on the thread or loop holding the session's actor."""
+        if not self._id:
+            if self.reply is not None and not self.reply.set_running_or_notify_cancel():
+                return  # its caller gave up before it started
+            given = self.command_id
+            self._id = f"{'.'.join(session.key.tokens())}/{given}" if given else new_command_id()
+        self._session = session
+        try:
+            self._go(session, can_read=not session.on_loop)
+        except Exception as exc:  # refused (nothing stored), or the log could not be read
+            if not isinstance(exc, ConvmemError):
+                _log.exception("session %s: unexpected failure", session.key)
+            self._end(session, exc)
+
+    def _go(self, session: WriteSession, *, can_read: bool) -> None:
+        step = self._step
+        if step is not _DECIDE or session.uncertain:
+            if not can_read:  # the log is read on the actor's thread, never on an event loop
+                session.hold()
+                session.requeue(self)
+                return
+            self._step = _DECIDE
+            if step is _VERIFY:
+                self._verify(session)
+                return
+            session.reload()
+            session.uncertain = False
+            if step is _RECHECK:
+                self._end(session, [])  # the log held these events already: a retry stores nothing
+                return
+            unmoved = session.state.version == self._base.version
+            if step is _RETRY and unmoved and session.already_stored(self._events):
+                # Nobody else wrote: the log kept some of these event ids from an earlier attempt of
+                # this command (a retry whose decision has changed since).
+                self._end(session, [])
+                return
+        self._decide(session)
+
+    def _decide(self, session: WriteSession) -> None:
+        state = session.state
+        command, command_id = self.command, self._id
+        if not state.started and not isinstance(command, StartSession):
+            # Open the session on its own: a lone event is one plain publish, where the two events
+            # of an opening decision would be an atomic batch (fsynced by the server). Deciding the
+            # whole command first keeps its refusals before anything is stored.
+            session.decide(state, command, command_id)
+            self._opening = True
+            command, command_id = session.opening(), command_id + ".start"
+        events = session.decide(state, command, command_id)
+        if not events:
+            self._end(session, [])
+            return
+        self._base, self._events = state, events
+        self._started = time.perf_counter()
+        self._appending = True
+        session.hold()
+        try:
+            session.start_append(events, state.version, self)
+        except Exception as exc:  # refused before it started (a closed log, bad input): not stored
+            if self._appending:
+                self.set_exception(exc)
+        except BaseException:  # the caller's interrupt (it stops the actor): nothing to settle
+            self._appending = False
+            session.let_go()
+            raise
+
+    def _verify(self, session: WriteSession) -> None:
+        """A retried command's events are stored: the log keeps whichever attempt came first."""
+        stored, state = session.load(), replay(self._events, state=self._base)
+        if stored != state:  # the earlier attempt: it is the truth, and this one stored nothing
+            session.adopt(stored)
+            self._end(session, [])
+            return
+        session.publish(state, self._events, self._base)
+        self._end(session, self._events)
+
+    # The log settles the append (from whichever thread learns of it) -----------------------
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """The append starts (a write is never cancelled once it is decided)."""
+        return True
+
+    def done(self) -> bool:
+        """Whether the append under way was settled."""
+        return not self._appending
+
+    def cancel(self) -> bool:
+        """The append will never start (the log closed first): the write fails."""
+        self.set_exception(SessionClosed("the event log closed before the write's append started"))
+        return True
+
+    def set_result(self, last: int, /) -> None:
+        """The log stored the events; the session's last seq is `last`."""
+        if not self._appending:
+            return
+        self._appending = False
+        session = self._session
+        assert session is not None
+        try:
+            events = self._events
+            attempt = self._attempt_id()
+            if last != events[-1].seq:
+                self._resume(session, _RECHECK)  # the log already held these event ids (a retry)
+                return
+            session.metrics.observe_append(time.perf_counter() - self._started)
+            if session.in_doubt(attempt):
+                session.settle_doubt(attempt)
+                self._resume(session, _VERIFY)
+                return
+            session.publish(replay(events, state=self._base), events, self._base)
+            if self._opening:
+                self._opening = False
+                self._go(session, can_read=False)  # now decide the command itself, right here
+                session.let_go()
+                return
+        except Exception as exc:  # the last line of defence, as a handler's
+            _log.exception("session %s: finishing a write failed", session.key)
+            self._end(session, exc, held=True)
+            return
+        self._end(session, events, held=True)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The append failed: a conflict is tried again; anything else is the caller's error."""
+        if not self._appending:
+            return
+        self._appending = False
+        session = self._session
+        assert session is not None
+        error = (
+            exception
+            if isinstance(exception, Exception)
+            else SessionClosed(f"append cut short ({exception!r})")
+        )
+        if isinstance(error, ConcurrencyConflict):
+            session.metrics.count("conflicts")
+            self._attempts += 1
+            if self._attempts < MAX_CONFLICT_RETRIES:
+                self._resume(session, _RETRY)
+                return
+            error = ConcurrencyConflict(
+                key=session.key.composite(), expected_seq=self._base.version, actual_seq=-1
+            )
+        else:
+            session.uncertain = True  # it may have been stored anyway
+            session.doubt(self._attempt_id())
+        self._end(session, error, held=True)
+
+    # Ends -------------------------------------------------------------------------------
+
+    def _attempt_id(self) -> str:
+        return self._id + ".start" if self._opening else self._id
+
+    def _resume(self, session: WriteSession, step: _Step) -> None:
+        """Go on at `step` on the actor's thread, as its next message (it reads the log)."""
+        self._step = step
+        session.requeue(self)
+
+    def _end(self, session: WriteSession, outcome: list[AnyEvent] | Exception, *, held: bool = False) -> None:
+        """Let the session schedule what follows, let go of it when this write `held` it, answer the caller.
+
+        The answer goes last: a caller that writes again at once finds the session free.
+        """
+        failed = isinstance(outcome, Exception)
+        session.written(grew=not failed and bool(outcome) and isinstance(self.command, _GROWS))
+        if held:
+            session.let_go()
+        reply = self.reply
+        if reply is None:
+            if failed:
+                _log.warning(
+                    "session %s: %s not stored: %s", session.key, type(self.command).__name__, outcome
+                )
+        elif reply.done():
+            pass  # answered already (the caller's answer was cancelled: it gave up waiting)
+        elif isinstance(outcome, Exception):
+            reply.set_exception(outcome)
+        else:
+            reply.set_result(outcome)
