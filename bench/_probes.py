@@ -62,7 +62,7 @@ def throughput() -> None:
         tp._start_sessions(handles, 64, turns[0])
         raw = asyncio.run(tp._raw_publish(backend.server.url, 1000, tp._payloads(total, turns, "a")))
         convmem = tp._convmem_rate(handles, 64, turns, total)
-        seqs = {k: system.cell(k).state.version for k in keys}
+        seqs = {k: system.session(k).snapshot_state().version for k in keys}
         system.close()
         log = backend.log
 

@@ -346,7 +346,7 @@ def live_state(system: MemorySystem, k: MemoryKey) -> SessionState:
     Handles show an unstarted session with the configuration it will start
     with; the acknowledged state is what must equal the replay.
     """
-    return system.cell(k).state
+    return system.session(k).snapshot_state()
 
 
 def settle(system: MemorySystem, log: InMemoryEventLog, k: MemoryKey, timeout: float = WAIT) -> SessionState:

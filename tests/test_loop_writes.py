@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from nats_fixtures import frozen
-from runtime_helpers import WAIT, key, turn, users, wait_until
+from runtime_helpers import WAIT, key, live_state, turn, users, wait_until
 
 import convmem
 from convmem.actors import MemorySystem, Settle, load_state
-from convmem.actors._handles import _LoopReply
+from convmem.actors._answers import LoopAnswer
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.errors import InvalidInput, LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
@@ -64,9 +64,9 @@ def system(log: CountingLog) -> Iterator[MemorySystem]:
 
 
 def idle(system: MemorySystem, k: MemoryKey) -> bool:
-    """Whether the session's actor has nothing queued or running (then the next write can be claimed)."""
-    entry = system._live.get(k)
-    return entry is not None and not entry.ref.actor_inbox._scheduled  # type: ignore[attr-defined]
+    """Whether the live session has nothing queued or running (then the next write runs on its caller)."""
+    activity = system.activity(k)
+    return activity is not None and not activity.busy
 
 
 def stored(log: JetStreamEventLog, k: MemoryKey) -> list[str]:
@@ -96,7 +96,7 @@ def test_async_writes_of_live_sessions_run_on_the_loop_and_keep_each_sessions_or
     for k in keys:
         expected = [f"{k.session_id}-{n}" for n in range(21)]
         assert stored(log, k) == expected
-        assert users(system.cell(k).state) == expected
+        assert users(live_state(system, k)) == expected
 
 
 def test_async_and_blocking_writes_on_one_session_interleave_without_loss(system: MemorySystem) -> None:
@@ -117,7 +117,7 @@ def test_async_and_blocking_writes_on_one_session_interleave_without_loss(system
     thread.start()
     asyncio.run(main())
     thread.join(WAIT)
-    seen = users(system.cell(k).state)
+    seen = users(live_state(system, k))
     assert sorted(seen) == sorted(["start"] + [f"b{n}" for n in range(30)] + [f"a{n}" for n in range(30)])
     assert [u for u in seen if u.startswith("a")] == [f"a{n}" for n in range(30)]
     assert [u for u in seen if u.startswith("b")] == [f"b{n}" for n in range(30)]
@@ -138,7 +138,7 @@ def test_a_conflict_on_the_loop_goes_to_the_actor_which_reloads_and_stores_the_t
         other_log.close()
     assert asyncio.run(handle.aio.add_turn(turn("mine-2"))) == 3
     assert stored(log, k) == ["mine-1", "theirs", "mine-2"]
-    assert users(system.cell(k).state) == ["mine-1", "theirs", "mine-2"]
+    assert users(live_state(system, k)) == ["mine-1", "theirs", "mine-2"]
 
 
 def test_a_refused_write_on_the_loop_stores_nothing_and_the_session_goes_on(log: CountingLog) -> None:
@@ -176,7 +176,7 @@ def test_an_unanswered_write_on_the_loop_fails_and_the_session_rereads_the_log(
         logged = stored(log, k)
         assert logged[0] == "first"
         assert logged[-1] == "after"
-        assert users(system.cell(k).state) == logged  # "in doubt" there or not: the state is the log's
+        assert users(live_state(system, k)) == logged  # "in doubt" there or not: the state is the log's
     finally:
         system.close()
         log.close()
@@ -217,9 +217,9 @@ def test_an_async_write_to_a_session_that_is_not_live_is_begun_off_the_loop(
     assert log.begun == 0
 
 
-def test_a_loop_reply_cancelled_before_it_starts_is_skipped_and_tells_its_caller() -> None:
+def test_a_loop_answer_cancelled_before_it_starts_is_skipped_and_tells_its_caller() -> None:
     async def main() -> None:
-        reply = _LoopReply(asyncio.get_running_loop())
+        reply = LoopAnswer(asyncio.get_running_loop())
         assert reply.cancel()
         assert reply.done()
         assert not reply.running()
@@ -230,9 +230,9 @@ def test_a_loop_reply_cancelled_before_it_starts_is_skipped_and_tells_its_caller
     asyncio.run(main())
 
 
-def test_a_loop_reply_answered_after_its_caller_gave_up_is_dropped(system: MemorySystem) -> None:
+def test_a_loop_answer_answered_after_its_caller_gave_up_is_dropped(system: MemorySystem) -> None:
     async def main() -> None:
-        reply = _LoopReply(asyncio.get_running_loop())
+        reply = LoopAnswer(asyncio.get_running_loop())
         assert reply.set_running_or_notify_cancel()
         assert not reply.cancel()  # running: the write goes on
         reply.future.cancel()  # the caller's wait ran out
@@ -254,7 +254,7 @@ def test_an_async_write_answered_after_its_timeout_raises_operation_timeout_and_
     with frozen(nats_server), pytest.raises(OperationTimeout, match="did not finish within"):
         asyncio.run(handle.aio.add_turn(turn("second"), timeout=0.2))
     assert asyncio.run(handle.aio.add_turn(turn("third"))) == 3
-    assert users(system.cell(k).state) == stored(log, k) == ["first", "second", "third"]
+    assert users(live_state(system, k)) == stored(log, k) == ["first", "second", "third"]
 
 
 def test_an_async_write_whose_caller_gave_up_before_it_started_is_never_stored(
@@ -277,7 +277,7 @@ def test_an_async_write_whose_caller_gave_up_before_it_started_is_never_stored(
 
     asyncio.run(main())
     assert asyncio.run(handle.aio.add_turn(turn("after"))) == 3
-    assert users(system.cell(k).state) == stored(log, k) == ["first", "held", "after"]
+    assert users(live_state(system, k)) == stored(log, k) == ["first", "held", "after"]
 
 
 # The connection on the planner's own loop ---------------------------------------------------------
@@ -440,7 +440,7 @@ def test_an_append_that_fails_to_begin_on_the_loop_is_reported_and_the_session_r
             asyncio.run(handle.aio.add_turn(turn("lost")))
         assert not RefusingLog.fail_next  # it was the loop path that failed
         assert asyncio.run(handle.aio.add_turn(turn("second"))) == 2
-        assert users(system.cell(k).state) == stored(log, k) == ["first", "second"]
+        assert users(live_state(system, k)) == stored(log, k) == ["first", "second"]
     finally:
         system.close()
         log.close()

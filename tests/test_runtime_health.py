@@ -48,7 +48,9 @@ def wait_health(session: SessionHandle, health: MemoryHealth, attempt: int) -> N
 def assert_idle(system: MemorySystem, session: SessionHandle, health: MemoryHealth, attempt: int) -> None:
     """Nothing happened behind our back: no summary in flight, same health and attempt."""
     state = session.refresh(timeout=10)  # a barrier: handled after any Wake sent before it
-    assert not system.cell(session.key).in_flight
+    activity = system.activity(session.key)
+    assert activity is not None
+    assert not activity.summarizing
     assert (state.health, state.attempt) == (health, attempt)
 
 
@@ -252,7 +254,9 @@ def test_a_hanging_summarizer_times_out_on_the_manual_clock_and_goes_to_retry(ha
 
 def assert_idle_in_flight(system: MemorySystem, session: SessionHandle) -> None:
     state = session.refresh(timeout=10)
-    assert system.cell(session.key).in_flight
+    activity = system.activity(session.key)
+    assert activity is not None
+    assert activity.summarizing
     assert state.health is HEALTHY
 
 
@@ -303,7 +307,9 @@ def test_flush_times_out_while_the_summarizer_hangs_and_returns_once_it_answers(
     produced = events_of(harness.log, key(), SummaryProduced)
     assert produced[-1].covers_through == 2  # flush returned only after every pending turn was summarized
     assert "pending_turns" not in session.get_llm_context()["conversation_memory"]
-    assert system.cell(key()).in_flight is False
+    activity = system.activity(key())
+    assert activity is not None
+    assert activity.summarizing is False
 
 
 def test_flush_on_a_retrying_session_waits_for_the_retry(harness: Harness) -> None:

@@ -25,6 +25,7 @@ from runtime_helpers import (
     wait_until,
 )
 
+from convmem.actors._live import LiveSessions
 from convmem.actors._session import Message, SessionActor, SummaryDone
 from convmem.adapters import InMemoryEventLog
 from convmem.events import MemoryBudget, MemoryHealth, MemoryKey, ShortTermMemoryConfig
@@ -219,10 +220,10 @@ def test_a_summary_answered_while_the_session_activates_is_not_lost(
     writer.close()  # turn 1 is pending, unsummarized: the next activation asks at once
     system = harness.system(summarizing_config(), summarizer=EchoSummarizer())
     answered = threading.Event()
-    deliver = system.tell_if_live
+    deliver = LiveSessions.tell  # where a summary's answer reaches its (live) session
 
-    def tell_if_live(k: MemoryKey, message: Message) -> bool:
-        delivered = deliver(k, message)
+    def tell(sessions: LiveSessions, k: MemoryKey, message: Message) -> bool:
+        delivered = deliver(sessions, k, message)
         if isinstance(message, SummaryDone):
             answered.set()
         return delivered
@@ -234,7 +235,7 @@ def test_a_summary_answered_while_the_session_activates_is_not_lost(
         answered.wait(0.3)  # hold registration open until an answer was tried (if one was asked)
         return ref
 
-    monkeypatch.setattr(system, "tell_if_live", tell_if_live)
+    monkeypatch.setattr(LiveSessions, "tell", tell)
     monkeypatch.setattr(SessionActor, "start", slow_start)
     session = system.session(key())
     session.flush(timeout=10)

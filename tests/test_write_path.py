@@ -465,7 +465,7 @@ def test_the_jetstream_runtime_answers_every_write_with_its_state_visible(
             for i in range(20):
                 text = f"w{n}-{i}"
                 handle.add_turn(turn(text))
-                if text not in users(system.cell(key(f"w{n}")).state):
+                if text not in users(live_state(system, key(f"w{n}"))):
                     missing.append(text)
 
         threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]

@@ -15,6 +15,7 @@ from convmem.actors._clock import ManualClock, SystemClock
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
 from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
+from convmem.actors._live import SessionActivity
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool, SummaryOutcome
@@ -47,6 +48,7 @@ __all__ = [
     "MemorySystem",
     "Metrics",
     "PoisonEvent",
+    "SessionActivity",
     "SessionCheck",
     "SessionHandle",
     "SessionRow",

@@ -48,7 +48,7 @@ import pykka
 from pykka import ActorRegistry, ThreadingFuture
 from pykka._envelope import Envelope
 
-__all__ = ["Dispatcher", "PooledActor", "claim"]
+__all__ = ["Dispatcher", "PooledActor", "claim", "is_busy"]
 
 _log = logging.getLogger("convmem.dispatch")
 
@@ -63,6 +63,12 @@ def claim(ref: pykka.ActorRef[Any]) -> PooledActor | None:
     """
     inbox = ref.actor_inbox
     return inbox.claim() if isinstance(inbox, _Inbox) else None
+
+
+def is_busy(ref: pykka.ActorRef[Any]) -> bool:
+    """Whether `ref`'s actor is held (a message of it runs, or work it started) or has mail waiting."""
+    inbox = ref.actor_inbox
+    return inbox.busy() if isinstance(inbox, _Inbox) else not inbox.empty()
 
 
 class _Work:
@@ -171,6 +177,10 @@ class _Inbox:
     def empty(self) -> bool:
         with self._lock:
             return not self._items
+
+    def busy(self) -> bool:
+        with self._lock:
+            return self._scheduled or bool(self._items)
 
     def claim(self) -> PooledActor | None:
         """The actor, held for the calling thread, if it is idle with no mail; else None."""

@@ -11,54 +11,19 @@ whose services are gone falls back to the system's own.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import logging
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from convmem.actors._callbacks import Callback, callbacks_of
+from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Summarizer
-from convmem.errors import InvalidConfig
+from convmem.errors import InvalidConfig, InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
-from convmem.projections import TokenEstimator
+from convmem.projections import SummaryRequest, TokenEstimator
 
-__all__ = ["Callback", "SessionServices"]
-
-_log = logging.getLogger("convmem.system")
-
-
-class Callback:
-    """A user callback (sync or async; with or without a `key` keyword), run best-effort."""
-
-    __slots__ = ("_fn", "_wants_key")
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._fn = fn
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
-        self._wants_key = "key" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-    @classmethod
-    def wrap(cls, fn: Callable[..., Any] | None, field: str = "callback") -> Callback | None:
-        if fn is None:
-            return None
-        if not callable(fn):
-            raise InvalidConfig(field, f"must be callable, got {type(fn).__name__}")
-        return cls(fn)
-
-    def run(self, key: MemoryKey, *args: Any) -> None:
-        try:
-            result = self._fn(*args, key=key) if self._wants_key else self._fn(*args)
-            if inspect.isawaitable(result):
-                asyncio.run(_await(result))
-        except Exception:
-            _log.exception("memory callback %r failed (ignored)", self._fn)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+__all__ = ["ServiceRegistry", "SessionServices"]
 
 
 class SessionServices:
@@ -96,13 +61,127 @@ class SessionServices:
         self.config = config
         self.summarizer = summarizer
         self.token_estimator = token_estimator
-        self.callbacks: dict[str, Callback | None] = {
-            "turn": Callback.wrap(on_turn_added, "on_turn_added"),
-            "summary": Callback.wrap(on_summary_updated, "on_summary_updated"),
-            "health": Callback.wrap(on_health_changed, "on_health_changed"),
-        }
+        self.callbacks = callbacks_of(on_turn_added, on_summary_updated, on_health_changed)
 
     def __repr__(self) -> str:
         given = [name for name in ("config", "summarizer", "token_estimator") if getattr(self, name)]
         given += [f"on_{kind}" for kind, callback in self.callbacks.items() if callback is not None]
         return f"SessionServices({', '.join(given) or 'nothing'})"
+
+
+class ServiceRegistry:
+    """What each session runs with: its configuration, estimator and summarizer, its own or the system's.
+
+    Registrations (`register`) hold a session's starting configuration and
+    its `SessionServices` (weakly); the summarizer pool starts with the
+    first summary asked of a system without a summarizer of its own.
+    """
+
+    def __init__(
+        self,
+        config: ShortTermMemoryConfig,
+        estimator: TokenEstimator,
+        summarizer: Summarizer | None,
+        *,
+        workers: int,
+        queue_limit: int,
+    ) -> None:
+        self.config = config
+        self.estimator = estimator
+        self.summarizer = summarizer
+        self.check(config, summarizer)
+        self._pool_settings = (workers, queue_limit)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._configs: dict[MemoryKey, ShortTermMemoryConfig] = {}
+        self._services: weakref.WeakValueDictionary[MemoryKey, SessionServices] = (
+            weakref.WeakValueDictionary()
+        )
+        self.pool: SummarizerPool | None = self._new_pool() if summarizer is not None else None
+
+    @staticmethod
+    def check(config: ShortTermMemoryConfig, summarizer: Summarizer | None) -> None:
+        """`InvalidConfig` when `config` needs a summarizer and `summarizer` is None."""
+        if config.summarizes and summarizer is None:
+            raise InvalidConfig(
+                "summarizer",
+                "strategy 'rolling_summary' needs a summarizer "
+                "(e.g. convmem.adapters.ExtractiveSummarizer())",
+            )
+
+    def register(
+        self, key: MemoryKey, config: ShortTermMemoryConfig | None, services: SessionServices | None
+    ) -> None:
+        """`key` starts with `config` and runs with `services` (the latest registration wins)."""
+        if services is not None and not isinstance(services, SessionServices):
+            raise InvalidInput("services", f"must be SessionServices, got {type(services).__name__}")
+        summarizer = self.summarizer_for(key) if services is None else services.summarizer or self.summarizer
+        for given in (config, services.config if services is not None else None):
+            if given is not None:
+                self.check(given, summarizer)
+        with self._lock:
+            if config is not None:
+                self._configs[key] = config
+            if services is not None:
+                self._services[key] = services
+
+    def config_for(self, key: MemoryKey) -> ShortTermMemoryConfig:
+        """The configuration a new session `key` starts with."""
+        services = self._services.get(key)
+        if services is not None and services.config is not None:
+            return services.config
+        with self._lock:
+            return self._configs.get(key, self.config)
+
+    def estimator_for(self, key: MemoryKey) -> TokenEstimator:
+        """The token estimator of session `key` (its own, else the system's)."""
+        services = self._services.get(key)
+        if services is not None and services.token_estimator is not None:
+            return services.token_estimator
+        return self.estimator
+
+    def summarizer_for(self, key: MemoryKey) -> Summarizer | None:
+        """The summarizer of session `key` (its own, else the system's)."""
+        services = self._services.get(key)
+        if services is not None and services.summarizer is not None:
+            return services.summarizer
+        return self.summarizer
+
+    def callbacks_for(self, key: MemoryKey) -> Mapping[str, Callback | None] | None:
+        """The session's own callbacks, if it registered services."""
+        services = self._services.get(key)
+        return services.callbacks if services is not None else None
+
+    def summarize(
+        self, key: MemoryKey, request: SummaryRequest, reply: Callable[[Any], object]
+    ) -> str | None:
+        """Queue `request` for the session's summarizer; why not, when it could not be queued."""
+        summarizer = self.summarizer_for(key)
+        if summarizer is None:
+            return "no summarizer configured"
+        with self._lock:
+            if self._closed:
+                return "the memory system is closed"
+            if self.pool is None:
+                self.pool = self._new_pool()
+            pool = self.pool
+        if not pool.submit(request, reply, summarizer=summarizer):
+            return "summarizer queue is full"
+        return None
+
+    def _new_pool(self) -> SummarizerPool:
+        workers, queue = self._pool_settings
+        return SummarizerPool(
+            self.summarizer,
+            workers=workers,
+            queue_limit=queue,
+            call_timeout=self.config.health.summarize_timeout_seconds * 2,
+        )
+
+    def close(self) -> None:
+        """Answer every summary still asked and stop the pool."""
+        with self._lock:
+            self._closed = True
+            pool = self.pool
+        if pool is not None:
+            pool.close()

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
+import pykka
 
-from convmem.actors._dispatch import PooledActor
+from convmem.actors._dispatch import Dispatcher, PooledActor
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummaryOutcome
-from convmem.actors._ports import Settle, Snapshot, Timer
+from convmem.actors._ports import Clock, Settle, Timer
+from convmem.actors._services import ServiceRegistry
+from convmem.actors._storage import SessionStorage
 from convmem.actors._write import Write
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
@@ -37,16 +40,11 @@ from convmem.projections import (
     SummaryRequest,
     SummarySucceeded,
     decide,
-    encode_state,
     next_due_at,
-    state_hash,
     summary_due,
 )
 
-if TYPE_CHECKING:
-    from convmem.actors._system import MemorySystem
-
-__all__ = ["Message", "SessionActor", "StateCell"]
+__all__ = ["Message", "SessionActor", "SessionHost", "StateCell"]
 
 _log = logging.getLogger("convmem.session")
 
@@ -103,13 +101,53 @@ class SaveSnapshot(msgspec.Struct, frozen=True):
 Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh | SaveSnapshot
 
 
-class SessionActor(PooledActor):
-    """One live session. Started and stopped by `MemorySystem` only."""
+class SessionHost(Protocol):
+    """What a session actor sees of the system that runs it (`LiveSessions` is the one).
 
-    def __init__(self, system: MemorySystem, key: MemoryKey, cell: StateCell) -> None:
+    Its threads, its clock and metrics, where events and snapshots are kept
+    (`storage`), what each session runs with (`services`: configuration,
+    estimator, summarizer), the callbacks (`notify`), and the registry's two
+    doors: `tell` reaches a live session, `stopped` hands back what a
+    stopping actor still held.
+    """
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def storage(self) -> SessionStorage: ...
+
+    @property
+    def services(self) -> ServiceRegistry: ...
+
+    def notify(self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]) -> None:
+        """A write stored `events`, taking the session from `old` to `new`."""
+        ...
+
+    def tell(self, key: MemoryKey, message: Message) -> bool:
+        """Deliver `message` to the session if it is live; False when it is not."""
+        ...
+
+    def stopped(self, key: MemoryKey, ref: pykka.ActorRef[Any], leftovers: list[Message]) -> None:
+        """The session's actor `ref` stopped; `leftovers` go to the session's next activation."""
+        ...
+
+
+class SessionActor(PooledActor):
+    """One live session. Started and stopped by `LiveSessions` only."""
+
+    def __init__(self, host: SessionHost, key: MemoryKey, cell: StateCell) -> None:
         super().__init__()
-        self.dispatcher = system.dispatcher
-        self._system = system
+        self.dispatcher = host.dispatcher
+        self._host = host
+        self._storage = host.storage
+        self._services = host.services
         self.key = key
         self._cell = cell
         self._in_flight: SummaryRequest | None = None
@@ -139,22 +177,21 @@ class SessionActor(PooledActor):
         for timer in (self._timer, self._timeout_timer):
             if timer is not None:
                 timer.cancel()
-        self._system.forget_stopped(self.key, self.actor_ref)
-        # Anything still queued (sent just before passivation) is handed back to the system.
+        # Anything still queued (sent just before passivation) goes to the next activation.
+        leftovers: list[Message] = []
         while not self.actor_inbox.empty():
-            envelope = self.actor_inbox.get()
-            message = envelope.message
+            message = self.actor_inbox.get().message
             if isinstance(message, Message):
-                self._system.redeliver(self.key, message)
-        for waiter in self._flushes:
-            self._system.redeliver(self.key, Flush(waiter))
+                leftovers.append(message)
+        leftovers.extend(Flush(waiter) for waiter in self._flushes)
         self._flushes = []
         self._cell.waiters = 0
+        self._host.stopped(self.key, self.actor_ref, leftovers)
 
     # Messages ------------------------------------------------------------------------
 
     def _dispatch(self, message: Any) -> None:
-        self._cell.last_used = self._system.clock.now()
+        self._cell.last_used = self._host.clock.now()
         match message:
             case Write():
                 message.run(self)
@@ -174,7 +211,7 @@ class SessionActor(PooledActor):
                 self.reload()
                 message.reply.set_result(self.state)
             case SaveSnapshot():
-                self._save_snapshot(message.state, message.event_id)
+                self._storage.save_snapshot(self.key, message.state, message.event_id)
             case _:
                 raise TypeError(f"session actor got an unknown message {type(message).__name__}")
 
@@ -182,31 +219,31 @@ class SessionActor(PooledActor):
 
     @property
     def metrics(self) -> Metrics:
-        return self._system.metrics
+        return self._host.metrics
 
     def decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
-        system = self._system
+        services = self._services
         return decide(
             state,
             command,
-            now=system.clock.now(),
+            now=self._host.clock.now(),
             command_id=command_id,
             key=self.key,
-            config=system.config_for(self.key),
-            estimator=system.estimator_for(self.key),
+            config=services.config_for(self.key),
+            estimator=services.estimator_for(self.key),
         )
 
     def opening(self) -> StartSession:
-        return StartSession(key=self.key, config=self._system.config_for(self.key))
+        return StartSession(key=self.key, config=self._services.config_for(self.key))
 
     def start_append(self, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
-        self._system.start_append(self.key, events, expected_seq, settle)
+        self._storage.start_append(self.key, events, expected_seq, settle)
 
     def reload(self) -> None:
         self._cell.state = self.load()
 
     def load(self) -> SessionState:
-        state, _ = self._system.load(self.key)
+        state, _ = self._storage.load(self.key)
         return state
 
     def adopt(self, state: SessionState) -> None:
@@ -214,7 +251,7 @@ class SessionActor(PooledActor):
 
     def already_stored(self, events: list[AnyEvent]) -> bool:
         ids = {e.event_id for e in events}
-        return any(r.event_id in ids for r in self._system.log.read(self.key))
+        return any(r.event_id in ids for r in self._storage.read(self.key))
 
     def in_doubt(self, command_id: str) -> bool:
         return command_id in self._doubtful
@@ -231,38 +268,22 @@ class SessionActor(PooledActor):
     def publish(self, state: SessionState, events: list[AnyEvent], old: SessionState) -> None:
         """Make `state` (`old` plus the acknowledged `events`) the session's, and tell who listens."""
         self._cell.state = state
-        self._system.notify(self.key, old, state, events)
+        self._host.notify(self.key, old, state, events)
         self._events_since_snapshot += len(events)
-        if self._events_since_snapshot >= self._system.snapshot_every:
+        if self._events_since_snapshot >= self._storage.snapshot_every:
             self._events_since_snapshot = 0
-            if self._system.loop_log is None:  # settled on the thread that holds the actor: save now
-                self._save_snapshot(state, events[-1].event_id)
+            if self._storage.settles_here:  # settled on the thread that holds the actor: save now
+                self._storage.save_snapshot(self.key, state, events[-1].event_id)
             else:  # settled on the log's loop, where saving would wait for that loop: after this write
                 self.actor_ref.tell(SaveSnapshot(state, events[-1].event_id))
 
     def written(self, *, grew: bool) -> None:
         """A write ended: ask for a summary when one fell due, else keep the timers and flushes right."""
-        now = self._system.clock.now()
+        now = self._host.clock.now()
         if self._in_flight is None and summary_due(self.state, now, turn_added=grew) is not None:
             self.actor_ref.tell(Wake(grew))  # a full summarizer queue stores a failure: a write of its own
         else:
             self._schedule()
-
-    def _save_snapshot(self, state: SessionState, event_id: str) -> None:
-        store = self._system.snapshots
-        if store is None:
-            return
-        snapshot = Snapshot(
-            key=self.key,
-            seq=state.version,
-            state_hash=state_hash(state),
-            data=encode_state(state),
-            event_id=event_id,
-        )
-        try:
-            store.save(snapshot)
-        except Exception:
-            _log.warning("snapshot of %s at seq %s not saved", self.key, state.version, exc_info=True)
 
     # Summaries -----------------------------------------------------------------------
 
@@ -272,7 +293,7 @@ class SessionActor(PooledActor):
             self._timer.cancel()
             self._timer = None
         if self._in_flight is None:
-            clock = self._system.clock
+            clock = self._host.clock
             now = clock.now()
             request = summary_due(self.state, now, turn_added=turn_added)
             if request is not None:
@@ -280,23 +301,21 @@ class SessionActor(PooledActor):
             else:
                 due = next_due_at(self.state)
                 if due is not None:
-                    key, system = self.key, self._system
-                    self._timer = clock.call_at(due, lambda: system.tell_if_live(key, Wake()))
+                    key, host = self.key, self._host
+                    self._timer = clock.call_at(due, lambda: host.tell(key, Wake()))
         self._settle_flushes()
 
     def _submit(self, request: SummaryRequest) -> None:
-        system, key = self._system, self.key
+        host, key = self._host, self.key
         self._in_flight = request
         self._cell.in_flight = True
-        refused = system.submit_summary(
-            key, request, lambda outcome: system.tell_if_live(key, SummaryDone(outcome))
-        )
+        refused = self._services.summarize(key, request, lambda outcome: host.tell(key, SummaryDone(outcome)))
         if refused is not None:
             self._finish_summary(request, None, refused)
             return
         limit = self.state.config.health.summarize_timeout_seconds
-        self._timeout_timer = system.clock.call_at(
-            system.clock.now() + limit, lambda: system.tell_if_live(key, SummaryTimedOut(request))
+        self._timeout_timer = host.clock.call_at(
+            host.clock.now() + limit, lambda: host.tell(key, SummaryTimedOut(request))
         )
 
     def _summary_done(self, outcome: SummaryOutcome) -> None:
@@ -315,7 +334,7 @@ class SessionActor(PooledActor):
             command = SummarySucceeded(request=request, summary=summary)
         else:
             command = SummaryFailed(request=request, reason=error or "summarizer failed")
-            self._system.metrics.count("summary_failures")
+            self._host.metrics.count("summary_failures")
         Write(command).run(self)  # what follows it is scheduled when it ends (`written`)
 
     def _settle_flushes(self) -> None:

@@ -299,11 +299,9 @@ class Write:
 
     def set_result(self, last: int, /) -> None:
         """The log stored the events; the session's last seq is `last`."""
-        if not self._appending:
+        session = self._settled()
+        if session is None:
             return
-        self._appending = False
-        session = self._session
-        assert session is not None
         try:
             events = self._events
             attempt = self._attempt_id()
@@ -329,11 +327,9 @@ class Write:
 
     def set_exception(self, exception: BaseException, /) -> None:
         """The append failed: a conflict is tried again; anything else is the caller's error."""
-        if not self._appending:
+        session = self._settled()
+        if session is None:
             return
-        self._appending = False
-        session = self._session
-        assert session is not None
         error = (
             exception
             if isinstance(exception, Exception)
@@ -352,6 +348,13 @@ class Write:
             session.uncertain = True  # it may have been stored anyway
             session.doubt(self._attempt_id())
         self._end(session, error, held=True)
+
+    def _settled(self) -> WriteSession | None:
+        """The session, once per append: None when the append was settled already (or none is under way)."""
+        if not self._appending:
+            return None
+        self._appending = False
+        return self._session
 
     # Ends -------------------------------------------------------------------------------
 

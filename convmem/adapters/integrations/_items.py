@@ -76,7 +76,7 @@ class LocalItems:
         self.aio = self.handle.aio
 
     def _state(self) -> SessionState:
-        return as_configured(self.system, self.key, self.handle.snapshot_state())
+        return as_configured(self.handle, self.handle.snapshot_state())
 
     async def _astate(self) -> SessionState:
         """The latest acknowledged state; activating a passivated session runs off the loop."""

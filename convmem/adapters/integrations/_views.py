@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import MemorySystem
+from convmem.actors import MemorySystem, SessionHandle
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import (
@@ -56,20 +56,20 @@ def start_session(system: MemorySystem, key: MemoryKey, *, timeout: float | None
     """
     handle = system.session(key)
     state = handle.snapshot_state()
-    config = state.config if state.started else system.config_for(key)
+    config = state.config if state.started else handle.starting_config
     if not state.started and config.agents.cross_session_injection:
         found = _latest_other_summary(system, key)
         summary, source = (found[1], found[0]) if found is not None else (None, None)
         handle.start(injected_summary=summary, injected_from=source, timeout=timeout)
         state = handle.snapshot_state()
-    return cross_session_instructions(as_configured(system, key, state))
+    return cross_session_instructions(as_configured(handle, state))
 
 
-def as_configured(system: MemorySystem, key: MemoryKey, state: SessionState) -> SessionState:
+def as_configured(handle: SessionHandle, state: SessionState) -> SessionState:
     """A session with nothing stored reads with the configuration it will start with."""
     if state.started:
         return state
-    return msgspec.structs.replace(state, config=system.config_for(key))
+    return msgspec.structs.replace(state, config=handle.starting_config)
 
 
 def _latest_other_summary(system: MemorySystem, key: MemoryKey) -> tuple[MemoryKey, str] | None:

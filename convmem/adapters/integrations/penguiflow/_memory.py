@@ -157,17 +157,17 @@ class DefaultShortTermMemory:
         key = self.session_key
         state = SessionState()
         if key is not None:
-            system = self._system()
-            cell = system.live_cell(key)
-            if cell is None:
-                log = system.loop_log
+            handle = self._handle(key)
+            live = handle.state_if_live()
+            if live is None:
+                log = self._system().loop_log
                 if log is not None and log.on_loop_thread():
                     raise RuntimeError(
                         "a synchronous read of a passivated session was made on the NATS connection's "
                         "event loop thread, where it would deadlock: await get_llm_context() first"
                     )
-                cell = system.cell(key)
-            state = cell.state
+                live = handle.snapshot_state()
+            state = live
         if not state.started:
             state = SessionState(config=self.config)
         return state

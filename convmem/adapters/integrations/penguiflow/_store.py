@@ -83,7 +83,7 @@ async def import_saved(imported: set[str], handle: AsyncSessionHandle, key: Memo
         return False
     if not isinstance(saved, Mapping):
         raise InvalidInput("state", f"load_memory_state returned {type(saved).__name__}, not a mapping")
-    system = handle._system
+    system = memory._system()
     ours = _mark(saved) is not None
     if ours and await asyncio.to_thread(system.log.last_seq, key) > 0:
         return False  # convmem's own: the log holds it (or more)
@@ -98,18 +98,18 @@ async def import_saved(imported: set[str], handle: AsyncSessionHandle, key: Memo
 
 async def catch_up(system: MemorySystem, handle: AsyncSessionHandle, key: MemoryKey) -> None:
     """Reload a live session whose log moved on (another process wrote): PenguiFlow reloads on hydrate."""
-    cell = system.live_cell(key)
-    if cell is None:
+    state = handle.state_if_live()
+    if state is None:
         return  # not live: its next read activates it from the log
-    if await asyncio.to_thread(system.log.last_seq, key) != cell.state.version:
+    if await asyncio.to_thread(system.log.last_seq, key) != state.version:
         await handle.refresh()
 
 
-async def _state(system: MemorySystem, key: MemoryKey) -> SessionState:
-    cell = system.live_cell(key)
-    if cell is None:
-        cell = await asyncio.to_thread(system.cell, key)
-    return cell.state
+async def _state(handle: AsyncSessionHandle) -> SessionState:
+    state = handle.state_if_live()
+    if state is None:  # activating reads the log: not on the event loop
+        state = await asyncio.to_thread(handle.snapshot_state)
+    return state
 
 
 async def move(
@@ -120,7 +120,7 @@ async def move(
     destination = system.async_session(target, services=services)
     moved_through = 0
     for _ in range(_MOVE_ROUNDS):
-        state = await _state(system, private)
+        state = await _state(source)
         if not state.started:
             return
         fresh = [r for r in state.turns if r.index > max(moved_through, state.dropped_through)]

@@ -1,0 +1,167 @@
+"""Answers for the callers of a session: how a blocking thread and an asyncio task wait for a write.
+
+A blocking caller waits on a `concurrent.futures.Future` with a timeout
+(`wait_for`). An asyncio caller's write is answered through a `LoopAnswer`:
+settled on any thread (often the log's loop), handed to the caller's loop in
+batches, one wake-up of that loop per batch instead of one per answer as
+`asyncio.wrap_future` would make. Both are `Settle`s of the runtime's one
+protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import weakref
+from typing import Any, TypeVar
+
+from convmem.errors import ConvmemError, OperationTimeout, SessionClosed
+
+__all__ = ["LoopAnswer", "await_for", "wait_for"]
+
+T = TypeVar("T")
+
+
+class _LoopInbox:
+    """Answers for one asyncio loop, settled on other threads and handed over in batches.
+
+    One `call_soon_threadsafe` (a wake-up of the loop) per batch instead of
+    one per answer, as `asyncio.wrap_future` would make.
+    """
+
+    __slots__ = ("__weakref__", "_items", "_lock", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Weakly: the registry of inboxes is keyed by the loop, and must not keep it alive.
+        self._loop = weakref.ref(loop)
+        self._items: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def deliver(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            self._items.append((future, result, error))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone, and whoever waited on it
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        for future, result, error in items:
+            if future.done():
+                continue  # its caller stopped waiting (a timeout)
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox] = weakref.WeakKeyDictionary()
+_inboxes_lock = threading.Lock()
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        with _inboxes_lock:
+            inbox = _inboxes.setdefault(loop, _LoopInbox(loop))
+    return inbox
+
+
+_PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+
+
+class LoopAnswer:
+    """A write's answer (`Settle`) for an asyncio caller: settled on any thread, answered on its loop.
+
+    What a write needs of a `concurrent.futures.Future`, without its
+    condition variable and per-answer wake-up: the answer goes to `future` on
+    the caller's loop through the loop's `_LoopInbox`.
+    """
+
+    __slots__ = ("_inbox", "_lock", "_state", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self._inbox = _inbox(loop)
+        self._lock = threading.Lock()
+        self._state = _PENDING
+
+    def set_running_or_notify_cancel(self) -> bool:
+        with self._lock:
+            if self._state == _CANCELLED:
+                return False
+            if self._state != _PENDING:
+                raise RuntimeError("the write's reply was started twice")
+            self._state = _RUNNING
+            return True
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def done(self) -> bool:
+        return self._state >= _CANCELLED
+
+    def cancel(self) -> bool:
+        """Before the write starts: it never will (its caller gave up, or the loop closed)."""
+        with self._lock:
+            if self._state != _PENDING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+        self._inbox.deliver(self.future, None, SessionClosed("the write was cancelled before it started"))
+        return True
+
+    def expire(self, wait: float) -> None:
+        """On the caller's loop, once its wait ran out: it gets `OperationTimeout`; the write may go on."""
+        if self.future.done():
+            return
+        self.cancel()  # not started yet: it never will be
+        self.future.set_exception(
+            OperationTimeout(
+                f"write did not finish within {wait:g}s (it may still complete; retry with the same "
+                "idempotency_key to store it once)"
+            )
+        )
+
+    def set_result(self, result: Any, /) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None, /) -> None:
+        self._finish(None, exception or RuntimeError("a write failed without an error"))
+
+    def _finish(self, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            if self._state >= _CANCELLED:
+                raise concurrent.futures.InvalidStateError("the write was answered already")
+            self._state = _FINISHED
+        self._inbox.deliver(self.future, result, error)
+
+
+def wait_for(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
+    try:
+        return reply.result(timeout=timeout)
+    except ConvmemError:
+        raise  # the work's own error (an OperationTimeout included), not our wait timing out
+    except concurrent.futures.TimeoutError:
+        raise OperationTimeout(
+            f"{what} did not finish within {timeout:g}s (a write may still complete; retry with "
+            "the same idempotency_key to store it once)"
+        ) from None
+
+
+async def await_for(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(reply), timeout)
+    except ConvmemError:
+        raise  # the work's own error (an OperationTimeout included), not our wait timing out
+    except TimeoutError:
+        raise OperationTimeout(f"{what} did not finish within {timeout:g}s") from None

@@ -1,0 +1,343 @@
+"""`LiveSessions`: the registry of live session actors, and what each of them sees of the system.
+
+Sessions are virtual. A session activates on its first message (snapshot plus
+the log's tail) and passivates when idle for `idle_seconds` or when the live
+set grows past `max_live_sessions` (least recently used first). Every message
+to a session goes through the registry under one lock, and a session leaves
+the registry before its actor is told to stop, so nothing is sent to a
+stopping actor; whatever was already queued is handed back (`stopped`) and
+delivered to the next activation, on a dispatcher thread. A passivated
+session costs no memory and loses nothing.
+
+`LiveSessions` is the `SessionHost` its actors are started with: the clock,
+the metrics, the storage, the per-session services, the callbacks, and
+delivery to live sessions. Handles reach sessions through it too (`deliver`,
+`claim_live`, `cell`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import msgspec
+import pykka
+
+from convmem.actors._callbacks import Callbacks
+from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy
+from convmem.actors._metrics import Metrics
+from convmem.actors._ports import Clock
+from convmem.actors._services import ServiceRegistry
+from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake
+from convmem.actors._storage import SessionStorage
+from convmem.actors._write import Write
+from convmem.errors import SessionClosed
+from convmem.events import AnyEvent, MemoryKey
+from convmem.projections import SessionState, next_due_at
+
+__all__ = ["LiveSessions", "SessionActivity"]
+
+_log = logging.getLogger("convmem.system")
+
+
+class SessionActivity(msgspec.Struct, frozen=True, kw_only=True):
+    """What a live session is doing at one moment (`MemorySystem.activity`)."""
+
+    summarizing: bool
+    """A summary of the session is being made."""
+    flushes_waiting: int
+    """`flush()` calls waiting for its summary work to settle."""
+    busy: bool
+    """A message of the session runs (a write until the log settles it, say) or waits in its inbox:
+    a caller's next write queues behind it instead of running on the caller's thread or loop."""
+
+
+class _Live:
+    __slots__ = ("cell", "ref")
+
+    def __init__(self, ref: pykka.ActorRef[SessionActor], cell: StateCell) -> None:
+        self.ref = ref
+        self.cell = cell
+
+
+class LiveSessions:
+    """The live session actors of one system, on one dispatcher's threads."""
+
+    def __init__(
+        self,
+        *,
+        storage: SessionStorage,
+        services: ServiceRegistry,
+        callbacks: Callbacks,
+        clock: Clock,
+        metrics: Metrics,
+        max_live_sessions: int,
+        idle_seconds: float,
+        actor_threads: int,
+        timeout: float,
+    ) -> None:
+        self.storage = storage
+        self.services = services
+        self.clock = clock
+        self.metrics = metrics
+        self.timeout = timeout
+        self.max_live_sessions = max_live_sessions
+        self.idle_seconds = idle_seconds
+        self.dispatcher = Dispatcher(actor_threads, name="convmem-session")
+        """The threads the session actors run on (a session holds one only while it handles a message)."""
+        self._callbacks = callbacks
+        self._lock = threading.RLock()
+        self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
+        self._activation_locks: dict[MemoryKey, threading.Lock] = {}
+        # Actors told to stop that may still be handling their last messages: a new
+        # activation of the key waits for them, or it would load the log too early.
+        self._stopping: dict[MemoryKey, pykka.ActorRef[SessionActor]] = {}
+        self.closed = False
+        self._sweep_timer = clock.call_at(clock.now() + idle_seconds / 2, self._sweep)
+
+    # What a session actor sees of the system (`SessionHost`) ------------------------------
+
+    def notify(self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]) -> None:
+        """A write stored `events`: count them and fire the callbacks, off the write path."""
+        self._callbacks.notify(key, old, new, events)
+
+    def tell(self, key: MemoryKey, message: Message) -> bool:
+        """Deliver `message` only to a live session (timers and summaries of passivated ones lapse)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None or self.closed:
+                return False
+            entry.ref.tell(message)
+            return True
+
+    def stopped(self, key: MemoryKey, ref: pykka.ActorRef[SessionActor], leftovers: list[Message]) -> None:
+        """A session's actor stopped: its entry goes; the writes and flushes it still held go on.
+
+        They are delivered to the session's next activation from a dispatcher
+        thread (activating reads the log), or fail when the system is closed.
+        An actor that stopped without being passivated (its caller's thread
+        was interrupted while running it) leaves the live set too: the
+        session's next message activates it afresh from the log.
+        """
+        with self._lock:
+            if self._stopping.get(key) is ref:
+                del self._stopping[key]
+            live = self._live.get(key)
+            if live is not None and live.ref is ref:
+                del self._live[key]
+        for message in leftovers:
+            if not isinstance(message, Write | Flush):
+                continue  # timers and summaries of a passivated session lapse; activation resumes them
+            if self.closed or not self.dispatcher.submit(lambda m=message: self.deliver(key, m)):  # type: ignore[misc]
+                _fail(message, SessionClosed("the memory system closed before the message was handled"))
+
+    # Reaching a session -------------------------------------------------------------------
+
+    def deliver(self, key: MemoryKey, message: Message, *, here: bool = False) -> None:
+        """Queue `message` for the session, activating it when needed.
+
+        With `here`, when the session is idle the calling thread handles the
+        message itself: for a caller that is about to wait for the answer
+        anyway. The message runs as the actor's next one, in order, and the
+        caller skips two thread hand-offs. Never from an event loop (activation
+        and the message may read the log, whose answers may need that loop).
+        """
+        while True:
+            if self.closed:
+                _fail(message, SessionClosed("the memory system is closed"))
+                return
+            entry = self._entry(key)
+            with self._lock:
+                if self._live.get(key) is entry:
+                    actor = self._hand(entry, message, here=here)
+                    break
+        if actor is not None:
+            actor.run_claimed(message)
+
+    def claim_live(self, key: MemoryKey, write: Write) -> bool:
+        """From an event loop: run `write` right here if its session is live and idle, else queue it
+        for the live session; False (nothing done) when the session is not live (activation reads the log).
+        """
+        with self._lock:
+            entry = None if self.closed else self._live.get(key)
+            if entry is None:
+                return False
+            actor = self._hand(entry, write, here=True)
+        if actor is not None:
+            actor.run_claimed(write, on_loop=True)
+        return True
+
+    def _hand(self, entry: _Live, message: Message, *, here: bool) -> PooledActor | None:
+        """`entry`'s actor claimed for the caller (with `here`, when idle), else `message` queued.
+
+        Under the lock, with `entry` live.
+        """
+        entry.cell.last_used = self.clock.now()
+        actor = claim(entry.ref) if here else None
+        if actor is None:
+            entry.ref.tell(message)
+        return actor
+
+    def cell(self, key: MemoryKey) -> StateCell:
+        """The live state cell of `key`, activating the session when needed."""
+        return self._entry(key).cell
+
+    def live_cell(self, key: MemoryKey) -> StateCell | None:
+        """The state cell of `key` if its session is live (never activates: safe on an event loop)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None:
+                return None
+            self._live.move_to_end(key)
+            return entry.cell
+
+    def activity(self, key: MemoryKey) -> SessionActivity | None:
+        """What the live session `key` is doing now; None when it is not live (never activates)."""
+        with self._lock:
+            entry = self._live.get(key)
+        if entry is None:
+            return None
+        cell = entry.cell
+        return SessionActivity(
+            summarizing=cell.in_flight, flushes_waiting=cell.waiters, busy=is_busy(entry.ref)
+        )
+
+    def is_live(self, key: MemoryKey) -> bool:
+        with self._lock:
+            return key in self._live
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    # Activation and passivation -----------------------------------------------------------
+
+    def _entry(self, key: MemoryKey) -> _Live:
+        while True:
+            with self._lock:
+                entry = self._live.get(key)
+                if entry is not None:
+                    self._live.move_to_end(key)
+                    return entry
+                if self.closed:
+                    raise SessionClosed("the memory system is closed")
+                key_lock = self._activation_locks.setdefault(key, threading.Lock())
+            with key_lock:
+                with self._lock:
+                    entry = self._live.get(key)
+                    if entry is not None:
+                        return entry
+                    if self._activation_locks.get(key) is not key_lock:
+                        # An activation retired this lock while we waited for it: another thread
+                        # may hold the current one, so take that, or two actors would start.
+                        continue
+                    previous = self._stopping.pop(key, None)
+                if previous is not None and not previous.actor_stopped.wait(self.timeout):
+                    _log.warning("session %s: the previous actor did not stop within %ss", key, self.timeout)
+                return self._activate(key, key_lock)
+
+    def _activate(self, key: MemoryKey, key_lock: threading.Lock) -> _Live:
+        """Start `key`'s actor from its snapshot and the log; evict past the bound. Under `key_lock`."""
+        state, report = self.storage.load(key)
+        if report.poison:
+            self.metrics.count("poison_events", len(report.poison))
+        cell = StateCell(state, self.clock.now())
+        ref = SessionActor.start(self, key, cell)
+        evicted: list[_Live] = []
+        with self._lock:
+            entry = _Live(ref, cell)
+            self._live[key] = entry
+            # Summary work starts only now that replies (`tell`) can find the actor.
+            ref.tell(Wake())
+            self._activation_locks.pop(key, None)
+            excess = len(self._live) - self.max_live_sessions
+            if excess > 0:
+                # Least recently used first, but not a session whose summary or flush is under way:
+                # passivating it would throw the work away and wake it again at once (sessions then
+                # evict each other without end). The bound gives way until the work is done.
+                idle = ((k, e) for k, e in self._live.items() if k != key and not e.cell.busy())
+                for old_key, old in list(itertools.islice(idle, excess)):
+                    del self._live[old_key]
+                    self._stopping[old_key] = old.ref
+                    evicted.append(old)
+        self.metrics.count("activations")
+        for old in evicted:
+            self.metrics.count("passivations")
+            old.ref.stop(block=False)
+        if self.closed:
+            ref.stop(block=False)
+            raise SessionClosed("the memory system is closed")
+        return entry
+
+    def passivate(self, key: MemoryKey) -> bool:
+        """Stop the session's actor now (it reactivates on its next message)."""
+        with self._lock:
+            entry = self._live.pop(key, None)
+            if entry is None:
+                return False
+            self._stopping[key] = entry.ref
+        entry.ref.stop(block=True, timeout=self.timeout)
+        return True
+
+    def forget(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
+        """Passivate every live session whose key `matches`, and wait for those already stopping.
+
+        Returns the keys dropped, in key order.
+        """
+        with self._lock:
+            stopping = [(k, ref) for k, ref in self._stopping.items() if matches(k)]
+            live = [k for k in self._live if matches(k)]
+        for _key, ref in stopping:
+            ref.actor_stopped.wait(self.timeout)
+        for key in live:
+            self.passivate(key)
+        return sorted({*live, *(k for k, _ in stopping)}, key=MemoryKey.composite)
+
+    def _sweep(self) -> None:
+        """Passivate sessions idle for `idle_seconds` with no summary work due."""
+        now = self.clock.now()
+        idle: list[_Live] = []
+        with self._lock:
+            if self.closed:
+                return
+            for key, entry in list(self._live.items()):
+                cell = entry.cell
+                if cell.last_used + self.idle_seconds > now or cell.in_flight:
+                    continue
+                if next_due_at(cell.state) is not None:
+                    continue  # keep healing sessions live; the LRU bound still applies
+                del self._live[key]
+                self._stopping[key] = entry.ref
+                idle.append(entry)
+            for key, ref in list(self._stopping.items()):
+                if not ref.is_alive():
+                    del self._stopping[key]
+            self._sweep_timer = self.clock.call_at(now + self.idle_seconds / 2, self._sweep)
+        for entry in idle:
+            self.metrics.count("passivations")
+            entry.ref.stop(block=False)
+
+    def close(self) -> None:
+        """Stop every session actor (after its queued messages), then the dispatcher's threads."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            entries = list(self._live.values())
+            self._live.clear()
+            self._sweep_timer.cancel()
+        for entry in entries:
+            try:
+                entry.ref.stop(block=True, timeout=self.timeout)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                _log.warning("a session actor did not stop within %ss", self.timeout)
+        self.dispatcher.close(self.timeout)
+
+
+def _fail(message: Message, error: Exception) -> None:
+    reply = getattr(message, "reply", None)
+    if reply is not None and not reply.done():
+        reply.set_exception(error)
