@@ -239,7 +239,7 @@ def test_an_unanswered_fast_append_fails_and_its_retry_is_stored_once(
 
 def drop_acks(log: JetStreamEventLog) -> None:
     """Unsubscribe the log's ack subscription: the server stores appends, their acks get lost."""
-    subscription = log._writer._ack_subscription
+    subscription = log._writer._fast.ack_subscription
     assert subscription is not None
 
     async def lose_acks() -> None:

@@ -1,4 +1,20 @@
-"""The runtime: session actors, the summarizer pool, the clock, and the ports adapters implement."""
+"""The runtime: session actors and their handles, the write path, the summarizer pool, the ports.
+
+- `MemorySystem` (`_system`) is the public face; it hands out `SessionHandle`
+  and `AsyncSessionHandle` (`_handles`, whose write operations are written
+  once in `_operations`, answered through `_answers`).
+- `LiveSessions` (`_live`) keeps the live `SessionActor`s (`_session`) on a
+  `Dispatcher`'s threads (`_dispatch`); a session sees the system only as its
+  `SessionHost`. Each write is one `Write` (`_write`), from decision to answer.
+- What sessions run with: `SessionStorage` (`_storage`, over the log and
+  snapshots; rebuilding in `_load`), `ServiceRegistry` and `SessionServices`
+  (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`),
+  clocks (`_clock`), `Metrics` (`_metrics`).
+- The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
+  `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
+  answer handed across threads); erasure notices (`_erasure`); audits
+  (`_audit`) and forks (`_fork`).
+"""
 
 from convmem.actors._audit import (
     SessionCheck,

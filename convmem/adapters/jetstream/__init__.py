@@ -1,9 +1,14 @@
 """NATS JetStream: the durable event log, the snapshot store, their connection and the embedded server.
 
-One connection (`_connection`) on its own event-loop thread serves the log
-(`_log`, with its loop-side writer `_write`, reads `_read` and stream setup
-`_setup`) and the key-value snapshot store (`_snapshots`); `_backend` bundles
-them, and `_embedded` runs a private `nats-server` for the default setup.
+One connection (`_connection`, with nats-py's client and its shortcuts in
+`_client`, and the connection's watch for refusals and reconnections in
+`_watch`) runs on its own event-loop thread and serves the log and the
+key-value snapshot store (`_snapshots`). The log (`_log`) appends through
+its loop-side writer: the full conditional append, the last-message cache
+and erasure in `_write`, the one-event hot path in `_fast`, what both share
+in `_appends`; reads are `_read`, stream setup `_setup`. `_backend` bundles
+log and snapshots, and `_embedded` runs a private `nats-server` for the
+default setup.
 """
 
 from convmem.adapters.jetstream._backend import JetStreamBackend

@@ -18,86 +18,38 @@ only one session's appends are serialised.
 
 `start_append` is the hot path. When the session's last message is cached,
 matches the expected seq, and nothing else is writing the session, one event
-goes out as a plain publish with a reply subject of ours, and its acknowledgement settles the
-caller's future from a callback: no task, no lock, no request per event. Any
-other case, and any refusal or duplicate answer, takes the full `append`.
+goes out on the fast path (`FastAppends`), settled from its acknowledgement.
+Any other case, and any refusal or duplicate answer, takes the full `append`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import Any, NamedTuple
+from typing import Any
 
-import msgspec
 import nats.errors
 import nats.js.errors
-from nats.aio.subscription import Subscription
 
-from convmem.actors import Settle
+from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
+from convmem.adapters.jetstream._fast import FastAppends
 from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
 __all__ = ["PendingAppend", "SessionWriter"]
 
-_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
-_FAST_HEADER = f"NATS/1.0\r\n{MSG_ID}: %s\r\n{SEQ_HEADER}: %d\r\n{_EXPECTED}: %d\r\n\r\n".encode()
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
-_REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
 _CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
 _ERASE_WINDOW = 64  # message deletions in flight at once
 _NO_MESSAGE = 10057  # "message delete failed: no message found" (gone already)
 _log = logging.getLogger("convmem.jetstream")
-
-
-class _Last(NamedTuple):
-    """What an append must know of a session: its last event seq and the subject's last message."""
-
-    seq: int
-    stream_seq: int
-    event_id: str | None
-
-
-_EMPTY = _Last(0, 0, None)
-
-
-class PendingAppend(NamedTuple):
-    """One append handed to the loop: what to store, and whom to tell."""
-
-    key: MemoryKey
-    subject: str
-    events: tuple[Event, ...]
-    payloads: tuple[bytes, ...]
-    expected: int
-    """The session seq the events follow."""
-    done: Settle[int]
-    """Settled with the session's last seq, or the log error."""
-    what: str
-    """How errors name the append ("append to <key>")."""
-
-
-class _Refused(Exception):
-    """The server refused a conditional publish (the subject moved on, or an id is a duplicate)."""
-
-
-class _InFlight:
-    """A fast-path publish awaiting its acknowledgement."""
-
-    __slots__ = ("deadline", "pending", "waiter")
-
-    def __init__(self, pending: PendingAppend, deadline: float) -> None:
-        self.pending = pending
-        self.deadline = deadline
-        self.waiter: asyncio.Future[None] | None = None
-        """Made when a full append of the same session must wait for this one."""
 
 
 class SessionWriter:
@@ -106,126 +58,30 @@ class SessionWriter:
     def __init__(self, conn: NatsConnection, stream: str) -> None:
         self._conn = conn
         self._stream = stream
-        self._last: OrderedDict[str, _Last] = OrderedDict()
+        self._last: OrderedDict[str, Last] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        self._fast: dict[str, _InFlight] = {}
-        """Subjects with a fast-path publish awaiting its acknowledgement."""
-        self._acks: dict[str, _InFlight] = {}
-        """The same publishes by reply token, oldest first (so by deadline: one timeout for all)."""
-        self._ack_prefix: str | None = None
-        self._ack_subscription: Subscription | None = None
-        self._tokens = itertools.count()
-        self._sweep: asyncio.TimerHandle | None = None
-        conn.on_close(self._abandon)
-
-    def _abandon(self) -> None:
-        """The connection closed: appends whose acknowledgement never came now never will (on the loop)."""
-        flights, self._acks = list(self._acks.values()), {}
-        self._fast.clear()
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        for flight in flights:
-            if flight.waiter is not None and not flight.waiter.done():
-                flight.waiter.set_result(None)
-            flight.pending.done.set_exception(
-                SessionClosed(f"{flight.pending.what}: the NATS connection closed before its acknowledgement")
-            )
+        self._fast = FastAppends(conn, self)
 
     async def start_append(self, pending: PendingAppend) -> None:
         """Begin `pending` and return at once; its `done` gets the result or the (log) error."""
-        subject, events = pending.subject, pending.events
+        subject = pending.subject
         last = self._last.get(subject)
         if (
-            len(events) > 1
+            len(pending.events) > 1
             or last is None
             or last.seq != pending.expected
             or subject in self._locks
-            or subject in self._fast
-            or not self._conn.nc.is_connected
+            or not await self._fast.start(pending, last)
         ):
             self._append_in_task(pending)
-            return
-        event = events[0]
-        nc = self._conn.nc
-        if self._ack_prefix is None:
-            prefix = nc.new_inbox() + "."
-            self._ack_subscription = await nc.subscribe_direct(prefix + "*", self._on_ack)
-            self._ack_prefix = prefix
-        token = str(next(self._tokens))
-        # The event id was checked for header use (JetStreamEventLog); the numbers are ours.
-        header = _FAST_HEADER % (event.event_id.encode(), event.seq, last.stream_seq)
-        try:
-            await nc.publish_prepared(subject, self._ack_prefix + token, header, pending.payloads[0])
-        except BaseException:
-            self._last.pop(subject, None)  # it may have gone out: ask the server next time
-            raise
-        loop = asyncio.get_running_loop()
-        flight = _InFlight(pending, loop.time() + self._conn.timeout)
-        self._acks[token] = flight
-        self._fast[subject] = flight
-        if self._sweep is None:
-            self._sweep = loop.call_at(flight.deadline, self._expire)
 
-    def _on_ack(self, subject: bytes, data: bytes, header: bytes) -> None:
-        assert self._ack_prefix is not None
-        flight = self._acks.pop(subject[len(self._ack_prefix) :].decode(), None)
-        if flight is None:
-            return  # late: its append already timed out
-        if header.startswith(b"NATS/1.0 503"):
-            self._fast_acked(flight, nats.errors.NoRespondersError())
-        else:
-            self._fast_acked(flight, data)
+    def append_in_task(self, pending: PendingAppend) -> None:
+        """Take `pending` the full way (`append`) in a task of its own; settle it from there."""
+        self._append_in_task(pending)
 
-    def _expire(self) -> None:
-        """Fail the publishes whose acknowledgement is overdue; wake again for the next oldest."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        while self._acks:
-            token, flight = next(iter(self._acks.items()))
-            if flight.deadline > now:
-                self._sweep = loop.call_at(flight.deadline, self._expire)
-                return
-            del self._acks[token]
-            self._fast_acked(flight, None)
-        self._sweep = None
-
-    def _fast_acked(self, flight: _InFlight, answer: bytes | Exception | None) -> None:
-        """Settle a fast-path append with the server's `answer` (None: no answer in time)."""
-        pending = flight.pending
-        subject, done = pending.subject, pending.done
-        if self._fast.get(subject) is flight:
-            del self._fast[subject]
-        if flight.waiter is not None:
-            flight.waiter.set_result(None)
-        if answer is None:  # it may be stored or not
-            self._last.pop(subject, None)
-            done.set_exception(
-                LogUnavailable(
-                    f"{pending.what} got no acknowledgement within {self._conn.timeout:g}s; the NATS "
-                    "server may be down or overloaded (retrying is safe: appends are exactly-once by "
-                    "event id)"
-                )
-            )
-            return
-        try:
-            if isinstance(answer, Exception):
-                raise answer
-            reply = _ack(answer)
-        except _Refused:
-            # Not stored: the full append finds out who wrote meanwhile, or retries.
-            self._append_in_task(pending)
-            return
-        except Exception as exc:
-            self._last.pop(subject, None)
-            done.set_exception(log_error(exc, pending.what))
-            return
-        if reply.get("duplicate"):  # stored long ago under this id: the full append reports the session
-            self._append_in_task(pending)
-            return
-        event = pending.events[-1]
-        self._remember(subject, _Last(event.seq, int(reply["seq"]), event.event_id))
-        pending.done.set_result(event.seq)
+    def forget(self, subject: str) -> None:
+        """The session's last message is not known any more (an append's outcome is unknown)."""
+        self._last.pop(subject, None)
 
     def _append_in_task(self, pending: PendingAppend) -> None:
         async def run() -> None:
@@ -267,7 +123,7 @@ class SessionWriter:
                         return last.seq
                     try:
                         return await self._publish(subject, events[done:], payloads[done:], last)
-                    except _Refused:
+                    except Refused:
                         fresh = await self.load_last(subject)
                     if fresh.seq != last.seq or fresh.stream_seq == last.stream_seq:
                         done = await self._stored_prefix(key, subject, events, expected, fresh)
@@ -280,7 +136,7 @@ class SessionWriter:
                 raise
 
     async def _stored_prefix(
-        self, key: MemoryKey, subject: str, events: tuple[Event, ...], expected: int, last: _Last
+        self, key: MemoryKey, subject: str, events: tuple[Event, ...], expected: int, last: Last
     ) -> int:
         """How many of `events` are stored already (a retry); `ConcurrencyConflict` if another writer won."""
         ahead = last.seq - expected
@@ -293,7 +149,7 @@ class SessionWriter:
         raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
 
     async def _publish(
-        self, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: _Last
+        self, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: Last
     ) -> int:
         nc = self._conn.nc
         batch = uuid.uuid4().hex if len(events) > 1 else None
@@ -301,7 +157,7 @@ class SessionWriter:
         for index, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
             headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq)}
             if index == 1:
-                headers[_EXPECTED] = str(last.stream_seq)
+                headers[EXPECTED] = str(last.stream_seq)
             if batch is not None:
                 headers["Nats-Batch-Id"] = batch
                 headers["Nats-Batch-Sequence"] = str(index)
@@ -321,10 +177,10 @@ class SessionWriter:
                     denied.result()
                 reply = request.result()
         assert reply is not None
-        ack = _ack(reply.data)
+        ack = parse_ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
             return (await self.load_last(subject)).seq
-        self._remember(subject, _Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
+        self.remember(subject, Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
         return events[-1].seq
 
     async def append_raw(self, subject: str, data: bytes, seq: int | None) -> int:
@@ -333,7 +189,7 @@ class SessionWriter:
             self._last.pop(subject, None)
             headers = {SEQ_HEADER: str(seq)} if seq is not None else None
             reply = await self._conn.nc.request(subject, data, timeout=self._conn.timeout, headers=headers)
-            return int(_ack(reply.data)["seq"])
+            return int(parse_ack(reply.data)["seq"])
 
     async def read(self, subject: str) -> list[StoredMessage]:
         """Every message of a session's subject, at least up to what the stream leader holds.
@@ -356,21 +212,21 @@ class SessionWriter:
         if messages:
             seqs = (session_seq(m.headers) for m in reversed(messages))
             seq = next((s for s in seqs if s is not None), 0)
-            self._remember(subject, _Last(seq, messages[-1].seq, messages[-1].headers.get(MSG_ID)))
+            self.remember(subject, Last(seq, messages[-1].seq, messages[-1].headers.get(MSG_ID)))
         return messages
 
-    async def load_last(self, subject: str) -> _Last:
+    async def load_last(self, subject: str) -> Last:
         """The session's last seq and its subject's last message, from the stream leader."""
         message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
         if message is None:
             self._last.pop(subject, None)
-            return _EMPTY
+            return EMPTY
         seq = session_seq(message.headers)
         if seq is None:  # a foreign message last: the session seq is the latest one written
             messages = await fetch_subject(self._conn, self._stream, subject)
             seq = next((s for m in reversed(messages) if (s := session_seq(m.headers)) is not None), 0)
-        last = _Last(seq, message.seq, message.headers.get(MSG_ID))
-        self._remember(subject, last)
+        last = Last(seq, message.seq, message.headers.get(MSG_ID))
+        self.remember(subject, last)
         return last
 
     async def erase(self, key: MemoryKey, subject: str, at: float) -> int | None:
@@ -397,7 +253,7 @@ class SessionWriter:
                 try:
                     await self._publish(subject, (fence,), (encode_event(fence),), last)
                     break
-                except _Refused:
+                except Refused:
                     last = await self.load_last(subject)
             else:
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
@@ -420,7 +276,8 @@ class SessionWriter:
             if exc.err_code != _NO_MESSAGE:  # erased meanwhile by another eraser
                 raise
 
-    def _remember(self, subject: str, last: _Last) -> None:
+    def remember(self, subject: str, last: Last) -> None:
+        """What the session's last message is now, unless an older read or ack tells it late."""
         known = self._last.get(subject)
         if known is not None and known.stream_seq > last.stream_seq:
             return  # a read that started before our own latest append
@@ -432,12 +289,7 @@ class SessionWriter:
     @contextlib.asynccontextmanager
     async def _session(self, subject: str) -> AsyncIterator[None]:
         """Serialise one session's writes; other sessions' go on meanwhile."""
-        while (flight := self._fast.get(subject)) is not None:
-            # A fast-path publish of this session is still unanswered. (`wait`, not `await`: a
-            # cancelled waiter must not cancel the future others wait on too.)
-            if flight.waiter is None:
-                flight.waiter = asyncio.get_running_loop().create_future()
-            await asyncio.wait([flight.waiter])
+        await self._fast.wait_for(subject)  # a fast-path publish of this session is still unanswered
         lock, users = self._locks.get(subject, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
@@ -451,21 +303,3 @@ class SessionWriter:
                 del self._locks[subject]
             else:
                 self._locks[subject] = (lock, users - 1)
-
-
-_ACKS = msgspec.json.Decoder(dict[str, Any])
-
-
-def _ack(data: bytes) -> dict[str, Any]:
-    try:
-        ack = _ACKS.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"not a JetStream acknowledgement: {exc}") from None
-    error = ack.get("error")
-    if error is None:
-        return ack
-    if error.get("err_code") in _REFUSED:
-        raise _Refused(error.get("description"))
-    raise nats.js.errors.APIError(
-        code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
-    )

@@ -235,7 +235,7 @@ class DefaultShortTermMemory:
             known = self._key == target
         saved = await store.load_memory_state(key)
         handle = self._handle(target, register=True)
-        penguiflows = await _store.import_saved(self._imported, handle, target, saved)
+        penguiflows = await _store.import_saved(self._system(), self._imported, handle, target, saved)
         if known:
             await _store.catch_up(self._system(), handle, target)
         await self._bind(target)

@@ -72,7 +72,9 @@ def _imported_before(system: MemorySystem, key: MemoryKey, idempotency_key: str)
     return any(record.event_id == event_id for record in system.log.read(key))
 
 
-async def import_saved(imported: set[str], handle: AsyncSessionHandle, key: MemoryKey, saved: object) -> bool:
+async def import_saved(
+    system: MemorySystem, imported: set[str], handle: AsyncSessionHandle, key: MemoryKey, saved: object
+) -> bool:
     """Import a saved state into session `key` when the rules above say so.
 
     `imported` holds the digests of the states this memory imported already
@@ -83,7 +85,6 @@ async def import_saved(imported: set[str], handle: AsyncSessionHandle, key: Memo
         return False
     if not isinstance(saved, Mapping):
         raise InvalidInput("state", f"load_memory_state returned {type(saved).__name__}, not a mapping")
-    system = memory._system()
     ours = _mark(saved) is not None
     if ours and await asyncio.to_thread(system.log.last_seq, key) > 0:
         return False  # convmem's own: the log holds it (or more)
