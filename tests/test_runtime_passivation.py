@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import threading
 
@@ -25,6 +26,7 @@ from runtime_helpers import (
     wait_until,
 )
 
+from convmem.actors import LoggedEvent
 from convmem.actors._live import LiveSessions
 from convmem.actors._session import Message, SessionActor, SummaryDone
 from convmem.adapters import InMemoryEventLog
@@ -322,3 +324,41 @@ def test_a_session_with_a_summary_under_way_is_not_passivated_until_it_lands(har
     system.session(third).add_turn(turn("t0"))
     assert system.live_sessions() == 1  # idle again: the bound holds
     assert system.is_live(third)
+
+
+class ReadsWatched(InMemoryEventLog):
+    """The in-memory log, noting which thread made each read (activation reads the log)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readers: list[str] = []
+
+    def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
+        self.readers.append(threading.current_thread().name)
+        return super().read(key, after_seq=after_seq)
+
+
+def test_a_flush_a_passivated_session_still_held_is_redelivered_on_a_session_thread(harness: Harness) -> None:
+    """What a stopping actor held goes to the next activation through the dispatcher, not a new thread."""
+    log = ReadsWatched()
+    summarizer = PlannedSummarizer("hang")
+    system = harness.system(summarizing_config(), summarizer=summarizer, log=log)
+    session = system.session(key())
+    for n in range(3):  # full zone 2: the third turn asks for a summary, which hangs
+        session.add_turn(turn(f"t{n}"))
+    summarizer.wait_calls(1)
+    flushed: concurrent.futures.Future[None] = concurrent.futures.Future()
+    threading.Thread(target=lambda: flushed.set_result(session.flush(timeout=WAIT))).start()
+
+    def waiting() -> bool:
+        activity = system.activity(key())
+        return activity is not None and activity.flushes_waiting == 1
+
+    wait_until(waiting, message="the flush waits for the hanging summary")
+    log.readers.clear()
+    assert system.passivate(key())  # the waiting flush is handed back and delivered again
+    wait_until(lambda: system.is_live(key()), message="the redelivered flush activated the session")
+    assert log.readers
+    assert all(name.startswith("convmem-session") for name in log.readers), log.readers
+    flushed.result(WAIT)  # the new activation asked again, and got its summary
+    assert live_state(system, key()) == replay_log(log, key())

@@ -17,6 +17,7 @@ delivery to live sessions. Handles reach sessions through it too (`deliver`,
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -131,8 +132,18 @@ class LiveSessions:
         for message in leftovers:
             if not isinstance(message, Write | Flush):
                 continue  # timers and summaries of a passivated session lapse; activation resumes them
-            if self.closed or not self.dispatcher.submit(lambda m=message: self.deliver(key, m)):  # type: ignore[misc]
+            if self.closed or not self.dispatcher.submit(functools.partial(self._redeliver, key, message)):
                 _fail(message, SessionClosed("the memory system closed before the message was handled"))
+
+    def _redeliver(self, key: MemoryKey, message: Write | Flush) -> None:
+        """On a dispatcher thread: `message` to the session's next activation, or its caller told why not."""
+        try:
+            self.deliver(key, message)
+        except Exception as exc:  # the log could not be read, or the system closed meanwhile
+            _log.warning(
+                "session %s: a message left by its stopped actor was not delivered", key, exc_info=True
+            )
+            _fail(message, exc)
 
     # Reaching a session -------------------------------------------------------------------
 
