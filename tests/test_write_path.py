@@ -543,3 +543,38 @@ def test_a_prepared_publish_on_a_closed_client_is_a_log_error(log: JetStreamEven
 
     with pytest.raises(LogUnavailable):
         conn.call(close_then_publish, what="a publish on a closed client", timeout=WAIT)
+
+
+def test_an_opening_acknowledged_as_already_held_still_stores_the_command(harness: Harness) -> None:
+    """The log says the session's opening was there already (a retry): the turn itself still goes in."""
+    log = SettledByTest()
+    system = harness.system(TRUNCATION, log=log)
+    answer = in_thread(lambda: system.session(key()).add_turn(turn("first")))
+    wait_started(log, 1)
+    log.settle_next(last=99)  # the opening, answered as another attempt's
+    wait_started(log, 1)
+    log.settle_next()  # the turn
+    assert answer.result(WAIT) == 1
+    assert users(live_state(system, key())) == ["first"]
+    assert live_state(system, key()) == replay_log(log, key())
+
+
+def test_an_opening_that_loses_to_another_writer_stores_the_command_after_theirs(harness: Harness) -> None:
+    """Another process opened the session first: the conflict is reread, and the turn follows theirs."""
+    log = SettledByTest()
+    system, other = harness.system(TRUNCATION, log=log), harness.system(TRUNCATION, log=log)
+    handle = system.session(key())
+    assert not handle.snapshot_state().started  # live, and empty
+    theirs = in_thread(lambda: other.session(key()).add_turn(turn("theirs")))
+    for _ in range(2):  # their opening and their turn
+        wait_started(log, 1)
+        log.settle_next()
+    assert theirs.result(WAIT) == 1
+    mine = in_thread(lambda: handle.add_turn(turn("mine")))
+    wait_started(log, 1)
+    log.settle_next()  # our opening: a conflict (the log's outcome)
+    wait_started(log, 1)
+    log.settle_next()  # our turn, decided again on their history
+    assert mine.result(WAIT) == 2
+    assert users(live_state(system, key())) == ["theirs", "mine"]
+    assert live_state(system, key()) == replay_log(log, key())

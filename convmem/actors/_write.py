@@ -228,31 +228,51 @@ class Write:
                 session.requeue(self)
                 return
             self._step = _DECIDE
-            if step is _VERIFY:
-                self._verify(session)
-                return
-            session.reload()
-            session.uncertain = False
-            if step is _RECHECK:
-                self._end(session, [])  # the log held these events already: a retry stores nothing
-                return
-            unmoved = session.state.version == self._base.version
-            if step is _RETRY and unmoved and session.already_stored(self._events):
-                # Nobody else wrote: the log kept some of these event ids from an earlier attempt of
-                # this command (a retry whose decision has changed since).
-                self._end(session, [])
+            if self._reread(session, step):
                 return
         self._decide(session)
+
+    def _reread(self, session: WriteSession, step: _Step) -> bool:
+        """Read the log as `step` needs before deciding again; True when the write got its answer.
+
+        When the append was the session's opening, the write goes on to its
+        command whatever the log says (the session is open now, by this
+        attempt, an earlier one, or another writer).
+        """
+        opening = self._opening
+        if step is _VERIFY:
+            stored, state = session.load(), replay(self._events, state=self._base)
+            if stored == state:
+                session.publish(state, self._events, self._base)
+            else:  # the earlier attempt is the truth, and this one stored nothing
+                session.adopt(stored)
+            if not opening:
+                self._end(session, self._events if stored == state else [])
+            return not opening
+        session.reload()
+        session.uncertain = False
+        if opening:
+            return False
+        if step is _RECHECK:
+            self._end(session, [])  # the log held these events already: a retry stores nothing
+            return True
+        unmoved = session.state.version == self._base.version
+        if step is _RETRY and unmoved and session.already_stored(self._events):
+            # Nobody else wrote: the log kept some of these event ids from an earlier attempt of this
+            # command (a retry whose decision has changed since).
+            self._end(session, [])
+            return True
+        return False
 
     def _decide(self, session: WriteSession) -> None:
         state = session.state
         command, command_id = self.command, self._id
-        if not state.started and not isinstance(command, StartSession):
+        self._opening = not state.started and not isinstance(command, StartSession)
+        if self._opening:
             # Open the session on its own: a lone event is one plain publish, where the two events
             # of an opening decision would be an atomic batch (fsynced by the server). Deciding the
             # whole command first keeps its refusals before anything is stored.
             session.decide(state, command, command_id)
-            self._opening = True
             command, command_id = session.opening(), command_id + ".start"
         events = session.decide(state, command, command_id)
         if not events:
@@ -271,16 +291,6 @@ class Write:
             self._appending = False
             session.let_go()
             raise
-
-    def _verify(self, session: WriteSession) -> None:
-        """A retried command's events are stored: the log keeps whichever attempt came first."""
-        stored, state = session.load(), replay(self._events, state=self._base)
-        if stored != state:  # the earlier attempt: it is the truth, and this one stored nothing
-            session.adopt(stored)
-            self._end(session, [])
-            return
-        session.publish(state, self._events, self._base)
-        self._end(session, self._events)
 
     # The log settles the append (from whichever thread learns of it) -----------------------
 
@@ -315,8 +325,7 @@ class Write:
                 return
             session.publish(replay(events, state=self._base), events, self._base)
             if self._opening:
-                self._opening = False
-                self._go(session, can_read=False)  # now decide the command itself, right here
+                self._go(session, can_read=False)  # the session is open: now the command, right here
                 session.let_go()
                 return
         except Exception as exc:  # the last line of defence, as a handler's
