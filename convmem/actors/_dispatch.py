@@ -271,7 +271,7 @@ class PooledActor(pykka.Actor):
         self.on_loop = on_loop
         self.actor_inbox.holders = 1
         try:
-            self._handle_envelope(Envelope(message))
+            self.on_claimed(message)
         except BaseException:
             self._stop()
             raise
@@ -279,6 +279,14 @@ class PooledActor(pykka.Actor):
             self.on_caller_thread = False
             self.on_loop = False
             self._drop_holder()
+
+    def on_claimed(self, message: Any) -> None:
+        """Handle a message run by the thread that claimed the actor (`run_claimed`).
+
+        As a dispatcher thread would (pykka's `on_receive`, failures included);
+        an actor whose `on_receive` never raises may handle it more directly.
+        """
+        self._handle_envelope(Envelope(message))
 
     def hold(self) -> None:
         """Keep the actor held after the current message returns, until `let_go`.

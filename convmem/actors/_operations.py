@@ -9,8 +9,7 @@ awaits it; both offer every operation here under its own name.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from convmem.errors import InvalidInput
 from convmem.events import (
@@ -59,8 +58,7 @@ class Handle(Protocol):
     def starting_config(self) -> ShortTermMemoryConfig: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[R]):
+class Call(NamedTuple, Generic[R]):
     """One write prepared by an operation: run by either handle, answered by `answer(events)`."""
 
     command: Command

@@ -148,6 +148,7 @@ class SessionActor(PooledActor):
         self._host = host
         self._storage = host.storage
         self._services = host.services
+        self._start_append = host.storage.appender(key)
         self.key = key
         self._cell = cell
         self._in_flight: SummaryRequest | None = None
@@ -172,6 +173,13 @@ class SessionActor(PooledActor):
         except Exception:  # the last line of defence: never let pykka stop the actor
             _log.exception("session %s failed to handle %s", self.key, type(message).__name__)
         return None
+
+    def on_claimed(self, message: Any) -> None:
+        """A message run by the thread (or loop) that claimed the idle actor: a write, straight away."""
+        if isinstance(message, Write):  # `LiveSessions` set `last_used` as it claimed the actor
+            message.run(self)
+        else:
+            self.on_receive(message)
 
     def on_stop(self) -> None:
         for timer in (self._timer, self._timeout_timer):
@@ -237,7 +245,7 @@ class SessionActor(PooledActor):
         return StartSession(key=self.key, config=self._services.config_for(self.key))
 
     def start_append(self, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
-        self._storage.start_append(self.key, events, expected_seq, settle)
+        self._start_append(events, expected_seq, settle)
 
     def reload(self) -> None:
         self._cell.state = self.load()

@@ -9,8 +9,9 @@ failing a write for want of one: a lost snapshot only costs a longer replay).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from convmem.actors._load import LoadReport, OnPoison, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, Snapshot, SnapshotStore
@@ -76,6 +77,17 @@ class SessionStorage:
             settle.set_exception(exc)
         else:
             settle.set_result(last)
+
+    def appender(self, key: MemoryKey) -> Callable[[Sequence[Event], int, Settle[int]], None]:
+        """`start_append` for `key` alone, made once (a session's writes all go through it)."""
+        if self.loop_log is None:
+            return functools.partial(self.start_append, key)
+        start = self.loop_log.start_append
+
+        def start_on_loop(events: Sequence[Event], expected_seq: int, settle: Settle[int]) -> None:
+            start(key, events, expected_seq=expected_seq, settle=settle)
+
+        return start_on_loop
 
     def save_snapshot(self, key: MemoryKey, state: SessionState, event_id: str) -> None:
         """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged."""
