@@ -2,9 +2,9 @@
 
 Imports at module level count, those under ``if TYPE_CHECKING:`` too (a
 type-only import is still a dependency a reader must follow); imports inside
-functions are left out (they cannot form a circle at import time). A package's ``__init__`` counts as the module that
-re-exports its submodules, so ``a._x -> b -> a`` through ``a/__init__`` is a
-circle too. ARCHITECTURE.md promises this.
+functions are left out (they cannot form a circle at import time). A
+package's ``__init__`` counts as the module that re-exports its submodules,
+so ``a._x -> b -> a`` through ``a/__init__`` is a circle too. ARCHITECTURE.md promises this.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                     here = here[: len(here) - (node.level - 1)]
                     base = ".".join([*here, base] if base else here)
                 targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
-            for target in targets:
+            for imported in targets:
+                target = imported
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
                 if target and target != name and not name.startswith(f"{target}."):
@@ -103,7 +104,7 @@ def test_the_check_finds_a_circle(tmp_path: Path) -> None:
     (package / "__init__.py").write_text("from pkg._a import A\n")
     (package / "_a.py").write_text("from pkg._b import B\nA = 1\n")
     (package / "_b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg._c import C\nfrom pkg._c import C\nB = 2\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg._c import C\nB = 2\n"
     )
     (package / "_c.py").write_text("from pkg._a import A\nC = 3\n")
     assert circles(import_graph(package)) == [["pkg._a", "pkg._b", "pkg._c"]]
