@@ -115,7 +115,5 @@ def test_a_function_level_import_is_no_circle(tmp_path: Path) -> None:
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "_a.py").write_text("from pkg._b import B\nA = 1\n")
-    (package / "_b.py").write_text(
-        "def f():\n    from pkg._a import A\n    return A\nB = 2\n"
-    )
+    (package / "_b.py").write_text("def f():\n    from pkg._a import A\n    return A\nB = 2\n")
     assert circles(import_graph(package)) == []
