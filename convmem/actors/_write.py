@@ -43,7 +43,16 @@ from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Settle
 from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
 from convmem.events import AnyEvent, MemoryKey
-from convmem.projections import AddItems, AddTurn, AdoptTurns, Command, SessionState, StartSession, replay
+from convmem.projections import (
+    AddItems,
+    AddTurn,
+    AdoptTurns,
+    Command,
+    SessionState,
+    StartSession,
+    command_id_for,
+    replay,
+)
 
 __all__ = ["MAX_CONFLICT_RETRIES", "Write", "WriteSession", "new_command_id"]
 
@@ -211,7 +220,7 @@ class Write:
             if self.reply is not None and not self.reply.set_running_or_notify_cancel():
                 return  # its caller gave up before it started
             given = self.command_id
-            self._id = f"{'.'.join(session.key.tokens())}/{given}" if given else new_command_id()
+            self._id = command_id_for(session.key, given) if given else new_command_id()
         self._session = session
         try:
             self._go(session, can_read=not session.on_loop)

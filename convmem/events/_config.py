@@ -252,11 +252,17 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     include_turn_dates: bool = False
     """Show each turn's UTC date (``"date": "8 May 2023"``) in the context when its ``ts`` is known.
     Off by default: PenguiFlow-shaped contexts stay exactly as PenguiFlow renders them."""
+    idempotency_horizon: int = 1000
+    """How many of its latest writes made with an ``idempotency_key`` the session remembers: a
+    retry of any of them stores nothing, however long after the first try (past the log's
+    duplicate window too). Measured in keyed writes, not time; 0 leaves retries to the log's
+    duplicate window alone."""
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, get_args(Strategy))
         _positive_int("recovery_backlog_limit", self.recovery_backlog_limit, minimum=0)
         _positive_int("retry_attempts", self.retry_attempts, minimum=0)
+        _positive_int("idempotency_horizon", self.idempotency_horizon, minimum=0)
         if strategy_reads_summaries(self.agents.strategy) and not strategy_summarizes(self.strategy):
             needed = " or ".join(repr(s) for s in get_args(Strategy) if strategy_summarizes(s))
             raise InvalidConfig(

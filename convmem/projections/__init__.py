@@ -50,6 +50,7 @@ from convmem.projections._health import (
     summary_due,
     summary_problem,
 )
+from convmem.projections._idempotency import already_applied, command_id_for
 from convmem.projections._memories import (
     BufferMemory,
     EntityMemory,
@@ -129,7 +130,9 @@ __all__ = [
     "WindowMemory",
     "agent_items",
     "agent_items_tokens",
+    "already_applied",
     "buffer_messages",
+    "command_id_for",
     "compact_turn_items",
     "create_memory",
     "cross_session_instructions",

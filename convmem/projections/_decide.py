@@ -45,6 +45,7 @@ from convmem.projections._commands import (
 from convmem.projections._context import over_budget
 from convmem.projections._evolve import evolve
 from convmem.projections._health import SURROGATE
+from convmem.projections._idempotency import already_applied
 from convmem.projections._state import SessionState
 from convmem.projections._transitions import (
     health_changed,
@@ -72,9 +73,12 @@ def decide(
     A session that has not started is opened first with `key` and `config`
     (or the command's own, for `StartSession`). Raises `MemoryBudgetExceeded`
     for the ``error`` policy and `InvalidInput` for a command that cannot apply.
+    A repeat of a keyed write that the session remembers (`command_id_for`) decides nothing.
     """
     if not command_id:
         raise InvalidInput("command_id", "must not be empty")
+    if already_applied(state.idempotency_keys, state.key, command_id):
+        return []  # a retry of a keyed write the session stored already, however long ago
     ids = EventIds(command_id, state.version)
     events: list[AnyEvent] = []
     if not state.started and isinstance(command, SummarySucceeded | SummaryFailed):

@@ -14,7 +14,7 @@ an erasure).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import assert_never
+from typing import Any, assert_never
 
 import msgspec
 
@@ -35,6 +35,7 @@ from convmem.events import (
     TurnAdded,
     TurnsAdopted,
 )
+from convmem.projections._idempotency import key_prefix, remember_key
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
@@ -79,7 +80,10 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
         return msgspec_replace(state, version=event.seq)
     if not state.started and not isinstance(event, SessionStarted | SessionErased):
         raise ReplayError(f"event seq {event.seq} ({type(event).__name__}) comes before the session started")
-    common = {"version": event.seq, "last_at": max(state.last_at, event.at)}
+    common: dict[str, Any] = {"version": event.seq, "last_at": max(state.last_at, event.at)}
+    keys = _remembered(state, event)
+    if keys is not state.idempotency_keys:
+        common["idempotency_keys"] = keys
     match event:
         case SessionStarted():
             if state.started:
@@ -174,6 +178,15 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             return msgspec_replace(state, turns=_pop_item(state), **common)
         case _:
             assert_never(event)
+
+
+def _remembered(state: SessionState, event: AnyEvent) -> tuple[str, ...]:
+    """The session's remembered idempotency keys after `event` (see ``_idempotency``)."""
+    if isinstance(event, SessionStarted):
+        return remember_key((), event.event_id, key_prefix(event.key), event.config.idempotency_horizon)
+    return remember_key(
+        state.idempotency_keys, event.event_id, key_prefix(state.key), state.config.idempotency_horizon
+    )
 
 
 def items_turn(items: tuple[MessageItem, ...]) -> ConversationTurn:
@@ -276,8 +289,14 @@ def replay(
     include = current.config.include_trajectory_digest
     dated = current.config.include_turn_dates
     started = current.started
+    keyed = key_prefix(current.key)  # a turn written with an idempotency key goes through `evolve`
     for event in events:
-        if started and isinstance(event, TurnAdded) and event.seq == version + 1:
+        if (
+            started
+            and isinstance(event, TurnAdded)
+            and event.seq == version + 1
+            and not (keyed and event.event_id.startswith(keyed))
+        ):
             index = event.index
             if index < next_index:
                 raise _reused_turn_number(index, event.seq, next_index)
@@ -314,6 +333,7 @@ def replay(
         include = current.config.include_trajectory_digest
         dated = current.config.include_turn_dates
         started = current.started
+        keyed = key_prefix(current.key)
     if version != current.version:
         current = msgspec_replace(
             current, turns=(*current.turns, *added), version=version, next_index=next_index, last_at=last_at

@@ -95,6 +95,9 @@ class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     injected_summary: str | None = None
     injected_from: MemoryKey | None = None
     last_at: float = 0.0
+    idempotency_keys: tuple[str, ...] = ()
+    """The idempotency keys of the session's latest keyed writes, oldest first, at most
+    `config.idempotency_horizon` of them (see ``_idempotency``)."""
 
     # Derived zones ---------------------------------------------------------
 
