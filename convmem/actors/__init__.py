@@ -46,6 +46,7 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
+from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
 from convmem.actors._system import Erased, MemorySystem
 
@@ -68,6 +69,7 @@ __all__ = [
     "SessionCheck",
     "SessionHandle",
     "SessionRow",
+    "SessionSequence",
     "SessionServices",
     "Settle",
     "Snapshot",

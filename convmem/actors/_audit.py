@@ -95,6 +95,7 @@ class SessionCheck(msgspec.Struct, kw_only=True):
 
     key: MemoryKey
     events: int = 0
+    """The session's events (records that do not fit its sequence are `poison`, not events)."""
     turns: int = 0
     summaries: int = 0
     last_seq: int = 0
@@ -145,7 +146,7 @@ def _check(
     snapshots: SnapshotStore | None,
     live: Mapping[MemoryKey, SessionState] | None,
 ) -> SessionCheck:
-    check = SessionCheck(key=key, events=len(records))
+    check = SessionCheck(key=key)
     report = LoadReport()
     states: dict[int, SessionState] = {}
     snapshot = snapshots.load(key) if snapshots is not None else None
@@ -153,6 +154,7 @@ def _check(
     state = SessionState()
     try:
         for event in decode_logged(records, on_poison="skip", report=report):
+            check.events += 1
             state = replay([event], state=state)
             if want is not None and state.version == want:
                 states[want] = state

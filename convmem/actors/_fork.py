@@ -17,6 +17,7 @@ from datetime import datetime
 import msgspec
 
 from convmem.actors._ports import EventLog, LoggedEvent
+from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput
 from convmem.events import AnyEvent, MemoryKey, SessionErased, SessionStarted, decode_event
 
@@ -49,9 +50,12 @@ def fork_events(
     """
     copied: list[AnyEvent] = []
     last = 0
+    walk = SessionSequence()
     for record in records:
         if at_position is not None and record.position > at_position:
             break
+        if walk.take(record.seq, record.data) is not None:
+            continue  # not one of the source's events (reported by its audits): not copied
         try:
             event = decode_event(record.data, seq=record.position)
         except EventDecodeError as exc:

@@ -12,7 +12,8 @@ from typing import Literal
 import msgspec
 
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
-from convmem.errors import EventDecodeError, ReplayError, UnknownEventType
+from convmem.actors._sequence import SessionSequence
+from convmem.errors import EventDecodeError, ReplayError
 from convmem.events import AnyEvent, MemoryKey, decode_event
 from convmem.projections import (
     SessionState,
@@ -48,35 +49,53 @@ class LoadReport(msgspec.Struct, kw_only=True):
 
 
 def decode_logged(
-    records: Iterable[LoggedEvent], *, on_poison: OnPoison, report: LoadReport
+    records: Iterable[LoggedEvent],
+    *,
+    on_poison: OnPoison,
+    report: LoadReport,
+    sequence: SessionSequence | None = None,
 ) -> Iterator[AnyEvent | SkippedEvent]:
-    """Decode stored records; poison is reported and skipped, or raised as `ReplayError`."""
+    """Decode one session's stored records in log order; poison is reported and skipped, or raised
+    as `ReplayError`.
+
+    `sequence` (from seq 0 when not given; pass one along to decode records one call at a
+    time) says which records are the session's events (`SessionSequence`). A record that does
+    not fit stays out of the fold; one that fits but does not decode, or whose bytes name
+    another seq than its header, is skipped in its place (`SkippedEvent`).
+    """
+    walk = sequence if sequence is not None else SessionSequence()
     for record in records:
+        unfit = walk.take(record.seq, record.data)
+        if unfit is not None:
+            _poison(record, record.seq, f"does not fit the session: {unfit}", on_poison, report)
+            continue
+        seq = record.seq
+        assert seq is not None  # a record without a header never fits
         try:
             event = decode_event(record.data, seq=record.position)
         except EventDecodeError as exc:
-            seq = exc.event_seq if isinstance(exc, UnknownEventType) else None
-            seq = seq if seq is not None else record.seq
-            poison = PoisonEvent(key=record.key, position=record.position, seq=seq, problem=str(exc))
-            report.poison.append(poison)
-            if on_poison == "stop":
-                raise ReplayError(
-                    f"session {record.key}: poison message at log position {record.position}: {exc}"
-                ) from None
-            _log.warning("skipping poison message of %s at position %s: %s", record.key, record.position, exc)
-            if seq is not None:
-                yield SkippedEvent(seq, str(exc))
+            _poison(record, seq, str(exc), on_poison, report)
+            yield SkippedEvent(seq, str(exc))
             continue
-        if event.seq != record.seq and record.seq is not None:
-            problem = f"header says seq {record.seq}, the event says {event.seq}"
-            report.poison.append(
-                PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=problem)
-            )
-            if on_poison == "stop":
-                raise ReplayError(f"session {record.key} at position {record.position}: {problem}")
+        if event.seq != seq:
+            problem = f"header says seq {seq}, the event says {event.seq}"
+            _poison(record, seq, problem, on_poison, report)
+            yield SkippedEvent(seq, problem)
             continue
         report.events_applied += 1
         yield event
+
+
+def _poison(
+    record: LoggedEvent, seq: int | None, problem: str, on_poison: OnPoison, report: LoadReport
+) -> None:
+    """Report a poison record; raise `ReplayError` instead when `on_poison` says stop."""
+    report.poison.append(PoisonEvent(key=record.key, position=record.position, seq=seq, problem=problem))
+    if on_poison == "stop":
+        raise ReplayError(
+            f"session {record.key}: poison message at log position {record.position}: {problem}"
+        )
+    _log.warning("skipping poison message of %s at position %s: %s", record.key, record.position, problem)
 
 
 def load_state(
@@ -124,7 +143,8 @@ def load_state(
     else:
         records = log.read(key)
     try:
-        state = replay(decode_logged(records, on_poison=on_poison, report=report), state=start)
+        walk = SessionSequence(start.version if start is not None else 0)
+        state = replay(decode_logged(records, on_poison=on_poison, report=report, sequence=walk), state=start)
     except ReplayError:
         if start is None:
             raise
@@ -134,6 +154,7 @@ def load_state(
         if snapshots is not None:
             snapshots.delete(key)  # useless, and maybe erased data
         report.events_applied = 0
+        report.poison.clear()
         state = replay(decode_logged(log.read(key), on_poison=on_poison, report=report), state=None)
     if start is not None and snapshots is not None and state.version > start.version and not state.started:
         # A tombstone after the snapshot: the snapshot holds erased data (a stale writer saved it

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from convmem.actors import ErasureNotice, LoggedEvent, Snapshot, Unwatch
+from convmem.actors import ErasureNotice, LoggedEvent, SessionSequence, Snapshot, Unwatch
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
 
@@ -79,8 +79,9 @@ class InMemoryEventLog:
             record = LoggedEvent(key=key, seq=seq, position=len(self._all) + 1, data=data)
             self._all.append(record)
             self._sessions.setdefault(key, []).append(record)
-            if seq is not None:
-                self._last_seq[key] = seq
+            walk = SessionSequence(self._last_seq.get(key, 0))
+            if walk.take(seq, data) is None:  # the session's next event (as the fold counts)
+                self._last_seq[key] = walk.version
             return record.position
 
     def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:

@@ -135,7 +135,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         emit_json(context)
         for poison in report.poison:
-            print(f"poison at position {poison.position}: {poison.problem}", file=sys.stderr)
+            print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
     return EXIT_OK
 
 

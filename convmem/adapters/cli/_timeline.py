@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import LoadReport, LoggedEvent, decode_logged, timeline
+from convmem.actors import LoadReport, LoggedEvent, SessionSequence, decode_logged, timeline
 from convmem.adapters.cli._common import EXIT_NOT_FOUND, EXIT_OK, CliError, backend, parse_key
 from convmem.adapters.cli._inspect import records_from_file, stamp
 from convmem.adapters.cli._page import PAGE
@@ -54,12 +54,19 @@ def page_data(records: Iterable[LoggedEvent], key: MemoryKey) -> dict[str, Any]:
     previous = _context_text(state)
     events: list[dict[str, Any]] = []
     by_position: dict[int, AnyEvent | SkippedEvent] = {}
+    unfit: dict[int, str] = {}
+    walk = SessionSequence()  # one walk of the session's records, as a replay makes it
     for record in records:
-        for decoded in decode_logged([record], on_poison="skip", report=LoadReport()):
+        report = LoadReport()
+        for decoded in decode_logged([record], on_poison="skip", report=report, sequence=walk):
             by_position[record.position] = decoded
+        if record.position not in by_position and report.poison:
+            unfit[record.position] = report.poison[0].problem
     for listed in rows:
         row = listed
         found = by_position.get(row.position)
+        if row.position in unfit:
+            row = msgspec.structs.replace(row, type="POISON", detail=unfit[row.position])
         if found is not None:
             try:
                 state = evolve(state, found)

@@ -97,10 +97,11 @@ async def fetch_batch(
     return Batch(messages, pending)
 
 
-async def fetch_subject(conn: NatsConnection, stream: str, subject: str) -> list[StoredMessage]:
-    """Every message of one subject, in stream order."""
+async def fetch_subject(
+    conn: NatsConnection, stream: str, subject: str, *, start: int = 1
+) -> list[StoredMessage]:
+    """Every message of one subject (from stream sequence `start` on), in stream order."""
     out: list[StoredMessage] = []
-    start = 1
     while True:
         batch = await fetch_batch(conn, stream, subject, start=start, batch=10_000)
         out.extend(batch.messages)

@@ -35,6 +35,7 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
+from convmem.actors import SessionSequence
 from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends
@@ -143,7 +144,7 @@ class SessionWriter:
         if 0 < ahead <= len(events) and last.event_id == events[ahead - 1].event_id:
             return ahead  # an atomic batch ending in our event: the events before it are ours too
         if ahead > len(events):  # others wrote after us, or instead of us
-            stored = {session_seq(m.headers): m.headers.get(MSG_ID) for m in await self.read(subject)}
+            stored = _events_by_seq(await self.read(subject))
             if all(stored.get(e.seq) == e.event_id for e in events):
                 return len(events)
         raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
@@ -210,24 +211,31 @@ class SessionWriter:
                 f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
             )
         if messages:
-            seqs = (session_seq(m.headers) for m in reversed(messages))
-            seq = next((s for s in seqs if s is not None), 0)
-            self.remember(subject, Last(seq, messages[-1].seq, messages[-1].headers.get(MSG_ID)))
+            self.remember(subject, _walk(messages, EMPTY))
         return messages
 
     async def load_last(self, subject: str) -> Last:
-        """The session's last seq and its subject's last message, from the stream leader."""
+        """The session's last seq and its subject's last message, from the stream leader.
+
+        The seq is counted by `SessionSequence`, as the fold counts it: from
+        what this writer knew of the subject when the subject has only grown
+        since (the messages after it are read), else from the whole subject.
+        """
         message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
         if message is None:
             self._last.pop(subject, None)
             return EMPTY
-        seq = session_seq(message.headers)
-        if seq is None:  # a foreign message last: the session seq is the latest one written
-            messages = await fetch_subject(self._conn, self._stream, subject)
-            seq = next((s for m in reversed(messages) if (s := session_seq(m.headers)) is not None), 0)
-        last = Last(seq, message.seq, message.headers.get(MSG_ID))
-        self.remember(subject, last)
-        return last
+        known = self._last.get(subject)
+        if known is not None and known.stream_seq == message.seq:
+            return known
+        if known is not None and 0 < known.stream_seq < message.seq:
+            after = await fetch_subject(self._conn, self._stream, subject, start=known.stream_seq + 1)
+            if after and after[-1].seq >= message.seq:
+                last = _walk(after, known)
+                self.remember(subject, last)
+                return last
+        await self.read(subject)  # the whole subject (also when a lagging replica answered short)
+        return self._last.get(subject, EMPTY)
 
     async def erase(self, key: MemoryKey, subject: str, at: float) -> int | None:
         """Remove every message of the session's subject for good; returns the events removed.
@@ -303,3 +311,28 @@ class SessionWriter:
                 del self._locks[subject]
             else:
                 self._locks[subject] = (lock, users - 1)
+
+
+def _walk(messages: list[StoredMessage], known: Last) -> Last:
+    """What the writer knows of a session after `messages` (the next of its subject after `known`).
+
+    Its seq is counted by `SessionSequence`, as the fold counts it: a message
+    that does not fit the session (no header, a rewound or skipping seq)
+    moves the subject's last position but not the session's seq.
+    """
+    walk = SessionSequence(known.seq)
+    event_id = known.event_id
+    for message in messages:
+        if walk.take(session_seq(message.headers), message.data) is None:
+            event_id = message.headers.get(MSG_ID)
+    return Last(walk.version, messages[-1].seq, event_id)
+
+
+def _events_by_seq(messages: list[StoredMessage]) -> dict[int, str | None]:
+    """The session's events among a whole subject's `messages`: their ids by seq."""
+    walk = SessionSequence()
+    stored: dict[int, str | None] = {}
+    for message in messages:
+        if walk.take(session_seq(message.headers), message.data) is None:
+            stored[walk.version] = message.headers.get(MSG_ID)
+    return stored

@@ -1,0 +1,162 @@
+"""A message that does not fit a session's sequence never blocks its writes, never hides an event,
+and is reported with its session and position by replay, verify and the CLI; on both logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from log_faults import POISON_KINDS, PoisonKind, poison, write_poison
+from nats_fixtures import JetStreamNames
+from runtime_helpers import key, live_state, turn
+
+from convmem.actors import EventLog, MemorySystem, SessionSequence, replay_session, verify
+from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
+from convmem.adapters.cli._main import main
+from convmem.events import MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
+from convmem.projections import SessionState
+
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+def log(
+    request: pytest.FixtureRequest, nats_server_shared: EmbeddedNatsServer, jetstream_names: JetStreamNames
+) -> Iterator[EventLog]:
+    if request.param == "memory":
+        yield InMemoryEventLog()
+        return
+    stream_log = JetStreamEventLog.connect(
+        nats_server_shared.url, stream=jetstream_names.stream, prefix=jetstream_names.prefix
+    )
+    yield stream_log
+    stream_log.close()
+
+
+def _users(state: SessionState) -> list[str]:
+    return [r.turn.user_message for r in state.turns]
+
+
+def _stored_users(log: EventLog, k: MemoryKey) -> list[str]:
+    state, _ = replay_session(log.read(k), k)
+    return _users(state)
+
+
+@pytest.mark.parametrize("kind", POISON_KINDS)
+def test_a_foreign_message_leaves_the_session_writable_and_every_event_in_place(
+    log: EventLog, kind: PoisonKind
+) -> None:
+    """Poison of any kind: writes go on (in the live process and in a new one), no valid event
+    vanishes, the message stays, and replay and verify report it with its session and position,
+    their counts agreeing."""
+    k = key()
+    with MemorySystem(CONFIG, log=log) as live:
+        session = live.session(k)
+        for text in ("t1", "t2", "t3"):
+            session.add_turn(turn(text))
+        version = len(log.read(k))  # one SessionStarted and three turns
+        position = write_poison(log, k, kind, version)
+        assert session.add_turn(turn("live after")) == 4  # the live process: not blocked
+    with MemorySystem(CONFIG, log=log) as fresh:  # a new process
+        assert fresh.session(k).add_turn(turn("fresh after")) == 5
+        assert _users(live_state(fresh, k)) == ["t1", "t2", "t3", "live after", "fresh after"]
+    assert position in [r.position for r in log.read(k)]  # the foreign message stays where it is
+    state, report = replay_session(log.read(k), k)
+    assert _users(state) == ["t1", "t2", "t3", "live after", "fresh after"]
+    assert [(p.key, p.position) for p in report.poison] == [(k, position)]
+    (check,) = verify(log, key=k)
+    assert [(p.key, p.position) for p in check.poison] == [(k, position)]
+    assert check.turns == len(state.turns) == 5
+    assert check.last_seq == state.version
+    assert check.events == state.version  # each seq is one event (an unreadable one holds its seq too)
+
+
+def test_an_unknown_event_sharing_a_seq_with_a_valid_one_does_not_hide_it(log: EventLog) -> None:
+    """An event of an unknown type claiming (in its bytes only) the seq the next valid event takes
+    is reported; the valid event is replayed."""
+    k = key()
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(k).add_turn(turn("t1"))
+        write_poison(log, k, "unknown-tag", 2)
+        system.session(k).add_turn(turn("t2"))
+    assert _stored_users(log, k) == ["t1", "t2"]
+
+
+def test_the_writer_and_the_fold_count_a_session_alike(log: EventLog) -> None:
+    """After every kind of poison, the log's last seq is the fold's version (one source of truth)."""
+    k = key()
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(k).add_turn(turn("t1"))
+    for kind in POISON_KINDS:
+        state, _ = replay_session(log.read(k), k)
+        write_poison(log, k, kind, state.version)
+        state, _ = replay_session(log.read(k), k)
+        assert log.last_seq(k) == state.version, kind
+
+
+def test_the_cli_reports_foreign_messages_with_session_and_position(
+    nats_server_shared: EmbeddedNatsServer,
+    jetstream_names: JetStreamNames,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`convmem replay` and `convmem verify` (text and --json) name the session and the position."""
+    log = JetStreamEventLog.connect(
+        nats_server_shared.url, stream=jetstream_names.stream, prefix=jetstream_names.prefix
+    )
+    k = key()
+    try:
+        with MemorySystem(CONFIG, log=log) as system:
+            for text in ("t1", "t2", "t3"):
+                system.session(k).add_turn(turn(text))
+        position = write_poison(log, k, "no-header", 4)
+    finally:
+        log.close()
+    where = ["--nats", nats_server_shared.url, "--stream", jetstream_names.stream]
+    where += ["--prefix", jetstream_names.prefix]
+    capsys.readouterr()
+    main([*where, "replay", k.composite()])
+    err = capsys.readouterr().err
+    assert f"{k.composite()}: poison at position {position}" in err
+    assert main([*where, "verify", k.composite()]) != 0
+    out = capsys.readouterr().out
+    assert f"{k.composite()}: poison at position {position}" in out
+    main([*where, "verify", "--json", k.composite()])
+    (check,) = json.loads(capsys.readouterr().out)["checks"]
+    assert check["turns"] == 3
+    assert [p["position"] for p in check["poison"]] == [position]
+
+
+def test_session_sequence_takes_the_next_seq_and_reports_anything_else() -> None:
+    """The one rule: the next seq by header; no header, rewound or skipping seqs do not fit."""
+    walk = SessionSequence()
+    data = b""
+    assert walk.take(1, data) is None
+    assert "no Convmem-Seq header" in (walk.take(None, data) or "")
+    assert "rewound" in (walk.take(1, data) or "")
+    assert "skips" in (walk.take(5, data) or "")
+    assert walk.version == 1
+    assert walk.take(2, data) is None
+    assert walk.version == 2
+
+
+def test_a_poison_turn_forged_without_a_header_is_no_turn() -> None:
+    """`write_poison`'s ``no-header`` message is a valid event: only its missing header makes it foreign."""
+    data, seq = poison("no-header", 4)
+    assert seq is None
+    assert isinstance(decode_event(data), TurnAdded)
+
+
+@pytest.mark.parametrize("kind", ["no-header", "garbage"])
+def test_a_fork_copies_the_session_s_events_and_leaves_foreign_messages_out(
+    log: EventLog, kind: PoisonKind
+) -> None:
+    """A fork of a session holding a foreign message copies exactly its events (no forged turn)."""
+    k, to = key(), key("fork")
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(k).add_turn(turn("t1"))
+        write_poison(log, k, kind, 2)
+        system.session(k).add_turn(turn("t2"))
+        system.fork(k, to=to)
+        assert _users(live_state(system, to)) == ["t1", "t2"]
+    assert _stored_users(log, to) == ["t1", "t2"]
