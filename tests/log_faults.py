@@ -23,8 +23,16 @@ from convmem.events import ConversationTurn, MemoryKey, TurnAdded, encode_event
 
 __all__ = ["POISON_KINDS", "PoisonKind", "poison", "wait_past_duplicate_window", "write_poison"]
 
-PoisonKind = Literal["no-header", "rewound", "unknown-tag", "mismatch", "ahead", "garbage"]
-POISON_KINDS: tuple[PoisonKind, ...] = ("no-header", "rewound", "unknown-tag", "mismatch", "ahead", "garbage")
+PoisonKind = Literal["no-header", "rewound", "unknown-tag", "mismatch", "ahead", "garbage", "unfoldable"]
+POISON_KINDS: tuple[PoisonKind, ...] = (
+    "no-header",
+    "rewound",
+    "unknown-tag",
+    "mismatch",
+    "ahead",
+    "garbage",
+    "unfoldable",
+)
 
 
 def _turn_bytes(seq: int, index: int, text: str) -> bytes:
@@ -42,7 +50,8 @@ def poison(kind: PoisonKind, version: int, *, index: int = 10_000) -> tuple[byte
     * ``unknown-tag``: an event of a type no convmem knows, claiming the next seq in its body only;
     * ``mismatch``: the header says the next seq, the body another;
     * ``ahead``: a valid event that skips seqs (header and body);
-    * ``garbage``: bytes that are no event, without a header.
+    * ``garbage``: bytes that are no event, without a header;
+    * ``unfoldable``: a turn for the next seq (header and body) that reuses turn number 1.
     """
     match kind:
         case "no-header":
@@ -59,6 +68,8 @@ def poison(kind: PoisonKind, version: int, *, index: int = 10_000) -> tuple[byte
             return _turn_bytes(version + 5, index, "ahead"), version + 5
         case "garbage":
             return b"\xc1 not an event", None
+        case "unfoldable":
+            return _turn_bytes(version + 1, 1, "unfoldable"), version + 1
 
 
 def write_poison(log: EventLog, key: MemoryKey, kind: PoisonKind, version: int) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from convmem.actors._load import LoadReport, PoisonEvent, decode_logged
+from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged
 from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
 from convmem.errors import EventDecodeError, InvalidInput, ReplayError
 from convmem.events import (
@@ -43,7 +43,7 @@ from convmem.events import (
     encode_event,
     encode_event_json,
 )
-from convmem.projections import SessionState, SkippedEvent, decode_state, replay, state_hash
+from convmem.projections import SessionState, SkippedEvent, decode_state, state_hash
 
 __all__ = [
     "SessionCheck",
@@ -72,22 +72,17 @@ def replay_session(
 ) -> tuple[SessionState, LoadReport]:
     """Fold `key`'s events, stopping after a log position or a time when given."""
     report = LoadReport()
-
-    def chosen() -> Iterator[AnyEvent | SkippedEvent]:
-        for event in decode_logged(
-            (
-                r
-                for r in records
-                if _in_scope(r, key) and (until_position is None or r.position <= until_position)
-            ),
-            on_poison=on_poison,
-            report=report,
-        ):
-            if until_time is not None and not isinstance(event, SkippedEvent) and event.at > until_time:
-                return
-            yield event
-
-    return replay(chosen()), report
+    chosen = [
+        r for r in records if _in_scope(r, key) and (until_position is None or r.position <= until_position)
+    ]
+    if until_time is None:
+        return fold_logged(chosen, on_poison=on_poison, report=report), report
+    state = SessionState()
+    for event, after in applied(chosen, on_poison=on_poison, report=report):
+        if not isinstance(event, SkippedEvent) and event.at > until_time:
+            break
+        state = after
+    return state, report
 
 
 class SessionCheck(msgspec.Struct, kw_only=True):
@@ -153,9 +148,8 @@ def _check(
     want = snapshot.seq if snapshot is not None else None
     state = SessionState()
     try:
-        for event in decode_logged(records, on_poison="skip", report=report):
+        for event, state in applied(records, on_poison="skip", report=report):
             check.events += 1
-            state = replay([event], state=state)
             if want is not None and state.version == want:
                 states[want] = state
             if isinstance(event, TurnAdded):
@@ -215,7 +209,7 @@ def list_sessions(
         records = log.read(key)
         report = LoadReport()
         try:
-            state = replay(decode_logged(records, on_poison="skip", report=report))
+            state = fold_logged(records, on_poison="skip", report=report)
             health, last_seq, last_at, turns = (
                 state.health.value,
                 state.version,

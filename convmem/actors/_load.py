@@ -6,7 +6,7 @@ Used by session activation and by auditors alike, so both see the same state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 import msgspec
@@ -19,11 +19,12 @@ from convmem.projections import (
     SessionState,
     SkippedEvent,
     decode_state,
+    evolve,
     replay,
     state_hash,
 )
 
-__all__ = ["LoadReport", "PoisonEvent", "decode_logged", "load_state"]
+__all__ = ["LoadReport", "PoisonEvent", "applied", "decode_logged", "fold_logged", "load_state"]
 
 _log = logging.getLogger("convmem.load")
 
@@ -98,6 +99,60 @@ def _poison(
     _log.warning("skipping poison message of %s at position %s: %s", record.key, record.position, problem)
 
 
+def applied(
+    records: Iterable[LoggedEvent],
+    *,
+    on_poison: OnPoison,
+    report: LoadReport,
+    state: SessionState | None = None,
+) -> Iterator[tuple[AnyEvent | SkippedEvent, SessionState]]:
+    """Fold one session's records event by event: each event with the state after it.
+
+    Like `decode_logged`, and one more kind of poison: an event that fits the
+    session's sequence but does not fold (a forged history: a turn before the
+    session started, a reused turn number, a second start) is reported, and
+    skipped at its seq, as every log's writer counts it.
+    """
+    current = state if state is not None else SessionState()
+    walk = SessionSequence(current.version)
+    for record in records:
+        for event in decode_logged([record], on_poison=on_poison, report=report, sequence=walk):
+            try:
+                current = evolve(current, event)
+            except ReplayError as exc:
+                _poison(record, event.seq, f"does not fold: {exc}", on_poison, report)
+                if not isinstance(event, SkippedEvent):
+                    report.events_applied -= 1
+                current = msgspec.structs.replace(current, version=event.seq)
+                yield SkippedEvent(event.seq, str(exc)), current
+                continue
+            yield event, current
+
+
+def fold_logged(
+    records: Sequence[LoggedEvent],
+    *,
+    on_poison: OnPoison,
+    report: LoadReport,
+) -> SessionState:
+    """The state after one session's records, from scratch (see `applied`).
+
+    The records are replayed at full speed; only a history with an event that
+    does not fold is walked again event by event.
+    """
+    try:
+        return replay(decode_logged(records, on_poison=on_poison, report=report))
+    except ReplayError:
+        if on_poison == "stop":
+            raise
+    report.events_applied = 0
+    report.poison.clear()
+    current = SessionState()
+    for _, current in applied(records, on_poison=on_poison, report=report):  # noqa: B007
+        pass
+    return current
+
+
 def load_state(
     log: EventLog,
     snapshots: SnapshotStore | None,
@@ -107,24 +162,8 @@ def load_state(
 ) -> tuple[SessionState, LoadReport]:
     """The session's current state: its snapshot (when valid) plus the events after it."""
     report = LoadReport()
-    start: SessionState | None = None
     snapshot = snapshots.load(key) if snapshots is not None else None
-    if snapshot is not None:
-        try:
-            candidate = decode_state(snapshot.data)
-            if snapshot.key != key or candidate.key not in (None, key):
-                report.snapshot_rejected = "snapshot belongs to another key"
-            elif candidate.version != snapshot.seq:
-                report.snapshot_rejected = f"snapshot state is at seq {candidate.version}, not {snapshot.seq}"
-            elif state_hash(candidate) != snapshot.state_hash:
-                report.snapshot_rejected = "snapshot hash does not match its state"
-            else:
-                start = candidate
-                report.snapshot_seq = snapshot.seq
-        except EventDecodeError as exc:
-            report.snapshot_rejected = str(exc)
-        if report.snapshot_rejected:
-            _log.warning("ignoring snapshot of %s: %s", key, report.snapshot_rejected)
+    start = _usable(snapshot, key, report) if snapshot is not None else None
     if start is not None and snapshot is not None and snapshots is not None:
         # The snapshot stands for the log's events up to its seq only while the log holds the
         # event at that seq (the very one, when the snapshot names it). Otherwise it outlived an
@@ -146,22 +185,43 @@ def load_state(
         walk = SessionSequence(start.version if start is not None else 0)
         state = replay(decode_logged(records, on_poison=on_poison, report=report, sequence=walk), state=start)
     except ReplayError:
-        if start is None:
+        if on_poison == "stop" and start is None:
             raise
-        # The snapshot does not continue into the log (e.g. the session was erased): start over.
-        report.snapshot_rejected = "snapshot does not continue into the log"
-        report.snapshot_seq = 0
-        if snapshots is not None:
-            snapshots.delete(key)  # useless, and maybe erased data
         report.events_applied = 0
         report.poison.clear()
-        state = replay(decode_logged(log.read(key), on_poison=on_poison, report=report), state=None)
+        if start is not None:
+            # The snapshot does not continue into the log (e.g. the session was erased): start over.
+            report.snapshot_rejected = "snapshot does not continue into the log"
+            report.snapshot_seq = 0
+            if snapshots is not None:
+                snapshots.delete(key)  # useless, and maybe erased data
+            records = log.read(key)
+        state = fold_logged(records, on_poison=on_poison, report=report)
     if start is not None and snapshots is not None and state.version > start.version and not state.started:
         # A tombstone after the snapshot: the snapshot holds erased data (a stale writer saved it
         # after the erasure); remove it rather than keep personal data the log no longer has.
         snapshots.delete(key)
         report.snapshot_rejected = "snapshot predates an erasure"
     return state, report
+
+
+def _usable(snapshot: Snapshot, key: MemoryKey, report: LoadReport) -> SessionState | None:
+    """The state `snapshot` holds, when it is `key`'s and intact; else None, and why in `report`."""
+    try:
+        candidate = decode_state(snapshot.data)
+        if snapshot.key != key or candidate.key not in (None, key):
+            report.snapshot_rejected = "snapshot belongs to another key"
+        elif candidate.version != snapshot.seq:
+            report.snapshot_rejected = f"snapshot state is at seq {candidate.version}, not {snapshot.seq}"
+        elif state_hash(candidate) != snapshot.state_hash:
+            report.snapshot_rejected = "snapshot hash does not match its state"
+        else:
+            report.snapshot_seq = snapshot.seq
+            return candidate
+    except EventDecodeError as exc:
+        report.snapshot_rejected = str(exc)
+    _log.warning("ignoring snapshot of %s: %s", key, report.snapshot_rejected)
+    return None
 
 
 def _stale(records: list[LoggedEvent], snapshot: Snapshot) -> str | None:
