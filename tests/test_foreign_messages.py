@@ -14,6 +14,7 @@ from runtime_helpers import key, live_state, turn
 from convmem.actors import EventLog, MemorySystem, SessionSequence, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
 from convmem.adapters.cli._main import main
+from convmem.adapters.cli._timeline import page_data
 from convmem.events import MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
 from convmem.projections import SessionState
 
@@ -160,3 +161,21 @@ def test_a_fork_copies_the_session_s_events_and_leaves_foreign_messages_out(
         system.fork(k, to=to)
         assert _users(live_state(system, to)) == ["t1", "t2"]
     assert _stored_users(log, to) == ["t1", "t2"]
+
+
+def test_the_timeline_page_marks_a_foreign_message_and_folds_around_it() -> None:
+    """The page's rows: the foreign message is POISON with why; the turns after it still show."""
+    log = InMemoryEventLog()
+    k = key()
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(k).add_turn(turn("t1"))
+        position = write_poison(log, k, "no-header", 2)
+        system.session(k).add_turn(turn("t2"))
+    rows = page_data(log.read(k), k)["events"]
+    assert [(r["position"], r["type"]) for r in rows][1:] == [
+        (2, "turn.added"),
+        (position, "POISON"),
+        (position + 1, "turn.added"),
+    ]
+    assert "no Convmem-Seq header" in rows[2]["detail"]
+    assert '"t2"' in rows[-1]["context"]
