@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from convmem.projections import (
     decide,
     decode_state,
     encode_state,
+    evolve,
     replay,
 )
 
@@ -180,3 +182,37 @@ def test_the_in_memory_log_stores_a_late_retry_once_too(harness: Harness) -> Non
     first.close()
     again = harness.system(CONFIG)
     assert again.session(key()).add_turn(turn("once"), idempotency_key="req-1") == 0
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", "d", None]), max_size=30),
+    st.integers(min_value=0, max_value=4),
+    st.integers(min_value=0, max_value=30),
+)
+def test_a_replay_remembers_what_evolve_remembers_event_by_event(
+    plan: list[str | None], horizon: int, cut: int
+) -> None:
+    """replay's fast path (runs of turns) remembers the same keys as evolve applied one event at a time,
+    with repeats, writes without a key, a small horizon and a summary-like event cutting the run."""
+    config = ShortTermMemoryConfig(strategy="truncation", idempotency_horizon=horizon)
+    events: list[AnyEvent] = []
+    state = SessionState()
+    for n, idempotency_key in enumerate(plan):
+        command: Command = Clear() if n == cut else AddTurn(turn=turn(f"t{n}"))
+        # The same key may come back in a history (a horizon ago): decide it on a state that forgot it.
+        command_id = command_id_for(KEY, idempotency_key) if idempotency_key else f"{n:032x}"
+        decided = decide(
+            SessionState() if not state.started else msgspec.structs.replace(state, idempotency_keys=()),
+            command,
+            now=float(n),
+            command_id=command_id,
+            key=KEY,
+            config=config,
+        )
+        events.extend(decided)
+        state = replay(decided, state=state)
+    one_by_one = SessionState()
+    for event in events:
+        one_by_one = evolve(one_by_one, event)
+    assert replay(events) == one_by_one
+    assert len(one_by_one.idempotency_keys) <= horizon

@@ -35,7 +35,7 @@ from convmem.events import (
     TurnAdded,
     TurnsAdopted,
 )
-from convmem.projections._idempotency import key_prefix, remember_key
+from convmem.projections._idempotency import key_prefix, remember_key, remember_keys
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
@@ -289,14 +289,12 @@ def replay(
     include = current.config.include_trajectory_digest
     dated = current.config.include_turn_dates
     started = current.started
-    keyed = key_prefix(current.key)  # a turn written with an idempotency key goes through `evolve`
+    keyed = key_prefix(current.key)  # what the ids of the session's keyed writes start with
+    keys: list[str] = []  # the run's idempotency keys (see `_idempotency`)
     for event in events:
-        if (
-            started
-            and isinstance(event, TurnAdded)
-            and event.seq == version + 1
-            and not (keyed and event.event_id.startswith(keyed))
-        ):
+        if started and isinstance(event, TurnAdded) and event.seq == version + 1:
+            if keyed and event.event_id.startswith(keyed):
+                keys.append(event.event_id)
             index = event.index
             if index < next_index:
                 raise _reused_turn_number(index, event.seq, next_index)
@@ -324,6 +322,8 @@ def replay(
                 last_at=last_at,
             )
             added = []
+        if keys:
+            current, keys = _with_keys(current, keys, keyed), []
         if isinstance(event, SkippedEvent) and on_skipped is not None and event.seq > current.version:
             on_skipped(event)
         current = evolve(current, event)
@@ -338,7 +338,15 @@ def replay(
         current = msgspec_replace(
             current, turns=(*current.turns, *added), version=version, next_index=next_index, last_at=last_at
         )
+    if keys:
+        current = _with_keys(current, keys, keyed)
     return current
+
+
+def _with_keys(state: SessionState, event_ids: list[str], prefix: str) -> SessionState:
+    """`state` remembering the keyed writes of a run's events, as `evolve` would one by one."""
+    keys = remember_keys(state.idempotency_keys, event_ids, prefix, state.config.idempotency_horizon)
+    return msgspec_replace(state, idempotency_keys=keys) if keys is not state.idempotency_keys else state
 
 
 def skipped_from_error(error: UnknownEventType) -> SkippedEvent:

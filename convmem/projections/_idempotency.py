@@ -23,7 +23,7 @@ import functools
 
 from convmem.events import MemoryKey
 
-__all__ = ["already_applied", "command_id_for", "key_prefix", "remember_key"]
+__all__ = ["already_applied", "command_id_for", "key_prefix", "remember_key", "remember_keys"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -58,6 +58,31 @@ def remember_key(keys: tuple[str, ...], event_id: str, prefix: str, horizon: int
     if horizon <= 0:
         return ()
     kept = (*keys, key)
+    return kept[len(kept) - horizon :] if len(kept) > horizon else kept
+
+
+def remember_keys(
+    keys: tuple[str, ...], event_ids: list[str], prefix: str, horizon: int
+) -> tuple[str, ...]:
+    """`remember_key` over several events at once: one copy of the tuple, and only the events
+    within the horizon read (from the newest back), however long the run."""
+    if horizon <= 0:
+        return ()
+    newest_first: list[str] = []
+    newer = None
+    for event_id in reversed(event_ids):
+        key = idempotency_key_of(event_id, prefix)
+        if key is None or key == newer:
+            continue  # no key, or another event of the same write
+        newest_first.append(key)
+        newer = key
+        if len(newest_first) == horizon:
+            return tuple(reversed(newest_first))
+    if newest_first and keys and newest_first[-1] == keys[-1]:
+        newest_first.pop()  # the run goes on with the write the state remembers last
+    if not newest_first:
+        return keys
+    kept = (*keys, *reversed(newest_first))
     return kept[len(kept) - horizon :] if len(kept) > horizon else kept
 
 
