@@ -82,7 +82,8 @@ def test_writes_without_a_key_and_another_sessions_ids_are_not_remembered() -> N
 
 
 def test_a_negative_horizon_is_refused_naming_the_field() -> None:
-    """A bad idempotency_horizon is InvalidConfig naming it."""
+    """A bad idempotency_horizon is InvalidConfig naming it; the default is the README's 256."""
+    assert ShortTermMemoryConfig().idempotency_horizon == 256
     with pytest.raises(InvalidConfig, match="idempotency_horizon"):
         ShortTermMemoryConfig(idempotency_horizon=-1)
 

@@ -252,11 +252,12 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     include_turn_dates: bool = False
     """Show each turn's UTC date (``"date": "8 May 2023"``) in the context when its ``ts`` is known.
     Off by default: PenguiFlow-shaped contexts stay exactly as PenguiFlow renders them."""
-    idempotency_horizon: int = 1000
+    idempotency_horizon: int = 256
     """How many of its latest writes made with an ``idempotency_key`` the session remembers: a
     retry of any of them stores nothing, however long after the first try (past the log's
     duplicate window too). Measured in keyed writes, not time; 0 leaves retries to the log's
-    duplicate window alone."""
+    duplicate window alone. A keyed write scans and copies this many keys (the state holds them
+    without the session's prefix)."""
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, get_args(Strategy))
