@@ -184,9 +184,10 @@ def _remembered(state: SessionState, event: AnyEvent) -> tuple[str, ...]:
     """The session's remembered idempotency keys after `event` (see ``_idempotency``)."""
     if isinstance(event, SessionStarted):
         return remember_key((), event.event_id, key_prefix(event.key), event.config.idempotency_horizon)
-    return remember_key(
-        state.idempotency_keys, event.event_id, key_prefix(state.key), state.config.idempotency_horizon
-    )
+    prefix = key_prefix(state.key)
+    if not prefix or not event.event_id.startswith(prefix):
+        return state.idempotency_keys  # a write without a key: nothing to remember
+    return remember_key(state.idempotency_keys, event.event_id, prefix, state.config.idempotency_horizon)
 
 
 def items_turn(items: tuple[MessageItem, ...]) -> ConversationTurn:

@@ -61,9 +61,7 @@ def remember_key(keys: tuple[str, ...], event_id: str, prefix: str, horizon: int
     return kept[len(kept) - horizon :] if len(kept) > horizon else kept
 
 
-def remember_keys(
-    keys: tuple[str, ...], event_ids: list[str], prefix: str, horizon: int
-) -> tuple[str, ...]:
+def remember_keys(keys: tuple[str, ...], event_ids: list[str], prefix: str, horizon: int) -> tuple[str, ...]:
     """`remember_key` over several events at once: one copy of the tuple, and only the events
     within the horizon read (from the newest back), however long the run."""
     if horizon <= 0:
