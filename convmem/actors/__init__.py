@@ -7,7 +7,8 @@
   `Dispatcher`'s threads (`_dispatch`); a session sees the system only as its
   `SessionHost`. Each write is one `Write` (`_write`), from decision to answer.
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
-  snapshots; rebuilding in `_load`), `ServiceRegistry` and `SessionServices`
+  snapshots; rebuilding in `_load`, which counts a session's version as every
+  log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`
   (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`),
   clocks (`_clock`), `Metrics` (`_metrics`).
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,

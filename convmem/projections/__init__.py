@@ -2,7 +2,9 @@
 
 Every memory strategy of the three vocabularies (PenguiFlow's `Strategy`, the
 OpenAI-Agents `AgentsStrategy`, the conversation memories' `MemoryType`) is one
-entry of the tables in ``_strategies``, beside what it shows.
+entry of the tables in ``_strategies``, beside what it shows. What a session
+remembers of its keyed writes, for exactly-once without a time limit, is in
+``_idempotency``.
 """
 
 from convmem.projections._agents import (
