@@ -126,6 +126,9 @@ def test_the_cli_reports_foreign_messages_with_session_and_position(
     (check,) = json.loads(capsys.readouterr().out)["checks"]
     assert check["turns"] == 3
     assert [p["position"] for p in check["poison"]] == [position]
+    main([*where, "inspect", "--json", k.composite()])
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["position"], r["type"]) for r in rows if r["type"] == "POISON"] == [(position, "POISON")]
 
 
 def test_session_sequence_takes_the_next_seq_and_reports_anything_else() -> None:

@@ -23,6 +23,7 @@ import msgspec
 
 from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged
 from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
+from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput, ReplayError
 from convmem.events import (
     AnyEvent,
@@ -291,14 +292,32 @@ def _whole(text: str) -> str:
     return text
 
 
-def timeline(records: Iterable[LoggedEvent], *, full: bool = False) -> list[TimelineRow]:
+def timeline(
+    records: Iterable[LoggedEvent],
+    *,
+    full: bool = False,
+    walks: dict[MemoryKey, SessionSequence] | None = None,
+) -> list[TimelineRow]:
     """Each record as a row; a poison record shows what is wrong with it.
 
-    Details are cut at about 60 characters, or kept whole with `full`.
+    A record that does not fit its session's sequence (`SessionSequence`) is
+    poison too; pass the same `walks` to calls that go on from each other (a
+    follower). Details are cut at about 60 characters, or kept whole with `full`.
     """
     clip = _whole if full else _clip
     rows = []
+    walks = {} if walks is None else walks
     for record in records:
+        walk = walks.get(record.key)
+        if walk is None:
+            walk = walks[record.key] = SessionSequence()
+        unfit = walk.take(record.seq, record.data)
+        if unfit is not None:
+            detail = f"does not fit the session: {unfit}"
+            rows.append(
+                TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=detail)
+            )
+            continue
         try:
             event = decode_event(record.data, seq=record.position)
         except EventDecodeError as exc:

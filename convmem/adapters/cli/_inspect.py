@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import LoggedEvent, TimelineRow, list_sessions, read_jsonl, timeline
+from convmem.actors import LoggedEvent, SessionSequence, TimelineRow, list_sessions, read_jsonl, timeline
 from convmem.adapters.cli._common import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -25,6 +25,7 @@ from convmem.adapters.cli._common import (
     positive_seconds,
     table,
 )
+from convmem.events import MemoryKey
 
 __all__ = ["add_inspect_commands", "records_from_file", "stamp"]
 
@@ -139,17 +140,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         records = log.read(key)
         if not records and not args.follow:
             raise CliError(f"no events for session {key.composite()}", EXIT_NOT_FOUND)
-        rows = timeline(records, full=args.full)
+        walks: dict[MemoryKey, SessionSequence] = {}
+        rows = timeline(records, full=args.full, walks=walks)
         _show([r for r in rows if keep.keeps(r)], as_json=args.json, lines=args.follow)
         if args.follow:
-            last = max((r.seq for r in records if r.seq is not None), default=0)
+            last = max((r.position for r in records), default=0)  # by position: seqs may be forged
             pause = threading.Event()  # never set: waits between checks of the log
             while not pause.wait(args.interval):
-                fresh = log.read(key, after_seq=last)
+                fresh = [r for r in log.read(key) if r.position > last]
                 if not fresh:
                     continue
-                last = max((r.seq for r in fresh if r.seq is not None), default=last)
-                rows = [r for r in timeline(fresh, full=args.full) if keep.keeps(r)]
+                last = fresh[-1].position
+                rows = [r for r in timeline(fresh, full=args.full, walks=walks) if keep.keeps(r)]
                 if rows:
                     _show(rows, as_json=args.json, lines=True)
     return EXIT_OK
