@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from log_faults import POISON_KINDS, PoisonKind, poison, write_poison
 from nats_fixtures import JetStreamNames
-from runtime_helpers import key, live_state, turn
+from runtime_helpers import Harness, key, live_state, turn
 
-from convmem.actors import EventLog, MemorySystem, SessionSequence, replay_session, verify
+from convmem.actors import EventLog, MemorySystem, SessionSequence, load_state, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
 from convmem.adapters.cli._main import main
 from convmem.adapters.cli._timeline import page_data
@@ -182,3 +182,22 @@ def test_the_timeline_page_marks_a_foreign_message_and_folds_around_it() -> None
     ]
     assert "no Convmem-Seq header" in rows[2]["detail"]
     assert '"t2"' in rows[-1]["context"]
+
+
+def test_activation_from_a_snapshot_reads_only_what_came_after_it(harness: Harness) -> None:
+    """A foreign message before the snapshot's event is not reported again at every activation
+    (verify still reports it); one after it is."""
+    k = key()
+    with harness.system(CONFIG, snapshot_every=1) as system:
+        system.session(k).add_turn(turn("t1"))
+        write_poison(harness.log, k, "no-header", 3)
+        system.session(k).add_turn(turn("t2"))
+        system.session(k).flush(timeout=10)
+    state, report = load_state(harness.log, harness.snapshots, k)
+    assert report.snapshot_seq == state.version == 3
+    assert report.poison == []
+    write_poison(harness.log, k, "no-header", 3)
+    _, report = load_state(harness.log, harness.snapshots, k)
+    assert len(report.poison) == 1
+    (check,) = verify(harness.log, key=k)
+    assert len(check.poison) == 2

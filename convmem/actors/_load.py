@@ -170,8 +170,9 @@ def load_state(
         # erasure (a stale process saved it): it holds erased data, so it goes.
         near = log.read(key, after_seq=start.version - 1)
         problem = _stale(near, snapshot)
-        if problem is None:
-            records = [r for r in near if r.seq is None or r.seq > start.version]
+        if problem is None:  # what came after the snapshot's event (a foreign message before it too)
+            covered = next(r.position for r in near if r.seq == snapshot.seq)
+            records = [r for r in near if r.position > covered]
         else:
             _log.warning("deleting the snapshot of %s: %s", key, problem)
             snapshots.delete(key)
