@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import msgspec
@@ -217,3 +218,20 @@ def test_a_replay_remembers_what_evolve_remembers_event_by_event(
         one_by_one = evolve(one_by_one, event)
     assert replay(events) == one_by_one
     assert len(one_by_one.idempotency_keys) <= horizon
+
+
+def test_an_async_retry_after_the_duplicate_window_is_stored_once(
+    nats_server: EmbeddedNatsServer, short_window: JetStreamEventLog
+) -> None:
+    """The same promise through `AsyncSessionHandle`, the session live throughout."""
+    probe = short_window.subject(MemoryKey("probe", "probe", "probe"))
+
+    async def planner(system: MemorySystem) -> tuple[int, int]:
+        session = system.async_session(key())
+        first = await session.add_turn(turn("once"), idempotency_key="req-1")
+        await asyncio.to_thread(wait_past_duplicate_window, nats_server.url, probe)
+        return first, await session.add_turn(turn("once"), idempotency_key="req-1")
+
+    with MemorySystem(CONFIG, log=short_window) as system:
+        assert asyncio.run(planner(system)) == (1, 0)
+    assert _stored_turns([decode_event(r.data) for r in short_window.read(key())]) == ["once"]
