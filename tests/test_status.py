@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -114,7 +116,7 @@ def test_the_replicas_are_nats_micro_services(replicas: tuple[str, HangingLog]) 
 def test_status_local_asks_the_replica_of_this_data_folder(
     nats_server: EmbeddedNatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """serve records its instance in its data folder; status --local asks that one only."""
+    """serve records its workers in its data folder; status --local asks those only, each showing itself."""
     ready = tmp_path / "ready"
     with open(tmp_path / "serve.err", "wb") as err:
         proc = subprocess.Popen(
@@ -142,7 +144,11 @@ def test_status_local_asks_the_replica_of_this_data_folder(
         with convmem.connect(nats_server.url) as other, MemoryService(other, nats_server.url):
             code, report = status(capsys, nats_server.url, "--local", "--data-dir", str(tmp_path / "data"))
             assert code == 0
-            assert [row["instance"] for row in report["replicas"]] == [recorded["instance"]]  # type: ignore[union-attr]
+            rows: list[dict[str, Any]] = report["replicas"]  # type: ignore[assignment]
+            assert [row["instance"] for row in rows] == sorted(recorded["workers"])
+            assert len(rows) == len(os.sched_getaffinity(0))  # --workers defaults to the cores
+            assert {row["health"]["worker"]["serve"] for row in rows} == {recorded["serve"]}
+            assert sorted(row["health"]["worker"]["index"] for row in rows) == list(range(len(rows)))
     finally:
         proc.terminate()
         proc.wait(WAIT)

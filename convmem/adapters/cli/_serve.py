@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import redact_url
 from convmem.adapters._connect import open_backend
 from convmem.adapters.cli._common import (
@@ -33,12 +32,12 @@ from convmem.adapters.cli._common import (
     positive_seconds,
     table,
 )
+from convmem.adapters.cli._workers import Supervisor, WorkerSpec, default_workers, new_serve_id
 from convmem.adapters.jetstream import JetStreamBackend
 from convmem.adapters.jetstream._embedded import default_store_dir
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix
-from convmem.adapters.service._service import MemoryService
 from convmem.adapters.service._status import service_status
-from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer, recommended
+from convmem.adapters.summarizers import recommended
 from convmem.errors import InvalidConfig
 from convmem.events import ShortTermMemoryConfig
 
@@ -59,6 +58,7 @@ ENVIRONMENT = {
     "CONVMEM_ACTOR_THREADS": "--actor-threads: threads the session actors share",
     "CONVMEM_SUMMARIZER_WORKERS": "--summarizer-workers: concurrent summarizer calls",
     "CONVMEM_REPLICAS": "--replicas: stream and bucket replicas (3 on a cluster)",
+    "CONVMEM_WORKERS": "--workers: service processes sharing the sessions (default: the machine's cores)",
 }
 
 
@@ -74,6 +74,16 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
+
+
+def _env_workers() -> int | None:
+    raw = os.environ.get("CONVMEM_WORKERS")
+    if not raw:
+        return None
+    try:
+        return positive_int(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"CONVMEM_WORKERS={raw!r}: {exc}", EXIT_USAGE) from None
 
 
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -97,6 +107,12 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--actor-threads", type=int, default=_env_int("CONVMEM_ACTOR_THREADS", 64))
     p.add_argument("--summarizer-workers", type=int, default=_env_int("CONVMEM_SUMMARIZER_WORKERS", 4))
     p.add_argument("--replicas", type=int, default=_env_int("CONVMEM_REPLICAS", 1))
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=_env_workers(),
+        help="service processes sharing the sessions (default: this machine's cores)",
+    )
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
 
@@ -148,22 +164,16 @@ def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryC
         raise CliError(f"config {path}: {exc}") from None
 
 
-def _summarizer(name: str, config: ShortTermMemoryConfig) -> Summarizer:
-    if name == "openai":
-        return OpenAIChatSummarizer(max_tokens=config.budget.summary_max_tokens)
-    return ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.total_tokens)
-    summarizer = _summarizer(args.summarizer, config)
+    workers = default_workers() if args.workers is None else args.workers
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
-        print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+        print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr, flush=True)
         stop.set()
 
-    opened = open_backend(
+    opened = open_backend(  # the embedded server if no URL; the stream and the bucket, made once
         args.nats,
         data_dir=args.data_dir,
         stream=args.stream,
@@ -178,46 +188,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(
             "serve needs NATS: omit --nats for the embedded server, or give a nats:// URL", EXIT_USAGE
         )
+    spec = WorkerSpec(
+        url=opened.url,
+        auth=args.auth if opened.server is None else None,
+        stream=args.stream,
+        prefix=args.prefix,
+        bucket=args.bucket,
+        replicas=args.replicas,
+        timeout=args.timeout,
+        config=config,
+        summarizer=args.summarizer,
+        max_live_sessions=args.max_live_sessions,
+        actor_threads=args.actor_threads,
+        summarizer_workers=args.summarizer_workers,
+        api_prefix=args.api_prefix,
+        queue_group=args.queue_group,
+        serve=new_serve_id(),
+        index=0,
+        workers=workers,
+    )
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = Supervisor(spec, workers)
+    clean = True
     try:
-        system = MemorySystem(
-            config,
-            log=opened.log,
-            snapshots=opened.snapshots,
-            summarizer=summarizer,
-            max_live_sessions=args.max_live_sessions,
-            actor_threads=args.actor_threads,
-            summarizer_workers=args.summarizer_workers,
-        )
         try:
-            service = MemoryService(
-                system,
-                opened.url,
-                api_prefix=args.api_prefix,
-                queue_group=args.queue_group,
-                auth=args.auth if opened.server is None else None,
-            )
-            service.start()
+            serving = supervisor.start(stop)
+        except RuntimeError as exc:
+            raise CliError(f"serve: {exc}") from None
+        if serving:
             where = "embedded nats-server" if opened.server is not None else "NATS"
             print(
                 f"convmem serve: {where} at {redact_url(opened.url)}, "
-                f"API {args.api_prefix}.v1.<tenant>.<op>, queue group {args.queue_group!r}",
+                f"API {args.api_prefix}.v1.<tenant>.<op>, "
+                f"queue group {args.queue_group!r}, {workers} worker(s) {', '.join(supervisor.instances)} "
+                f"(pids {', '.join(map(str, supervisor.pids))})",
                 file=sys.stderr,
+                flush=True,
             )
             if args.data_dir or opened.server is not None:  # a folder of its own: the container's
-                _record_instance(args, service.instance)
+                _record_instance(args, supervisor.serve, supervisor.instances)
             if args.ready_file is not None:
                 args.ready_file.write_text(redact_url(opened.url), encoding="utf-8")
-            try:
-                service.run_forever(stop)
-            finally:
-                service.stop()
-        finally:
-            system.close()
+            supervisor.run(stop)
     finally:
+        clean = supervisor.stop()
         opened.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if not clean:
+        print("convmem serve: stopped; a worker did not stop cleanly", file=sys.stderr)
+        return 1
     print("convmem serve: stopped; every acknowledged turn is in the log", file=sys.stderr)
     return EXIT_OK
 
@@ -229,8 +249,8 @@ def _serve_file(args: argparse.Namespace) -> Path:
     return Path(args.data_dir) if args.data_dir else default_store_dir()
 
 
-def _record_instance(args: argparse.Namespace, instance: str) -> None:
-    """Note this replica's instance id in its data folder, for `status --local` (the health check).
+def _record_instance(args: argparse.Namespace, serve: str, instances: list[str]) -> None:
+    """Note this serve's worker ids in its data folder, for `status --local` (the health check).
 
     Only in a folder of its own: the embedded server's, or one given (`--data-dir`,
     ``CONVMEM_DATA_DIR``, as the image sets).
@@ -239,17 +259,17 @@ def _record_instance(args: argparse.Namespace, instance: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / _SERVE_FILE).write_text(
-            json.dumps({"instance": instance, "pid": os.getpid()}), encoding="utf-8"
+            json.dumps({"serve": serve, "workers": instances, "pid": os.getpid()}), encoding="utf-8"
         )
     except OSError as exc:
         print(f"convmem serve: cannot record the instance for status --local: {exc}", file=sys.stderr)
 
 
-def _local_instance(args: argparse.Namespace) -> str:
+def _local_instances(args: argparse.Namespace) -> list[str]:
     path = _serve_file(args) / _SERVE_FILE
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
-        instance, pid = str(recorded["instance"]), int(recorded["pid"])
+        instances, pid = [str(i) for i in recorded["workers"]], int(recorded["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         raise CliError(
             f"no convmem serve recorded in {path.parent} (start one, or drop --local)", 4
@@ -260,7 +280,7 @@ def _local_instance(args: argparse.Namespace) -> str:
         raise CliError(f"the convmem serve recorded in {path.parent} (pid {pid}) is not running", 4) from None
     except PermissionError:
         pass  # alive, another user's
-    return instance
+    return instances
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -272,7 +292,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     check_api_prefix(args.api_prefix)
-    only = _local_instance(args) if args.local else None
+    only = _local_instances(args) if args.local else None
     replicas = asyncio.run(
         service_status(
             url,
@@ -300,6 +320,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status_tables(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         print(f"replica {row['instance']}")
+        worker = (row["health"] or {}).get("worker")
+        if worker:
+            print(
+                f"  worker {worker.get('index', '?')} of {worker.get('of', '?')} "
+                f"of serve {worker.get('serve')} "
+                f"(pid {worker.get('pid')}): {worker.get('partitions', '-')} partitions, "
+                f"{worker.get('members', '-')} workers seen"
+            )
         if row["problem"] is not None:
             print(f"  {row['problem'].upper()}")
             continue

@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
-from convmem.adapters.service._protocol import decode_reply
+from convmem.adapters.service._protocol import decode_reply, unrouted
 from convmem.errors import InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MessageItem
 
@@ -167,6 +167,9 @@ class Exchange:
                 denied.result()  # raises PermissionDenied
             msg = request.result()
         except nats.errors.NoRespondersError:
+            plain = unrouted(subject)
+            if plain is not None:  # no worker owns the partition right now (one is taking it over)
+                return await self.call(plain, fields, wait)
             raise ServiceUnavailable(
                 f"no convmem service is subscribed to {subject!r}; start one (`convmem serve`) "
                 "or check the api_prefix"

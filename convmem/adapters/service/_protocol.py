@@ -2,8 +2,14 @@
 
 Subjects (``api_prefix`` defaults to ``convmem.api``)::
 
-    {api_prefix}.v1.{tenant}.{op}     session operations; {tenant} is encode_token(tenant_id)
-    {api_prefix}.ops.v1.{op}          operator requests: health, metrics
+    {api_prefix}.v1.{tenant}.{op}         session operations; {tenant} is encode_token(tenant_id)
+    {api_prefix}.v1.{tenant}.{op}.p{N}    the same, routed to the session's partition N (`slot_of`)
+    {api_prefix}.ops.v1.{op}              operator requests: health, metrics
+
+A client may name the session's partition as a fifth token (convmem's
+clients do): a `convmem serve --workers` process that owns the partition
+answers it, so one session is served by one process at a time. The service
+reads the session from the payload either way; the token only routes.
 
 The tenant is never read from a payload: a tenant's credentials that may only
 publish on ``{api_prefix}.v1.{its token}.>`` cannot address another tenant.
@@ -27,6 +33,7 @@ The errors it adds live in `convmem.adapters.service._errors`.
 from __future__ import annotations
 
 import re
+import zlib
 from typing import Any, Literal
 
 import msgspec
@@ -47,6 +54,7 @@ __all__ = [
     "MICRO_NAME",
     "OPERATOR_OPS",
     "SESSION_OPS",
+    "SLOTS",
     "VIEWS",
     "AddItemsRequest",
     "AddTurnRequest",
@@ -66,8 +74,13 @@ __all__ = [
     "encode_ok",
     "operator_subject",
     "parse_subject",
+    "partition_subject",
+    "routed_subject",
     "session_subject",
+    "slot_of",
+    "slot_token",
     "status_subject",
+    "unrouted",
     "wants_msgpack",
 ]
 
@@ -96,10 +109,14 @@ SESSION_OPS = (
 OPERATOR_OPS = ("health", "metrics")
 ViewName = Literal["agents", "buffer", "window", "summary", "entity"]
 VIEWS: tuple[str, ...] = ("agents", "buffer", "window", "summary", "entity")
+SLOTS = 64
+"""Partitions of the session space: a session's requests are routed to the worker owning its slot."""
 
 _VERSION_TOKEN = f"v{API_VERSION}"
 _OPS_TOKEN = "ops"
 _PREFIX_TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
+_SLOT_TOKENS = tuple(f"p{n}" for n in range(SLOTS))
+_SLOT_TOKEN_SET = frozenset(_SLOT_TOKENS)
 
 
 # Subjects ----------------------------------------------------------------------------
@@ -117,6 +134,33 @@ def check_api_prefix(api_prefix: str) -> str:
 def session_subject(api_prefix: str, tenant_id: str, op: str) -> str:
     """The subject of a session operation of `tenant_id`."""
     return f"{api_prefix}.{_VERSION_TOKEN}.{encode_token(tenant_id)}.{op}"
+
+
+def slot_of(tenant_id: str, user_id: str, session_id: str) -> int:
+    """The partition (0 .. SLOTS - 1) of a session: a stable hash of its key, the same in every process."""
+    return zlib.crc32(f"{tenant_id}\x00{user_id}\x00{session_id}".encode()) % SLOTS
+
+
+def slot_token(slot: int) -> str:
+    """The subject token of partition `slot` (``p0`` .. ``p63``)."""
+    return _SLOT_TOKENS[slot]
+
+
+def routed_subject(api_prefix: str, tenant_id: str, user_id: str, session_id: str, op: str) -> str:
+    """The subject of a session operation routed to the session's partition."""
+    slot = _SLOT_TOKENS[slot_of(tenant_id, user_id, session_id)]
+    return f"{api_prefix}.{_VERSION_TOKEN}.{encode_token(tenant_id)}.{op}.{slot}"
+
+
+def unrouted(subject: str) -> str | None:
+    """A routed subject without its partition token (any worker answers it); None if not routed."""
+    head, _, last = subject.rpartition(".")
+    return head if last in _SLOT_TOKEN_SET else None
+
+
+def partition_subject(api_prefix: str, slot: int) -> str:
+    """What the owner of partition `slot` subscribes to: every tenant's operations routed there."""
+    return f"{api_prefix}.{_VERSION_TOKEN}.*.*.{_SLOT_TOKENS[slot]}"
 
 
 def operator_subject(api_prefix: str, op: str) -> str:
@@ -138,6 +182,8 @@ def parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
     rest = subject[len(api_prefix) + 1 :].split(".") if subject.startswith(api_prefix + ".") else []
     if len(rest) == 3 and rest[:2] == [_OPS_TOKEN, _VERSION_TOKEN] and rest[2] in OPERATOR_OPS:
         return None, rest[2]
+    if len(rest) == 4 and rest[3] in _SLOT_TOKEN_SET:
+        rest = rest[:3]  # routed to a partition: the same operation
     if len(rest) == 3 and rest[0] == _VERSION_TOKEN and rest[2] in SESSION_OPS:
         try:
             return decode_token(rest[1]), rest[2]
@@ -146,7 +192,7 @@ def parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
     raise UnknownOperation(
         "op",
         f"no operation at subject {subject!r}; session operations are {api_prefix}.{_VERSION_TOKEN}."
-        f"<tenant>.<op> with op one of {', '.join(SESSION_OPS)}; operator requests are "
+        f"<tenant>.<op>[.p<partition>] with op one of {', '.join(SESSION_OPS)}; operator requests are "
         f"{api_prefix}.{_OPS_TOKEN}.{_VERSION_TOKEN}.<op> with op one of {', '.join(OPERATOR_OPS)}",
     )
 

@@ -26,7 +26,7 @@ from convmem.adapters.service._exchange import (
     state_fields,
     turn_fields,
 )
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix, session_subject
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix, routed_subject
 from convmem.errors import InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
 
@@ -129,10 +129,14 @@ class SessionRequests:
 def session_request(
     key: MemoryKey, api_prefix: str, op: str, timeout: float, fields: Mapping[str, Any]
 ) -> tuple[str, dict[str, Any], float]:
-    """The subject, the body and the client's wait of one request; the service is given a little less."""
+    """The subject, the body and the client's wait of one request; the service is given a little less.
+
+    The subject names the session's partition, so a `convmem serve --workers` answers it from the one
+    process that owns the session (the exchange falls back to the plain subject when none owns it).
+    """
     wait, budget = deadlines(timeout)
     body = {"user_id": key.user_id, "session_id": key.session_id, "timeout": budget, **fields}
-    return session_subject(api_prefix, key.tenant_id, op), body, wait
+    return routed_subject(api_prefix, key.tenant_id, key.user_id, key.session_id, op), body, wait
 
 
 class AsyncRemoteSession(SessionRequests):

@@ -51,6 +51,7 @@ from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo
 from convmem.adapters.service._operations import ApiOperations
+from convmem.adapters.service._partitions import Partitions
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
     MICRO_NAME,
@@ -76,6 +77,10 @@ class MemoryService:
     `drain_timeout` bounds how long `stop()` waits for requests in flight;
     `status_timeout` how long this replica's status may take before it
     reports itself unhealthy.
+    `partitioned` makes it one of the workers that share the session
+    partitions (`convmem serve --workers`; see `_partitions`): it answers the
+    sessions of the partitions it owns, and any request on the plain subjects.
+    `instance` names it (default: random); `worker` is shown in its status.
     `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options`
     go to nats-py's ``connect`` as they are.
     The service never closes `system`: its owner does, after `stop()`.
@@ -97,6 +102,9 @@ class MemoryService:
         connect_options: Mapping[str, Any] | None = None,
         auth: NatsAuth | None = None,
         status_timeout: float = 5.0,
+        partitioned: bool = False,
+        instance: str | None = None,
+        worker: Mapping[str, Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -114,7 +122,9 @@ class MemoryService:
         self.connect_timeout = connect_timeout
         self.name = name
         self.status_timeout = status_timeout
-        self.instance = uuid.uuid4().hex[:12]
+        self.partitioned = partitioned
+        self.instance = instance or uuid.uuid4().hex[:12]
+        self._worker = dict(worker or {})
         self._auth = auth or NatsAuth()
         self._connect_options = {**self._auth.options(), **(connect_options or {})}
         self._secrets = (*url_secrets(url), *self._auth.secrets)
@@ -136,13 +146,18 @@ class MemoryService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
         self._micro: nats.micro.service.Service | None = None
+        self._partitions: Partitions | None = None
 
     # Lifecycle ----------------------------------------------------------------------------
 
     @property
     def subjects(self) -> tuple[str, str]:
-        """The subscribed subjects: session requests (queue group), operator requests."""
-        return f"{self.api_prefix}.v1.>", f"{self.api_prefix}.ops.v1.>"
+        """The subscribed subjects: session requests (queue group), operator requests.
+
+        A partitioned worker takes the plain session subjects here, and its partitions' as it owns them.
+        """
+        sessions = f"{self.api_prefix}.v1.*.*" if self.partitioned else f"{self.api_prefix}.v1.>"
+        return sessions, f"{self.api_prefix}.ops.v1.>"
 
     @property
     def running(self) -> bool:
@@ -270,6 +285,15 @@ class MemoryService:
             await self._micro.add_endpoint(
                 name="status", subject=status_subject(self.api_prefix, self.instance), handler=self._status
             )
+            if self.partitioned:
+                self._partitions = Partitions(
+                    nc,
+                    api_prefix=self.api_prefix,
+                    queue_group=self.queue_group,
+                    instance=self.instance,
+                    on_message=self._on_message,
+                )
+                await self._partitions.start()
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
         except BaseException:
             await nc.close()
@@ -314,7 +338,19 @@ class MemoryService:
 
     def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
         """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
-        return {"live_sessions": self.system.live_sessions(), **self._ops.stats.snapshot()}
+        return {
+            "live_sessions": self.system.live_sessions(),
+            **self._ops.stats.snapshot(),
+            **({"worker": self.worker()} if self._worker or self._partitions else {}),
+        }
+
+    def worker(self) -> dict[str, Any]:
+        """What this worker says of itself in its status: its `worker` mapping, its partitions, its peers."""
+        out = dict(self._worker)
+        if self._partitions is not None:
+            out["partitions"] = len(self._partitions.owned)
+            out["members"] = len(self._partitions.members)
+        return out
 
     async def _status(self, request: MicroRequest) -> None:
         """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop."""
@@ -326,13 +362,18 @@ class MemoryService:
         except TimeoutError:
             await request.respond_error("504", f"this replica did not get its log's answer within {wait:g}s")
             return
+        if self._worker or self._partitions is not None:
+            health["worker"] = self.worker()
         await request.respond(json.dumps({"health": health, "metrics": metrics}).encode())
 
     async def _drain(self) -> None:
         if self._micro is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._micro.stop()
-        for sub in self._subs:
+        subs = list(self._subs)
+        if self._partitions is not None:
+            subs += await self._partitions.leave()
+        for sub in subs:
             with contextlib.suppress(nats.errors.Error):
                 await sub.drain()  # type: ignore[no-untyped-call]  # no new requests; received ones are handled
         if self._tasks:

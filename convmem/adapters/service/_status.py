@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -49,9 +49,10 @@ async def service_status(
     api_prefix: str,
     timeout: float = 5.0,
     discover: float = 0.5,
-    only: str | None = None,
+    only: Sequence[str] | None = None,
 ) -> list[ReplicaStatus]:
-    """Every replica that answers ``$SRV.PING.convmem`` within `discover` seconds (or just `only`), asked."""
+    """Every replica that answers ``$SRV.PING.convmem`` within `discover` seconds (or just those in `only`),
+    asked; each worker of a `convmem serve --workers` is a replica of its own."""
     auth = auth or NatsAuth()
     secrets = (*url_secrets(url), *auth.secrets)
     try:
@@ -68,7 +69,7 @@ async def service_status(
         detail = scrub(str(exc) or type(exc).__name__, secrets)
         raise LogUnavailable(f"cannot connect to NATS at {redact_url(url)} ({detail})") from None
     try:
-        instances = [only] if only is not None else await _ping(nc, discover)
+        instances = list(only) if only is not None else await _ping(nc, discover)
         return list(await asyncio.gather(*(_ask(nc, api_prefix, i, timeout) for i in sorted(instances))))
     finally:
         await nc.close()

@@ -1,0 +1,261 @@
+"""`convmem serve --workers N`: N service processes sharing the sessions, supervised by the first.
+
+The supervisor opens the log once (starting the embedded nats-server if no
+URL was given, creating the stream and the bucket), then starts each worker
+as a child process with the ``spawn`` method (a fresh interpreter: a process
+holding threads is never forked). Each worker runs its own `MemorySystem`
+and a partitioned `MemoryService` on the same NATS: NATS routes each
+session's requests to the worker owning its partition (see
+`convmem.adapters.service._partitions`), so one session is served by one
+process at a time, and workers of other `convmem serve` processes, on other
+machines of a NATS cluster, share the partitions the same way.
+
+A worker that dies is started again (after 0.5 s, doubling up to 30 s while
+it keeps dying within a minute of its start), under the same instance id, so
+it takes back the same partitions. SIGTERM or SIGINT stops every worker
+(each answers the requests it already received), then the supervisor.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from convmem.actors import MemorySystem, Summarizer
+from convmem.adapters._auth import NatsAuth
+from convmem.adapters._connect import open_backend
+from convmem.adapters.service._service import MemoryService
+from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
+from convmem.errors import ConvmemError
+from convmem.events import ShortTermMemoryConfig
+
+__all__ = ["Supervisor", "WorkerSpec", "default_workers", "run_worker"]
+
+_RESTART_FIRST = 0.5
+_RESTART_MAX = 30.0
+_STABLE = 60.0  # a worker that ran this long before dying is restarted after the first delay again
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to serve (picklable: it crosses to the spawned process)."""
+
+    url: str
+    auth: NatsAuth | None
+    stream: str | None
+    prefix: str | None
+    bucket: str | None
+    replicas: int
+    timeout: float
+    config: ShortTermMemoryConfig
+    summarizer: str
+    max_live_sessions: int
+    actor_threads: int
+    summarizer_workers: int
+    api_prefix: str
+    queue_group: str
+    serve: str
+    index: int
+    workers: int
+
+    @property
+    def instance(self) -> str:
+        return f"{self.serve}-{self.index}"
+
+
+def summarizer_named(name: str, config: ShortTermMemoryConfig) -> Summarizer:
+    """The summarizer `serve --summarizer` names."""
+    if name == "openai":
+        return OpenAIChatSummarizer(max_tokens=config.budget.summary_max_tokens)
+    return ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+
+
+def run_worker(spec: WorkerSpec, report: Connection) -> None:
+    """A worker process's body: serve until SIGTERM/SIGINT; says ``ready`` on `report` once serving."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _signum, _frame: stop.set())
+    options: dict[str, Any] = {"replicas": spec.replicas, "timeout": spec.timeout, "auth": spec.auth}
+    for name in ("stream", "prefix", "bucket"):
+        if getattr(spec, name) is not None:
+            options[name] = getattr(spec, name)
+    try:
+        opened = open_backend(spec.url, **options)
+    except ConvmemError as exc:
+        print(f"convmem serve worker {spec.index}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    try:
+        system = MemorySystem(
+            spec.config,
+            log=opened.log,
+            snapshots=opened.snapshots,
+            summarizer=summarizer_named(spec.summarizer, spec.config),
+            max_live_sessions=spec.max_live_sessions,
+            actor_threads=spec.actor_threads,
+            summarizer_workers=spec.summarizer_workers,
+        )
+        try:
+            service = MemoryService(
+                system,
+                spec.url,
+                api_prefix=spec.api_prefix,
+                queue_group=spec.queue_group,
+                auth=spec.auth,
+                partitioned=True,
+                instance=spec.instance,
+                worker={"serve": spec.serve, "index": spec.index, "of": spec.workers, "pid": os.getpid()},
+            )
+            service.start()
+            report.send(("ready", spec.instance))
+            service.run_forever(stop)
+        finally:
+            system.close()
+    finally:
+        opened.close()
+
+
+@dataclass
+class _Slot:
+    """One worker index: its process, when it started, how long to wait before the next restart."""
+
+    spec: WorkerSpec
+    process: BaseProcess | None = None
+    report: Connection | None = None
+    started: float = 0.0
+    ready: bool = False
+    delay: float = _RESTART_FIRST
+    restart_at: float | None = None
+    restarts: int = 0
+
+
+class Supervisor:
+    """Starts the workers, restarts a dead one, stops them all (see the module docstring)."""
+
+    def __init__(self, spec: WorkerSpec, workers: int, *, drain_timeout: float = 30.0) -> None:
+        self.serve = spec.serve
+        self.drain_timeout = drain_timeout
+        self._context = multiprocessing.get_context("spawn")
+        self._slots = [
+            _Slot(WorkerSpec(**{**spec.__dict__, "index": i, "workers": workers})) for i in range(workers)
+        ]
+
+    @property
+    def instances(self) -> list[str]:
+        return [slot.spec.instance for slot in self._slots]
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [slot.process.pid if slot.process is not None else None for slot in self._slots]
+
+    def _start(self, slot: _Slot) -> None:
+        receive, send = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=run_worker, args=(slot.spec, send), name=f"convmem-worker-{slot.spec.index}"
+        )
+        process.start()
+        send.close()
+        slot.process, slot.report, slot.started, slot.ready = process, receive, time.monotonic(), False
+
+    def start(self, stop: threading.Event, timeout: float = 120.0) -> bool:
+        """Start every worker; True once all serve, False if `stop` came first. A worker that fails
+        before it ever served stops them all with `RuntimeError` (its error is on stderr)."""
+        for slot in self._slots:
+            self._start(slot)
+        deadline = time.monotonic() + timeout
+        while not all(slot.ready for slot in self._slots):
+            if stop.is_set():
+                return False
+            self._poll(0.25)
+            for slot in self._slots:
+                if not slot.ready and slot.process is not None and slot.process.exitcode is not None:
+                    raise RuntimeError(
+                        f"worker {slot.spec.index} exited with {slot.process.exitcode} before serving"
+                    )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers did not all serve within {timeout:g}s")
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        """Supervise until `stop` is set: a dead worker is started again after its delay."""
+        while not stop.is_set():
+            self._poll(0.5)
+            now = time.monotonic()
+            for slot in self._slots:
+                process = slot.process
+                if process is not None and process.exitcode is not None and slot.restart_at is None:
+                    lived = now - slot.started
+                    slot.delay = _RESTART_FIRST if lived >= _STABLE else slot.delay
+                    slot.restart_at = now + slot.delay
+                    print(
+                        f"convmem serve: worker {slot.spec.index} (pid {process.pid}) exited with "
+                        f"{process.exitcode}; starting it again in {slot.delay:g}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    slot.delay = min(_RESTART_MAX, slot.delay * 2)
+                if slot.restart_at is not None and now >= slot.restart_at and not stop.is_set():
+                    slot.restart_at = None
+                    slot.restarts += 1
+                    self._start(slot)
+
+    def _poll(self, timeout: float) -> None:
+        """Wait up to `timeout` for a worker to exit or report; note the reports."""
+        waitables: list[Any] = []
+        for slot in self._slots:
+            if slot.process is not None and slot.process.exitcode is None:
+                waitables.append(slot.process.sentinel)
+            if slot.report is not None:
+                waitables.append(slot.report)
+        for ready in multiprocessing.connection.wait(waitables, timeout):
+            for slot in self._slots:
+                if ready is slot.report:
+                    try:
+                        kind, _ = slot.report.recv()
+                    except (EOFError, OSError):
+                        slot.report.close()
+                        slot.report = None
+                        continue
+                    slot.ready = slot.ready or kind == "ready"
+
+    def stop(self) -> bool:
+        """SIGTERM to every worker, wait for them (SIGKILL past the drain time); True if all exited 0."""
+        running = [s.process for s in self._slots if s.process is not None and s.process.exitcode is None]
+        for process in running:
+            process.terminate()
+        clean = True
+        deadline = time.monotonic() + self.drain_timeout + 15.0
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                print(f"convmem serve: worker pid {process.pid} did not stop; killing it", file=sys.stderr)
+                process.kill()
+                process.join(10.0)
+            clean = clean and process.exitcode == 0
+        for slot in self._slots:
+            if slot.report is not None:
+                slot.report.close()
+                slot.report = None
+        return clean
+
+
+def new_serve_id() -> str:
+    """An id for one `convmem serve`; its workers are ``<id>-0`` .. ``<id>-<N-1>``."""
+    return uuid.uuid4().hex[:10]

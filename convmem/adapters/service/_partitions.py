@@ -1,0 +1,181 @@
+"""Partitions of the session space, shared by the service workers that know one another through NATS.
+
+A service started with `partitioned=True` (each `convmem serve --workers`
+process is one) takes part in a membership: every `beat` seconds it publishes
+its instance id on ``{api_prefix}.ops.members``, and it counts as a member
+every worker of its queue group heard within `expiry` seconds (a worker
+that stops says so, and is dropped at once). The `SLOTS` partitions are dealt
+over the members in the order of their ids (`owners`), so every member that
+heard the same members computes the same owners, on one machine or across a
+NATS cluster; a member subscribes to the partitions it owns
+(``{api_prefix}.v1.*.*.p{N}``, in the queue group) and drains those it
+no longer owns.
+
+While members disagree (one joined or died a moment ago) a partition may
+have two owners, each answering part of its requests: optimistic
+concurrency on the log keeps the session correct. A partition may also have
+none for a moment: the clients then send the request on the plain subject,
+which any worker answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from convmem.adapters.service._protocol import SLOTS, partition_subject
+
+__all__ = ["Partitions", "owners"]
+
+_log = logging.getLogger("convmem.service")
+
+
+def owners(members: Iterable[str], slots: int = SLOTS) -> dict[int, str]:
+    """The owner of each partition: partition N goes to the (N mod count)-th member in id order."""
+    ordered = sorted(set(members))
+    if not ordered:
+        return {}
+    return {slot: ordered[slot % len(ordered)] for slot in range(slots)}
+
+
+class Partitions:
+    """One worker's share of the partitions (see the module docstring); runs on the service's loop."""
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        api_prefix: str,
+        queue_group: str,
+        instance: str,
+        on_message: Callable[[Msg], Awaitable[None]],
+        beat: float = 0.5,
+        expiry: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nc = nc
+        self.api_prefix = api_prefix
+        self.queue_group = queue_group
+        self.instance = instance
+        self.beat = beat
+        self.expiry = expiry
+        self.changes = 0
+        """How many times this worker's share changed (the first deal counts)."""
+        self._clock = clock
+        self._on_message = on_message
+        self._seen: dict[str, float] = {}
+        self._subs: dict[int, Subscription] = {}
+        self._members_sub: Subscription | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._draining: set[asyncio.Task[None]] = set()
+        self._dealing = asyncio.Lock()
+
+    @property
+    def subject(self) -> str:
+        return f"{self.api_prefix}.ops.members"
+
+    @property
+    def members(self) -> list[str]:
+        """The workers this one counts as alive, itself included, in id order."""
+        now = self._clock()
+        return sorted({self.instance, *(i for i, at in self._seen.items() if now - at <= self.expiry)})
+
+    @property
+    def owned(self) -> list[int]:
+        """The partitions this worker subscribes to now."""
+        return sorted(self._subs)
+
+    async def start(self) -> None:
+        """Join: say so, hear the members for a beat and a half, take this worker's share, keep beating."""
+        self._members_sub = await self.nc.subscribe(self.subject, cb=self._on_member)
+        await self._say(leaving=False)
+        await asyncio.sleep(self.beat * 1.5)  # every running member beats within this window
+        await self._deal()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def leave(self) -> list[Subscription]:
+        """Stop beating and tell the others, who take over at once; returns the subscriptions to drain."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        with contextlib.suppress(nats.errors.Error):
+            await self._say(leaving=True)
+        subs = list(self._subs.values())
+        if self._members_sub is not None:
+            subs.append(self._members_sub)
+        self._subs.clear()
+        if self._draining:
+            await asyncio.wait(set(self._draining), timeout=self.expiry * 2)
+        return subs
+
+    async def _say(self, *, leaving: bool) -> None:
+        body = {"instance": self.instance, "queue_group": self.queue_group, "leaving": leaving}
+        await self.nc.publish(self.subject, json.dumps(body).encode())
+
+    async def _on_member(self, msg: Msg) -> None:
+        try:
+            said: dict[str, Any] = json.loads(msg.data)
+            instance, group, leaving = str(said["instance"]), said["queue_group"], bool(said["leaving"])
+        except (ValueError, KeyError, TypeError):
+            _log.warning("convmem service: a member announcement that is not one on %s", msg.subject)
+            return
+        if group != self.queue_group or instance == self.instance:
+            return
+        known = instance in self.members
+        if leaving:
+            self._seen.pop(instance, None)
+        else:
+            self._seen[instance] = self._clock()
+        if known == leaving and self._ticker is not None:  # joined or left: deal again now
+            await self._deal()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.beat)
+            try:
+                await self._say(leaving=False)
+                await self._deal()  # drops the members not heard within `expiry`
+            except nats.errors.Error as exc:  # reconnecting: the next beat tries again
+                _log.warning("convmem service: membership beat failed: %s", exc)
+
+    async def _deal(self) -> None:
+        async with self._dealing:
+            await self._deal_now()
+
+    async def _deal_now(self) -> None:
+        mine = {slot for slot, owner in owners(self.members).items() if owner == self.instance}
+        gained, lost = mine - self._subs.keys(), self._subs.keys() - mine
+        if not gained and not lost:
+            return
+        for slot in sorted(gained):  # take the new ones before letting the old ones go
+            self._subs[slot] = await self.nc.subscribe(
+                partition_subject(self.api_prefix, slot), queue=self.queue_group, cb=self._on_message
+            )
+        for slot in lost:
+            task = asyncio.get_running_loop().create_task(self._drain(self._subs.pop(slot)))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        self.changes += 1
+        _log.info(
+            "convmem service %s: %d members, owns %d of %d partitions",
+            self.instance,
+            len(self.members),
+            len(mine),
+            SLOTS,
+        )
+
+    @staticmethod
+    async def _drain(sub: Subscription) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.drain()  # type: ignore[no-untyped-call]  # the requests already received are answered

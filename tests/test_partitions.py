@@ -1,0 +1,181 @@
+"""Partitioned service workers: NATS routes a session's requests to the one worker owning its partition.
+
+In process: each `MemoryService(partitioned=True)` has its own `MemorySystem`
+on one JetStream stream, as the workers of `convmem serve --workers` do; the
+clients are the unchanged `RemoteMemory` / `RemoteSession`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import nats
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import convmem
+from convmem.actors import MemorySystem
+from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
+from convmem.adapters.service._partitions import owners
+from convmem.adapters.service._protocol import (
+    SLOTS,
+    parse_subject,
+    routed_subject,
+    session_subject,
+    slot_of,
+    unrouted,
+)
+from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+
+WAIT = 30.0
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+
+
+def wait_until(fact: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    """Poll `fact`, pausing on an event that never fires (a bounded wait, not a sleep to synchronise)."""
+    deadline, pause = time.monotonic() + timeout, threading.Event()
+    while not fact():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        pause.wait(0.02)
+
+
+def users(context: dict[str, Any]) -> list[str]:
+    return [t["user"] for t in context["conversation_memory"]["recent_turns"]]
+
+
+# The partitions ------------------------------------------------------------------------------
+
+
+@given(st.sets(st.text(min_size=1, max_size=8), min_size=1, max_size=9), st.randoms())
+def test_owners_deal_every_partition_evenly_whatever_order_the_members_are_heard_in(
+    members: set[str], rnd: Any
+) -> None:
+    heard = list(members)
+    rnd.shuffle(heard)
+    dealt = owners(heard)
+    assert dealt == owners(sorted(members))  # every worker that heard the same members agrees
+    assert set(dealt) == set(range(SLOTS))
+    counts = [list(dealt.values()).count(m) for m in members]
+    assert max(counts) - min(counts) <= 1
+
+
+def test_a_session_has_one_stable_partition_named_in_its_subject() -> None:
+    """The hash is crc32 of the key, the same in every process (Python's hash() is not)."""
+    assert slot_of("acme", "alice", "s1") == slot_of("acme", "alice", "s1")
+    assert slot_of("acme", "alice", "s1") == 47  # pinned: clients and workers must agree across versions
+    routed = routed_subject("convmem.api", "acme", "alice", "s1", "add_turn")
+    assert routed == "convmem.api.v1.acme.add_turn.p47"
+    assert parse_subject("convmem.api", routed) == parse_subject(
+        "convmem.api", session_subject("convmem.api", "acme", "add_turn")
+    )
+    assert unrouted(routed) == session_subject("convmem.api", "acme", "add_turn")
+    assert unrouted(session_subject("convmem.api", "acme", "add_turn")) is None
+    spread = {slot_of("acme", "u", f"s{i}") for i in range(2000)}
+    assert spread == set(range(SLOTS))
+
+
+# Workers in process --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stores(nats_server: EmbeddedNatsServer) -> Iterator[Callable[[], MemorySystem]]:
+    """Memory systems on one stream of this test's server, each closed in teardown."""
+    made: list[MemorySystem] = []
+
+    def open_one() -> MemorySystem:
+        made.append(convmem.connect(nats_server.url, config=CONFIG))
+        return made[-1]
+
+    try:
+        yield open_one
+    finally:
+        for system in made:
+            system.close()
+
+
+def partitioned(system: MemorySystem, url: str, api_prefix: str, name: str) -> MemoryService:
+    return MemoryService(system, url, api_prefix=api_prefix, partitioned=True, instance=name).start()
+
+
+def shares(*services: MemoryService) -> list[tuple[int, int]]:
+    return [(s.worker().get("partitions", 0), s.worker().get("members", 0)) for s in services]
+
+
+def test_two_workers_split_the_partitions_and_each_session_is_served_by_one_of_them(
+    stores: Callable[[], MemorySystem], nats_server: EmbeddedNatsServer
+) -> None:
+    """Every session lives in exactly one worker, no write conflicts; a leaving worker hands over at once."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    first, second = stores(), stores()
+    one = partitioned(first, nats_server.url, prefix, "w-a")
+    two = partitioned(second, nats_server.url, prefix, "w-b")
+    try:
+        wait_until(lambda: shares(one, two) == [(SLOTS // 2, 2)] * 2, "both workers owning half")
+        keys = [MemoryKey("acme", f"u{i % 3}", f"s{i}") for i in range(40)]
+        with RemoteMemory(nats_server.url, api_prefix=prefix, timeout=WAIT) as remote:
+            for n in range(3):
+                for key in keys:
+                    remote.session(key).add_turn(
+                        ConversationTurn(user_message=f"{n}", assistant_response="ok")
+                    )
+            for key in keys:
+                assert users(remote.session(key).get_llm_context()) == ["0", "1", "2"]
+            live = first.live_sessions(), second.live_sessions()
+            assert sum(live) == len(keys), live  # each session live in one process only
+            assert min(live) > 0, live
+            conflicts = [s.metrics.snapshot()["counts"].get("conflicts", 0) for s in (first, second)]
+            assert conflicts == [0, 0]
+            one.stop()  # says it leaves: the other owns everything without waiting for it to expire
+            wait_until(lambda: shares(two) == [(SLOTS, 1)], "the survivor owning every partition")
+            for key in keys:
+                remote.session(key).add_turn(ConversationTurn(user_message="after", assistant_response="ok"))
+                assert users(remote.session(key).get_llm_context()) == ["0", "1", "2", "after"]
+    finally:
+        one.stop()
+        two.stop()
+
+
+def test_a_partition_without_an_owner_is_answered_on_the_plain_subject(
+    stores: Callable[[], MemorySystem], nats_server: EmbeddedNatsServer
+) -> None:
+    """A worker that others believe alive but that is gone leaves its partitions unserved; the
+    clients fall back to the plain subject, which every worker answers."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    worker = partitioned(stores(), nats_server.url, prefix, "w-a")
+    ghost_beats = threading.Event()
+
+    async def ghost() -> None:  # a member that announces itself and never subscribes to anything
+        nc = await nats.connect(nats_server.url)
+        try:
+            body = json.dumps({"instance": "w-zz", "queue_group": "convmem", "leaving": False}).encode()
+            while not ghost_beats.is_set():
+                await nc.publish(f"{prefix}.ops.members", body)
+                await nc.flush()
+                await asyncio.to_thread(ghost_beats.wait, 0.2)
+        finally:
+            await nc.close()
+
+    beating = threading.Thread(target=asyncio.run, args=(ghost(),))
+    beating.start()
+    try:
+        wait_until(lambda: shares(worker) == [(SLOTS // 2, 2)], "the worker sharing with the ghost")
+        orphaned = {s for s, o in owners(["w-a", "w-zz"]).items() if o == "w-zz"}
+        keys = [MemoryKey("acme", "u", f"s{i}") for i in range(30)]
+        assert {slot_of(k.tenant_id, k.user_id, k.session_id) for k in keys} & orphaned
+        with RemoteMemory(nats_server.url, api_prefix=prefix, timeout=WAIT) as remote:
+            for key in keys:
+                remote.session(key).add_turn(ConversationTurn(user_message="hi", assistant_response="ok"))
+                assert users(remote.session(key).get_llm_context()) == ["hi"]
+    finally:
+        ghost_beats.set()
+        beating.join(WAIT)
+        with contextlib.suppress(Exception):
+            worker.stop()
