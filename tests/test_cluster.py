@@ -9,6 +9,7 @@ bounded by CONVMEM_FAULT_SCALE (default 1: each test takes seconds), so
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -30,6 +31,8 @@ from convmem.actors import EventLog, load_state
 from convmem.adapters import JetStreamBackend, RemoteMemory
 from convmem.adapters.jetstream._log import DEFAULT_STREAM
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
+from convmem.adapters.service._status import service_status
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey, TurnAdded, decode_event
 from convmem.projections import SessionState, llm_context
@@ -378,3 +381,57 @@ def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
         f"(client timeout {CLIENT_TIMEOUT:g}s), first acknowledgement {first_after:.2f}s after the kill; "
         f"client retries {dict(load.retries)}"
     )
+
+
+# Workers across machines ---------------------------------------------------------------------
+
+
+def test_serve_workers_on_two_nodes_share_the_partitions_and_serve_each_session_from_one_process(
+    cluster: NatsCluster, tmp_path: Path
+) -> None:
+    """`convmem serve --workers 2` on one node and `--workers 1` on another deal the partitions over
+    all three workers; a tenant's planners on the third node see every turn stored once, every session
+    live in exactly one process, and no write conflict (optimistic concurrency never had to step in)."""
+    service_url = {node: cluster.url(node, "convmem", "convmem-service-secret") for node in ("n1", "n2")}
+    JetStreamBackend.connect(compose_urls(cluster), replicas=3).close()
+    serves = []
+    for node, count in (("n1", "2"), ("n2", "1")):
+        serve_dir = tmp_path / f"serve-{node}"
+        ready = tmp_path / f"{node}.ready"
+        env = {**serve_env(service_url[node], serve_dir), "CONVMEM_WORKERS": count}
+        serves.append(
+            Process([*CLI, "serve", "--ready-file", str(ready)], stderr=tmp_path / f"{node}.err", env=env)
+        )
+        wait_for(ready.exists, timeout=DEADLINE, what=f"serve on {node}", pause=exits_early(serves[-1], node))
+    keys = [MemoryKey("acme", f"u{i % 4}", f"s{i}") for i in range(30)]
+    try:
+
+        def dealt() -> list[dict[str, object]] | None:
+            found = asyncio.run(
+                service_status(service_url["n1"], api_prefix=DEFAULT_API_PREFIX, discover=0.5)
+            )
+            workers = [r.health["worker"] for r in found if r.ok and r.health]
+            return workers if len(workers) == 3 and all(w["members"] == 3 for w in workers) else None
+
+        workers = wait_for(dealt, timeout=DEADLINE, what="three workers on two nodes", pause=cluster.pause())
+        assert sorted(w["partitions"] for w in workers) == [21, 21, 22]  # type: ignore[type-var]
+        assert len({w["serve"] for w in workers}) == 2
+        tenant = cluster.url("n3", "acme", "acme-secret")
+        with RemoteMemory(tenant, inbox_prefix="_INBOX_acme", timeout=CLIENT_TIMEOUT) as remote:
+            load = TenantLoad(remote, keys, 10, threads=6)
+            load.start()
+            load.join(DEADLINE * 2)
+            assert not load.failures, load.failures[:5]
+            assert not load.retries, load.retries
+        replicas = asyncio.run(service_status(service_url["n2"], api_prefix=DEFAULT_API_PREFIX, discover=0.5))
+        assert sum(r.health["live_sessions"] for r in replicas if r.health) == len(keys)  # one process each
+        assert all(r.metrics and r.metrics["conflicts"] == 0 for r in replicas), replicas
+        assert all(r.metrics and r.metrics["turns"] > 0 for r in replicas)  # each worker served its share
+        with JetStreamBackend.connect(compose_urls(cluster), replicas=3) as backend:
+            for key in keys:
+                assert stored_turns(backend.log, key) == load.acked[key], key
+    finally:
+        for serve in serves:
+            serve.stop()
+    for serve in serves:
+        assert serve.proc.returncode == 0, serve.stderr_tail()
