@@ -30,6 +30,7 @@ MEASURES = (
     "dropin",
     "erasure",
     "peers",
+    "workers",
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 

@@ -29,6 +29,7 @@ EXPECTED = {
         "writes/s @ 40 sessions, PenguiFlow DefaultShortTermMemory",
         "reads/s @ 40 sessions, convmem, default live bound, vs LangGraph SqliteSaver on a file",
     ],
+    "workers": ["serve --workers 2, 8 asyncio callers", "serve --workers 2, 8 threads of RemoteSession"],
 }
 
 
