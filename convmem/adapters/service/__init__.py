@@ -2,7 +2,8 @@
 
 `_protocol` and `_errors` define subjects, payloads and the error wire form;
 `_service` answers requests, each handled by `_operations` against a
-`MemorySystem`; `_requests`, `_remote` and `_exchange` are the clients
+`MemorySystem`; `_partitions` deals the session partitions over the
+workers of `convmem serve --workers`; `_requests`, `_remote` and `_exchange` are the clients
 (`AsyncRemoteSession`, and `RemoteSession` derived from its operations on a
 `RemoteMemory`'s loop) that planners in other processes use.
 """

@@ -10,10 +10,13 @@ The service subscribes to ``{api_prefix}.v1.>`` in a queue group, so several
 services on one NATS share the requests; optimistic concurrency on the log
 keeps a session written through several of them correct, and reads check
 the log's last sequence first, so a session read through one service shows
-what was written through another. Operator requests (``{api_prefix}.ops.v1.>``)
-are answered by every instance (no queue group). Each instance is also a NATS
-micro-service named ``convmem`` (`nats micro ls`): ``$SRV.PING.convmem`` finds
-every replica, and ``{api_prefix}.ops.status.{instance}`` asks one of them.
+what was written through another. A partitioned service (a worker of
+`convmem serve --workers`) takes the plain ``{api_prefix}.v1.*.*`` and the
+partitions it owns (`_partitions`): a session is served by one process at a
+time. Operator requests (``{api_prefix}.ops.v1.>``) are answered by every
+instance (no queue group). Each instance is also a NATS micro-service named
+``convmem`` (`nats micro ls`): ``$SRV.PING.convmem`` finds every replica,
+and ``{api_prefix}.ops.status.{instance}`` asks one of them.
 
 nats-py runs on the service's own loop thread. The blocking `MemorySystem`
 calls run on a bounded thread pool, never on the loop: when every worker is
@@ -338,19 +341,14 @@ class MemoryService:
 
     def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
         """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
-        return {
-            "live_sessions": self.system.live_sessions(),
-            **self._ops.stats.snapshot(),
-            **({"worker": self.worker()} if self._worker or self._partitions else {}),
-        }
+        worker = {"worker": self.worker()} if self._worker or self._partitions else {}
+        return {"live_sessions": self.system.live_sessions(), **self._ops.stats.snapshot(), **worker}
 
     def worker(self) -> dict[str, Any]:
         """What this worker says of itself in its status: its `worker` mapping, its partitions, its peers."""
-        out = dict(self._worker)
-        if self._partitions is not None:
-            out["partitions"] = len(self._partitions.owned)
-            out["members"] = len(self._partitions.members)
-        return out
+        shares = self._partitions
+        more = {} if shares is None else {"partitions": len(shares.owned), "members": len(shares.members)}
+        return {**self._worker, **more}
 
     async def _status(self, request: MicroRequest) -> None:
         """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop."""
