@@ -57,7 +57,10 @@ class _Serve:
     def __init__(self, url: str, workers: int, folder: Path) -> None:
         ready = folder / f"ready-{workers}"
         self.err = folder / f"serve-{workers}.err"
-        argv = [*_CLI, "--nats", url, "serve", "--workers", str(workers), *_LIVE, "--ready-file", str(ready)]
+        config = folder / "truncation.json"  # as bench.throughput's: the write path, no summaries
+        config.write_text('{"strategy": "truncation"}', encoding="utf-8")
+        argv = [*_CLI, "--nats", url, "serve", "--workers", str(workers), *_LIVE, "--config", str(config)]
+        argv += ["--ready-file", str(ready)]
         with open(self.err, "ab") as err:
             self.proc = subprocess.Popen(
                 argv,
@@ -123,10 +126,17 @@ def _monotonic() -> float:
     return os.times().elapsed
 
 
+def _median_cpu(rounds: list[dict[str, Any]]) -> float:
+    """The median of the rounds' worker CPU microseconds per turn."""
+    per_turn = sorted(r["cores"]["workers"] / r["turns_per_s"] * 1e6 for r in rounds)
+    return per_turn[len(per_turn) // 2]
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
     sessions, callers = sizes.tp_sessions, sizes.tp_callers
     turns = sizes.tp_turns - sizes.tp_turns % callers
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     rounds: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     threads: list[dict[str, Any]] = []
     raws: list[float] = []
@@ -162,6 +172,16 @@ def run(sizes: Sizes) -> Result:
     )
     result.add(
         Figure(
+            "workers' CPU per turn, --workers 2 (median round)",
+            _median_cpu(rounds[2]),
+            "µs",
+            reference=_median_cpu(rounds[1]),
+            reference_label="--workers 1",
+            note="the cores the partitioned workers spend per turn: what two free cores would scale by",
+        )
+    )
+    result.add(
+        Figure(
             f"serve --workers 2, {callers} threads of RemoteSession.add_turn [sync=always]",
             best_threads["turns_per_s"],
             "turns/s",
@@ -178,13 +198,14 @@ def run(sizes: Sizes) -> Result:
             "threads_rounds": threads,
             "raw_rounds_per_s": raws,
             "machine_cores": len(os.sched_getaffinity(0)),
+            "load_average": {"start": load_at_start, "end": [round(x, 2) for x in os.getloadavg()]},
         }
     )
     result.notes.append(
-        "convmem serve as a process on a private nats-server (sync_interval always, store on tmpfs when "
-        "there is room); rounds alternate --workers 1 and 2, each on a fresh serve and fresh sessions, "
-        "best of each; load from a separate process (asyncio tasks sending add_turn on the routed "
-        "subjects; or RemoteSession threads); cores busy read from /proc over the timed part; "
-        "every process shares the machine's cores"
+        "convmem serve as a process on a private nats-server (sync_interval always, store on tmpfs "
+        "when there is room), strategy truncation, every session live; rounds alternate --workers 1 "
+        "and 2, each on a fresh serve and fresh sessions, best of each; load from a separate process "
+        "(asyncio tasks sending add_turn on the routed subjects; or RemoteSession threads); cores busy "
+        "read from /proc over the timed part; every process shares the machine's cores"
     )
     return result

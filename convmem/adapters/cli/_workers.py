@@ -4,7 +4,9 @@ The supervisor opens the log once (starting the embedded nats-server if no
 URL was given, creating the stream and the bucket), then starts each worker
 as a child process with the ``spawn`` method (a fresh interpreter: a process
 holding threads is never forked). Each worker runs its own `MemorySystem`
-and a partitioned `MemoryService` on the same NATS: NATS routes each
+and a partitioned `MemoryService` on the same NATS, both on one event loop
+(an ``add_turn`` is decided, appended and answered there, no thread in
+between): NATS routes each
 session's requests to the worker owning its partition (see
 `convmem.adapters.service._partitions`), so one session is served by one
 process at a time, and workers of other `convmem serve` processes, on other
@@ -33,7 +35,8 @@ from typing import Any
 
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
-from convmem.adapters._connect import open_backend
+from convmem.adapters._connect import open_backend_here
+from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.service._service import MemoryService
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.errors import ConvmemError
@@ -97,9 +100,12 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     for name in ("stream", "prefix", "bucket"):
         if getattr(spec, name) is not None:
             options[name] = getattr(spec, name)
+    loop = EventLoopThread(name=f"convmem-worker-{spec.index}")  # the log's and the service's
     try:
-        opened = open_backend(spec.url, **options)
+        wait = spec.timeout + 30.0
+        opened = loop.call(lambda: open_backend_here(spec.url, **options), timeout=wait, what="the log")
     except ConvmemError as exc:
+        loop.stop()
         print(f"convmem serve worker {spec.index}: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
     try:
@@ -122,6 +128,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
                 partitioned=True,
                 instance=spec.instance,
                 worker={"serve": spec.serve, "index": spec.index, "of": spec.workers, "pid": os.getpid()},
+                loop=loop,
             )
             service.start()
             report.send(("ready", spec.instance))
@@ -130,6 +137,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
             system.close()
     finally:
         opened.close()
+        loop.stop()
 
 
 @dataclass

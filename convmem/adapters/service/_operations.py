@@ -147,6 +147,31 @@ class ApiOperations:
             info = error_info(exc)
             return Answer(op, info.type, encode_error(info, msgpack=msgpack))
 
+    def on_loop(self, subject: str) -> bool:
+        """Whether the request on `subject` is an ``add_turn`` (`add_turn_here` answers it on a loop)."""
+        rest = subject[len(self.api_prefix) + 1 :].split(".")
+        return len(rest) in (3, 4) and rest[2] == "add_turn" and rest[0] == "v1"
+
+    async def add_turn_here(self, subject: str, data: bytes) -> Answer:
+        """An ``add_turn``'s reply, the write awaited on the running loop (no thread in between when
+        the system's log runs on this loop: decided, appended and answered here)."""
+        msgpack, op = wants_msgpack(data), "add_turn"
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, subject)
+            request = decode_request(op, data)
+            assert tenant_id is not None
+            assert isinstance(request, AddTurnRequest)
+            key = MemoryKey(tenant_id, request.user_id, request.session_id)
+            result = await self.system.session(key).aio.add_turn(
+                request.turn, timeout=self._timeout(request), idempotency_key=request.idempotency_key
+            )
+            return Answer(op, None, encode_ok(result, msgpack=msgpack))
+        except Exception as exc:
+            if not isinstance(exc, ConvmemError):
+                _log.exception("convmem service: %s on %s failed", op, subject)
+            info = error_info(exc)
+            return Answer(op, info.type, encode_error(info, msgpack=msgpack))
+
     def _timeout(self, request: Request) -> float:
         if request.timeout is None:
             return self.max_timeout

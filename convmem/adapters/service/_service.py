@@ -84,6 +84,9 @@ class MemoryService:
     partitions (`convmem serve --workers`; see `_partitions`): it answers the
     sessions of the partitions it owns, and any request on the plain subjects.
     `instance` names it (default: random); `worker` is shown in its status.
+    `loop` (the loop the system's log runs on, left running by `stop()`)
+    makes the service run there and await each ``add_turn`` on it, no thread
+    in between.
     `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options`
     go to nats-py's ``connect`` as they are.
     The service never closes `system`: its owner does, after `stop()`.
@@ -108,6 +111,7 @@ class MemoryService:
         partitioned: bool = False,
         instance: str | None = None,
         worker: Mapping[str, Any] | None = None,
+        loop: EventLoopThread | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -128,6 +132,7 @@ class MemoryService:
         self.partitioned = partitioned
         self.instance = instance or uuid.uuid4().hex[:12]
         self._worker = dict(worker or {})
+        self._given_loop = loop
         self._auth = auth or NatsAuth()
         self._connect_options = {**self._auth.options(), **(connect_options or {})}
         self._secrets = (*url_secrets(url), *self._auth.secrets)
@@ -184,11 +189,12 @@ class MemoryService:
                 return self
             if self._state != "new":
                 raise SessionClosed("a stopped MemoryService cannot start again; make a new one")
-            loop = EventLoopThread(name=f"{self.name}-loop")
+            loop = self._given_loop or EventLoopThread(name=f"{self.name}-loop")
             try:
                 loop.call(self._open, timeout=self.connect_timeout + 5.0, what="starting the convmem service")
             except BaseException:
-                loop.stop()
+                if loop is not self._given_loop:
+                    loop.stop()
                 self._pool.shutdown(wait=False)
                 self._state = "stopped"
                 self._stopped.set()
@@ -219,7 +225,7 @@ class MemoryService:
         except ConvmemError as exc:
             _log.warning("convmem service %s did not stop cleanly: %s", self.instance, exc)
         finally:
-            if loop is not None:
+            if loop is not None and loop is not self._given_loop:
                 loop.stop()
             self._pool.shutdown(wait=True)
             self._state = "stopped"
@@ -315,9 +321,12 @@ class MemoryService:
         assert self._nc is not None
         op, error = "unknown", None
         try:
-            answer = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._ops.answer, msg.subject, msg.data
-            )
+            if self._given_loop is not None and self._ops.on_loop(msg.subject):
+                answer = await self._ops.add_turn_here(msg.subject, msg.data)
+            else:
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._ops.answer, msg.subject, msg.data
+                )
             op, error = answer.op, answer.error
             if msg.reply:
                 await self._respond(self._nc, msg, answer.reply)
