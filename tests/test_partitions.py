@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
+from convmem.adapters._connect import open_backend_here
+from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.service._partitions import owners
 from convmem.adapters.service._protocol import (
     SLOTS,
@@ -33,6 +35,7 @@ from convmem.adapters.service._protocol import (
     slot_of,
     unrouted,
 )
+from convmem.errors import InvalidKey
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 WAIT = 30.0
@@ -179,3 +182,31 @@ def test_a_partition_without_an_owner_is_answered_on_the_plain_subject(
         beating.join(WAIT)
         with contextlib.suppress(Exception):
             worker.stop()
+
+
+def test_a_worker_answers_add_turn_on_its_loop_with_the_same_replies(nats_server: EmbeddedNatsServer) -> None:
+    """With the log on the service's own loop (as `serve --workers` runs it), add_turn is awaited there:
+    no request thread is ever used, and retries and refusals answer as through the thread pool."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    loop = EventLoopThread(name="test-worker-loop")
+    backend = loop.call(lambda: open_backend_here(nats_server.url), timeout=WAIT, what="the log")
+    system = MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots)
+    service = MemoryService(system, nats_server.url, api_prefix=prefix, partitioned=True, loop=loop)
+    try:
+        service.start()
+        with RemoteMemory(nats_server.url, api_prefix=prefix, timeout=WAIT) as remote:
+            session = remote.session(MemoryKey("acme", "alice", "on-loop"))
+            turn = ConversationTurn(user_message="hi", assistant_response="ok")
+            assert session.add_turn(turn, idempotency_key="k1") == 1
+            assert session.add_turn(turn, idempotency_key="k1") == 0  # the retry: stored once
+            assert session.add_turn(turn) == 2
+            with pytest.raises(InvalidKey) as refused:
+                remote.session(MemoryKey("acme", "alice", "x" * 300)).add_turn(turn)
+            assert refused.value.field == "session_id"
+            assert not service._pool._threads  # type: ignore[attr-defined]  # no add_turn left the loop
+            assert users(session.get_llm_context()) == ["hi", "hi"]
+    finally:
+        service.stop()
+        system.close()
+        backend.close()
+        loop.stop()
