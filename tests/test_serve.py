@@ -232,3 +232,23 @@ def test_serve_refuses_a_bad_worker_count(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--workers" in done.stderr
     assert "must be 1 or more" in done.stderr
+
+
+def test_workers_stop_when_their_supervisor_is_killed(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """kill -9 of `convmem serve` itself: its workers get SIGTERM from the kernel and stop, none orphaned."""
+    serve = Serve(nats_server.url, tmp_path, "--workers", "1")
+    worker: dict[str, Any] = {"pid": -1}
+    try:
+        worker = wait_for(lambda: workers(nats_server.url).get(0), "the worker answering", serve.proc)
+        serve.proc.kill()
+        serve.proc.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while alive(worker["pid"]):
+            assert time.monotonic() < deadline, "the worker outlived its supervisor"
+            threading.Event().wait(0.05)
+    finally:
+        serve.stop()
+        if alive(worker["pid"]):
+            os.kill(worker["pid"], signal.SIGKILL)

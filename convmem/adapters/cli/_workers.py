@@ -15,11 +15,14 @@ machines of a NATS cluster, share the partitions the same way.
 A worker that dies is started again (after 0.5 s, doubling up to 30 s while
 it keeps dying within a minute of its start), under the same instance id, so
 it takes back the same partitions. SIGTERM or SIGINT stops every worker
-(each answers the requests it already received), then the supervisor.
+(each answers the requests it already received), then the supervisor; a
+supervisor that dies outright (SIGKILL) takes its workers with it (the
+kernel sends each a SIGTERM).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -46,6 +49,7 @@ __all__ = ["Supervisor", "WorkerSpec", "default_workers", "run_worker"]
 
 _RESTART_FIRST = 0.5
 _RESTART_MAX = 30.0
+_PR_SET_PDEATHSIG = 1
 _STABLE = 60.0  # a worker that ran this long before dying is restarted after the first delay again
 
 
@@ -96,6 +100,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda _signum, _frame: stop.set())
+    _stop_with_parent(stop)
     options: dict[str, Any] = {"replicas": spec.replicas, "timeout": spec.timeout, "auth": spec.auth}
     for name in ("stream", "prefix", "bucket"):
         if getattr(spec, name) is not None:
@@ -138,6 +143,18 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     finally:
         opened.close()
         loop.stop()
+
+
+def _stop_with_parent(stop: threading.Event) -> None:
+    """Have the kernel send SIGTERM if the supervisor dies (even by SIGKILL): no orphaned worker serves on."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the supervisor's SIGTERM is the only way
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():  # it died before the request took effect
+        stop.set()
 
 
 @dataclass
