@@ -26,7 +26,7 @@ from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop import EventLoopThread
-from convmem.adapters.service._partitions import owners
+from convmem.adapters.service._partitions import Partitions, owners
 from convmem.adapters.service._protocol import (
     SLOTS,
     parse_subject,
@@ -210,3 +210,53 @@ def test_a_worker_answers_add_turn_on_its_loop_with_the_same_replies(nats_server
         system.close()
         backend.close()
         loop.stop()
+
+
+def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: EmbeddedNatsServer) -> None:
+    """A worker that dies says nothing: the others take its partitions once it has been silent for
+    `expiry` seconds of their clock (injected here), and not before."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    now = [1000.0]
+
+    async def ignore(_msg: Any) -> None:
+        return None
+
+    async def scenario() -> tuple[int, int, int]:
+        nc, ghost = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
+        mine = Partitions(
+            nc,
+            api_prefix=prefix,
+            queue_group="convmem",
+            instance="w-a",
+            on_message=ignore,
+            beat=0.05,
+            expiry=3.0,
+            clock=lambda: now[0],
+        )
+        body = json.dumps({"instance": "w-zz", "queue_group": "convmem", "leaving": False}).encode()
+        try:
+            joining = asyncio.ensure_future(mine.start())
+            async with asyncio.timeout(WAIT):
+                while len(mine.owned) != SLOTS // 2:  # the ghost beats until it is counted
+                    await ghost.publish(f"{prefix}.ops.members", body)
+                    await ghost.flush()
+                    await asyncio.wait([joining], timeout=0.02)
+            shared = len(mine.owned)
+            now[0] += 2.9  # silent, but not for long enough
+            beats = mine.beats
+            async with asyncio.timeout(WAIT):
+                while mine.beats < beats + 3:  # three ticks, each dealing again
+                    await nc.flush()
+            still = len(mine.owned)
+            now[0] += 0.2
+            async with asyncio.timeout(WAIT):
+                while len(mine.owned) != SLOTS:
+                    await nc.flush()
+            return shared, still, len(mine.owned)
+        finally:
+            for sub in await mine.leave():
+                await sub.unsubscribe()
+            await ghost.close()
+            await nc.close()
+
+    assert asyncio.run(scenario()) == (SLOTS // 2, SLOTS // 2, SLOTS)

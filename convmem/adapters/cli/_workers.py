@@ -191,6 +191,8 @@ class Supervisor:
         return [slot.process.pid if slot.process is not None else None for slot in self._slots]
 
     def _start(self, slot: _Slot) -> None:
+        if slot.report is not None:  # the dead worker's end
+            slot.report.close()
         receive, send = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=run_worker, args=(slot.spec, send), name=f"convmem-worker-{slot.spec.index}"

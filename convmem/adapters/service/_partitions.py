@@ -60,7 +60,7 @@ class Partitions:
         instance: str,
         on_message: Callable[[Msg], Awaitable[None]],
         beat: float = 0.5,
-        expiry: float = 2.0,
+        expiry: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nc = nc
@@ -71,6 +71,8 @@ class Partitions:
         self.expiry = expiry
         self.changes = 0
         """How many times this worker's share changed (the first deal counts)."""
+        self.beats = 0
+        """How many times this worker announced itself."""
         self._clock = clock
         self._on_message = on_message
         self._seen: dict[str, float] = {}
@@ -122,6 +124,7 @@ class Partitions:
     async def _say(self, *, leaving: bool) -> None:
         body = {"instance": self.instance, "queue_group": self.queue_group, "leaving": leaving}
         await self.nc.publish(self.subject, json.dumps(body).encode())
+        self.beats += 1
 
     async def _on_member(self, msg: Msg) -> None:
         try:
@@ -142,11 +145,14 @@ class Partitions:
 
     async def _tick(self) -> None:
         while True:
+            due = self._clock() + self.beat
             await asyncio.sleep(self.beat)
-            try:
+            stalled = self._clock() - due > self.beat  # this loop was held up: the others' beats may
+            try:  # be waiting unread, so nobody is dropped on this tick
                 await self._say(leaving=False)
-                await self._deal()  # drops the members not heard within `expiry`
-            except nats.errors.Error as exc:  # reconnecting: the next beat tries again
+                if not stalled:
+                    await self._deal()  # drops the members not heard within `expiry`
+            except Exception as exc:  # reconnecting, say: the next beat tries again
                 _log.warning("convmem service: membership beat failed: %s", exc)
 
     async def _deal(self) -> None:
