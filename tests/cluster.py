@@ -349,16 +349,28 @@ class Process:
 
     stderr goes to a file (a full pipe would stall the child). `stop` kills
     it by pid if it still runs and closes everything; call it in teardown.
+    With `group`, it leads a process group of its own (a `convmem serve` and
+    its workers): `freeze` and `kill` then reach the whole group, as a hung or
+    dead machine would, and `stop` kills what is left of it.
     """
 
-    def __init__(self, argv: list[str], *, stderr: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], *, stderr: Path, env: dict[str, str] | None = None, group: bool = False
+    ) -> None:
         self.argv = argv
         self.stderr_path = stderr
         self.lines: list[tuple[float, str]] = []
+        self.group = group
         self._changed = threading.Condition()
         with open(stderr, "ab") as err:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+                start_new_session=group,
             )
         self._reader = threading.Thread(target=self._read, name=f"reader-{self.proc.pid}", daemon=True)
         self._reader.start()
@@ -397,13 +409,20 @@ class Process:
         self._reader.join(timeout)
         return code
 
+    def _signal(self, signum: int) -> None:
+        if self.group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signum)  # the group this process leads (its id is its pid)
+        else:
+            os.kill(self.proc.pid, signum)
+
     def freeze(self) -> None:
         """SIGSTOP: the process holds its connections but answers nothing, as a hung machine."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
-        self.proc.kill()
+        self._signal(signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self) -> None:
@@ -415,6 +434,8 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.group:
+            self._signal(signal.SIGKILL)  # a worker that outlived its supervisor
         self._reader.join(10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

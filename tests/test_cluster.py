@@ -250,12 +250,13 @@ def serve_env(url: str, data_dir: Path) -> dict[str, str]:
 
 
 def start_serve(url: str, tmp_path: Path, name: str) -> Process:
-    """`convmem serve` as compose runs it; returns once it answers requests."""
+    """`convmem serve` as compose runs it (its workers in its process group); returns once it serves."""
     ready = tmp_path / f"{name}.ready"
     serve = Process(
         [*CLI, "serve", "--ready-file", str(ready)],
         stderr=tmp_path / f"{name}.err",
         env=serve_env(url, tmp_path / name),
+        group=True,
     )
     try:
         wait_for(ready.exists, timeout=DEADLINE, what=f"{name} serving", pause=exits_early(serve, name))
@@ -338,7 +339,8 @@ class TenantLoad:
 def test_killing_a_serve_process_mid_load_hands_its_sessions_to_the_other(
     cluster: NatsCluster, tmp_path: Path
 ) -> None:
-    """kill -9 of one `convmem serve` with requests in flight: the other takes over, nothing lost."""
+    """kill -9 of one `convmem serve` (its workers too, as a machine dies) with requests in flight:
+    the other's workers take over its partitions, nothing lost."""
     urls = compose_urls(cluster)  # both replicas exactly as compose configures them
     serves = [start_serve(urls, tmp_path, f"serve-{n}") for n in (1, 2)]
     sessions, turns = 40, 40 * SCALE
@@ -400,7 +402,12 @@ def test_serve_workers_on_two_nodes_share_the_partitions_and_serve_each_session_
         ready = tmp_path / f"{node}.ready"
         env = {**serve_env(service_url[node], serve_dir), "CONVMEM_WORKERS": count}
         serves.append(
-            Process([*CLI, "serve", "--ready-file", str(ready)], stderr=tmp_path / f"{node}.err", env=env)
+            Process(
+                [*CLI, "serve", "--ready-file", str(ready)],
+                stderr=tmp_path / f"{node}.err",
+                env=env,
+                group=True,
+            )
         )
         wait_for(ready.exists, timeout=DEADLINE, what=f"serve on {node}", pause=exits_early(serves[-1], node))
     keys = [MemoryKey("acme", f"u{i % 4}", f"s{i}") for i in range(30)]
