@@ -117,13 +117,16 @@ def test_progress_draws_a_bar_with_total_and_eta_on_a_terminal_only() -> None:
         assert stream.getvalue() == ""
 
 
+CLI_SERVE = [sys.executable, "-m", "convmem"]
+
+
 @pytest.fixture
 def serving(tmp_path: Path) -> Iterator[Path]:
     """`convmem serve` on the embedded default of a data folder, as a real process."""
     data, ready = tmp_path / "data", tmp_path / "ready"
     with open(tmp_path / "serve.err", "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "convmem", "--data-dir", str(data), "serve", "--ready-file", str(ready)],
+            [*CLI_SERVE, "--data-dir", str(data), "serve", "--workers", "1", "--ready-file", str(ready)],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
@@ -148,4 +151,4 @@ def test_commands_join_the_serve_that_holds_the_data_folder(
     _, err = capsys.readouterr()
     assert "in use" not in err
     assert main(["status", "--data-dir", str(serving), "--json"]) == 0
-    assert len(json.loads(capsys.readouterr()[0])["replicas"]) == 1
+    assert len(json.loads(capsys.readouterr()[0])["replicas"]) == 1  # its one worker
