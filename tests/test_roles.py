@@ -16,6 +16,7 @@ from test_service import tenants_server  # noqa: F401  # the fixture: the shippe
 import convmem
 from convmem.adapters import MemoryService, PermissionDenied, RemoteSession
 from convmem.adapters.cli._main import main
+from convmem.adapters.service._protocol import routed_subject
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -90,7 +91,8 @@ def test_a_tenant_still_cannot_reach_another_tenants_session(deployed: int) -> N
         pytest.raises(PermissionDenied) as refused,
     ):
         session.get_llm_context()
-    assert refused.value.subject == "convmem.api.v1.globex.context"
+    routed = routed_subject("convmem.api", "globex", GLOBEX.user_id, GLOBEX.session_id, "context")
+    assert refused.value.subject == routed  # convmem.api.v1.globex.context.p<N>: the session's partition
 
 
 def test_the_cli_of_a_tenant_cannot_read_the_log(deployed: int, capsys: pytest.CaptureFixture[str]) -> None:
