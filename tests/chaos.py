@@ -1,0 +1,334 @@
+"""The chaos cases: faults an operator meets, each counted the same way.
+
+Every case drives writers that retry a failed `add_turn` with the same
+`idempotency_key` until it is acknowledged, injects its fault (kill -9 of
+nats-server or of a writing process, a cluster node lost, a `convmem serve`
+killed or stopped), then reads the log back and returns a `Tally`: turns
+acknowledged, turns stored, acknowledged turns lost, turns stored more than
+once and the longest stall between two acknowledgements. The tests
+(tests/test_chaos.py) run each case small and assert nothing acknowledged was
+lost or duplicated; ``python -m bench --only chaos`` runs them larger and
+records the table.
+
+Every server and process is started on free loopback ports with a temporary
+store and stopped by pid on the way out, also when the case fails. Nothing
+sleeps to synchronise: the cases wait on facts (acknowledgements counted,
+a process exited, a leader elected) with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import convmem
+from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
+from convmem.errors import ConvmemError
+from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
+
+__all__ = [
+    "CONFIG",
+    "DEADLINE",
+    "AsyncLoad",
+    "Tally",
+    "ThreadLoad",
+    "keys_for",
+    "server_kill",
+    "stored_texts",
+]
+
+DEADLINE = 120.0
+"""The longest any one fact may take to come true before the case fails naming it."""
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+TENANT = "chaos"
+
+
+def keys_for(sessions: int, user: str = "user") -> list[MemoryKey]:
+    return [MemoryKey(TENANT, user, f"s{i}") for i in range(sessions)]
+
+
+@dataclass
+class Tally:
+    """What a case acknowledged and what the log holds afterwards, per session."""
+
+    case: str
+    acked: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    stamps: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    error_stamps: list[float] = field(default_factory=list)
+    stored: dict[str, list[str]] = field(default_factory=dict)
+    faults: list[float] = field(default_factory=list)
+    """When each fault was injected (monotonic seconds)."""
+    notes: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    # Recording (from any thread) --------------------------------------------------------
+
+    def ack(self, session: str, text: str, at: float | None = None) -> None:
+        with self._lock:
+            self.acked[session].append(text)
+            self.stamps.append(time.monotonic() if at is None else at)
+            self._lock.notify_all()
+
+    def error(self, name: str, at: float | None = None) -> None:
+        with self._lock:
+            self.errors[name] += 1
+            self.error_stamps.append(time.monotonic() if at is None else at)
+            self._lock.notify_all()
+
+    def fault(self) -> None:
+        with self._lock:
+            self.faults.append(time.monotonic())
+
+    def wait_acks(self, at_least: int, timeout: float = DEADLINE, *, alive: Callable[[], bool]) -> None:
+        """Until `at_least` turns are acknowledged; fails if `alive()` turns false first or time runs out."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self.stamps) < at_least:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"{self.case}: {len(self.stamps)} of {at_least} acknowledged in time"
+                    )
+                if not alive():
+                    raise AssertionError(
+                        f"{self.case}: the writers stopped at {len(self.stamps)} acknowledged"
+                    )
+                self._lock.wait(min(left, 0.2))
+
+    # Figures ----------------------------------------------------------------------------
+
+    @property
+    def acknowledged(self) -> int:
+        return sum(len(set(texts)) for texts in self.acked.values())
+
+    @property
+    def stored_count(self) -> int:
+        return sum(map(len, self.stored.values()))
+
+    @property
+    def lost(self) -> int:
+        return sum(len(set(texts) - set(self.stored.get(s, ()))) for s, texts in self.acked.items())
+
+    @property
+    def duplicated(self) -> int:
+        return sum(len(texts) - len(set(texts)) for texts in self.stored.values())
+
+    @property
+    def reordered(self) -> int:
+        """Sessions whose acknowledged turns are not stored in the order they were acknowledged."""
+        out = 0
+        for session, texts in self.acked.items():
+            first = list(dict.fromkeys(texts))
+            wanted = set(first)
+            if [t for t in dict.fromkeys(self.stored.get(session, ())) if t in wanted] != first:
+                out += 1
+        return out
+
+    @property
+    def longest_stall(self) -> float:
+        """The longest time between two consecutive acknowledgements (seconds)."""
+        return max((b - a for a, b in itertools.pairwise(sorted(self.stamps))), default=0.0)
+
+    @property
+    def error_window(self) -> float:
+        """The longest time from a fault to the last write that failed before the next fault (seconds)."""
+        bounds = [*self.faults, float("inf")]
+        window = 0.0
+        for at, until in itertools.pairwise(bounds):
+            failed = [t for t in self.error_stamps if at <= t < until]
+            window = max(window, max(failed, default=at) - at)
+        return window
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "acknowledged": self.acknowledged,
+            "stored": self.stored_count,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "reordered": self.reordered,
+            "longest_stall_s": round(self.longest_stall, 3),
+            "error_window_s": round(self.error_window, 3),
+            "failed_writes": dict(self.errors),
+            "faults": len(self.faults),
+            **self.notes,
+        }
+
+    def check(self) -> None:
+        """Nothing acknowledged lost, nothing stored twice, every session in order; something happened."""
+        assert self.acknowledged > 0, f"{self.case}: nothing was acknowledged"
+        assert self.lost == 0, f"{self.case}: {self.lost} acknowledged turns lost: {self.row()}"
+        assert self.duplicated == 0, f"{self.case}: {self.duplicated} turns stored twice: {self.row()}"
+        assert self.reordered == 0, f"{self.case}: sessions out of order: {self.row()}"
+
+
+def stored_texts(url: str, keys: dict[str, MemoryKey], **options: Any) -> dict[str, list[str]]:
+    """Every TurnAdded of each labelled session, in log order, read by a fresh connection.
+
+    A turn stored twice shows twice.
+    """
+    out = {}
+    with JetStreamBackend.connect(url, **options) as backend:
+        for label, key in keys.items():
+            events = (decode_event(r.data) for r in backend.log.read(key))
+            out[label] = [e.turn.user_message for e in events if isinstance(e, TurnAdded)]
+    return out
+
+
+def _turn(text: str) -> ConversationTurn:
+    return ConversationTurn(user_message=text, assistant_response="ok")
+
+
+# Writers in this process --------------------------------------------------------------
+
+
+class ThreadLoad:
+    """Planner threads on one `MemorySystem`, each writing its sessions round robin, retrying with the key."""
+
+    def __init__(self, memory: convmem.MemorySystem, tally: Tally, keys: list[MemoryKey], turns: int) -> None:
+        self.memory, self.tally, self.turns = memory, tally, turns
+        self.failures: list[BaseException] = []
+        self._threads = [
+            threading.Thread(target=self._plan, args=(keys[i::8],), name=f"chaos-writer-{i}")
+            for i in range(8)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def join(self, timeout: float = DEADLINE) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+        assert not self.alive(), f"{self.tally.case}: the writers did not finish"
+        if self.failures:
+            raise self.failures[0]
+
+    def _plan(self, group: list[MemoryKey]) -> None:
+        try:
+            for n in range(self.turns):
+                for key in group:
+                    self._add(key, f"{key.session_id}-{n}")
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    def _add(self, key: MemoryKey, text: str) -> None:
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                self.memory.session(key).add_turn(_turn(text), timeout=3, idempotency_key=text)
+            except ConvmemError as exc:  # a clear error: the planner retries with the same key
+                self.tally.error(type(exc).__name__)
+                assert time.monotonic() < deadline, f"{text}: never acknowledged: {exc}"
+                continue
+            self.tally.ack(key.session_id, text)
+            return
+
+
+class AsyncLoad:
+    """asyncio planner tasks on `connect_here`, on a loop of their own thread, retrying with the key."""
+
+    def __init__(self, url: str, tally: Tally, keys: list[MemoryKey], turns: int) -> None:
+        self.url, self.tally, self.keys, self.turns = url, tally, keys, turns
+        self.failures: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name="chaos-async-writers")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float = DEADLINE) -> None:
+        self._thread.join(timeout)
+        assert not self.alive(), f"{self.tally.case}: the asyncio writers did not finish"
+        if self.failures:
+            raise self.failures[0]
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    async def _main(self) -> None:
+        memory = await convmem.connect_here(self.url, config=CONFIG, timeout=2.0)
+        try:
+            await asyncio.gather(*(self._plan(memory, self.keys[i::8]) for i in range(8)))
+        finally:
+            await memory.aclose()
+
+    async def _plan(self, memory: convmem.MemorySystem, group: list[MemoryKey]) -> None:
+        for n in range(self.turns):
+            for key in group:
+                text = f"{key.session_id}-{n}"
+                deadline = time.monotonic() + DEADLINE
+                while True:
+                    try:
+                        await memory.session(key).aio.add_turn(_turn(text), timeout=3, idempotency_key=text)
+                    except ConvmemError as exc:
+                        self.tally.error(type(exc).__name__)
+                        assert time.monotonic() < deadline, f"{text}: never acknowledged: {exc}"
+                        continue
+                    self.tally.ack(key.session_id, text)
+                    break
+
+
+# Case: kill -9 of nats-server ---------------------------------------------------------
+
+
+@contextmanager
+def running_server(store: Path, sync_interval: str | None, **options: Any) -> Iterator[EmbeddedNatsServer]:
+    """A nats-server on a free loopback port and `store`, stopped by pid on the way out."""
+    server = EmbeddedNatsServer(store, sync_interval=sync_interval, **options)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def server_kill(
+    store: Path,
+    *,
+    sync: Literal["always", "default"],
+    writers: Literal["threads", "asyncio"],
+    sessions: int,
+    turns: int,
+    cycles: int,
+) -> Tally:
+    """`cycles` kill -9 of nats-server under load, each restarted on its store as soon as it is down."""
+    tally = Tally(f"server kill -9, sync={sync}, {writers}")
+    keys = keys_for(sessions)
+    total = sessions * turns
+    with running_server(store, "always" if sync == "always" else None) as server:
+        with convmem.connect(server.url, config=CONFIG, timeout=2.0) as memory:
+            load: ThreadLoad | AsyncLoad = (
+                ThreadLoad(memory, tally, keys, turns)
+                if writers == "threads"
+                else AsyncLoad(server.url, tally, keys, turns)
+            )
+            load.start()
+            try:
+                for cycle in range(1, cycles + 1):
+                    tally.wait_acks(total * cycle // (cycles + 1), alive=load.alive)
+                    tally.fault()
+                    server.kill()  # SIGKILL with appends in flight
+                    server.start()  # the same store and port: clients reconnect
+            finally:
+                load.join()
+        tally.stored = stored_texts(server.url, {k.session_id: k for k in keys})
+    tally.notes["sessions"] = sessions
+    return tally
