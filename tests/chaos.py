@@ -88,20 +88,28 @@ class Tally:
         with self._lock:
             self.faults.append(time.monotonic())
 
-    def wait_acks(self, at_least: int, timeout: float = DEADLINE, *, alive: Callable[[], bool]) -> None:
-        """Until `at_least` turns are acknowledged; fails if `alive()` turns false first or time runs out."""
+    def wait_acks(self, at_least: int, *, alive: Callable[[], bool], timeout: float = DEADLINE) -> None:
+        """Until `at_least` turns are acknowledged (see `wait_until`)."""
+        self.wait_until(lambda: len(self.stamps) >= at_least, f"{at_least} acknowledged", alive=alive)
+
+    def wait_errors(self, more_than: int, *, alive: Callable[[], bool], timeout: float = DEADLINE) -> None:
+        """Until more than `more_than` writes have failed (see `wait_until`)."""
+        self.wait_until(lambda: len(self.error_stamps) > more_than, "a failed write", alive=alive)
+
+    def wait_until(
+        self, fact: Callable[[], bool], what: str, *, alive: Callable[[], bool], timeout: float = DEADLINE
+    ) -> None:
+        """Until `fact()` holds, woken by each acknowledgement or failure; fails if `alive()` turns
+        false first (the writers ended) or `timeout` passes, naming `what` and the counts so far."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while len(self.stamps) < at_least:
+            while not fact():
                 left = deadline - time.monotonic()
+                counts = f"{len(self.stamps)} acknowledged, {len(self.error_stamps)} failed"
                 if left <= 0:
-                    raise AssertionError(
-                        f"{self.case}: {len(self.stamps)} of {at_least} acknowledged in time"
-                    )
+                    raise AssertionError(f"{self.case}: {what}: not within {timeout:g}s ({counts})")
                 if not alive():
-                    raise AssertionError(
-                        f"{self.case}: the writers stopped at {len(self.stamps)} acknowledged"
-                    )
+                    raise AssertionError(f"{self.case}: {what}: the writers ended first ({counts})")
                 self._lock.wait(min(left, 0.2))
 
     # Figures ----------------------------------------------------------------------------
@@ -192,10 +200,15 @@ def _turn(text: str) -> ConversationTurn:
 
 
 class ThreadLoad:
-    """Planner threads on one `MemorySystem`, each writing its sessions round robin, retrying with the key."""
+    """Planner threads, each writing its sessions round robin, retrying a failure with the same key.
 
-    def __init__(self, memory: convmem.MemorySystem, tally: Tally, keys: list[MemoryKey], turns: int) -> None:
-        self.memory, self.tally, self.turns = memory, tally, turns
+    `session` opens a session's handle: a `MemorySystem`'s or a `RemoteMemory`'s.
+    """
+
+    def __init__(
+        self, session: Callable[[MemoryKey], Any], tally: Tally, keys: list[MemoryKey], turns: int
+    ) -> None:
+        self.session, self.tally, self.turns = session, tally, turns
         self.failures: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._plan, args=(keys[i::8],), name=f"chaos-writer-{i}")
@@ -228,7 +241,7 @@ class ThreadLoad:
         deadline = time.monotonic() + DEADLINE
         while True:
             try:
-                self.memory.session(key).add_turn(_turn(text), timeout=3, idempotency_key=text)
+                self.session(key).add_turn(_turn(text), timeout=3, idempotency_key=text)
             except ConvmemError as exc:  # a clear error: the planner retries with the same key
                 self.tally.error(type(exc).__name__)
                 if time.monotonic() > deadline:
@@ -318,7 +331,7 @@ def server_kill(
     with running_server(store, "always" if sync == "always" else None) as server:
         with convmem.connect(server.url, config=CONFIG, timeout=2.0) as memory:
             load: ThreadLoad | AsyncLoad = (
-                ThreadLoad(memory, tally, keys, turns)
+                ThreadLoad(memory.session, tally, keys, turns)
                 if writers == "threads"
                 else AsyncLoad(server.url, tally, keys, turns)
             )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from chaos import Tally, server_kill
+from chaos_procs import process_restart, r3_kill, serve_stop
 
 pytestmark = pytest.mark.chaos
 
@@ -42,3 +43,28 @@ def test_kill_9_of_nats_server_loses_and_doubles_no_acknowledged_turn(
     )
     report(tally)
     assert tally.errors, "no writer noticed the kills"
+
+
+def test_kill_9_of_a_writing_process_then_a_new_one_continuing_its_sessions(tmp_path: Path) -> None:
+    """kill -9 of a planner process mid-load, twice; each next one re-sends from the oldest unacknowledged."""
+    tally = process_restart(tmp_path, sessions=12, turns=40 * SCALE, cycles=2 * SCALE)
+    report(tally)
+    assert len(tally.faults) == 2 * SCALE
+
+
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+def test_a_serve_killed_or_stopped_mid_load_answers_no_request_twice(tmp_path: Path, how: str) -> None:
+    """Two `convmem serve`; one dies (frozen, then kill -9) or is stopped: the other finishes the load."""
+    tally = serve_stop(tmp_path, how=how, sessions=16, turns=20 * SCALE)  # type: ignore[arg-type]
+    report(tally)
+    if how == "kill -9":
+        assert tally.errors, "no request was in flight to the killed serve"
+
+
+@pytest.mark.parametrize("role", ["leader", "follower"])
+def test_r3_node_kill_mid_load_loses_and_doubles_nothing(tmp_path: Path, role: str) -> None:
+    """kill -9 of the R3 stream's leader or a follower; the error window and the stall are measured."""
+    tally = r3_kill(tmp_path, role=role, sessions=10, turns=60 * SCALE)  # type: ignore[arg-type]
+    report(tally)
+    if role == "leader":
+        assert tally.errors, "no writer noticed the leader's death"
