@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from chaos import Tally, server_kill
+from chaos_faults import duplicate_window_retries, oversized_turns
 from chaos_procs import process_restart, r3_kill, serve_stop
 
 pytestmark = pytest.mark.chaos
@@ -68,3 +69,22 @@ def test_r3_node_kill_mid_load_loses_and_doubles_nothing(tmp_path: Path, role: s
     report(tally)
     if role == "leader":
         assert tally.errors, "no writer noticed the leader's death"
+
+
+@pytest.mark.xfail(reason="issue 15 part B: a turn over max_payload fails as LogUnavailable", strict=True)
+def test_an_oversized_turn_is_refused_as_invalid_and_its_session_goes_on(tmp_path: Path) -> None:
+    """A million 'é' and a 5 MB artifact beside a load: InvalidTurn at once, nothing stored, no stall."""
+    tally = oversized_turns(tmp_path, sessions=8, turns=10 * SCALE)
+    report(tally)
+    assert tally.notes["misreported"] == []
+    assert tally.notes["refused_as_invalid_turn"] == tally.notes["oversized_sent"]
+    assert tally.notes["oversized_stored"] == 0
+
+
+@pytest.mark.xfail(reason="issue 15 part A: exactly-once ends with the duplicate window", strict=True)
+def test_a_retry_after_the_duplicate_window_stores_nothing_twice(tmp_path: Path) -> None:
+    """Every turn re-sent with its key once the stream's (1 s) duplicate window has passed, by the
+    process that wrote it and by a new one: each stored once."""
+    tally = duplicate_window_retries(tmp_path, sessions=6, turns=5 * SCALE)
+    report(tally)
+    assert tally.stored_count == tally.acknowledged
