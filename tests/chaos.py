@@ -19,6 +19,7 @@ a process exited, a leader elected) with deadlines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -31,7 +32,7 @@ from typing import Any, Literal
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
-from convmem.errors import ConvmemError
+from convmem.errors import ConvmemError, EventDecodeError
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
 
 __all__ = [
@@ -182,13 +183,17 @@ class Tally:
 def stored_texts(url: str, keys: dict[str, MemoryKey], **options: Any) -> dict[str, list[str]]:
     """Every TurnAdded of each labelled session, in log order, read by a fresh connection.
 
-    A turn stored twice shows twice.
+    A turn stored twice shows twice; a message that is no event is passed over.
     """
-    out = {}
+    out: dict[str, list[str]] = {}
     with JetStreamBackend.connect(url, **options) as backend:
         for label, key in keys.items():
-            events = (decode_event(r.data) for r in backend.log.read(key))
-            out[label] = [e.turn.user_message for e in events if isinstance(e, TurnAdded)]
+            out[label] = []
+            for record in backend.log.read(key):
+                with contextlib.suppress(EventDecodeError):
+                    event = decode_event(record.data)
+                    if isinstance(event, TurnAdded):
+                        out[label].append(event.turn.user_message)
     return out
 
 
@@ -206,9 +211,19 @@ class ThreadLoad:
     """
 
     def __init__(
-        self, session: Callable[[MemoryKey], Any], tally: Tally, keys: list[MemoryKey], turns: int
+        self,
+        session: Callable[[MemoryKey], Any],
+        tally: Tally,
+        keys: list[MemoryKey],
+        turns: int,
+        *,
+        start: int = 0,
+        give_up: float = DEADLINE,
     ) -> None:
+        """Turns `start` .. `turns` - 1 of each session; a turn not acknowledged within `give_up`
+        seconds of retries fails the load."""
         self.session, self.tally, self.turns = session, tally, turns
+        self.start_at, self.give_up = start, give_up
         self.failures: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._plan, args=(keys[i::8],), name=f"chaos-writer-{i}")
@@ -229,16 +244,20 @@ class ThreadLoad:
         if self.failures:
             raise self.failures[0]
 
+    def start_and_join(self, timeout: float = DEADLINE) -> None:
+        self.start()
+        self.join(timeout)
+
     def _plan(self, group: list[MemoryKey]) -> None:
         try:
-            for n in range(self.turns):
+            for n in range(self.start_at, self.turns):
                 for key in group:
                     self._add(key, f"{key.session_id}-{n}")
         except BaseException as exc:
             self.failures.append(exc)
 
     def _add(self, key: MemoryKey, text: str) -> None:
-        deadline = time.monotonic() + DEADLINE
+        deadline = time.monotonic() + self.give_up
         while True:
             try:
                 self.session(key).add_turn(_turn(text), timeout=3, idempotency_key=text)

@@ -13,16 +13,20 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
 import nats
 from chaos import CONFIG, DEADLINE, Tally, ThreadLoad, keys_for, running_server, stored_texts
 
 import convmem
 from convmem import MemorySystem
+from convmem.actors import load_state
 from convmem.adapters import JetStreamBackend
+from convmem.adapters.jetstream._log import DEFAULT_PREFIX
+from convmem.adapters.jetstream._read import SEQ_HEADER
 from convmem.errors import ConvmemError, InvalidTurn
-from convmem.events import ConversationTurn
+from convmem.events import ConversationTurn, TurnAdded, decode_event, encode_event
 
-__all__ = ["duplicate_window_retries", "oversized_turns"]
+__all__ = ["FOREIGN_KINDS", "duplicate_window_retries", "foreign_messages", "oversized_turns"]
 
 
 # Oversized turns ------------------------------------------------------------------------
@@ -138,4 +142,91 @@ def duplicate_window_retries(tmp: Path, *, sessions: int, turns: int, window: fl
             first_backend.close()
         tally.stored = stored_texts(server.url, {k.session_id: k for k in keys}, duplicate_window=window)
     tally.notes["resent"] = resent
+    return tally
+
+
+# Foreign messages in a session ------------------------------------------------------------
+
+FUTURE_EVENT = b"\x82\xa4type\xacfuture.thing\xa3seq\x03"
+"""A msgpack event of a tag this version does not know, claiming seq 3."""
+
+
+def _foreign(kind: str, last: TurnAdded) -> tuple[bytes, dict[str, str] | None]:
+    """The body and headers of one kind of foreign message, after a session whose last turn is `last`."""
+
+    def turn_at(seq: int) -> bytes:
+        turn = ConversationTurn(user_message=f"foreign {kind}", assistant_response="?")
+        return encode_event(msgspec.structs.replace(last, seq=seq, event_id=f"foreign/{kind}", turn=turn))
+
+    if kind == "next seq in the body, no header":
+        return turn_at(last.seq + 1), None
+    if kind == "not an event, with a header":
+        return b"\x00 not msgpack", {SEQ_HEADER: str(last.seq + 1)}
+    if kind == "not an event, no header":
+        return b"\x00 not msgpack", None
+    if kind == "a valid event with a rewound seq":
+        return turn_at(2), {SEQ_HEADER: "2"}
+    assert kind == "an unknown tag sharing a valid seq", kind
+    return FUTURE_EVENT, {SEQ_HEADER: "3"}
+
+
+FOREIGN_KINDS = (
+    "next seq in the body, no header",
+    "not an event, with a header",
+    "not an event, no header",
+    "a valid event with a rewound seq",
+    "an unknown tag sharing a valid seq",
+)
+
+
+async def _inject(url: str, messages: list[tuple[str, bytes, dict[str, str] | None]]) -> list[int]:
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        return [
+            int((await js.publish(subject, body, headers=headers)).seq) for subject, body, headers in messages
+        ]
+    finally:
+        await client.close()
+
+
+def foreign_messages(tmp: Path, *, sessions: int, turns: int, give_up: float = 30.0) -> Tally:
+    """One foreign message of each kind published into a session of its own between two halves of a
+    load; the load goes on in the same process, then a new process writes each session once more.
+
+    Every session must stay writable (a write not acknowledged within `give_up`
+    seconds fails the case), every foreign message must be reported with its
+    position by a replay, and the replay must hold every acknowledged turn.
+    """
+    assert sessions >= len(FOREIGN_KINDS)
+    tally = Tally("foreign messages, with and without headers")
+    keys = keys_for(sessions)
+    poisoned = dict(zip((k.session_id for k in keys), FOREIGN_KINDS, strict=False))
+    with running_server(tmp / "nats", "always") as server:
+        with convmem.connect(server.url, config=CONFIG, timeout=2.0) as memory:
+            ThreadLoad(memory.session, tally, keys, turns // 2, give_up=give_up).start_and_join()
+            messages = []
+            with JetStreamBackend.connect(server.url) as backend:
+                for key in keys[: len(FOREIGN_KINDS)]:
+                    *_, last = (decode_event(r.data) for r in backend.log.read(key))
+                    assert isinstance(last, TurnAdded)
+                    body, headers = _foreign(poisoned[key.session_id], last)
+                    messages.append((f"{DEFAULT_PREFIX}.{'.'.join(key.tokens())}", body, headers))
+            tally.fault()
+            positions = asyncio.run(_inject(server.url, messages))
+            ThreadLoad(memory.session, tally, keys, turns, start=turns // 2, give_up=give_up).start_and_join()
+        with convmem.connect(server.url, config=CONFIG, timeout=2.0) as fresh:  # a process that starts now
+            ThreadLoad(fresh.session, tally, keys, turns + 1, start=turns, give_up=give_up).start_and_join()
+            flagged, hidden = {}, 0
+            for key in keys:
+                state, report = load_state(fresh.log, None, key)  # a full replay, no snapshot
+                flagged[key.session_id] = sorted(p.position for p in report.poison)
+                shown = {r.turn.user_message for r in state.turns}
+                hidden += len(set(tally.acked[key.session_id]) - shown)
+        tally.stored = stored_texts(server.url, {k.session_id: k for k in keys})
+    expected = dict(zip(poisoned, ([p] for p in positions), strict=True))
+    tally.notes["foreign_reported"] = sum(flagged[s] == expected.get(s, []) for s in flagged)
+    tally.notes["foreign_expected"] = len(flagged)
+    tally.notes["unreported"] = {poisoned[s]: flagged[s] for s in poisoned if flagged[s] != expected[s]}
+    tally.notes["hidden_from_replay"] = hidden
     return tally
