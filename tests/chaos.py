@@ -64,6 +64,8 @@ class Tally:
     acked: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     stamps: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    messages: Counter[str] = field(default_factory=Counter)
+    """The failed writes' errors as the planner saw them (the first thousand kinds)."""
     error_stamps: list[float] = field(default_factory=list)
     stored: dict[str, list[str]] = field(default_factory=dict)
     faults: list[float] = field(default_factory=list)
@@ -79,9 +81,11 @@ class Tally:
             self.stamps.append(time.monotonic() if at is None else at)
             self._lock.notify_all()
 
-    def error(self, name: str, at: float | None = None) -> None:
+    def error(self, name: str, at: float | None = None, message: str = "") -> None:
         with self._lock:
             self.errors[name] += 1
+            if message and len(self.messages) < 1000:
+                self.messages[f"{name}: {message}"] += 1
             self.error_stamps.append(time.monotonic() if at is None else at)
             self._lock.notify_all()
 
@@ -219,11 +223,13 @@ class ThreadLoad:
         *,
         start: int = 0,
         give_up: float = DEADLINE,
+        make_turn: Callable[[str], ConversationTurn] | None = None,
     ) -> None:
-        """Turns `start` .. `turns` - 1 of each session; a turn not acknowledged within `give_up`
-        seconds of retries fails the load."""
+        """Turns `start` .. `turns` - 1 of each session (`make_turn(text)`, default a short turn); a
+        turn not acknowledged within `give_up` seconds of retries fails the load."""
         self.session, self.tally, self.turns = session, tally, turns
         self.start_at, self.give_up = start, give_up
+        self.make_turn = make_turn or _turn
         self.failures: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._plan, args=(keys[i::8],), name=f"chaos-writer-{i}")
@@ -260,9 +266,9 @@ class ThreadLoad:
         deadline = time.monotonic() + self.give_up
         while True:
             try:
-                self.session(key).add_turn(_turn(text), timeout=3, idempotency_key=text)
+                self.session(key).add_turn(self.make_turn(text), timeout=3, idempotency_key=text)
             except ConvmemError as exc:  # a clear error: the planner retries with the same key
-                self.tally.error(type(exc).__name__)
+                self.tally.error(type(exc).__name__, message=str(exc))
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{text}: never acknowledged") from exc
                 continue

@@ -16,6 +16,7 @@ import pytest
 from chaos import Tally, server_kill
 from chaos_faults import duplicate_window_retries, foreign_messages, oversized_turns
 from chaos_procs import process_restart, r3_kill, serve_stop
+from chaos_store import full_store
 
 pytestmark = pytest.mark.chaos
 
@@ -101,3 +102,14 @@ def test_foreign_messages_with_and_without_headers_never_block_a_session_and_are
     assert tally.notes["unreported"] == {}
     assert tally.notes["foreign_reported"] == tally.notes["foreign_expected"]
     assert tally.notes["hidden_from_replay"] == 0
+
+
+@pytest.mark.xfail(reason="issue 15 part B: a full store is reported as a server outage", strict=True)
+@pytest.mark.parametrize("disk", ["tmpfs", "max_file_store"])
+def test_a_full_store_then_room_made_loses_nothing_and_names_the_cause(tmp_path: Path, disk: str) -> None:
+    """An 8 MiB tmpfs (where it can be mounted) or a tiny max_file_store: writes fail while full, resume
+    once room is made (no restart), every acknowledged turn is stored once, the errors name the cause."""
+    tally = full_store(tmp_path, disk=disk, sessions=8)  # type: ignore[arg-type]
+    report(tally)
+    assert tally.errors, "the store never filled"
+    assert tally.notes["reported_as_outage"] == 0, tally.notes["errors_seen"]
