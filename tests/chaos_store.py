@@ -87,9 +87,9 @@ def full_store(
     limits itself to 75% of it), else a server started with a 2 MiB ``max_file_store``.
 
     An old session fills 60% of the limit; the load (45% of it, so that it
-    fits once the old session is gone but not beside it) runs into the limit and retries; then the old session is
-    purged and the load must finish without a server restart. Every
-    acknowledged turn stored once; the errors seen while full must name the
+    fits once the old session is gone but not beside it) runs into the limit
+    and retries; then the old session is purged and the load must finish
+    without a server restart. Every acknowledged turn stored once; the errors seen while full must name the
     full store, not an outage.
     """
     with small_disk(tmp / "disk") as mounted:
