@@ -137,12 +137,13 @@ class Tally:
 
     @property
     def reordered(self) -> int:
-        """Sessions whose acknowledged turns are not stored in the order they were acknowledged."""
+        """Sessions whose stored acknowledged turns are not in the order they were acknowledged."""
         out = 0
         for session, texts in self.acked.items():
-            first = list(dict.fromkeys(texts))
-            wanted = set(first)
-            if [t for t in dict.fromkeys(self.stored.get(session, ())) if t in wanted] != first:
+            stored = list(dict.fromkeys(self.stored.get(session, ())))
+            kept = set(stored)
+            wanted = [t for t in dict.fromkeys(texts) if t in kept]
+            if [t for t in stored if t in set(wanted)] != wanted:
                 out += 1
         return out
 

@@ -113,3 +113,24 @@ def test_a_full_store_then_room_made_loses_nothing_and_names_the_cause(tmp_path:
     report(tally)
     assert tally.errors, "the store never filled"
     assert tally.notes["reported_as_outage"] == 0, tally.notes["errors_seen"]
+
+
+def test_the_tally_counts_lost_duplicated_reordered_and_stalls() -> None:
+    """The counting every case relies on, on made-up acknowledgements and log contents."""
+    tally = Tally("made up")
+    for at, (session, text) in enumerate(
+        [("a", "a-0"), ("a", "a-1"), ("b", "b-0"), ("a", "a-1"), ("b", "b-1")]
+    ):
+        tally.ack(session, text, at=10.0 + at * at)  # a re-acknowledged retry counts once
+    tally.faults = [11.0, 15.0]
+    for at in (11.5, 14.0, 15.5, 30.0):
+        tally.error("LogUnavailable", at=at)
+    tally.stored = {"a": ["a-1", "a-0", "x"], "b": ["b-0", "b-0"]}
+    assert (tally.acknowledged, tally.stored_count) == (4, 5)
+    assert tally.lost == 1  # b-1
+    assert tally.duplicated == 1  # b-0 twice
+    assert tally.reordered == 1  # a: a-1 before a-0
+    assert tally.longest_stall == 16 - 9  # between the acknowledgements at 19 and 26
+    assert tally.error_window == 15  # from the fault at 15 to the failure at 30
+    with pytest.raises(AssertionError, match="1 acknowledged turns lost"):
+        tally.check()
