@@ -13,7 +13,11 @@ Each case's row: turns acknowledged, turns stored (every TurnAdded in the
 log, a turn stored twice counted twice), acknowledged turns lost, turns
 stored more than once, sessions out of order, the longest stall between two
 acknowledgements and the error window (from a fault to the last write that
-failed after it). The figure per case is lost + duplicated, target 0. Not
+failed after it). The figure per case is lost + duplicated, target 0; the
+cases of bad input and exhausted limits (an oversized turn, retries after a
+1 s duplicate window, foreign messages in a session, a full store: an 8 MiB
+tmpfs where it can be mounted, and a tiny ``max_file_store``) add a figure
+for their own promises (`BROKEN`), target 0. Not
 part of the default run (it takes minutes and kills processes): run it with
 ``python -m bench --only chaos``.
 """
@@ -32,12 +36,23 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 if str(TESTS) not in sys.path:  # the cases and the cluster helper live beside the tests that run them
     sys.path.insert(0, str(TESTS))
 
-from chaos import server_kill  # noqa: E402
+from chaos import Tally, server_kill  # noqa: E402
+from chaos_faults import duplicate_window_retries, foreign_messages, oversized_turns  # noqa: E402
 from chaos_procs import process_restart, r3_kill, serve_stop  # noqa: E402
+from chaos_store import full_store  # noqa: E402
 
 __all__ = ["markdown", "run"]
 
-COLUMNS = ("case", "acknowledged", "stored", "lost", "duplicated", "longest_stall_s", "error_window_s")
+COLUMNS = (
+    "case",
+    "acknowledged",
+    "stored",
+    "lost",
+    "duplicated",
+    "longest_stall_s",
+    "error_window_s",
+    "broken",
+)
 
 
 def _cases(sizes: Sizes) -> list[tuple[str, Callable[[Path], Any]]]:
@@ -81,18 +96,60 @@ def _cases(sizes: Sizes) -> list[tuple[str, Callable[[Path], Any]]]:
     cases.append(
         ("r3-follower", lambda tmp: r3_kill(tmp, role="follower", sessions=20, turns=30 if small else 150))
     )
+    cases.append(
+        (
+            "oversized",
+            lambda tmp: oversized_turns(tmp, sessions=8 if small else 16, turns=10 if small else 50),
+        )
+    )
+    cases.append(
+        (
+            "dup-window",
+            lambda tmp: duplicate_window_retries(tmp, sessions=6 if small else 20, turns=5 if small else 20),
+        )
+    )
+    cases.append(
+        ("foreign", lambda tmp: foreign_messages(tmp, sessions=8 if small else 10, turns=10 if small else 40))
+    )
+    for disk in ("tmpfs", "max_file_store"):
+        cases.append((f"full-{disk}", lambda tmp, disk=disk: full_store(tmp, disk=disk, sessions=8)))
     return cases
+
+
+BROKEN = {
+    "misreported": "oversized turns not refused as InvalidTurn",
+    "oversized_stored": "oversized turns stored",
+    "unreported": "foreign messages not reported at their position",
+    "hidden_from_replay": "acknowledged turns a replay does not show",
+    "reported_as_outage": "full-store errors reported as a server outage",
+}
+"""A case's own promises beyond lost and duplicated (a row's note key: what breaking it means)."""
+
+
+def broken_promises(row: dict[str, Any]) -> dict[str, int]:
+    """How many times each of the case's own promises was broken (see `BROKEN`)."""
+    out = {}
+    for key in BROKEN:
+        value = row.get(key)
+        count = len(value) if isinstance(value, list | dict) else int(value or 0)
+        if count:
+            out[key] = count
+    return out
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{BROKEN.get(k, k)}: {v:,}" for k, v in value.items()) or "none"
+    return str(value)
 
 
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The table as markdown lines (for RESULTS.md)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        lines.append(
-            "| "
-            + " | ".join(f"{row[c]:,}" if isinstance(row[c], int) else str(row[c]) for c in COLUMNS)
-            + " |"
-        )
+        lines.append("| " + " | ".join(_cell(row.get(c)) for c in COLUMNS) + " |")
     return lines
 
 
@@ -101,8 +158,14 @@ def run(sizes: Sizes) -> Result:
     rows: list[dict[str, Any]] = []
     for name, case in _cases(sizes):
         with tempfile.TemporaryDirectory(prefix=f"convmem-chaos-{name.replace(' ', '')}-") as tmp:
-            tally = case(Path(tmp))
+            try:
+                tally: Tally = case(Path(tmp))
+            except Exception as exc:  # the case could not finish: a failed row, the run goes on
+                result.notes.append(f"{name} failed: {type(exc).__name__}: {str(exc)[:300]}")
+                result.add(Figure(f"{name}: the case finished", 0, "", target=Target("value", ">=", 1)))
+                continue
         row = tally.row()
+        row["broken"] = broken_promises(row)
         rows.append(row)
         result.add(
             Figure(
@@ -114,6 +177,16 @@ def run(sizes: Sizes) -> Result:
                 f"longest stall {row['longest_stall_s']:.2f} s, error window {row['error_window_s']:.2f} s",
             )
         )
+        if row["broken"] or any(key in row for key in BROKEN):
+            result.add(
+                Figure(
+                    f"{row['case']}: its own promises broken",
+                    sum(row["broken"].values()),
+                    "times",
+                    target=Target("value", "<=", 0),
+                    note="; ".join(f"{BROKEN[k]}: {n}" for k, n in row["broken"].items()) or "none",
+                )
+            )
     leader = [r for r in rows if "leader" in r["case"]]
     if leader:
         windows = [r["error_window_s"] for r in leader]

@@ -70,7 +70,8 @@ def oversized_turns(tmp: Path, *, sessions: int, turns: int) -> Tally:
         tally.stored = stored_texts(server.url, {k.session_id: k for k in keys})
     tally.notes["oversized_sent"] = len(keys)
     tally.notes["refused_as_invalid_turn"] = len(refused)
-    tally.notes["misreported"] = misreported[:3]
+    tally.notes["misreported"] = len(misreported)
+    tally.notes["misreported_sample"] = misreported[:2]
     tally.notes["oversized_stored"] = sum(len(t) > 100 for texts in tally.stored.values() for t in texts)
     return tally
 
