@@ -191,7 +191,7 @@ async def _inject(url: str, messages: list[tuple[str, bytes, dict[str, str] | No
         await client.close()
 
 
-def foreign_messages(tmp: Path, *, sessions: int, turns: int, give_up: float = 30.0) -> Tally:
+def foreign_messages(tmp: Path, *, sessions: int, turns: int, give_up: float = 20.0) -> Tally:
     """One foreign message of each kind published into a session of its own between two halves of a
     load; the load goes on in the same process, then a new process writes each session once more.
 
