@@ -1,4 +1,4 @@
-"""The chaos suite: every fault of tests/chaos.py, small, asserting nothing acknowledged is lost or doubled.
+"""The chaos suite: the faults of tests/chaos*.py, small, asserting nothing acknowledged is lost or doubled.
 
 Bounded by CONVMEM_CHAOS_SCALE (default 1: a few cycles, a few minutes in
 all), so `.ci/run` runs it with the rest; raise it for the full run by hand
@@ -17,6 +17,9 @@ from chaos import Tally, server_kill
 from chaos_faults import duplicate_window_retries, foreign_messages, oversized_turns
 from chaos_procs import process_restart, r3_kill, serve_stop
 from chaos_store import full_store
+
+from bench import _run as bench_run
+from bench import chaos as bench_chaos
 
 pytestmark = pytest.mark.chaos
 
@@ -134,3 +137,26 @@ def test_the_tally_counts_lost_duplicated_reordered_and_stalls() -> None:
     assert tally.error_window == 15  # from the fault at 15 to the failure at 30
     with pytest.raises(AssertionError, match="1 acknowledged turns lost"):
         tally.check()
+
+
+def test_the_bench_runs_chaos_only_on_demand_and_writes_its_table() -> None:
+    """`python -m bench` knows `chaos` but leaves it out of the default run; a row becomes a table line
+    that names the broken promises."""
+    assert "chaos" in bench_run.ON_DEMAND
+    assert "chaos" not in bench_run.MEASURES
+    row = {
+        "case": "made up",
+        "acknowledged": 1200,
+        "stored": 1200,
+        "lost": 0,
+        "duplicated": 0,
+        "longest_stall_s": 6.1,
+        "error_window_s": 6.0,
+        "misreported": 2,
+        "unreported": {"a kind": [3]},
+    }
+    row["broken"] = bench_chaos.broken_promises(row)
+    assert row["broken"] == {"misreported": 2, "unreported": 1}
+    header, _, line = bench_chaos.markdown([row])
+    assert header.startswith("| case | acknowledged | stored | lost | duplicated |")
+    assert line.startswith("| made up | 1,200 | 1,200 | 0 | 0 | 6.1 | 6.0 | oversized turns not refused")
