@@ -85,7 +85,6 @@ def test_an_oversized_turn_is_refused_as_invalid_and_its_session_goes_on(tmp_pat
     assert tally.notes["oversized_stored"] == 0
 
 
-@pytest.mark.xfail(reason="issue 15 part A: exactly-once ends with the duplicate window", strict=True)
 def test_a_retry_after_the_duplicate_window_stores_nothing_twice(tmp_path: Path) -> None:
     """Every turn re-sent with its key once the stream's (1 s) duplicate window has passed, by the
     process that wrote it and by a new one: each stored once."""
@@ -94,7 +93,6 @@ def test_a_retry_after_the_duplicate_window_stores_nothing_twice(tmp_path: Path)
     assert tally.stored_count == tally.acknowledged
 
 
-@pytest.mark.xfail(reason="issue 15 part A: a foreign message blocks or hides a session's turns", strict=True)
 def test_foreign_messages_with_and_without_headers_never_block_a_session_and_are_reported(
     tmp_path: Path,
 ) -> None:
