@@ -7,6 +7,8 @@ stopped by pid), servers and clusters are stopped on the way out.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -88,6 +90,47 @@ def process_restart(tmp: Path, *, sessions: int, turns: int, cycles: int) -> Tal
 # A `convmem serve` dies or is stopped -------------------------------------------------
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it (parents first), from the parent ids in /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop(0))
+        todo += children.get(out[-1], [])
+    return out
+
+
+def signal_all(pids: list[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (a gone process counts as stopped)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        with contextlib.suppress(FileNotFoundError):
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                return False
+    return True
+
+
+def stop_serve(serve: Process) -> None:
+    """Stop a serve and its workers by pid (SIGTERM through the supervisor; SIGKILL whatever is left)."""
+    tree = process_tree(serve.pid)
+    signal_all(tree, signal.SIGCONT)  # a frozen worker cannot act on SIGTERM
+    serve.stop()
+    signal_all(tree[1:], signal.SIGKILL)
+
+
 def start_serve(url: str, tmp: Path, name: str) -> Process:
     """`convmem serve` on `url`; returns once it answers requests (its ready file is written)."""
     ready = tmp / f"{name}.ready"
@@ -98,7 +141,7 @@ def start_serve(url: str, tmp: Path, name: str) -> Process:
     try:
         wait_for(ready.exists, timeout=DEADLINE, what=f"{name} serving", pause=exits_early(serve, name))
     except BaseException:
-        serve.stop()
+        stop_serve(serve)
         raise
     return serve
 
@@ -121,11 +164,21 @@ def serve_stop(tmp: Path, *, how: Literal["kill -9", "SIGTERM"], sessions: int, 
                     tally.wait_acks(sessions * turns // 3, alive=load.alive)
                     victim = serves[0]
                     if how == "kill -9":
-                        # Frozen first, so that requests are surely in flight to it when it dies.
-                        victim.freeze()
+                        # The supervisor and its workers frozen first, so that requests are surely
+                        # in flight to it when it dies, then all killed as a machine's crash would.
+                        tree = process_tree(victim.pid)
+                        signal_all(tree, signal.SIGSTOP)
+                        wait_for(
+                            lambda: all(map(stopped, tree)),
+                            timeout=DEADLINE,
+                            what="serve-1 frozen",
+                            pause=exits_early(victim, "serve-1"),
+                        )
                         tally.wait_errors(len(tally.error_stamps), alive=load.alive)
                         tally.fault()
-                        victim.kill()
+                        signal_all(tree, signal.SIGKILL)
+                        victim.finish(DEADLINE)
+                        tally.notes["processes_killed"] = len(tree)
                     else:
                         tally.fault()
                         victim.proc.send_signal(signal.SIGTERM)
@@ -135,7 +188,7 @@ def serve_stop(tmp: Path, *, how: Literal["kill -9", "SIGTERM"], sessions: int, 
                     load.join(DEADLINE * 2)
         finally:
             for serve in serves:
-                serve.stop()
+                stop_serve(serve)
         tally.stored = stored_texts(server.url, {k.session_id: k for k in keys})
     return tally
 
