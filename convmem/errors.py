@@ -12,6 +12,7 @@ ConvmemError
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
+│   └── StoreFull                          the JetStream store is full (disk, max_file_store, max_bytes)
 ├── StoreNotFound                         the event stream or snapshot bucket does not exist (read-only use)
 ├── PermissionDenied                      the NATS server refused a subject to these credentials; names it
 ├── SessionClosed                         the memory system or session was closed
@@ -41,6 +42,7 @@ __all__ = [
     "PermissionDenied",
     "ReplayError",
     "SessionClosed",
+    "StoreFull",
     "StoreNotFound",
     "SummarizerError",
     "UnknownEventType",
@@ -138,6 +140,20 @@ class ConcurrencyConflict(ConvmemError):
 
 class LogUnavailable(ConvmemError):
     """The event log could not be reached, or did not answer within its timeout."""
+
+
+class StoreFull(LogUnavailable):
+    """The server refused a write because its store is full: nothing was stored.
+
+    A `LogUnavailable`, since a retry succeeds once an operator makes room
+    (purges or removes streams, raises ``max_file_store`` or the stream's
+    ``max_bytes``, frees the disk); no restart of convmem is needed.
+    `err_code` is JetStream's error code.
+    """
+
+    def __init__(self, message: str, *, err_code: int | None = None) -> None:
+        self.err_code = err_code
+        super().__init__(message)
 
 
 class StoreNotFound(ConvmemError):

@@ -31,7 +31,7 @@ from convmem.events import (
     decode_event,
     encode_event,
 )
-from convmem.events._turn import MAX_TEXT_LENGTH, _check_turn, _has_lone_surrogate
+from convmem.events._turn import MAX_TEXT_LENGTH, _check_turn, _has_lone_surrogate, _kind
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -52,6 +52,8 @@ def _reference_strings(field: str, value: object) -> None:
 
 
 def _reference_text(field: str, value: Any) -> None:
+    if not isinstance(value, str):  # issue 15: a wrong type is InvalidTurn, no longer a bare TypeError
+        raise InvalidTurn(field, f"must be a string, got {_kind(value)}")
     if len(value) > MAX_TEXT_LENGTH:
         raise InvalidTurn(field, f"is {len(value)} characters long, over {MAX_TEXT_LENGTH}")
     if "\x00" in value:
@@ -72,7 +74,9 @@ def reference_turn(fields: dict[str, Any]) -> object:
         if shown:
             _reference_strings("artifacts_shown", shown)
         _reference_strings("artifacts_hidden_refs", hidden)
-        if isinstance(ts, int) and not isinstance(ts, bool):
+        if not isinstance(ts, int | float) or isinstance(ts, bool):  # issue 15: True is not a time
+            raise InvalidTurn("ts", f"must be an epoch time in seconds (a float), got {_kind(ts)}")
+        if isinstance(ts, int):
             ts = float(ts)
         if not math.isfinite(ts) or ts < 0:
             raise InvalidTurn("ts", f"must be a finite epoch time >= 0, got {ts!r}")
@@ -158,7 +162,7 @@ def test_a_turn_is_accepted_or_refused_as_the_full_check_does(
 @pytest.mark.parametrize("value", [None, 5, 1.5, b"bytes", b"a\x00", ["a"], ("a",), {"a": "b"}])
 @pytest.mark.parametrize("field", ["user_message", "assistant_response"])
 def test_a_text_that_is_not_a_str_meets_the_full_check(field: str, value: object) -> None:
-    """A non-string text (only a Python caller can pass one) gets the old outcome, whatever it was."""
+    """A non-string text (only a Python caller can pass one) is InvalidTurn naming the field."""
     fields = {"user_message": "q", "assistant_response": "a", field: value}
     assert outcome_of_turn(fields) == reference_turn(fields)
 

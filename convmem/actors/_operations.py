@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from convmem.errors import InvalidInput
+from convmem.errors import InvalidInput, InvalidTurn
 from convmem.events import (
     AnyEvent,
     ConversationTurn,
@@ -69,7 +69,7 @@ class Call(NamedTuple, Generic[R]):
 
 def _check_turn(turn: object) -> ConversationTurn:
     if not isinstance(turn, ConversationTurn):
-        raise InvalidInput("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
+        raise InvalidTurn("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
     return turn
 
 

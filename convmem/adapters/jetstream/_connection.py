@@ -27,7 +27,7 @@ from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
 from convmem.adapters.jetstream._client import NatsClient, parse_headers
 from convmem.adapters.jetstream._watch import ConnectionWatch, describe, request_denied
-from convmem.errors import ConvmemError, InvalidKey, LogUnavailable, SessionClosed
+from convmem.errors import ConvmemError, InvalidInput, InvalidKey, LogUnavailable, SessionClosed, StoreFull
 
 __all__ = [
     "DEFAULT_MAX_CONTROL_LINE",
@@ -67,12 +67,45 @@ def server_list(url: str) -> list[str]:
     return [u.strip() for u in url.split(",") if u.strip()]
 
 
-def unavailable(exc: BaseException, what: str) -> LogUnavailable:
-    """Turn a nats-py failure into the one error the ports promise."""
-    detail = _describe(exc)
-    if isinstance(exc, nats.js.errors.APIError) and exc.description:
-        detail = f"{exc.description} (code {exc.code}, err_code {exc.err_code})"
+_STORE_FULL = frozenset({10023, 10028, 10047})
+"""Insufficient resources; memory, storage resources exceeded (a server's or account's store is full)."""
+_STREAM_LIMIT = 10077
+"""A stream store failure; "maximum bytes/messages exceeded" when a stream that discards new is full."""
+
+
+def unavailable(exc: BaseException, what: str) -> LogUnavailable | InvalidInput:
+    """Turn a nats-py failure into the error that names its cause (the ports promise `LogUnavailable`).
+
+    A full store is `StoreFull`; a message over the server's or stream's size
+    limit is `InvalidInput` (a permanent error: retrying cannot help); anything
+    else means the server could not be reached or did not answer.
+    """
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return InvalidInput(
+            "payload", f"{what}: the message is over the NATS server's max_payload; nothing was sent"
+        )
+    if isinstance(exc, nats.js.errors.APIError):
+        detail = f"{exc.description or _describe(exc)} (code {exc.code}, err_code {exc.err_code})"
+        code = exc.err_code
+        if code in _STORE_FULL or (code == _STREAM_LIMIT and "maximum" in (exc.description or "")):
+            return StoreFull(
+                f"{what} failed: the JetStream store is full: {detail}; nothing was stored. Make room "
+                "(purge or remove streams, raise max_file_store or the stream's max_bytes, free the disk), "
+                "then retry: writes resume as soon as there is room",
+                err_code=code,
+            )
+        if code == _TOO_LARGE:
+            return InvalidInput(
+                "payload",
+                f"{what}: {detail}: the message is over the stream's max_msg_size; nothing was stored",
+            )
+    else:
+        detail = _describe(exc)
     return LogUnavailable(f"{what} failed: {detail}; check that nats-server is up with JetStream, then retry")
+
+
+_TOO_LARGE = 10054
+"""The message is over the stream's max_msg_size."""
 
 
 class ConnectionOptions(TypedDict, total=False):

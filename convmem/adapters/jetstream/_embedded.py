@@ -97,14 +97,18 @@ class EmbeddedNatsServer:
         start_timeout: float = 15.0,
         max_control_line: int = 32_768,
         extra_config: str = "",
+        max_file_store: int | None = None,
     ) -> None:
         """Nothing runs until `start` (or ``with``). `sync_interval` None keeps NATS's default.
 
         `max_control_line` is raised above NATS's 4 KiB so the subject of the
         longest ids (256 characters of 4-byte UTF-8 each) still fits.
         `extra_config` is added to the server's configuration as it is (say
-        an ``authorization`` or ``tls`` block).
+        an ``authorization`` or ``tls`` block). `max_file_store` caps the
+        bytes JetStream may keep on disk (None: the server's default, most of
+        the disk).
         """
+        self.max_file_store = max_file_store
         self.extra_config = extra_config
         self.host = "127.0.0.1"
         self.max_control_line = max_control_line
@@ -171,6 +175,8 @@ class EmbeddedNatsServer:
         jetstream = [f"store_dir: {json.dumps(str(self.store_dir))}"]
         if self.sync_interval is not None:
             jetstream.append(f"sync_interval: {self.sync_interval}")
+        if self.max_file_store is not None:
+            jetstream.append(f"max_file_store: {self.max_file_store}")
         config.write_text(
             f'listen: "{self.host}:{port}"\nhttp: "{self.host}:{monitor}"\n'
             f"max_control_line: {self.max_control_line}\n"

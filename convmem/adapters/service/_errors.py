@@ -39,6 +39,7 @@ from convmem.errors import (
     PermissionDenied,
     ReplayError,
     SessionClosed,
+    StoreFull,
     SummarizerError,
     UnknownEventType,
 )
@@ -103,6 +104,7 @@ class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     event_seq: int | None = None
     status: int | None = None
     subject: str | None = None
+    err_code: int | None = None
 
 
 _KNOWN: dict[str, type[ConvmemError]] = {
@@ -119,6 +121,7 @@ _KNOWN: dict[str, type[ConvmemError]] = {
         MemoryBudgetExceeded,
         ConcurrencyConflict,
         LogUnavailable,
+        StoreFull,
         SessionClosed,
         OperationTimeout,
         SummarizerError,
@@ -140,6 +143,7 @@ _ATTRIBUTES: dict[type[ConvmemError], tuple[str, ...]] = {
     ConcurrencyConflict: ("key", "expected_seq", "actual_seq"),
     SummarizerError: ("status",),
     PermissionDenied: ("subject",),
+    StoreFull: ("err_code",),
 }
 
 

@@ -24,7 +24,7 @@ from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.service._protocol import decode_reply, unrouted
-from convmem.errors import InvalidInput, SessionClosed
+from convmem.errors import InvalidInput, InvalidTurn, SessionClosed
 from convmem.events import ConversationTurn, MessageItem
 
 __all__ = [
@@ -247,7 +247,7 @@ def deadlines(wait: float) -> tuple[float, float]:
 
 def turn_fields(turn: object, idempotency_key: str | None) -> dict[str, Any]:
     if not isinstance(turn, ConversationTurn):
-        raise InvalidInput("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
+        raise InvalidTurn("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
     return {"turn": turn, "idempotency_key": idempotency_key}
 
 

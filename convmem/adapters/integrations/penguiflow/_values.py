@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -99,19 +99,31 @@ def turn_from_penguiflow(turn: Any) -> ConversationTurn:
             trajectory_digest=None
             if digest is None
             else TrajectoryDigest(
-                tools_invoked=tuple(digest.tools_invoked),
+                tools_invoked=_tuple_of(digest.tools_invoked, "trajectory_digest.tools_invoked"),
                 observations_summary=digest.observations_summary,
                 reasoning_summary=digest.reasoning_summary,
-                artifacts_refs=tuple(digest.artifacts_refs),
+                artifacts_refs=_tuple_of(digest.artifacts_refs, "trajectory_digest.artifacts_refs"),
             ),
-            artifacts_shown=dict(turn.artifacts_shown),
-            artifacts_hidden_refs=tuple(turn.artifacts_hidden_refs),
+            artifacts_shown=_dict_of(turn.artifacts_shown, "artifacts_shown"),
+            artifacts_hidden_refs=_tuple_of(turn.artifacts_hidden_refs, "artifacts_hidden_refs"),
             ts=turn.ts,
         )
     except AttributeError as exc:
         raise InvalidTurn(
             "turn", f"must be a PenguiFlow or convmem ConversationTurn, got {type(turn).__name__} ({exc})"
         ) from None
+
+
+def _dict_of(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidTurn(field, f"must be a dict of JSON values, got {type(value).__name__}")
+    return dict(value)
+
+
+def _tuple_of(value: Any, field: str) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise InvalidTurn(field, f"must be a list of strings, got {type(value).__name__}")
+    return tuple(value)
 
 
 def turn_to_penguiflow(turn: ConversationTurn) -> Any:
