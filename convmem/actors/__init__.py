@@ -9,8 +9,9 @@
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
   snapshots; rebuilding in `_load`, which counts a session's version as every
   log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`
-  (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`),
-  clocks (`_clock`), `Metrics` (`_metrics`).
+  (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`,
+  its call threads and coroutine summarizers' loops in `_calls`), clocks
+  (`_clock`), `Metrics` (`_metrics`).
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
   answer handed across threads); erasure notices (`_erasure`); audits
@@ -28,6 +29,7 @@ from convmem.actors._audit import (
     timeline,
     verify,
 )
+from convmem.actors._calls import SummaryOutcome
 from convmem.actors._clock import ManualClock, SystemClock
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
 from convmem.actors._fork import Forked, fork_events
@@ -35,7 +37,7 @@ from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._live import SessionActivity
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
-from convmem.actors._pool import SummarizerPool, SummaryOutcome
+from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import (
     Clock,
     EventLog,

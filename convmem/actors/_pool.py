@@ -15,7 +15,18 @@ answers at once). The worker waits on its own thread rather than calling the
 summarizer there, so it can time a call out: a call that outlives
 `call_timeout` is answered with a timeout error and its thread abandoned to
 the hanging summarizer, and the worker starts a fresh call thread for its
-next job. A hanging summarizer costs one abandoned thread, never a worker.
+next job. A hanging call costs one abandoned thread until it returns, never a
+worker. Call threads, serving or abandoned, number at most `workers +
+max_abandoned`: a worker that would start one past that starts none and
+answers its job at once with an error saying so (the session's health goes
+RETRY, then DEGRADED, with that reason), until an abandoned call returns. A
+summarizer that never returns thus costs at most that many threads, whatever
+the time.
+
+A coroutine summarizer is awaited on an event loop (`SummaryLoops`: the
+system's caller's loop while it runs, else the pool's own); past
+`call_timeout` its task is cancelled there, which frees the call thread, so
+it abandons no thread at all unless its synchronous part hangs.
 
 Whatever the summarizer returns or raises (a `BaseException` included)
 becomes a `SummaryOutcome`, and so does a reply callback's failure (logged);
@@ -27,18 +38,16 @@ waits for no hanging call, and stops the workers.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import pykka
 
+from convmem.actors._calls import Caller, SummaryLoops, SummaryOutcome, failure
 from convmem.actors._ports import Summarizer
 from convmem.projections import SummaryRequest
 
@@ -47,52 +56,7 @@ __all__ = ["SummarizerPool", "SummaryOutcome"]
 _log = logging.getLogger("convmem.summarizer")
 
 
-class SummaryOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """A summarizer's answer to `request`: a text, or why there is none."""
-
-    request: SummaryRequest
-    summary: str | None = None
-    error: str | None = None
-
-
 Reply = Callable[[SummaryOutcome], object]
-
-
-def _extract(result: object) -> str:
-    """The summary text from a summarizer's return value (mapping or string)."""
-    if isinstance(result, Mapping):
-        if "summary" not in result:
-            raise ValueError(f"summarizer output has no 'summary' key (keys: {sorted(map(str, result))[:5]})")
-        result = result["summary"]
-    if not isinstance(result, str):
-        raise TypeError(f"summarizer output 'summary' is {type(result).__name__}, not a string")
-    return result
-
-
-def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str:
-    result = summarizer(request.payload())
-    if inspect.isawaitable(result):
-        result = asyncio.run(_await(result))
-    return _extract(result)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _failure(request: SummaryRequest, exc: BaseException) -> SummaryOutcome:
-    return SummaryOutcome(
-        request=request, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    )
-
-
-def _outcome(summarizer: Summarizer, request: SummaryRequest) -> SummaryOutcome:
-    """Run the summarizer in an empty context (as on a new thread); every failure becomes an error."""
-    try:
-        summary = contextvars.Context().run(_summarize, summarizer, request)
-    except BaseException as exc:  # a summarizer must never take a call thread down
-        return _failure(request, exc)
-    return SummaryOutcome(request=request, summary=summary)
 
 
 class _Slot:
@@ -107,7 +71,7 @@ class _Slot:
         self.name = name
         self.jobs: dict[_Job, None] = {}
         """Jobs told to the worker and not answered yet, oldest first."""
-        self.caller: _Caller | None = None
+        self.caller: Caller | None = None
         self.calls = itertools.count()
         self.thread: threading.Thread | None = None
         """The worker actor's thread, once it started."""
@@ -134,50 +98,6 @@ def _deliver(job: _Job, outcome: SummaryOutcome) -> None:
         job.reply(outcome)
     except BaseException:  # a reply must not take a worker down either
         _log.exception("delivering a summary to %s failed", job.request.key)
-
-
-class _Caller:
-    """A worker's call thread: runs the requests its worker hands it, one at a time, until retired.
-
-    Its conditions share the pool's lock; `hand` and `retire` are called with it held.
-    """
-
-    def __init__(self, lock: threading.Lock, name: str) -> None:
-        self._handed = threading.Condition(lock)  # a request was handed, or retired
-        self.answered = threading.Condition(lock)  # the outcome is in, or retired
-        self._request: SummaryRequest | None = None
-        self._summarizer: Summarizer | None = None
-        self.outcome: SummaryOutcome | None = None
-        self.calling = False
-        self.retired = False
-        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
-
-    def hand(self, request: SummaryRequest, summarizer: Summarizer) -> None:
-        self._request = request
-        self._summarizer = summarizer
-        self.outcome = None
-        self._handed.notify()
-
-    def retire(self) -> None:
-        """Serve no more requests; a call running now ends with its summarizer, and its answer is dropped."""
-        self.retired = True
-        self._handed.notify()
-        self.answered.notify()
-
-    def _serve(self) -> None:
-        while True:
-            with self._handed:
-                self._handed.wait_for(lambda: self._request is not None or self.retired)
-                request, summarizer = self._request, self._summarizer
-                if self.retired or request is None or summarizer is None:
-                    return
-                self._request = self._summarizer = None
-                self.calling = True
-            outcome = _outcome(summarizer, request)
-            with self.answered:
-                self.calling = False
-                self.outcome = outcome
-                self.answered.notify()
 
 
 class _Worker(pykka.ThreadingActor):
@@ -226,7 +146,13 @@ class SummarizerPool:
         workers: int = 4,
         queue_limit: int = 1000,
         call_timeout: float = 60.0,
+        max_abandoned: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        """`max_abandoned` defaults to `workers`; `loop` is where coroutine summarizers run while it runs."""
+        max_abandoned = workers if max_abandoned is None else max_abandoned
+        if max_abandoned < 0:
+            raise ValueError(f"max_abandoned must be >= 0, got {max_abandoned}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if queue_limit < workers:
@@ -239,6 +165,9 @@ class SummarizerPool:
         self._lock = threading.Lock()
         self._queued = 0
         self._abandoned = 0
+        self._hanging = 0
+        self._max_abandoned = max_abandoned
+        self._loops = SummaryLoops(loop)
         self._closing = False
         self._slots = [_Slot(f"convmem-summarizer-{n}") for n in range(workers)]
         for n, slot in enumerate(self._slots):
@@ -257,9 +186,16 @@ class SummarizerPool:
 
     @property
     def abandoned(self) -> int:
-        """Summarizer calls that outlived `call_timeout` (or the pool) and were left running."""
+        """Summarizer calls that outlived `call_timeout` (or the pool) and were left running, in all."""
         with self._lock:
             return self._abandoned
+
+    @property
+    def hanging(self) -> int:
+        """Abandoned calls still running now: each holds a thread (serving and abandoned call threads
+        together are at most `workers + max_abandoned`)."""
+        with self._lock:
+            return self._hanging
 
     def submit(self, request: SummaryRequest, reply: Reply, *, summarizer: Summarizer | None = None) -> bool:
         """Queue a job for `summarizer` (default: the pool's); False (nothing queued) when the
@@ -291,11 +227,9 @@ class SummarizerPool:
                 for job in list(slot.jobs):
                     (running if job.started else queued).append(job)
                     self._settle(job)
-                if slot.caller is not None:
-                    if not slot.caller.calling:
-                        idle.append(slot.caller.thread)
-                    slot.caller.retire()
-                    slot.caller = None
+                if slot.caller is not None and not slot.caller.calling:
+                    idle.append(slot.caller.thread)
+                self._drop_caller(slot)
             self._abandoned += len(running)
         stopping = [(slot.thread, slot.ref.stop(block=False)) for slot in self._slots]
         for job in queued:
@@ -315,6 +249,7 @@ class SummarizerPool:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 _log.warning("summarizer thread %s did not stop within %ss", thread.name, timeout)
+        self._loops.close()
 
     # The workers' side (each called on a worker's thread) ------------------------------
 
@@ -332,12 +267,27 @@ class SummarizerPool:
                 return None  # answered by close() while it waited in the inbox
             caller = slot.caller
             if caller is None:
-                caller = _Caller(self._lock, f"{slot.name}-call-{next(slot.calls)}")
+                callers = sum(1 for other in self._slots if other.caller is not None)
+                if self._hanging + callers >= len(self._slots) + self._max_abandoned:
+                    self._settle(job)
+                    return SummaryOutcome(request=job.request, error=self._full_error())
+                name = f"{slot.name}-call-{next(slot.calls)}"
+                caller = Caller(self._lock, name, self._loops, self._returned)
                 caller.thread.start()
                 slot.caller = caller
             job.started = True
             caller.hand(job.request, job.summarizer)
-            caller.answered.wait_for(lambda: caller.outcome is not None or caller.retired, self._call_timeout)
+            answered = lambda: caller.outcome is not None or caller.retired  # noqa: E731
+            caller.answered.wait_for(answered, self._call_timeout)
+            limit = f"{self._call_timeout:g}s limit"
+            if caller.outcome is None and not job.settled and caller.cancel():
+                # A coroutine: cancelled on its loop, its call thread answers at once (and stays).
+                caller.answered.wait_for(answered, self._call_timeout)
+                if caller.outcome is not None:
+                    caller.outcome = SummaryOutcome(
+                        request=job.request,
+                        error=f"summarizer coroutine did not finish within the {limit}; it was cancelled",
+                    )
             if job.settled:
                 return None  # close() answered it and abandoned the call
             outcome = caller.outcome
@@ -345,10 +295,31 @@ class SummarizerPool:
                 caller.retire()  # its thread stays with the hanging call; the next job gets a fresh one
                 slot.caller = None
                 self._abandoned += 1
-                error = f"summarizer timed out after {self._call_timeout:g}s limit"
-                outcome = SummaryOutcome(request=job.request, error=error)
+                self._hanging += 1
+                outcome = SummaryOutcome(request=job.request, error=f"summarizer timed out after {limit}")
             self._settle(job)
         return outcome
+
+    def _drop_caller(self, slot: _Slot) -> None:
+        """Retire the slot's call thread (lock held); a call it is making is cancelled if it can be."""
+        caller, slot.caller = slot.caller, None
+        if caller is None:
+            return
+        if caller.calling:
+            caller.cancel()
+            self._hanging += 1  # until it returns (`_returned`)
+        caller.retire()
+
+    def _returned(self) -> None:
+        """An abandoned call returned at last (on its thread, lock held): its thread ends."""
+        self._hanging -= 1
+
+    def _full_error(self) -> str:
+        return (
+            f"summarizer: {self._hanging} earlier calls are still running past their "
+            f"{self._call_timeout:g}s limit, the most this pool leaves running (workers + max_abandoned="
+            f"{self._max_abandoned} call threads in all); no new call is started until one returns"
+        )
 
     def _give_up(self, job: _Job, exc: BaseException) -> SummaryOutcome | None:
         """The outcome for a job that could not be run, or None if it was answered already."""
@@ -356,7 +327,7 @@ class SummarizerPool:
             if job.settled:
                 return None
             self._settle(job)
-        return _failure(job.request, exc)
+        return failure(job.request, exc)
 
     def _stopped(self, slot: _Slot) -> None:
         """A worker stopped: retire its call thread and answer the jobs it still held.
@@ -364,9 +335,7 @@ class SummarizerPool:
         It holds none after `close()`; only a stop from outside the pool leaves any.
         """
         with self._lock:
-            if slot.caller is not None:
-                slot.caller.retire()
-                slot.caller = None
+            self._drop_caller(slot)
             orphans = list(slot.jobs)
             for job in orphans:
                 self._settle(job)

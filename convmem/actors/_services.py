@@ -11,6 +11,7 @@ whose services are gone falls back to the system's own.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -85,12 +86,15 @@ class ServiceRegistry:
         *,
         workers: int,
         queue_limit: int,
+        max_abandoned: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.config = config
         self.estimator = estimator
         self.summarizer = summarizer
         self.check(config, summarizer)
-        self._pool_settings = (workers, queue_limit)
+        self._pool_settings = (workers, queue_limit, max_abandoned)
+        self._loop = loop
         self._lock = threading.Lock()
         self._closed = False
         self._configs: dict[MemoryKey, ShortTermMemoryConfig] = {}
@@ -170,12 +174,14 @@ class ServiceRegistry:
         return None
 
     def _new_pool(self) -> SummarizerPool:
-        workers, queue = self._pool_settings
+        workers, queue, max_abandoned = self._pool_settings
         return SummarizerPool(
             self.summarizer,
             workers=workers,
             queue_limit=queue,
             call_timeout=self.config.health.summarize_timeout_seconds * 2,
+            max_abandoned=max_abandoned,
+            loop=self._loop,
         )
 
     def close(self) -> None:

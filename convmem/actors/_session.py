@@ -24,9 +24,9 @@ from typing import Any, Protocol
 import msgspec
 import pykka
 
+from convmem.actors._calls import SummaryOutcome
 from convmem.actors._dispatch import Dispatcher, PooledActor
 from convmem.actors._metrics import Metrics
-from convmem.actors._pool import SummaryOutcome
 from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
 from convmem.actors._storage import SessionStorage

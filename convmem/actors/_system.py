@@ -94,6 +94,8 @@ class MemorySystem:
         snapshot_every: int = 50,
         summarizer_workers: int = 4,
         summarizer_queue: int = 1000,
+        summarizer_abandoned: int | None = None,
+        summarizer_loop: asyncio.AbstractEventLoop | None = None,
         actor_threads: int = 64,
         on_poison: Literal["skip", "stop"] = "skip",
         timeout: float = 30.0,
@@ -101,6 +103,8 @@ class MemorySystem:
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
         _check_settings(max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison)
+        if summarizer_abandoned is not None and summarizer_abandoned < 0:
+            raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {summarizer_abandoned}")
         if summarizer is not None and not callable(summarizer):
             raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
         defaults = callbacks_of(on_turn_added, on_summary_updated, on_health_changed)
@@ -117,6 +121,8 @@ class MemorySystem:
             summarizer,
             workers=summarizer_workers,
             queue_limit=summarizer_queue,
+            max_abandoned=summarizer_abandoned,
+            loop=summarizer_loop if summarizer_loop is not None else _running_loop(),
         )
         self._storage = SessionStorage(log, snapshots, on_poison=on_poison, snapshot_every=snapshot_every)
         self._callbacks = Callbacks(defaults, self.metrics, self._services.callbacks_for)
@@ -306,3 +312,11 @@ class MemorySystem:
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return self._closed
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop of the caller making the system, if it is on one (coroutine summarizers run there)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -62,6 +62,8 @@ class ConnectOptions(BackendOptions, total=False):
     snapshot_every: int
     summarizer_workers: int
     summarizer_queue: int
+    summarizer_abandoned: int | None
+    summarizer_loop: asyncio.AbstractEventLoop | None
     actor_threads: int
     on_poison: Literal["skip", "stop"]
 

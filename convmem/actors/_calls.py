@@ -1,0 +1,223 @@
+"""One summarizer call: the call thread that makes it, and the event loop a coroutine summarizer runs on.
+
+A `_Caller` is a worker's call thread (`SummarizerPool`): it runs the
+requests its worker hands it, one at a time, and turns whatever the
+summarizer returns or raises into a `SummaryOutcome`.
+
+A summarizer that returns an awaitable (an ``async def``) is run on an event
+loop where it works, not under ``asyncio.run`` on the call thread: a
+coroutine that awaits an object of the planner's loop (an event, a shared
+HTTP client) can only finish there. `SummaryLoops` picks the loop: the one
+the system was made on (or that an integration names) while it runs, else a
+loop of the pool's own on a thread of its own, kept for every call, so a
+client the summarizer binds to its loop on the first call still works on the
+next. The call thread waits for the coroutine; a call past its limit is
+cancelled on its loop (`_Caller.cancel`), which frees the call thread at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import msgspec
+
+from convmem.actors._ports import Summarizer
+from convmem.projections import SummaryRequest
+
+__all__ = ["Caller", "SummaryLoops", "SummaryOutcome", "failure"]
+
+_log = logging.getLogger("convmem.summarizer")
+
+_STOP_SECONDS = 5.0
+"""How long closing waits for the pool's own loop to cancel its calls and stop."""
+
+
+class SummaryOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """A summarizer's answer to `request`: a text, or why there is none."""
+
+    request: SummaryRequest
+    summary: str | None = None
+    error: str | None = None
+
+
+def _extract(result: object) -> str:
+    """The summary text from a summarizer's return value (mapping or string)."""
+    if isinstance(result, Mapping):
+        if "summary" not in result:
+            raise ValueError(f"summarizer output has no 'summary' key (keys: {sorted(map(str, result))[:5]})")
+        result = result["summary"]
+    if not isinstance(result, str):
+        raise TypeError(f"summarizer output 'summary' is {type(result).__name__}, not a string")
+    return result
+
+
+def failure(request: SummaryRequest, exc: BaseException) -> SummaryOutcome:
+    return SummaryOutcome(
+        request=request, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _coroutine(awaitable: Any) -> Coroutine[Any, Any, Any]:
+    return awaitable if inspect.iscoroutine(awaitable) else _awaited(awaitable)
+
+
+class SummaryLoops:
+    """The loop a coroutine summarizer runs on: the preferred one while it runs, else the pool's own."""
+
+    def __init__(self, preferred: asyncio.AbstractEventLoop | None) -> None:
+        self._preferred = weakref.ref(preferred) if preferred is not None else None
+        self._lock = threading.Lock()
+        self._own: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def run(self, awaitable: Any) -> concurrent.futures.Future[Any]:
+        """Start `awaitable` on a loop from any thread; its future (cancelling it cancels the task)."""
+        coroutine = _coroutine(awaitable)
+        loop = self._preferred() if self._preferred is not None else None
+        if loop is not None and loop.is_running() and not loop.is_closed():
+            try:
+                return asyncio.run_coroutine_threadsafe(coroutine, loop)
+            except RuntimeError:  # it closed just now: run on the pool's own loop
+                pass
+        return asyncio.run_coroutine_threadsafe(coroutine, self._own_loop())
+
+    def _own_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the summarizer pool is closed")
+            if self._own is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+                thread = threading.Thread(
+                    target=self._serve, args=(loop, ready), name="convmem-summarizer-loop", daemon=True
+                )
+                thread.start()
+                ready.wait()
+                self._own, self._thread = loop, thread
+            return self._own
+
+    @staticmethod
+    def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    def close(self) -> None:
+        """Cancel what still runs on the pool's own loop and stop it (the preferred loop is the caller's)."""
+        with self._lock:
+            self._closed = True
+            loop, thread = self._own, self._thread
+            self._own = self._thread = None
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(_STOP_SECONDS)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            _log.warning("summarizer calls on the pool's event loop did not end within %ss", _STOP_SECONDS)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not threading.current_thread():
+            thread.join(_STOP_SECONDS)
+
+
+async def _cancel_all() -> None:
+    me = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not me]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Caller:
+    """A worker's call thread: runs the requests its worker hands it, one at a time, until retired.
+
+    Its conditions share the pool's lock; `hand`, `cancel` and `retire` are
+    called with it held. `on_return` is called (lock held) when a call that was
+    abandoned (retired while calling) returns at last.
+    """
+
+    def __init__(
+        self, lock: threading.Lock, name: str, loops: SummaryLoops, on_return: Callable[[], None]
+    ) -> None:
+        self._lock = lock
+        self._handed = threading.Condition(lock)  # a request was handed, or retired
+        self.answered = threading.Condition(lock)  # the outcome is in, or retired
+        self._loops = loops
+        self._on_return = on_return
+        self._request: SummaryRequest | None = None
+        self._summarizer: Summarizer | None = None
+        self._awaiting: concurrent.futures.Future[Any] | None = None
+        self.outcome: SummaryOutcome | None = None
+        self.calling = False
+        self.retired = False
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    def hand(self, request: SummaryRequest, summarizer: Summarizer) -> None:
+        self._request = request
+        self._summarizer = summarizer
+        self.outcome = None
+        self._handed.notify()
+
+    def cancel(self) -> bool:
+        """Cancel the coroutine the call awaits, if it awaits one (its thread is then free at once)."""
+        awaiting = self._awaiting
+        return awaiting is not None and awaiting.cancel()
+
+    def retire(self) -> None:
+        """Serve no more requests; a call running now ends with its summarizer, and its answer is dropped."""
+        self.retired = True
+        self._handed.notify()
+        self.answered.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._handed:
+                self._handed.wait_for(lambda: self._request is not None or self.retired)
+                request, summarizer = self._request, self._summarizer
+                if self.retired or request is None or summarizer is None:
+                    return
+                self._request = self._summarizer = None
+                self.calling = True
+            outcome = self._outcome(summarizer, request)
+            with self.answered:
+                self.calling = False
+                self._awaiting = None
+                if self.retired:
+                    self._on_return()  # an abandoned call came back: its thread ends here
+                    return
+                self.outcome = outcome
+                self.answered.notify()
+
+    def _outcome(self, summarizer: Summarizer, request: SummaryRequest) -> SummaryOutcome:
+        """Run the summarizer in an empty context (as on a new thread); every failure becomes an error."""
+        try:
+            summary = contextvars.Context().run(self._summarize, summarizer, request)
+        except BaseException as exc:  # a summarizer must never take a call thread down
+            return failure(request, exc)
+        return SummaryOutcome(request=request, summary=summary)
+
+    def _summarize(self, summarizer: Summarizer, request: SummaryRequest) -> str:
+        result = summarizer(request.payload())
+        if inspect.isawaitable(result):
+            awaiting = self._loops.run(result)
+            with self._lock:
+                self._awaiting = awaiting
+                if self.retired:
+                    awaiting.cancel()
+            result = awaiting.result()
+        return _extract(result)
