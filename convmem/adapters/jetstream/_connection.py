@@ -90,8 +90,10 @@ def unavailable(exc: BaseException, what: str) -> LogUnavailable | InvalidInput:
         if code in _STORE_FULL or (code == _STREAM_LIMIT and "maximum" in (exc.description or "")):
             return StoreFull(
                 f"{what} failed: the JetStream store is full: {detail}; nothing was stored. Make room "
-                "(purge or remove streams, raise max_file_store or the stream's max_bytes, free the disk), "
-                "then retry: writes resume as soon as there is room",
+                "(purge or remove streams or messages, raise max_file_store or the stream's max_bytes), "
+                "then retry: writes resume as soon as there is room. A server started without "
+                "max_file_store sized its store from the disk's free space then: disk freed since "
+                "counts only once nats-server restarts",
                 err_code=code,
             )
         if code == _TOO_LARGE:
