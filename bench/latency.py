@@ -15,8 +15,10 @@ every summarizer worker and the queue fill up. A third run with
 healthy summarizer adds a `SummaryProduced` append per turn, a hung one adds
 none. A fourth system runs `convmem.recommended(total_tokens=4000)` with its
 real `ExtractiveSummarizer` (full zone 3: every turn past the third is
-summarized in the background, competing for the interpreter with the writes).
-The four systems share one server (each on sessions of its own) and run side
+summarized in the background, competing for the interpreter with the writes),
+and a fifth the same with the summarizer in a warm worker process of its own
+(`ProcessSummarizer`: issue 15's fix for that contention).
+The five systems share one server (each on sessions of its own) and run side
 by side, each rate in four bursts per system taken in turn, so a slow moment
 of the machine falls on all of them; once with the server's
 default flush and once with ``sync_interval: always``. The garbage
@@ -48,9 +50,12 @@ from bench._common import (
 from bench._profile import py_spy
 from convmem.actors import AsyncSessionHandle, MemorySystem
 from convmem.adapters import ExtractiveSummarizer, JetStreamBackend, recommended
+from convmem.adapters.summarizers._process import ProcessSummarizer
 from convmem.events import ConversationTurn, ShortTermMemoryConfig
 
 __all__ = ["run"]
+
+_EXTRACTIVE = "convmem.adapters.summarizers:ExtractiveSummarizer"
 
 _SUMMARY = "<session_summary>\nThe user asked about budgets and orders.\n</session_summary>"
 
@@ -162,11 +167,15 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
     """
     rounds = 1 if sizes.smoke else 4
     setup = recommended(total_tokens=4000)
-    summarizers: dict[str, _Summarizer | ExtractiveSummarizer | None] = {
+    in_process = ExtractiveSummarizer(max_tokens=setup.config.budget.summary_max_tokens)
+    summarizers: dict[str, Any] = {
         "healthy": _Summarizer(hung=False),
         "hung": _Summarizer(hung=True),
         "plain": None,
-        "recommended": setup.summarizer,
+        "recommended": in_process,
+        "recommended_process": ProcessSummarizer(
+            _EXTRACTIVE, max_tokens=setup.config.budget.summary_max_tokens
+        ),  # warm: its child is built before anything is timed
     }
     turns = [sample_turn(n) for n in range(64)]
     systems: dict[str, MemorySystem] = {}
@@ -174,7 +183,7 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
     try:
         for name, summarizer in summarizers.items():
             config = ShortTermMemoryConfig(strategy="rolling_summary" if summarizer else "truncation")
-            if name == "recommended":
+            if name.startswith("recommended"):
                 config = setup.config
             systems[name] = MemorySystem(
                 config, log=backend.log, snapshots=backend.snapshots, summarizer=summarizer
@@ -208,6 +217,9 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
                 summarizer.release()
         for system in systems.values():
             system.close()
+        for summarizer in summarizers.values():
+            if isinstance(summarizer, ProcessSummarizer):
+                summarizer.close()
     return {
         name: {rate: _merge(bursts) for rate, bursts in by_rate.items()} for name, by_rate in parts.items()
     }
@@ -233,6 +245,7 @@ def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Resul
         bad, bad_rate, bad_failed = runs["hung"][rate]
         base, base_rate, base_failed = runs["plain"][rate]
         real, real_rate, real_failed = runs["recommended"][rate]
+        apart, apart_rate, apart_failed = runs["recommended_process"][rate]
         for p in (50.0, 99.0, 99.9):
             result.add(
                 Figure(
@@ -266,7 +279,28 @@ def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Resul
                 target=Target("value", "<=", 5.0) if rate == 1000 else None,
             )
         )
+        result.add(
+            Figure(
+                f"p99 @ {rate}/s recommended, extractive in a worker process [{label}]",
+                percentile(apart, 99.0) * 1000,
+                "ms",
+                reference=percentile(real, 99.0) * 1000,
+                reference_label="p99 with the extractive summarizer on the pool's threads, same rate",
+                target=Target("ratio", "<=", 1.0) if rate == 1000 else None,
+            )
+        )
+        result.add(
+            Figure(
+                f"p99 @ {rate}/s recommended in a worker process vs healthy [{label}]",
+                percentile(apart, 99.0) * 1000,
+                "ms",
+                reference=percentile(ok, 99.0) * 1000,
+                reference_label="p99 with a summarizer that answers at once, same rate",
+                target=Target("ratio", "<=", 1.2) if rate == 1000 else None,
+            )
+        )
         result.details[f"{label} {rate}/s"] = {
+            "recommended_process": _summary(apart, apart_rate, apart_failed),
             "healthy": _summary(ok, ok_rate, ok_failed),
             "hung": _summary(bad, bad_rate, bad_failed),
             "no_summarizer": _summary(base, base_rate, base_failed),

@@ -54,7 +54,13 @@ from convmem.adapters.service import (
     operator_subject,
     session_subject,
 )
-from convmem.adapters.summarizers import ExtractiveSummarizer, MemorySetup, OpenAIChatSummarizer, recommended
+from convmem.adapters.summarizers import (
+    ExtractiveSummarizer,
+    MemorySetup,
+    OpenAIChatSummarizer,
+    ProcessSummarizer,
+    recommended,
+)
 
 __all__ = [
     "DEFAULT_API_PREFIX",
@@ -83,6 +89,7 @@ __all__ = [
     "NatsAuth",
     "OpenAIChatSummarizer",
     "PermissionDenied",
+    "ProcessSummarizer",
     "RemoteError",
     "RemoteMemory",
     "RemoteSession",
