@@ -21,7 +21,13 @@ from runtime_helpers import WAIT, turn
 import convmem
 import convmem.penguiflow
 from convmem.actors import MemorySystem
-from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemoryEventLog,
+    JetStreamEventLog,
+    MemoryService,
+    RemoteMemory,
+)
 from convmem.errors import InvalidTurn, LogUnavailable, StoreFull
 from convmem.events import (
     ConversationTurn,
@@ -226,6 +232,25 @@ def test_the_size_limit_is_the_connected_servers_max_payload(
             )
             == 1
         )
+
+
+def test_the_service_refuses_a_turn_too_large_to_send_as_invalid_turn(
+    small_payload_server: EmbeddedNatsServer,
+) -> None:
+    """Through `convmem serve`'s API a turn over max_payload is InvalidTurn on the client, nothing sent."""
+    url = small_payload_server.url
+    with (
+        convmem.connect(url, config=TRUNCATION) as memory,
+        MemoryService(memory, url, api_prefix="limits.api"),
+        RemoteMemory(url, api_prefix="limits.api", timeout=WAIT) as remote,
+    ):
+        session = remote.session(KEY)
+        with pytest.raises(InvalidTurn) as raised:
+            session.add_turn(ConversationTurn(user_message="x" * 100_000, assistant_response="ok"))
+        assert raised.value.field == "turn"
+        assert "max_payload" in str(raised.value)
+        assert memory.log.last_seq(KEY) == 0
+        assert session.add_turn(turn("small")) == 1
 
 
 # A full store ---------------------------------------------------------------------------------

@@ -180,9 +180,14 @@ class Exchange:
                 "(a write may still complete: retry with the same idempotency_key)"
             ) from None
         except nats.errors.MaxPayloadError:
-            raise InvalidInput(
-                "request", f"is {len(payload)} bytes, over the server's max_payload of {self.nc.max_payload}"
-            ) from None
+            problem = (
+                f"makes a request of {len(payload):,} bytes, over the server's max_payload of "
+                f"{self.nc.max_payload:,}; nothing was sent"
+            )
+            carried = next((name for name in ("turn", "items") if name in fields), None)
+            if carried is not None:  # a turn too large to send: permanent, as in process
+                raise InvalidTurn(carried, problem) from None
+            raise InvalidInput("request", problem) from None
         except nats.errors.Error as exc:
             raise SessionClosed(f"the connection to the convmem service failed: {exc}") from None
         finally:
