@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +119,28 @@ def test_a_session_summarizes_through_the_child() -> None:
                 session.add_turn(turn(f"t{n}"), timeout=WAIT)
             session.flush(timeout=WAIT)
             wait_until(lambda: "(pid " in session.get_llm_context()["conversation_memory"]["summary"])
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie waiting for whoever adopted it to reap it."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except FileNotFoundError:
+        return True
+
+
+def test_the_child_ends_when_its_parent_process_dies() -> None:
+    """A parent killed without closing it leaves no summarizer process behind (its pipe closes)."""
+    program = (
+        "import os, sys\n"
+        "from convmem.adapters import ProcessSummarizer\n"
+        f"s = ProcessSummarizer({SCRIPTED!r})\n"
+        "print(s.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    command = [sys.executable, "-c", program]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=WAIT * 4)
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout.split()[0])
+    wait_until(lambda: _ended(child), message=f"summarizer process {child} outlived its parent")
