@@ -144,3 +144,12 @@ def test_the_child_ends_when_its_parent_process_dies() -> None:
     assert done.returncode == 0, done.stderr
     child = int(done.stdout.split()[0])
     wait_until(lambda: _ended(child), message=f"summarizer process {child} outlived its parent")
+
+
+def test_a_lazy_one_starts_its_child_on_the_first_call() -> None:
+    """With start=False nothing runs until a summary is asked for; then one child, not a restart."""
+    with ProcessSummarizer(SCRIPTED, start=False, timeout=WAIT) as summarizer:
+        assert summarizer.pid is None
+        assert ask(summarizer, "first").startswith("first (pid ")
+        assert summarizer.pid is not None
+        assert summarizer.restarts == 0

@@ -10,7 +10,9 @@ it and waits, without the GIL, for the reply.
 
 * **Warm before use.** The child starts, imports and builds its summarizer
   when the `ProcessSummarizer` is made (the constructor waits for it to say
-  it is ready), so no start-up falls inside a burst of writes.
+  it is ready), so no start-up falls inside a burst of writes. With
+  ``start=False`` it starts on the first call instead (on the summarizer
+  pool's thread: the writes do not wait for it, the first summary does).
 * **Bounded.** One call at a time goes to the child; the callers (the
   summarizer pool's call threads, at most its workers) wait their turn, and
   the pool's own queue bounds the rest. Nothing queues without bound here.
@@ -50,7 +52,8 @@ _START_SECONDS = 60.0
 class ProcessSummarizer:
     """A summarizer built and run in a warm child process: ``ProcessSummarizer("pkg.mod:Name", **kwargs)``."""
 
-    def __init__(self, target: str, /, *, timeout: float = 30.0, **kwargs: Any) -> None:
+    def __init__(self, target: str, /, *, timeout: float = 30.0, start: bool = True, **kwargs: Any) -> None:
+        """Build `target(**kwargs)` in a child; with `start` False the child starts on the first call."""
         if not isinstance(target, str) or target.count(":") != 1:
             raise InvalidConfig("target", f"must be 'module:attribute', got {target!r}")
         if not timeout > 0:
@@ -69,8 +72,9 @@ class ProcessSummarizer:
         self._closed = False
         self.restarts = 0
         """Children killed and replaced (a call past its limit, or a child that died)."""
-        with self._lock:
-            self._start()
+        if start:
+            with self._lock:
+                self._start()
 
     def __repr__(self) -> str:
         return (
@@ -99,7 +103,9 @@ class ProcessSummarizer:
         once more (it answered nothing, and a summarizer call is a pure function of its request)."""
         deadline = time.monotonic() + self.timeout
         for attempt in range(2):
-            if self._child is None or self._child.poll() is not None:
+            if self._child is None:
+                self._start()  # the first call of a lazy one, or after a child that died
+            elif self._child.poll() is not None:
                 self._restart()
             child = self._child
             assert child is not None
@@ -116,6 +122,7 @@ class ProcessSummarizer:
                 ) from None
             except OSError as exc:  # the child died before or during the call
                 self._stop()
+                self.restarts += 1
                 if attempt:
                     raise SummarizerError(f"the summarizer process failed twice ({exc})") from None
         raise AssertionError("unreachable")
