@@ -137,7 +137,7 @@ def _players(budget: int) -> Iterator[_Player]:
         budget=MemoryBudget(full_zone_turns=5, summary_max_tokens=budget // 2, total_max_tokens=budget),
     )
     yield _Player(OLD_ROLLING, old, ExtractiveSummarizer(max_tokens=budget // 2))
-    setup = recommended(total_tokens=budget)
+    setup = recommended(total_tokens=budget, worker_process=False)  # the summarizer's own speed, in process
     yield _Player(RECOMMENDED, setup.config, setup.summarizer)
 
 

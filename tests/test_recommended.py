@@ -9,7 +9,13 @@ import pytest
 
 import convmem
 from convmem.actors import MemorySystem
-from convmem.adapters import ExtractiveSummarizer, InMemoryEventLog, MemorySetup, recommended
+from convmem.adapters import (
+    ExtractiveSummarizer,
+    InMemoryEventLog,
+    MemorySetup,
+    ProcessSummarizer,
+    recommended,
+)
 from convmem.adapters.cli._common import CliError
 from convmem.adapters.cli._serve import load_config
 from convmem.errors import InvalidConfig
@@ -30,8 +36,13 @@ def test_the_setup_is_a_rolling_summary_whose_summary_takes_what_recent_turns_le
     assert budget.full_zone_turns == 3
     assert budget.summary_max_tokens == 3800
     assert budget.overflow_policy == "truncate_summary"
-    assert isinstance(setup.summarizer, ExtractiveSummarizer)
-    assert setup.summarizer.max_tokens == budget.summary_max_tokens
+    assert isinstance(setup.summarizer, ProcessSummarizer)  # issue 15: off this process's interpreter
+    assert setup.summarizer.target == "convmem.adapters.summarizers:ExtractiveSummarizer"
+    assert setup.summarizer.kwargs == {"max_tokens": budget.summary_max_tokens}
+    assert setup.summarizer.pid is None  # started by the first summary, not by recommended()
+    here = recommended(total_tokens=4000, worker_process=False).summarizer
+    assert isinstance(here, ExtractiveSummarizer)
+    assert here.max_tokens == budget.summary_max_tokens
     assert dict(setup) == {"config": setup.config, "summarizer": setup.summarizer}
     assert convmem.recommended is recommended
     assert "total_max_tokens=4000" in repr(setup)
@@ -44,6 +55,9 @@ def test_a_custom_estimator_sizes_the_summarizer() -> None:
         return len(text.encode()) // 3 + 1
 
     setup = recommended(total_tokens=1000, estimator=by_bytes)
+    assert isinstance(setup.summarizer, ExtractiveSummarizer)  # a callable cannot travel to a process
+    with pytest.raises(InvalidConfig, match="worker_process"):
+        recommended(total_tokens=1000, estimator=by_bytes, worker_process=True)
     summary = setup.summarizer({"previous_summary": "", "turns": [{"user": "Zoë " * 2000, "assistant": ""}]})
     assert by_bytes(summary["summary"]) <= setup.config.budget.summary_max_tokens
 

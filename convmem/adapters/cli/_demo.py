@@ -40,7 +40,7 @@ from convmem.adapters.cli._common import (
     session_counts,
     table,
 )
-from convmem.adapters.summarizers import ExtractiveSummarizer, recommended
+from convmem.adapters.summarizers import ExtractiveSummarizer, ProcessSummarizer, recommended
 from convmem.events import (
     ConversationTurn,
     HealthPolicy,
@@ -117,7 +117,7 @@ def _turns(messages: list[list[Mapping[str, Any]]], max_turns: int) -> list[Conv
 class _FlakySummarizer:
     """The extractive summarizer, failing the first two calls for one chosen session."""
 
-    def __init__(self, inner: ExtractiveSummarizer, flaky_user_text: str) -> None:
+    def __init__(self, inner: ExtractiveSummarizer | ProcessSummarizer, flaky_user_text: str) -> None:
         self._inner = inner
         self._flaky = flaky_user_text
         self._failures = 0

@@ -141,9 +141,8 @@ class ProcessSummarizer:
 
     def __del__(self) -> None:
         child = getattr(self, "_child", None)
-        if child is not None and child.poll() is None:
-            child.kill()
-            child.wait()
+        if child is not None:  # never closed: stop the child and close its pipes quietly
+            _kill(child)
 
     def _start(self) -> None:
         """Start a child, send it the summarizer to build and wait until it is ready (lock held)."""

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from convmem.adapters.summarizers._extractive import ExtractiveSummarizer
+from convmem.adapters.summarizers._process import ProcessSummarizer
 from convmem.errors import InvalidConfig
 from convmem.events import MemoryBudget, ShortTermMemoryConfig
 from convmem.projections import TokenEstimator, default_token_estimator
@@ -17,6 +18,8 @@ FULL_ZONE_TURNS = 3
 RESERVE_TOKENS = 200
 """The budget the summary leaves free at least; recent turns get more by trimming its view."""
 SMALLEST_BUDGET = 200
+EXTRACTIVE = "convmem.adapters.summarizers:ExtractiveSummarizer"
+"""The import path a worker process builds the extractive summarizer from."""
 
 
 class MemorySetup(Mapping[str, Any]):
@@ -28,7 +31,9 @@ class MemorySetup(Mapping[str, Any]):
 
     __slots__ = ("config", "summarizer")
 
-    def __init__(self, config: ShortTermMemoryConfig, summarizer: ExtractiveSummarizer) -> None:
+    def __init__(
+        self, config: ShortTermMemoryConfig, summarizer: ExtractiveSummarizer | ProcessSummarizer
+    ) -> None:
         self.config = config
         self.summarizer = summarizer
 
@@ -54,14 +59,33 @@ class MemorySetup(Mapping[str, Any]):
 
 
 def recommended(
-    total_tokens: int = 4000, *, estimator: TokenEstimator = default_token_estimator
+    total_tokens: int = 4000,
+    *,
+    estimator: TokenEstimator = default_token_estimator,
+    worker_process: bool | None = None,
 ) -> MemorySetup:
     """The offline configuration convmem recommends for a context of `total_tokens`.
 
     `rolling_summary` with the `ExtractiveSummarizer`: the last few turns
     verbatim, and a summary allowed to grow into the rest of the budget; turns
     carry their dates. Pass the same `estimator` as the memory system's.
+
+    The summarizer runs in a worker process of its own (`ProcessSummarizer`,
+    started on the first summary), so its pure-Python work does not compete
+    with the writes for this process's interpreter; `worker_process=False`
+    runs it here. A custom `estimator` cannot travel to another process, so
+    with one the summarizer runs here unless `worker_process=True` asks
+    otherwise, which is refused.
     """
+    custom = estimator is not default_token_estimator
+    if worker_process is None:
+        worker_process = not custom
+    if worker_process and custom:
+        raise InvalidConfig(
+            "worker_process",
+            "a worker process can only measure with the default token estimator; "
+            "pass worker_process=False to run the summarizer here with yours",
+        )
     if isinstance(total_tokens, bool) or not isinstance(total_tokens, int) or total_tokens < SMALLEST_BUDGET:
         raise InvalidConfig(
             "total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}"
@@ -77,4 +101,6 @@ def recommended(
         ),
         include_turn_dates=True,
     )
+    if worker_process:
+        return MemorySetup(config, ProcessSummarizer(EXTRACTIVE, start=False, max_tokens=summary_tokens))
     return MemorySetup(config, ExtractiveSummarizer(max_tokens=summary_tokens, estimator=estimator))
