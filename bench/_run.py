@@ -31,6 +31,7 @@ MEASURES = (
     "erasure",
     "peers",
     "workers",
+    "summarizer_latency",
 )
 ON_DEMAND = ("chaos",)
 """Measures run only when named in ``--only`` (minutes long, they kill processes): not in the default run."""

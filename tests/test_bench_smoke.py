@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {
     "throughput": ["add_turn turns/s, 8 threads, 40 sessions [sync=default]", "[sync=always]"],
-    "latency": ["p99 @ 1000/s healthy [sync=always]", "p99 @ 1000/s hung summarizer vs healthy"],
+    "latency": [
+        "p99 @ 1000/s healthy [sync=always]",
+        "p99 @ 1000/s hung summarizer vs healthy",
+        "p99 @ 1000/s recommended, extractive in a worker process",
+    ],
     "context": ["SessionHandle.get_llm_context @ 100 turns", "llm_context(state), pure @ 5 turns"],
     "replay": ["JetStream read_all + decode + fold", "in memory: fold only, replay() per session"],
     "activation": ["MemorySystem.load(key) p50", "first get_llm_context of a passivated session p99"],
@@ -30,6 +34,10 @@ EXPECTED = {
         "reads/s @ 40 sessions, convmem, default live bound, vs LangGraph SqliteSaver on a file",
     ],
     "workers": ["serve --workers 2, 8 asyncio callers", "serve --workers 2, 8 threads of RemoteSession"],
+    "summarizer_latency": [
+        "p99 @ 1000/s: worker process vs in process",
+        "median burst p99 @ 1000/s, extractive in a worker process",
+    ],
 }
 
 
