@@ -28,6 +28,7 @@ from convmem.adapters import (
     MemoryService,
     RemoteMemory,
 )
+from convmem.adapters.integrations.agents import ConvmemSession
 from convmem.errors import InvalidTurn, LogUnavailable, StoreFull
 from convmem.events import (
     ConversationTurn,
@@ -163,6 +164,28 @@ def test_the_penguiflow_drop_in_refuses_a_malformed_penguiflow_turn(
     finally:
         convmem.penguiflow.configure()
         system.close()
+
+
+@pytest.mark.parametrize(
+    ("items", "field"),
+    [
+        ("a message", "items"),
+        ([5], "items[0]"),
+        ([{"role": "user", "content": object()}], "items[0]"),
+        ([{"type": "function_call", "call_id": 5, "name": "lookup"}], "items[0].call_id"),
+    ],
+)
+def test_the_agents_session_refuses_malformed_items_as_invalid_turn(items: Any, field: str) -> None:
+    """ConvmemSession.add_items: not a list, not a mapping, not JSON, a bad call id: InvalidTurn naming it."""
+
+    async def add() -> None:
+        with MemorySystem(log=InMemoryEventLog()) as memory:
+            session = ConvmemSession("chat", memory=memory, tenant_id="acme", user_id="alice")
+            await session.add_items(items)
+
+    with pytest.raises(InvalidTurn) as raised:
+        asyncio.run(add())
+    assert raised.value.field == field
 
 
 # Sizes against the server's max_payload --------------------------------------------------------

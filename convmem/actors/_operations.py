@@ -135,7 +135,7 @@ def add_items(
 ) -> Call[None]:
     """Store agent items (OpenAI-Agents session items) as they arrive."""
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
-        raise InvalidInput("items", f"must be a list of items, got {type(items).__name__}")
+        raise InvalidTurn("items", f"must be a list of items, got {type(items).__name__}")
     parsed = tuple(
         item if isinstance(item, MessageItem) else MessageItem.from_agents(item, field=f"items[{i}]")
         for i, item in enumerate(items)

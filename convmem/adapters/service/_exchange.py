@@ -258,7 +258,7 @@ def turn_fields(turn: object, idempotency_key: str | None) -> dict[str, Any]:
 
 def items_fields(items: Sequence[Mapping[str, Any] | MessageItem]) -> dict[str, Any]:
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
-        raise InvalidInput("items", f"must be a list of items, got {type(items).__name__}")
+        raise InvalidTurn("items", f"must be a list of items, got {type(items).__name__}")
     return {"items": [item.to_agents() if isinstance(item, MessageItem) else item for item in items]}
 
 
