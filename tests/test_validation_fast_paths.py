@@ -31,7 +31,8 @@ from convmem.events import (
     decode_event,
     encode_event,
 )
-from convmem.events._turn import MAX_TEXT_LENGTH, _check_turn, _has_lone_surrogate, _kind
+from convmem.events._checks import MAX_TEXT_LENGTH, has_lone_surrogate, kind_of
+from convmem.events._turn import _check_turn
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -53,7 +54,7 @@ def _reference_strings(field: str, value: object) -> None:
 
 def _reference_text(field: str, value: Any) -> None:
     if not isinstance(value, str):  # issue 15: a wrong type is InvalidTurn, no longer a bare TypeError
-        raise InvalidTurn(field, f"must be a string, got {_kind(value)}")
+        raise InvalidTurn(field, f"must be a string, got {kind_of(value)}")
     if len(value) > MAX_TEXT_LENGTH:
         raise InvalidTurn(field, f"is {len(value)} characters long, over {MAX_TEXT_LENGTH}")
     if "\x00" in value:
@@ -75,7 +76,7 @@ def reference_turn(fields: dict[str, Any]) -> object:
             _reference_strings("artifacts_shown", shown)
         _reference_strings("artifacts_hidden_refs", hidden)
         if not isinstance(ts, int | float) or isinstance(ts, bool):  # issue 15: True is not a time
-            raise InvalidTurn("ts", f"must be an epoch time in seconds (a float), got {_kind(ts)}")
+            raise InvalidTurn("ts", f"must be an epoch time in seconds (a float), got {kind_of(ts)}")
         if isinstance(ts, int):
             ts = float(ts)
         if not math.isfinite(ts) or ts < 0:
@@ -251,15 +252,15 @@ def test_the_surrogate_test_agrees_with_the_scan_on_every_code_point() -> None:
     """Strict UTF-8 encoding fails on exactly U+D800..U+DFFF, each alone or beside any other."""
     for code in range(0x110000):
         char = chr(code)
-        assert _has_lone_surrogate(char) == (0xD800 <= code <= 0xDFFF), hex(code)
-    assert _has_lone_surrogate("é" * 50 + "\ud83d\ude00")  # a surrogate pair in a str is two lone ones
-    assert not _has_lone_surrogate("é" * 50 + "\U0001f600")
+        assert has_lone_surrogate(char) == (0xD800 <= code <= 0xDFFF), hex(code)
+    assert has_lone_surrogate("é" * 50 + "\ud83d\ude00")  # a surrogate pair in a str is two lone ones
+    assert not has_lone_surrogate("é" * 50 + "\U0001f600")
 
 
 @given(st.text(_any_char, max_size=40))
 def test_the_surrogate_test_agrees_with_the_scan(text: str) -> None:
     """Any text: a lone surrogate is found by the encoding exactly when the scan finds one."""
-    assert _has_lone_surrogate(text) == (_SURROGATE.search(text) is not None)
+    assert has_lone_surrogate(text) == (_SURROGATE.search(text) is not None)
 
 
 # The event -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The vocabulary: keys, turns, configuration, events and their codec. No I/O."""
+"""The vocabulary: keys, turns (field checks in `_checks`), configuration, events, their codec. No I/O."""
 
 from convmem.events._codec import (
     EVENT_TYPES,

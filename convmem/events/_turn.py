@@ -20,6 +20,18 @@ from typing import Any, Literal
 import msgspec
 
 from convmem.errors import InvalidTurn
+from convmem.events._checks import (
+    MAX_TEXT_LENGTH,
+    check_items_of,
+    check_json,
+    check_strings,
+    check_text,
+    check_type,
+    has_lone_surrogate,
+    kind_of,
+    optional_text,
+    text_tuple,
+)
 from convmem.events._dates import date_text
 
 __all__ = [
@@ -30,128 +42,12 @@ __all__ = [
     "TrajectoryDigest",
 ]
 
-MAX_TEXT_LENGTH = 1_000_000
-"""Longest single text field, in characters: a turn is memory, not a document store."""
-
 ItemKind = Literal["message", "function_call", "function_call_output", "reasoning", "other"]
 _ITEM_KINDS: tuple[str, ...] = ("message", "function_call", "function_call_output", "reasoning", "other")
 _ROLES: tuple[str, ...] = ("user", "assistant", "system", "developer")
 
 
 _INF = math.inf
-
-
-def _has_lone_surrogate(value: str) -> bool:
-    """True when `value` holds a lone surrogate, so it cannot be encoded as UTF-8 (nor stored).
-
-    Strict UTF-8 encoding fails exactly on the code points U+D800..U+DFFF, and
-    it runs in C several times faster than a regular-expression scan; ASCII
-    text, the common case, cannot hold one and is not encoded at all.
-    """
-    if value.isascii():
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-_JSON_DEPTH = 64
-"""Deepest nesting of lists and objects in an artifact (deeper is refused, not recursed into)."""
-
-_INT_RANGE = (-(2**63), 2**64 - 1)
-"""The integers MessagePack (the log's encoding) can store."""
-
-
-def _kind(value: object) -> str:
-    """How an error names a value of the wrong type: its type and a short repr."""
-    shown = repr(value)
-    return f"{type(value).__name__} {shown[:60]}{'...' if len(shown) > 60 else ''}"
-
-
-def _check_type(field: str, value: object, kinds: type | tuple[type, ...], wanted: str) -> None:
-    if not isinstance(value, kinds):
-        raise InvalidTurn(field, f"must be {wanted}, got {_kind(value)}")
-
-
-def _check_text(field: str, value: str) -> None:
-    _check_type(field, value, str, "a string")
-    if len(value) > MAX_TEXT_LENGTH:
-        raise InvalidTurn(field, f"is {len(value)} characters long, over {MAX_TEXT_LENGTH}")
-    if "\x00" in value:
-        raise InvalidTurn(field, "contains a NUL character")
-    _check_strings(field, value)
-
-
-def _check_strings(field: str, value: object) -> None:
-    """Every string in `value` must be encodable as UTF-8 (no lone surrogate), or it cannot be stored."""
-    if isinstance(value, str):
-        if _has_lone_surrogate(value):
-            raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
-    elif isinstance(value, Mapping):
-        for key, inner in value.items():
-            _check_strings(field, key)
-            _check_strings(f"{field}.{key}", inner)
-    elif isinstance(value, list | tuple):
-        for i, inner in enumerate(value):
-            _check_strings(f"{field}[{i}]", inner)
-
-
-def _optional_text(field: str, value: str | None) -> None:
-    if value is not None:
-        _check_type(field, value, str, "a string or None")
-        _check_strings(field, value)
-
-
-def _text_tuple(owner: msgspec.Struct, name: str, field: str) -> None:
-    """`owner.name` must be a sequence of strings; a list is kept as the tuple a decode gives."""
-    value = getattr(owner, name)
-    _check_type(field, value, (tuple, list), "a tuple of strings")
-    for i, text in enumerate(value):
-        _check_type(f"{field}[{i}]", text, str, "a string")
-    _check_strings(field, value)
-    if isinstance(value, list):
-        msgspec.structs.force_setattr(owner, name, tuple(value))
-
-
-def _check_json(field: str, value: object, depth: int = 0) -> None:
-    """`value` must be JSON the log can store: strings, numbers, booleans, null, lists, objects."""
-    if isinstance(value, str):
-        if _has_lone_surrogate(value):
-            raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
-    elif value is None or isinstance(value, bool | float):
-        return
-    elif isinstance(value, int):
-        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-            raise InvalidTurn(field, f"is the integer {value}, outside the 64-bit range the log stores")
-    elif depth >= _JSON_DEPTH:
-        raise InvalidTurn(field, f"nests lists and objects deeper than {_JSON_DEPTH} levels")
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            if not isinstance(key, str):
-                raise InvalidTurn(field, f"has the key {_kind(key)}; JSON object keys are strings")
-            _check_json(field, key, depth)
-            _check_json(f"{field}.{key}", inner, depth + 1)
-    elif isinstance(value, list | tuple):
-        for i, inner in enumerate(value):
-            _check_json(f"{field}[{i}]", inner, depth + 1)
-    else:
-        raise InvalidTurn(
-            field,
-            f"holds {_kind(value)}, which is not JSON (strings, numbers, booleans, None, lists and "
-            "dicts with string keys)",
-        )
-
-
-def _check_items_of(owner: msgspec.Struct, name: str, kind: type) -> None:
-    """`owner.name` must be a sequence of `kind`; a list is kept as the tuple a decode gives."""
-    value = getattr(owner, name)
-    _check_type(name, value, (tuple, list), f"a tuple of {kind.__name__}")
-    for i, inner in enumerate(value):
-        _check_type(f"{name}[{i}]", inner, kind, f"a {kind.__name__}")
-    if isinstance(value, list):
-        msgspec.structs.force_setattr(owner, name, tuple(value))
 
 
 class TrajectoryDigest(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
@@ -163,14 +59,14 @@ class TrajectoryDigest(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
     artifacts_refs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_text("trajectory_digest.observations_summary", self.observations_summary)
+        check_text("trajectory_digest.observations_summary", self.observations_summary)
         if self.reasoning_summary is not None:
-            _check_text("trajectory_digest.reasoning_summary", self.reasoning_summary)
-        _text_tuple(self, "tools_invoked", "trajectory_digest.tools_invoked")
+            check_text("trajectory_digest.reasoning_summary", self.reasoning_summary)
+        text_tuple(self, "tools_invoked", "trajectory_digest.tools_invoked")
         for i, name in enumerate(self.tools_invoked):
             if not name:
                 raise InvalidTurn(f"trajectory_digest.tools_invoked[{i}]", "must not be empty")
-        _text_tuple(self, "artifacts_refs", "trajectory_digest.artifacts_refs")
+        text_tuple(self, "artifacts_refs", "trajectory_digest.artifacts_refs")
 
     def to_llm(self) -> dict[str, Any]:
         """The digest as the LLM sees it (empty fields left out)."""
@@ -207,12 +103,12 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
 
     def __post_init__(self) -> None:
         if self.kind not in _ITEM_KINDS:
-            raise InvalidTurn("kind", f"must be one of {', '.join(_ITEM_KINDS)}, got {_kind(self.kind)}")
+            raise InvalidTurn("kind", f"must be one of {', '.join(_ITEM_KINDS)}, got {kind_of(self.kind)}")
         if self.role is not None and self.role not in _ROLES:
-            raise InvalidTurn("role", f"must be one of {', '.join(_ROLES)} or None, got {_kind(self.role)}")
-        _check_text("content", self.content)
+            raise InvalidTurn("role", f"must be one of {', '.join(_ROLES)} or None, got {kind_of(self.role)}")
+        check_text("content", self.content)
         for field in ("call_id", "name", "arguments", "output", "raw"):
-            _optional_text(field, getattr(self, field))
+            optional_text(field, getattr(self, field))
         if self.kind == "other" and self.raw is None:
             raise InvalidTurn("raw", "an item of kind 'other' keeps the SDK item in raw")
         if self.kind == "message" and self.role is None:
@@ -310,16 +206,16 @@ class EntityMention(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_de
     attributes: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_type("entities.name", self.name, str, "a string")
+        check_type("entities.name", self.name, str, "a string")
         if not self.name.strip():
             raise InvalidTurn("entities.name", "must not be blank")
-        _check_strings("entities.name", self.name)
-        _optional_text("entities.kind", self.kind)
-        _check_type("entities.attributes", self.attributes, dict, "a dict of strings")
+        check_strings("entities.name", self.name)
+        optional_text("entities.kind", self.kind)
+        check_type("entities.attributes", self.attributes, dict, "a dict of strings")
         for name, value in self.attributes.items():
-            _check_type("entities.attributes", name, str, "keyed by strings")
-            _check_type(f"entities.attributes.{name}", value, str, "a string")
-        _check_strings("entities.attributes", self.attributes)
+            check_type("entities.attributes", name, str, "keyed by strings")
+            check_type(f"entities.attributes.{name}", value, str, "a string")
+        check_strings("entities.attributes", self.attributes)
 
 
 class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
@@ -353,8 +249,8 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
             and len(answer) <= MAX_TEXT_LENGTH
             and "\x00" not in user
             and "\x00" not in answer
-            and (user.isascii() or not _has_lone_surrogate(user))
-            and (answer.isascii() or not _has_lone_surrogate(answer))
+            and (user.isascii() or not has_lone_surrogate(user))
+            and (answer.isascii() or not has_lone_surrogate(answer))
             and type(ts) is float
             and 0.0 <= ts < _INF
             and self.items == ()
@@ -394,25 +290,25 @@ class ConversationTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
 
 def _check_turn(turn: ConversationTurn) -> None:
     """Every rule of a turn, in order: the first one broken raises `InvalidTurn`."""
-    _check_text("user_message", turn.user_message)
-    _check_text("assistant_response", turn.assistant_response)
-    _check_items_of(turn, "items", MessageItem)
-    _check_items_of(turn, "entities", EntityMention)
+    check_text("user_message", turn.user_message)
+    check_text("assistant_response", turn.assistant_response)
+    check_items_of(turn, "items", MessageItem)
+    check_items_of(turn, "entities", EntityMention)
     if not turn.user_message and not turn.assistant_response and not turn.items:
         raise InvalidTurn("turn", "has no user message, no assistant response and no items")
     if turn.trajectory_digest is not None:
-        _check_type(
+        check_type(
             "trajectory_digest", turn.trajectory_digest, TrajectoryDigest, "a TrajectoryDigest or None"
         )
-    _check_type("artifacts_shown", turn.artifacts_shown, dict, "a dict of JSON values")
+    check_type("artifacts_shown", turn.artifacts_shown, dict, "a dict of JSON values")
     if turn.artifacts_shown:
-        _check_json("artifacts_shown", turn.artifacts_shown)
-    _text_tuple(turn, "artifacts_hidden_refs", "artifacts_hidden_refs")
+        check_json("artifacts_shown", turn.artifacts_shown)
+    text_tuple(turn, "artifacts_hidden_refs", "artifacts_hidden_refs")
     if turn.source not in ("turn", "items"):
-        raise InvalidTurn("source", f"must be 'turn' or 'items', got {_kind(turn.source)}")
-    _check_type("ts", turn.ts, (int, float), "an epoch time in seconds (a float)")
+        raise InvalidTurn("source", f"must be 'turn' or 'items', got {kind_of(turn.source)}")
+    check_type("ts", turn.ts, (int, float), "an epoch time in seconds (a float)")
     if isinstance(turn.ts, bool):
-        raise InvalidTurn("ts", f"must be an epoch time in seconds (a float), got {_kind(turn.ts)}")
+        raise InvalidTurn("ts", f"must be an epoch time in seconds (a float), got {kind_of(turn.ts)}")
     if isinstance(turn.ts, int):
         msgspec.structs.force_setattr(turn, "ts", float(turn.ts))
     if not math.isfinite(turn.ts) or turn.ts < 0:

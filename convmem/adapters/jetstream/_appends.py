@@ -4,7 +4,9 @@
 `Last` is what the writer keeps of a session: its last event seq and the
 subject's last message (for the server's conditional publish). `parse_ack`
 reads the server's acknowledgement; a refusal of a conditional publish is
-`Refused`.
+`Refused`. `too_large` is the permanent error of an event that the server's
+``max_payload`` (less `HEADER_ROOM` for headers) cannot hold, raised before
+anything is sent.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import msgspec
 import nats.js.errors
 
 from convmem.actors import Settle
-from convmem.events import Event, MemoryKey
+from convmem.errors import InvalidInput, InvalidTurn
+from convmem.events import Event, ItemsAdded, MemoryKey, TurnAdded, TurnsAdopted
 
-__all__ = ["EMPTY", "EXPECTED", "Last", "PendingAppend", "Refused", "parse_ack"]
+__all__ = ["EMPTY", "EXPECTED", "HEADER_ROOM", "Last", "PendingAppend", "Refused", "parse_ack", "too_large"]
 
 EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _REFUSED = frozenset({10071, 10164, 10201})  # wrong last sequence (two forms); duplicate id in a batch
@@ -69,3 +72,21 @@ def parse_ack(data: bytes) -> dict[str, Any]:
     raise nats.js.errors.APIError(
         code=error.get("code"), description=error.get("description"), err_code=error.get("err_code")
     )
+
+
+HEADER_ROOM = 1024
+"""Bytes of the server's ``max_payload`` kept for an event's headers; the encoded event gets the rest."""
+
+
+def too_large(event: Event, offset: int, size: int, max_payload: int) -> InvalidInput:
+    """The permanent error of an event too large for the server (a turn's is `InvalidTurn`)."""
+    problem = (
+        f"encodes to {size:,} bytes, over the {max_payload - HEADER_ROOM:,} an event may take on this "
+        f"NATS server (its max_payload, {max_payload:,} bytes, less {HEADER_ROOM} for headers); "
+        "nothing was stored: shorten it, keep large artifacts outside the turn, or raise max_payload"
+    )
+    if isinstance(event, TurnAdded | TurnsAdopted):
+        return InvalidTurn("turn", problem)
+    if isinstance(event, ItemsAdded):
+        return InvalidTurn("items", problem)
+    return InvalidInput(f"events[{offset}] ({type(event).__name__})", problem)

@@ -30,6 +30,7 @@ from nats.aio.subscription import Subscription
 
 from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
 from convmem.adapters._loop import wait
+from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
 from convmem.adapters.jetstream._read import SubjectKeys, read_range, to_logged
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
@@ -38,11 +39,10 @@ from convmem.errors import (
     ConvmemError,
     InvalidConfig,
     InvalidInput,
-    InvalidTurn,
     SessionClosed,
     StoreNotFound,
 )
-from convmem.events import Event, ItemsAdded, MemoryKey, TurnAdded, TurnsAdopted, encode_event
+from convmem.events import Event, MemoryKey, encode_event
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
 
@@ -54,24 +54,6 @@ _log = logging.getLogger("convmem.jetstream")
 
 DEFAULT_STREAM = "CONVMEM_EVENTS"
 DEFAULT_PREFIX = "convmem.ev"
-
-
-HEADER_ROOM = 1024
-"""Bytes of the server's ``max_payload`` kept for an event's headers; the encoded event gets the rest."""
-
-
-def _too_large(event: Event, offset: int, size: int, max_payload: int) -> InvalidInput:
-    """The permanent error of an event too large for the server (a turn's is `InvalidTurn`)."""
-    problem = (
-        f"encodes to {size:,} bytes, over the {max_payload - HEADER_ROOM:,} an event may take on this "
-        f"NATS server (its max_payload, {max_payload:,} bytes, less {HEADER_ROOM} for headers); "
-        "nothing was stored: shorten it, keep large artifacts outside the turn, or raise max_payload"
-    )
-    if isinstance(event, TurnAdded | TurnsAdopted):
-        return InvalidTurn("turn", problem)
-    if isinstance(event, ItemsAdded):
-        return InvalidTurn("items", problem)
-    return InvalidInput(f"events[{offset}] ({type(event).__name__})", problem)
 
 
 class JetStreamEventLog:
@@ -238,7 +220,7 @@ class JetStreamEventLog:
         limit = self._conn.nc.max_payload - HEADER_ROOM
         for offset, payload in enumerate(payloads):
             if len(payload) > limit:
-                raise _too_large(events[offset], offset, len(payload), self._conn.nc.max_payload)
+                raise too_large(events[offset], offset, len(payload), self._conn.nc.max_payload)
         return PendingAppend(key, subject, events, payloads, expected_seq, done, what)
 
     def _open_for_append(self, key: MemoryKey) -> tuple[str, str]:
