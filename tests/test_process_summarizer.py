@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -153,3 +154,15 @@ def test_a_lazy_one_starts_its_child_on_the_first_call() -> None:
         assert ask(summarizer, "first").startswith("first (pid ")
         assert summarizer.pid is not None
         assert summarizer.restarts == 0
+
+
+def test_one_never_closed_stops_its_child_when_collected() -> None:
+    """Dropped without close() (inside a reference cycle, say), its child is killed and its pipes closed."""
+    summarizer = ProcessSummarizer(SCRIPTED, timeout=WAIT)
+    child = summarizer.pid
+    assert child is not None
+    cycle: list[object] = [summarizer]
+    cycle.append(cycle)
+    del summarizer, cycle
+    gc.collect()  # warnings are errors here: an unclosed pipe or a running Popen would fail the test
+    assert _ended(child)

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,6 +70,7 @@ class ProcessSummarizer:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
         self.restarts = 0
         """Children killed and replaced (a call past its limit, or a child that died)."""
@@ -139,11 +141,6 @@ class ProcessSummarizer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        child = getattr(self, "_child", None)
-        if child is not None:  # never closed: stop the child and close its pipes quietly
-            _kill(child)
-
     def _start(self) -> None:
         """Start a child, send it the summarizer to build and wait until it is ready (lock held)."""
         child = subprocess.Popen(
@@ -167,6 +164,9 @@ class ProcessSummarizer:
                 "target", f"{self.target!r} could not be built in its process: {ready['error']}"
             )
         self._child = child
+        # Never closed: the child is stopped and its pipes closed when this object goes, and at exit.
+        # (A finalizer, not __del__: it holds the Popen, so the Popen cannot be collected first.)
+        self._finalizer = weakref.finalize(self, _kill, child)
 
     def _restart(self) -> None:
         self._stop()
@@ -175,6 +175,9 @@ class ProcessSummarizer:
 
     def _stop(self) -> None:
         child, self._child = self._child, None
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         if child is not None:
             _kill(child)
 
