@@ -6,7 +6,7 @@ import os
 import re
 import warnings
 
-from convmem.actors._write import new_command_id
+from convmem.actors._ids import new_command_id
 
 
 def test_ids_are_32_hex_digits_and_never_repeat_in_a_process() -> None:

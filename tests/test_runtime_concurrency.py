@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
+import pytest
+from nats_fixtures import EmbeddedNatsServer
 from runtime_helpers import (
     EchoSummarizer,
     Harness,
@@ -18,8 +21,10 @@ from runtime_helpers import (
     users,
 )
 
-from convmem.errors import ConcurrencyConflict
+import convmem
+from convmem.errors import ConcurrencyConflict, InvalidTurn
 from convmem.events import MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import SessionState, agent_items
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
 
@@ -160,3 +165,53 @@ def test_writes_to_one_session_do_not_block_other_sessions(harness: Harness) -> 
     for t, k in enumerate(others):
         assert stored_users(harness.log, k) == [f"w{t}-{i}" for i in range(10)]
     assert summarizer.hanging >= 1
+
+
+def _kinds(state: SessionState | None) -> list[str]:
+    assert state is not None
+    return [item["type"] for item in agent_items(state) if "type" in item]
+
+
+_CALL = {"type": "function_call", "name": "lookup", "call_id": "c1", "arguments": "{}"}
+_RESULT = {"type": "function_call_output", "call_id": "c1", "output": "42"}
+
+
+def test_a_refusal_is_checked_against_the_log_when_another_writer_moved_it(harness: Harness) -> None:
+    """A stale live state would refuse a tool result whose call another process stored: it rereads first."""
+    first = harness.system(TRUNCATION, snapshots=None)
+    second = harness.system(TRUNCATION, snapshots=None)
+    a, b = first.session(key()), second.session(key())
+    a.add_turn(turn("a1"))
+    assert b.snapshot_state().version == a.snapshot_state().version  # b is live and current
+    a.add_items([_CALL])  # b does not see it
+    b.add_items([_RESULT])  # refused on b's own state; stored once checked against the log
+    assert b.snapshot_state() == replay_log(harness.log, key())
+    assert _kinds(b.snapshot_state()) == ["function_call", "function_call_output"]
+
+
+def test_a_refusal_that_holds_against_the_log_is_answered(harness: Harness) -> None:
+    """A result with no call anywhere stays refused after the reread, and nothing is stored."""
+    first = harness.system(TRUNCATION, snapshots=None)
+    a = first.session(key())
+    a.add_turn(turn("a1"))
+    before = replay_log(harness.log, key())
+    with pytest.raises(InvalidTurn, match="no function_call before it"):
+        a.add_items([_RESULT])
+    assert replay_log(harness.log, key()) == before
+
+
+def test_a_stale_refusal_on_the_log_loop_is_rechecked(nats_server: EmbeddedNatsServer) -> None:
+    """The same through asyncio handles on JetStream, where the write runs on the log's loop."""
+    session_key = MemoryKey("acme", "ann", "tools")
+
+    async def scenario() -> list[str]:
+        with convmem.connect(nats_server.url) as one, convmem.connect(nats_server.url) as two:
+            a, b = one.async_session(session_key), two.async_session(session_key)
+            await a.add_turn(turn("a1"))
+            await b.get_llm_context()  # b live at version 2
+            await a.add_items([_CALL])
+            await b.add_items([_RESULT])
+            await b.refresh()
+            return _kinds(b.state_if_live())
+
+    assert asyncio.run(scenario()) == ["function_call", "function_call_output"]

@@ -5,7 +5,9 @@
   once in `_operations`, answered through `_answers`).
 - `LiveSessions` (`_live`) keeps the live `SessionActor`s (`_session`) on a
   `Dispatcher`'s threads (`_dispatch`); a session sees the system only as its
-  `SessionHost`. Each write is one `Write` (`_write`), from decision to answer.
+  `SessionHost`. Each write is one `Write` (`_write`), from decision to answer;
+  it sees its session as a `WriteSession` (`_write_session`), and a write
+  without an idempotency key gets a fresh command id (`_ids`).
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
   snapshots; rebuilding in `_load`, which counts a session's version as every
   log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`

@@ -261,6 +261,9 @@ class SessionActor(PooledActor):
         ids = {e.event_id for e in events}
         return any(r.event_id in ids for r in self._storage.read(self.key))
 
+    def log_moved_on(self) -> bool:
+        return self._storage.log.last_seq(self.key) != self._cell.state.version
+
     def in_doubt(self, command_id: str) -> bool:
         return command_id in self._doubtful
 

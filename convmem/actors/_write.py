@@ -33,16 +33,14 @@ replay of the log. A caller is answered only after the log acknowledged.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import time
-from typing import Any, Protocol
 
-from convmem.actors._metrics import Metrics
+from convmem.actors._ids import new_command_id
 from convmem.actors._ports import Settle
+from convmem.actors._write_session import WriteSession
 from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
-from convmem.events import AnyEvent, MemoryKey
+from convmem.events import AnyEvent
 from convmem.projections import (
     AddItems,
     AddTurn,
@@ -54,7 +52,7 @@ from convmem.projections import (
     replay,
 )
 
-__all__ = ["MAX_CONFLICT_RETRIES", "Write", "WriteSession", "new_command_id"]
+__all__ = ["MAX_CONFLICT_RETRIES", "Write", "WriteSession"]
 
 _log = logging.getLogger("convmem.session")
 
@@ -62,89 +60,6 @@ MAX_CONFLICT_RETRIES = 20
 
 _GROWS = (AddTurn, AddItems, AdoptTurns)
 """Commands that store turns."""
-
-
-class _CommandIds:
-    """Log-wide unique command ids: 64 random bits drawn once per process, then a counter.
-
-    As unique as `uuid4().hex` for the log's deduplication (same 32 hex digits)
-    without reading the system's random source on every write. A forked child
-    draws its own random bits, or parent and child would repeat each other's ids.
-    """
-
-    def __init__(self) -> None:
-        self._draw()
-        os.register_at_fork(after_in_child=self._draw)
-
-    def _draw(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._numbers = itertools.count()
-
-    def __call__(self) -> str:
-        return f"{self._prefix}{next(self._numbers):016x}"
-
-
-new_command_id = _CommandIds()
-
-
-class WriteSession(Protocol):
-    """The session a write works on, as the write sees it (`SessionActor` is one)."""
-
-    key: MemoryKey
-    uncertain: bool
-    """An append failed without an answer: the log may hold more than the state shows."""
-    on_loop: bool
-    """The write runs on an event loop that claimed the actor: it must not read the log there."""
-
-    @property
-    def state(self) -> SessionState: ...
-
-    @property
-    def metrics(self) -> Metrics: ...
-
-    def decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]: ...
-
-    def opening(self) -> StartSession:
-        """The command that starts this session (with its configuration)."""
-        ...
-
-    def start_append(self, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
-        """Begin the append; `settle` may be settled before this returns (a plain log)."""
-        ...
-
-    def reload(self) -> None:
-        """Replace the state by the log's (blocking)."""
-        ...
-
-    def load(self) -> SessionState:
-        """The log's state of the session, leaving the session's as it is (blocking)."""
-        ...
-
-    def already_stored(self, events: list[AnyEvent]) -> bool:
-        """Whether the log holds one of these events' ids (blocking)."""
-        ...
-
-    def in_doubt(self, command_id: str) -> bool: ...
-
-    def doubt(self, command_id: str) -> None: ...
-
-    def settle_doubt(self, command_id: str) -> None: ...
-
-    def adopt(self, state: SessionState) -> None:
-        """Take the log's state as it is (nothing to tell anyone)."""
-        ...
-
-    def publish(self, state: SessionState, events: list[AnyEvent], old: SessionState) -> None: ...
-
-    def written(self, *, grew: bool) -> None:
-        """A write ended (stored, refused or failed): schedule what follows it."""
-        ...
-
-    def hold(self) -> None: ...
-
-    def let_go(self) -> None: ...
-
-    def requeue(self, message: Any) -> None: ...
 
 
 class _Step:
@@ -165,6 +80,8 @@ _RETRY = _Step("retry")
 """Another writer came first: reread the log, then decide again (or find our events stored)."""
 _RECHECK = _Step("recheck")
 """The log acknowledged other events (it held these ids): reread it; nothing new was stored."""
+_CONFIRM = _Step("confirm")
+"""The state refused the command: reread the log, which another writer may have moved, and decide again."""
 _VERIFY = _Step("verify")
 """A retried command, stored: the log may hold the earlier attempt instead; take the log's state."""
 
@@ -181,6 +98,7 @@ class Write:
         "_appending",
         "_attempts",
         "_base",
+        "_confirmed",
         "_events",
         "_id",
         "_opening",
@@ -203,6 +121,8 @@ class Write:
         self._step = _DECIDE
         self._opening = False
         self._attempts = 0
+        self._confirmed = False
+        """A refusal was checked against the log's latest state: the next one is the answer."""
         self._appending = False
         self._session: WriteSession | None = None
         self._base = SessionState()
@@ -239,7 +159,24 @@ class Write:
             self._step = _DECIDE
             if self._reread(session, step):
                 return
-        self._decide(session)
+        try:
+            self._decide(session)
+        except ConvmemError:
+            # A refusal stands only against the log's latest state: a session this process keeps
+            # live may be behind another process's writes (optimistic concurrency catches a stale
+            # append, not a stale refusal). Refusals are rare, so the log is read only for them.
+            if self._confirmed:
+                raise
+            self._confirmed = True
+            if not can_read:
+                self._step = _CONFIRM
+                session.hold()
+                session.requeue(self)
+                return
+            if not session.log_moved_on():
+                raise
+            session.reload()
+            self._decide(session)
 
     def _reread(self, session: WriteSession, step: _Step) -> bool:
         """Read the log as `step` needs before deciding again; True when the write got its answer.
