@@ -73,23 +73,17 @@ _log = logging.getLogger("convmem.service")
 class MemoryService:
     """Serves a `MemorySystem`'s sessions on NATS (see the module docstring).
 
-    `url` is the NATS server of the API (it may differ from the log's).
-    `max_concurrency` bounds the requests handled at once; `max_timeout`
-    caps the seconds a request may ask for; `fresh_reads` (default on) makes
-    reads check the log for writes made through other services;
-    `drain_timeout` bounds how long `stop()` waits for requests in flight;
-    `status_timeout` how long this replica's status may take before it
-    reports itself unhealthy.
-    `partitioned` makes it one of the workers that share the session
-    partitions (`convmem serve --workers`; see `_partitions`): it answers the
-    sessions of the partitions it owns, and any request on the plain subjects.
-    `instance` names it (default: random); `worker` is shown in its status.
-    `loop` (the loop the system's log runs on, left running by `stop()`)
-    makes the service run there and await each ``add_turn`` on it, no thread
-    in between.
-    `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options`
-    go to nats-py's ``connect`` as they are.
-    The service never closes `system`: its owner does, after `stop()`.
+    `url` is the NATS server of the API (it may differ from the log's). `max_concurrency` bounds the
+    requests handled at once; `max_timeout` caps the seconds a request may ask for; `fresh_reads`
+    (default on) makes reads check the log for writes made through other services; `drain_timeout`
+    bounds how long `stop()` waits for requests in flight; `status_timeout` how long this replica's
+    status may take before it reports itself unhealthy. `partitioned` makes it one of the workers
+    that share the session partitions (`convmem serve --workers`; see `_partitions`): it answers the
+    sessions of the partitions it owns, and any request on the plain subjects. `instance` names it
+    (default: random); `worker` is shown in its status. `loop` (the loop the system's log runs on,
+    left running by `stop()`) makes the service run there and await each ``add_turn`` on it, no
+    thread in between. `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options` go
+    to nats-py's ``connect`` as they are. The service never closes `system` (its owner does, after).
     """
 
     def __init__(
