@@ -70,25 +70,33 @@ def test_the_live_set_never_exceeds_its_bound_and_no_acknowledged_turn_is_lost(h
 
 
 def test_an_evicted_session_finishes_its_write_before_it_reactivates(harness: Harness) -> None:
-    """A session evicted while its write is still in the log call reactivates only after that write."""
+    """A session evicted while its write is still in the log call reactivates only after that write.
+
+    Meanwhile its cell is cached: a read shows the last acknowledged state (reads never wait for a
+    write), and the next write waits for the evicted actor, then decides on top of its turn.
+    """
     log = GatedLog()
     system = harness.system(TRUNCATION, log=log, max_live_sessions=1)
     stuck, other = key("stuck"), key("other")
     system.session(stuck).add_turn(turn("first"))
+    system.session(other).add_turn(turn("o1"))
+    system.session(stuck).add_turn(turn("again"))
     log.arm()
     writer = threading.Thread(target=lambda: system.session(stuck).add_turn(turn("second")))
     writer.start()
     assert log.entered.wait(15)
-    system.session(other).get_llm_context()  # evicts `stuck` while its append is in flight
+    system.session(other).add_turn(turn("o2"))  # `other` comes back from the cache: `stuck` is evicted
     assert not system.is_live(stuck)
-    read: list[list[str]] = []
-    reader = threading.Thread(target=lambda: read.append(users(system.session(stuck).snapshot_state())))
-    reader.start()
+    assert system.is_cached(stuck)
+    assert users(system.session(stuck).snapshot_state()) == ["first", "again"]
+    late = threading.Thread(target=lambda: system.session(stuck).add_turn(turn("third")))
+    late.start()
     log.gate.set()
     writer.join(15)
-    reader.join(15)
-    assert read == [["first", "second"]]
+    late.join(15)
+    assert users(system.session(stuck).snapshot_state()) == ["first", "again", "second", "third"]
     assert system.session(stuck).snapshot_state() == replay_log(log, stuck)
+    assert system.metrics.snapshot()["counts"].get("conflicts", 0) == 0
 
 
 def test_passivate_while_a_write_is_in_flight_loses_nothing(harness: Harness) -> None:
@@ -115,7 +123,7 @@ def test_passivate_while_a_write_is_in_flight_loses_nothing(harness: Harness) ->
 
 
 def test_an_idle_session_passivates_after_idle_seconds_on_the_clock(harness: Harness) -> None:
-    """A session untouched for idle_seconds (manual clock) loses its actor; its next call reactivates it."""
+    """A session untouched for idle_seconds (manual clock) loses its actor; its next write reactivates it."""
     system = harness.system(TRUNCATION, idle_seconds=10.0)
     busy, idle = system.session(key("busy")), system.session(key("idle"))
     idle.add_turn(turn("sleepy"))
@@ -128,8 +136,13 @@ def test_an_idle_session_passivates_after_idle_seconds_on_the_clock(harness: Har
     harness.clock.advance(5.0)
     assert not system.is_live(key("busy"))
     assert system.live_sessions() == 0
-    assert users(idle.snapshot_state()) == ["sleepy"]
+    assert system.is_cached(key("idle"))
+    assert users(idle.snapshot_state()) == ["sleepy"]  # a read is served from the cache, with no actor
+    assert not system.is_live(key("idle"))
+    idle.add_turn(turn("awake"))
     assert system.is_live(key("idle"))
+    assert not system.is_cached(key("idle"))
+    assert users(idle.snapshot_state()) == ["sleepy", "awake"]
 
 
 def test_a_session_that_still_has_summary_work_is_not_passivated_when_idle(harness: Harness) -> None:
@@ -293,9 +306,10 @@ def test_a_passivated_session_reactivates_from_the_log_with_an_equal_state(
     assert system.passivate(key())
     assert not system.is_live(key())
     assert not system.passivate(key())
-    after = session.snapshot_state()
+    after = session.snapshot_state()  # loaded from the log into the idle cache: no actor for a read
     assert after == before
-    assert system.is_live(key())
+    assert system.is_cached(key())
+    assert not system.is_live(key())
     _, report = system.load(key())
     assert (report.snapshot_seq > 0) is with_snapshots
     assert session.add_turn(turn("after")) == 11

@@ -48,7 +48,7 @@ import pykka
 from pykka import ActorRegistry, ThreadingFuture
 from pykka._envelope import Envelope
 
-__all__ = ["Dispatcher", "PooledActor", "claim", "is_busy"]
+__all__ = ["Dispatcher", "PooledActor", "claim", "is_busy", "stop_idle"]
 
 _log = logging.getLogger("convmem.dispatch")
 
@@ -63,6 +63,20 @@ def claim(ref: pykka.ActorRef[Any]) -> PooledActor | None:
     """
     inbox = ref.actor_inbox
     return inbox.claim() if isinstance(inbox, _Inbox) else None
+
+
+def stop_idle(ref: pykka.ActorRef[Any]) -> bool:
+    """Stop `ref`'s actor on the calling thread if it is a pooled actor, idle, with no mail.
+
+    Its `on_stop` runs here, at once, as it would on a dispatcher thread after
+    a stop message: no thread hand-off. False (nothing done) when the actor is
+    busy or has mail: stop it with `ref.stop()` then, behind its mail.
+    """
+    actor = claim(ref)
+    if actor is None:
+        return False
+    actor.stop_claimed()
+    return True
 
 
 def is_busy(ref: pykka.ActorRef[Any]) -> bool:
@@ -222,6 +236,9 @@ class PooledActor(pykka.Actor):
     """True while a message runs on the thread (or loop) that sent it (`run_claimed`)."""
     on_loop = False
     """True while a message runs on an event loop that claimed the actor: it must not block."""
+    starts_idle = False
+    """Start on the starting thread (`on_start` runs there) and idle, ready to be claimed at once,
+    instead of setting up on a dispatcher thread first."""
 
     @staticmethod
     def _create_actor_inbox() -> _Inbox:
@@ -233,8 +250,18 @@ class PooledActor(pykka.Actor):
 
     def _start_actor_loop(self) -> None:
         self._set_up = False
-        self.actor_inbox.actor = self
-        self.dispatcher.schedule(self)
+        inbox = self.actor_inbox
+        inbox.actor = self
+        if not self.starts_idle:
+            self.dispatcher.schedule(self)
+            return
+        self._set_up = True
+        self._actor_loop_setup()
+        with inbox._lock:
+            if not inbox._items:
+                inbox._scheduled = False
+                return
+        self.dispatcher.schedule(self)  # mail came already (a broadcast): to the dispatcher with it
 
     def _run_slice(self) -> None:
         """Run on a dispatcher thread: start up once, then handle up to `_SLICE` messages."""
@@ -278,6 +305,14 @@ class PooledActor(pykka.Actor):
         finally:
             self.on_caller_thread = False
             self.on_loop = False
+            self._drop_holder()
+
+    def stop_claimed(self) -> None:
+        """Stop the actor on the thread that claimed it (`stop_idle`): `on_stop` runs here."""
+        self.actor_inbox.holders = 1
+        try:
+            self._stop()
+        finally:
             self._drop_holder()
 
     def on_claimed(self, message: Any) -> None:

@@ -1,13 +1,19 @@
 """`LiveSessions`: the registry of live session actors, and what each of them sees of the system.
 
-Sessions are virtual. A session activates on its first message (snapshot plus
-the log's tail) and passivates when idle for `idle_seconds` or when the live
-set grows past `max_live_sessions` (least recently used first). Every message
-to a session goes through the registry under one lock, and a session leaves
-the registry before its actor is told to stop, so nothing is sent to a
-stopping actor; whatever was already queued is handed back (`stopped`) and
-delivered to the next activation, on a dispatcher thread. A passivated
-session costs no memory and loses nothing.
+Sessions are virtual. A session activates on its first write (from the idle
+cache, else its snapshot plus the log's tail) and its actor leaves when idle
+for `idle_seconds` or when the live set grows past `max_live_sessions` (least
+recently used first). Every message to a session goes through the registry
+under one lock, and a session leaves the registry before its actor is told to
+stop, so nothing is sent to a stopping actor; whatever was already queued is
+handed back (`stopped`) and delivered to the next activation, on a dispatcher
+thread.
+
+A session whose actor left keeps its cell (state and served view) in the
+`IdleCache`, bounded in bytes: reads are served from it with no actor, and a
+write starts an actor from it without reading the log (optimistic concurrency
+on the log's last seq catches another process's writes). An explicit
+`passivate`, an erasure (`forget`) and closing drop the cached cell too.
 
 `LiveSessions` is the `SessionHost` its actors are started with: the clock,
 the metrics, the storage, the per-session services, the callbacks, and
@@ -28,7 +34,8 @@ import msgspec
 import pykka
 
 from convmem.actors._callbacks import Callbacks
-from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy
+from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy, stop_idle
+from convmem.actors._idle import IdleCache
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock
 from convmem.actors._services import ServiceRegistry
@@ -79,6 +86,7 @@ class LiveSessions:
         idle_seconds: float,
         actor_threads: int,
         timeout: float,
+        idle_cache_bytes: int,
     ) -> None:
         self.storage = storage
         self.services = services
@@ -92,6 +100,8 @@ class LiveSessions:
         self._callbacks = callbacks
         self._lock = threading.RLock()
         self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
+        self.idle = IdleCache(idle_cache_bytes)
+        """The cells of sessions whose actor left (under `_lock`)."""
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
         # Actors told to stop that may still be handling their last messages: a new
         # activation of the key waits for them, or it would load the log too early.
@@ -160,7 +170,7 @@ class LiveSessions:
             if self.closed:
                 _fail(message, SessionClosed("the memory system is closed"))
                 return
-            entry = self._entry(key)
+            entry = self._actor(key)
             with self._lock:
                 if self._live.get(key) is entry:
                     actor = self._hand(entry, message, here=here)
@@ -174,9 +184,14 @@ class LiveSessions:
         """
         with self._lock:
             entry = None if self.closed else self._live.get(key)
+            evicted: list[_Live] = []
             if entry is None:
-                return False
+                started = self._from_idle(key)  # reads no log: fine on a loop
+                if started is None:
+                    return False
+                entry, evicted = started
             actor = self._hand(entry, write, here=True)
+        self._stop_evicted(evicted)
         if actor is not None:
             actor.run_claimed(write, on_loop=True)
         return True
@@ -193,15 +208,16 @@ class LiveSessions:
         return actor
 
     def cell(self, key: MemoryKey) -> StateCell:
-        """The live state cell of `key`, activating the session when needed."""
-        return self._entry(key).cell
+        """The state cell of `key`: live, else cached, else loaded into the cache (no actor starts)."""
+        entry = self._entry(key, actor=False)
+        return entry.cell if isinstance(entry, _Live) else entry
 
     def live_cell(self, key: MemoryKey) -> StateCell | None:
-        """The state cell of `key` if its session is live (never activates: safe on an event loop)."""
+        """The state cell of `key` if it is live or cached, else None (never reads the log: loop-safe)."""
         with self._lock:
             entry = self._live.get(key)
             if entry is None:
-                return None
+                return self.idle.get(key)
             self._live.move_to_end(key)
             return entry.cell
 
@@ -220,14 +236,31 @@ class LiveSessions:
         with self._lock:
             return key in self._live
 
+    def is_cached(self, key: MemoryKey) -> bool:
+        """Whether `key`'s cell is in the idle cache (its actor left, its state kept)."""
+        with self._lock:
+            return key in self.idle
+
+    def cached(self) -> tuple[int, int]:
+        """(sessions in the idle cache, the bytes they are estimated to hold)."""
+        with self._lock:
+            return len(self.idle), self.idle.bytes
+
     def count(self) -> int:
         with self._lock:
             return len(self._live)
 
     # Activation and passivation -----------------------------------------------------------
 
-    def _entry(self, key: MemoryKey) -> _Live:
+    def _actor(self, key: MemoryKey) -> _Live:
+        entry = self._entry(key, actor=True)
+        assert isinstance(entry, _Live)
+        return entry
+
+    def _entry(self, key: MemoryKey, *, actor: bool) -> _Live | StateCell:
+        """`key`'s live entry; without `actor`, its cached cell will do (loaded from the log if need be)."""
         while True:
+            evicted: list[_Live] = []
             with self._lock:
                 entry = self._live.get(key)
                 if entry is not None:
@@ -235,7 +268,17 @@ class LiveSessions:
                     return entry
                 if self.closed:
                     raise SessionClosed("the memory system is closed")
-                key_lock = self._activation_locks.setdefault(key, threading.Lock())
+                if not actor:
+                    cell = self.idle.get(key)
+                    if cell is not None:
+                        return cell
+                started = self._from_idle(key) if actor else None
+                if started is None:
+                    key_lock = self._activation_locks.setdefault(key, threading.Lock())
+            if started is not None:
+                entry, evicted = started
+                self._stop_evicted(evicted)
+                return entry
             with key_lock:
                 with self._lock:
                     entry = self._live.get(key)
@@ -245,70 +288,134 @@ class LiveSessions:
                         # An activation retired this lock while we waited for it: another thread
                         # may hold the current one, so take that, or two actors would start.
                         continue
-                    previous = self._stopping.pop(key, None)
+                    previous = self._stopping.get(key)
                 if previous is not None and not previous.actor_stopped.wait(self.timeout):
                     _log.warning("session %s: the previous actor did not stop within %ss", key, self.timeout)
-                return self._activate(key, key_lock)
+                return self._activate(key, key_lock, previous, actor=actor)
 
-    def _activate(self, key: MemoryKey, key_lock: threading.Lock) -> _Live:
-        """Start `key`'s actor from its snapshot and the log; evict past the bound. Under `key_lock`."""
-        state, report = self.storage.load(key)
-        if report.poison:
-            self.metrics.count("poison_events", len(report.poison))
-        cell = StateCell(state, self.clock.now())
-        ref = SessionActor.start(self, key, cell)
-        evicted: list[_Live] = []
+    def _from_idle(self, key: MemoryKey) -> tuple[_Live, list[_Live]] | None:
+        """Under the lock: `key`'s actor started from its cached cell, if it is cached and nobody
+        is activating it or waiting for its previous actor; with the entries evicted to make room."""
+        if key in self._stopping or key in self._activation_locks:
+            return None
+        cell = self.idle.pop(key)
+        if cell is None:
+            return None
+        self.metrics.count("idle_cache_hits")
+        return self._admit(key, cell)
+
+    def _activate(
+        self,
+        key: MemoryKey,
+        key_lock: threading.Lock,
+        previous: pykka.ActorRef[SessionActor] | None,
+        *,
+        actor: bool,
+    ) -> _Live | StateCell:
+        """Start `key`'s actor (or, without `actor`, cache its cell) from the idle cache, else from its
+        snapshot and the log; evict past the bound. Under `key_lock`, the previous actor stopped."""
         with self._lock:
-            entry = _Live(ref, cell)
-            self._live[key] = entry
-            # Summary work starts only now that replies (`tell`) can find the actor.
-            ref.tell(Wake())
+            if previous is not None and self._stopping.get(key) is previous:
+                del self._stopping[key]
+            cell = self.idle.pop(key) if actor else self.idle.get(key)
+        if cell is None:
+            try:
+                state, report = self.storage.load(key)
+            except BaseException:
+                with self._lock:
+                    if self._activation_locks.get(key) is key_lock:
+                        del self._activation_locks[key]
+                raise
+            if report.poison:
+                self.metrics.count("poison_events", len(report.poison))
+            self.metrics.count("idle_cache_misses")
+            cell = StateCell(state, self.clock.now())
+        elif actor:
+            self.metrics.count("idle_cache_hits")
+        with self._lock:
             self._activation_locks.pop(key, None)
-            excess = len(self._live) - self.max_live_sessions
-            if excess > 0:
-                # Least recently used first, but not a session whose summary or flush is under way:
-                # passivating it would throw the work away and wake it again at once (sessions then
-                # evict each other without end). The bound gives way until the work is done.
-                idle = ((k, e) for k, e in self._live.items() if k != key and not e.cell.busy())
-                for old_key, old in list(itertools.islice(idle, excess)):
-                    del self._live[old_key]
-                    self._stopping[old_key] = old.ref
-                    evicted.append(old)
-        self.metrics.count("activations")
-        for old in evicted:
-            self.metrics.count("passivations")
-            old.ref.stop(block=False)
-        if self.closed:
-            ref.stop(block=False)
-            raise SessionClosed("the memory system is closed")
+            if self.closed:
+                raise SessionClosed("the memory system is closed")
+            if not actor:
+                self.idle.put(key, cell)
+                return cell
+            entry, evicted = self._admit(key, cell)
+        self._stop_evicted(evicted)
         return entry
 
+    def _admit(self, key: MemoryKey, cell: StateCell) -> tuple[_Live, list[_Live]]:
+        """Under the lock: start `key`'s actor on `cell` and make it live; returns it with the entries
+        evicted past the bound (their cells cached; `_stop_evicted` stops their actors)."""
+        cell.last_used = self.clock.now()
+        ref = SessionActor.start(self, key, cell)
+        entry = _Live(ref, cell)
+        self._live[key] = entry
+        if next_due_at(cell.state) is not None:
+            ref.tell(Wake())  # summary work resumes (timers and replies can find the actor now)
+        self.metrics.count("activations")
+        evicted: list[_Live] = []
+        excess = len(self._live) - self.max_live_sessions
+        if excess > 0:
+            # Least recently used first, but not a session whose summary or flush is under way:
+            # passivating it would throw the work away and wake it again at once (sessions then
+            # evict each other without end). The bound gives way until the work is done.
+            idle = ((k, e) for k, e in self._live.items() if k != key and not e.cell.busy())
+            for old_key, old in list(itertools.islice(idle, excess)):
+                self._retire(old_key, old, keep=True)
+                evicted.append(old)
+        return entry, evicted
+
+    def _retire(self, key: MemoryKey, entry: _Live, *, keep: bool) -> None:
+        """Under the lock: `key` leaves the live set, its cell cached when `keep`; its actor is stopping."""
+        del self._live[key]
+        self._stopping[key] = entry.ref
+        if keep:
+            self.idle.put(key, entry.cell)
+        else:
+            self.idle.pop(key)
+
+    def _stop_evicted(self, evicted: list[_Live]) -> None:
+        """Stop the actors of evicted entries: here when idle, else behind their mail."""
+        for old in evicted:
+            self.metrics.count("passivations")
+            if not stop_idle(old.ref):
+                old.ref.stop(block=False)
+
     def passivate(self, key: MemoryKey) -> bool:
-        """Stop the session's actor now (it reactivates on its next message)."""
+        """Stop the session's actor now and forget its cached state (it reloads from the log when next used).
+
+        True when the session was live or cached.
+        """
         with self._lock:
-            entry = self._live.pop(key, None)
+            cached = self.idle.pop(key) is not None
+            entry = self._live.get(key)
             if entry is None:
-                return False
-            self._stopping[key] = entry.ref
+                return cached
+            self._retire(key, entry, keep=False)
         entry.ref.stop(block=True, timeout=self.timeout)
         return True
 
     def forget(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
-        """Passivate every live session whose key `matches`, and wait for those already stopping.
+        """Drop every live or cached session whose key `matches`, and wait for those already stopping.
 
         Returns the keys dropped, in key order.
         """
         with self._lock:
+            # The cache first, under the same lock hold as the live set is read: a session that an
+            # activation takes from the cache is live by the time the lock is free, so it is seen below.
+            cached = self.idle.drop(matches)
             stopping = [(k, ref) for k, ref in self._stopping.items() if matches(k)]
             live = [k for k in self._live if matches(k)]
         for _key, ref in stopping:
             ref.actor_stopped.wait(self.timeout)
         for key in live:
             self.passivate(key)
-        return sorted({*live, *(k for k, _ in stopping)}, key=MemoryKey.composite)
+        with self._lock:
+            cached.extend(self.idle.drop(matches))  # cells that stopping actors were evicted into meanwhile
+        return sorted({*live, *cached, *(k for k, _ in stopping)}, key=MemoryKey.composite)
 
     def _sweep(self) -> None:
-        """Passivate sessions idle for `idle_seconds` with no summary work due."""
+        """Retire the actors of sessions idle for `idle_seconds` with no summary work due (cells cached)."""
         now = self.clock.now()
         idle: list[_Live] = []
         with self._lock:
@@ -320,16 +427,13 @@ class LiveSessions:
                     continue
                 if next_due_at(cell.state) is not None:
                     continue  # keep healing sessions live; the LRU bound still applies
-                del self._live[key]
-                self._stopping[key] = entry.ref
+                self._retire(key, entry, keep=True)
                 idle.append(entry)
             for key, ref in list(self._stopping.items()):
                 if not ref.is_alive():
                     del self._stopping[key]
             self._sweep_timer = self.clock.call_at(now + self.idle_seconds / 2, self._sweep)
-        for entry in idle:
-            self.metrics.count("passivations")
-            entry.ref.stop(block=False)
+        self._stop_evicted(idle)
 
     def close(self) -> None:
         """Stop every session actor (after its queued messages), then the dispatcher's threads."""
@@ -339,6 +443,7 @@ class LiveSessions:
             self.closed = True
             entries = list(self._live.values())
             self._live.clear()
+            self.idle.clear()
             self._sweep_timer.cancel()
         for entry in entries:
             try:

@@ -142,6 +142,8 @@ class SessionHost(Protocol):
 class SessionActor(PooledActor):
     """One live session. Started and stopped by `LiveSessions` only."""
 
+    starts_idle = True  # a write that activates the session runs at once on the caller's thread
+
     def __init__(self, host: SessionHost, key: MemoryKey, cell: StateCell) -> None:
         super().__init__()
         self.dispatcher = host.dispatcher

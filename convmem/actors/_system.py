@@ -29,6 +29,7 @@ from convmem.actors._clock import SystemClock
 from convmem.actors._erasure import ErasureNotice, ErasureWatch
 from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
+from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES
 from convmem.actors._live import LiveSessions, SessionActivity
 from convmem.actors._load import LoadReport
 from convmem.actors._metrics import Metrics
@@ -56,10 +57,17 @@ class Erased(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _check_settings(
-    max_live_sessions: int, idle_seconds: float, snapshot_every: int, actor_threads: int, on_poison: str
+    max_live_sessions: int,
+    idle_seconds: float,
+    snapshot_every: int,
+    actor_threads: int,
+    on_poison: str,
+    idle_cache_bytes: int,
 ) -> None:
     if max_live_sessions < 1:
         raise InvalidConfig("max_live_sessions", f"must be >= 1, got {max_live_sessions}")
+    if isinstance(idle_cache_bytes, bool) or not isinstance(idle_cache_bytes, int) or idle_cache_bytes < 0:
+        raise InvalidConfig("idle_cache_bytes", f"must be an int >= 0 (0: none), got {idle_cache_bytes!r}")
     if idle_seconds <= 0:
         raise InvalidConfig("idle_seconds", f"must be > 0, got {idle_seconds}")
     if snapshot_every < 1:
@@ -91,6 +99,7 @@ class MemorySystem:
         on_health_changed: Callable[..., Any] | None = None,
         max_live_sessions: int = 256,
         idle_seconds: float = 300.0,
+        idle_cache_bytes: int = DEFAULT_IDLE_CACHE_BYTES,
         snapshot_every: int = 50,
         summarizer_workers: int = 4,
         summarizer_queue: int = 1000,
@@ -102,7 +111,9 @@ class MemorySystem:
         on_close: Callable[[], object] | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
-        _check_settings(max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison)
+        _check_settings(
+            max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison, idle_cache_bytes
+        )
         if summarizer_abandoned is not None and summarizer_abandoned < 0:
             raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {summarizer_abandoned}")
         if summarizer is not None and not callable(summarizer):
@@ -136,6 +147,7 @@ class MemorySystem:
             idle_seconds=idle_seconds,
             actor_threads=actor_threads,
             timeout=timeout,
+            idle_cache_bytes=idle_cache_bytes,
         )
         self._closed = False
         self._close_lock = threading.Lock()
@@ -192,6 +204,14 @@ class MemorySystem:
         """Whether `key` has a live actor now."""
         return self._sessions.is_live(key)
 
+    def is_cached(self, key: MemoryKey) -> bool:
+        """Whether `key` is in the idle cache: no actor, its state and view kept for reads and writes."""
+        return self._sessions.is_cached(key)
+
+    def cached_sessions(self) -> tuple[int, int]:
+        """(sessions in the idle cache, the bytes they are estimated to hold; at most `idle_cache_bytes`)."""
+        return self._sessions.cached()
+
     def activity(self, key: MemoryKey) -> SessionActivity | None:
         """What the live session `key` is doing now, or None when it is not live.
 
@@ -202,7 +222,10 @@ class MemorySystem:
         return self._sessions.activity(key)
 
     def passivate(self, key: MemoryKey) -> bool:
-        """Stop the session's actor now (it reactivates on its next message)."""
+        """Stop the session's actor now and drop its cached state: its next call reloads it from the log.
+
+        True when the session was live or cached.
+        """
         return self._sessions.passivate(key)
 
     def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:

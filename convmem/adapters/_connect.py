@@ -59,6 +59,7 @@ class ConnectOptions(BackendOptions, total=False):
     on_health_changed: Callable[..., Any] | None
     max_live_sessions: int
     idle_seconds: float
+    idle_cache_bytes: int
     snapshot_every: int
     summarizer_workers: int
     summarizer_queue: int

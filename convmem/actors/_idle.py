@@ -1,0 +1,156 @@
+"""`IdleCache`: the sessions whose actor left, kept as their state and served view, bounded in bytes.
+
+A session past the live bound (or idle for `idle_seconds`) loses its actor,
+not its memory: its `StateCell` (the latest acknowledged state, immutable, and
+the context view built from it) moves here. A read of a cached session is
+served from the cell with no actor; a write starts an actor from the cell
+with no read of the log. Optimistic concurrency stays the safety net: the
+write appends after the cached state's seq, and if another process wrote
+meanwhile the log refuses it, the session rereads the log and decides again.
+
+The cache is bounded by an estimate of the memory its entries hold
+(`idle_bytes`); past the bound the least recently used entries go, and their
+sessions come back from their snapshot and the log's tail. Everything that
+makes a cached state wrong drops its entry: erasure (here or in another
+process), an explicit passivation, a fork into the key, closing the system.
+
+Not thread-safe on its own: `LiveSessions` calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from convmem.actors._session import StateCell
+from convmem.events import MemoryKey
+from convmem.projections import SessionState, encode_state
+
+__all__ = ["DEFAULT_IDLE_CACHE_BYTES", "IdleCache", "idle_bytes", "state_bytes", "view_bytes"]
+
+DEFAULT_IDLE_CACHE_BYTES = 512 * 1024 * 1024
+"""512 MiB: about 25,000 idle sessions of 20 turns of 150 + 380 characters (about 21 KB each)."""
+
+_CELL_BYTES = 1024
+"""The cell, the cache's entry and its key, with the dict and list slots that hold them."""
+_VIEW_BYTES = 512
+"""A context view's outer dicts."""
+_VIEW_ITEM_BYTES = 320
+"""Each turn a view shows: its dict (the texts themselves are the state's strings, shared)."""
+
+
+def state_bytes(state: SessionState) -> int:
+    """An upper estimate of the memory `state` holds: 1.5 times its encoded size.
+
+    Python keeps an ASCII text in about its encoded length plus a 49-byte
+    header, and the structs, floats and tuples around each turn take about half
+    as much again as the turn's encoding; non-ASCII text takes 2 or 4 bytes a
+    character where UTF-8 takes 2 to 4, so the estimate is high there
+    (`tests/test_idle_cache.py` holds it between the measured size and twice it).
+    """
+    return len(encode_state(state)) * 3 // 2
+
+
+def view_bytes(view: dict[str, Any] | None) -> int:
+    """An estimate of the memory a context view holds beyond the state it shows."""
+    if not view:
+        return 0
+    memory = view.get("conversation_memory", {})
+    items = sum(len(v) for v in memory.values() if isinstance(v, list)) if isinstance(memory, dict) else 0
+    return _VIEW_BYTES + _VIEW_ITEM_BYTES * items
+
+
+def idle_bytes(cell: StateCell) -> int:
+    """What keeping `cell` in the cache costs, as `IdleCache` counts it."""
+    view = cell.view
+    return _CELL_BYTES + state_bytes(cell.state) + (view_bytes(view[1]) if view is not None else 0)
+
+
+class _Entry:
+    __slots__ = ("cell", "size", "state", "view")
+
+    def __init__(self, cell: StateCell) -> None:
+        self.cell = cell
+        self.state = cell.state
+        self.view = cell.view
+        self.size = idle_bytes(cell)
+
+
+class IdleCache:
+    """Cells of sessions without an actor, least recently used first, at most `max_bytes` of them."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """The estimated memory the entries hold now (`idle_bytes` of each)."""
+        self._entries: OrderedDict[MemoryKey, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: MemoryKey) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[MemoryKey]:
+        return iter(list(self._entries))
+
+    def put(self, key: MemoryKey, cell: StateCell) -> list[MemoryKey]:
+        """Keep `cell` as `key`'s (the most recently used); returns the keys evicted to stay in bounds."""
+        self.pop(key)
+        entry = _Entry(cell)
+        if entry.size > self.max_bytes:
+            return [key]
+        self._entries[key] = entry
+        self.bytes += entry.size
+        return self._trim()
+
+    def get(self, key: MemoryKey) -> StateCell | None:
+        """`key`'s cell, now the most recently used; None when it is not cached.
+
+        A cell whose state or view changed since it was measured (a stopping
+        actor's last write landed, a read built its view) is measured again.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        cell = entry.cell
+        if entry.state is not cell.state or entry.view is not cell.view:
+            self.bytes -= entry.size
+            entry.state, entry.view, entry.size = cell.state, cell.view, idle_bytes(cell)
+            self.bytes += entry.size
+            self._trim(keep=key)
+        return cell
+
+    def pop(self, key: MemoryKey) -> StateCell | None:
+        """Take `key`'s cell out of the cache (to start an actor with it, or to forget it)."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        self.bytes -= entry.size
+        return entry.cell
+
+    def drop(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
+        """Forget every entry whose key `matches`; returns their keys."""
+        gone = [key for key in self._entries if matches(key)]
+        for key in gone:
+            self.pop(key)
+        return gone
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+    def _trim(self, keep: MemoryKey | None = None) -> list[MemoryKey]:
+        evicted: list[MemoryKey] = []
+        while self.bytes > self.max_bytes and self._entries:
+            key = next(iter(self._entries))
+            if key == keep:
+                if len(self._entries) == 1:
+                    break
+                self._entries.move_to_end(key)
+                continue
+            self.pop(key)
+            evicted.append(key)
+        return evicted
