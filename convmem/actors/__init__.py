@@ -7,7 +7,9 @@
   `Dispatcher`'s threads (`_dispatch`); a session sees the system only as its
   `SessionHost`. Each write is one `Write` (`_write`), from decision to answer;
   it sees its session as a `WriteSession` (`_write_session`), and a write
-  without an idempotency key gets a fresh command id (`_ids`).
+  without an idempotency key gets a fresh command id (`_ids`). Sessions leave
+  the live set through `_leave`; their state and view stay in the
+  byte-bounded `IdleCache` (`_idle`), which serves reads with no actor.
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
   snapshots; rebuilding in `_load`, which counts a session's version as every
   log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`

@@ -28,14 +28,14 @@ import itertools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 
 import msgspec
 import pykka
 
 from convmem.actors._callbacks import Callbacks
-from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy, stop_idle
+from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy
 from convmem.actors._idle import IdleCache
+from convmem.actors._leave import Leaving, LiveEntry
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock
 from convmem.actors._services import ServiceRegistry
@@ -63,15 +63,7 @@ class SessionActivity(msgspec.Struct, frozen=True, kw_only=True):
     a caller's next write queues behind it instead of running on the caller's thread or loop."""
 
 
-class _Live:
-    __slots__ = ("cell", "ref")
-
-    def __init__(self, ref: pykka.ActorRef[SessionActor], cell: StateCell) -> None:
-        self.ref = ref
-        self.cell = cell
-
-
-class LiveSessions:
+class LiveSessions(Leaving):
     """The live session actors of one system, on one dispatcher's threads."""
 
     def __init__(
@@ -99,7 +91,7 @@ class LiveSessions:
         """The threads the session actors run on (a session holds one only while it handles a message)."""
         self._callbacks = callbacks
         self._lock = threading.RLock()
-        self._live: OrderedDict[MemoryKey, _Live] = OrderedDict()
+        self._live: OrderedDict[MemoryKey, LiveEntry] = OrderedDict()
         self.idle = IdleCache(idle_cache_bytes)
         """The cells of sessions whose actor left (under `_lock`)."""
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
@@ -184,7 +176,7 @@ class LiveSessions:
         """
         with self._lock:
             entry = None if self.closed else self._live.get(key)
-            evicted: list[_Live] = []
+            evicted: list[LiveEntry] = []
             if entry is None:
                 started = self._from_idle(key)  # reads no log: fine on a loop
                 if started is None:
@@ -196,7 +188,7 @@ class LiveSessions:
             actor.run_claimed(write, on_loop=True)
         return True
 
-    def _hand(self, entry: _Live, message: Message, *, here: bool) -> PooledActor | None:
+    def _hand(self, entry: LiveEntry, message: Message, *, here: bool) -> PooledActor | None:
         """`entry`'s actor claimed for the caller (with `here`, when idle), else `message` queued.
 
         Under the lock, with `entry` live.
@@ -210,7 +202,7 @@ class LiveSessions:
     def cell(self, key: MemoryKey) -> StateCell:
         """The state cell of `key`: live, else cached, else loaded into the cache (no actor starts)."""
         entry = self._entry(key, actor=False)
-        return entry.cell if isinstance(entry, _Live) else entry
+        return entry.cell if isinstance(entry, LiveEntry) else entry
 
     def live_cell(self, key: MemoryKey) -> StateCell | None:
         """The state cell of `key` if it is live or cached, else None (never reads the log: loop-safe)."""
@@ -252,15 +244,15 @@ class LiveSessions:
 
     # Activation and passivation -----------------------------------------------------------
 
-    def _actor(self, key: MemoryKey) -> _Live:
+    def _actor(self, key: MemoryKey) -> LiveEntry:
         entry = self._entry(key, actor=True)
-        assert isinstance(entry, _Live)
+        assert isinstance(entry, LiveEntry)
         return entry
 
-    def _entry(self, key: MemoryKey, *, actor: bool) -> _Live | StateCell:
+    def _entry(self, key: MemoryKey, *, actor: bool) -> LiveEntry | StateCell:
         """`key`'s live entry; without `actor`, its cached cell will do (loaded from the log if need be)."""
         while True:
-            evicted: list[_Live] = []
+            evicted: list[LiveEntry] = []
             with self._lock:
                 entry = self._live.get(key)
                 if entry is not None:
@@ -293,7 +285,7 @@ class LiveSessions:
                     _log.warning("session %s: the previous actor did not stop within %ss", key, self.timeout)
                 return self._activate(key, key_lock, previous, actor=actor)
 
-    def _from_idle(self, key: MemoryKey) -> tuple[_Live, list[_Live]] | None:
+    def _from_idle(self, key: MemoryKey) -> tuple[LiveEntry, list[LiveEntry]] | None:
         """Under the lock: `key`'s actor started from its cached cell, if it is cached and nobody
         is activating it or waiting for its previous actor; with the entries evicted to make room."""
         if key in self._stopping or key in self._activation_locks:
@@ -311,7 +303,7 @@ class LiveSessions:
         previous: pykka.ActorRef[SessionActor] | None,
         *,
         actor: bool,
-    ) -> _Live | StateCell:
+    ) -> LiveEntry | StateCell:
         """Start `key`'s actor (or, without `actor`, cache its cell) from the idle cache, else from its
         snapshot and the log; evict past the bound. Under `key_lock`, the previous actor stopped."""
         with self._lock:
@@ -343,17 +335,17 @@ class LiveSessions:
         self._stop_evicted(evicted)
         return entry
 
-    def _admit(self, key: MemoryKey, cell: StateCell) -> tuple[_Live, list[_Live]]:
+    def _admit(self, key: MemoryKey, cell: StateCell) -> tuple[LiveEntry, list[LiveEntry]]:
         """Under the lock: start `key`'s actor on `cell` and make it live; returns it with the entries
         evicted past the bound (their cells cached; `_stop_evicted` stops their actors)."""
         cell.last_used = self.clock.now()
         ref = SessionActor.start(self, key, cell)
-        entry = _Live(ref, cell)
+        entry = LiveEntry(ref, cell)
         self._live[key] = entry
         if next_due_at(cell.state) is not None:
             ref.tell(Wake())  # summary work resumes (timers and replies can find the actor now)
         self.metrics.count("activations")
-        evicted: list[_Live] = []
+        evicted: list[LiveEntry] = []
         excess = len(self._live) - self.max_live_sessions
         if excess > 0:
             # Least recently used first, but not a session whose summary or flush is under way:
@@ -364,76 +356,6 @@ class LiveSessions:
                 self._retire(old_key, old, keep=True)
                 evicted.append(old)
         return entry, evicted
-
-    def _retire(self, key: MemoryKey, entry: _Live, *, keep: bool) -> None:
-        """Under the lock: `key` leaves the live set, its cell cached when `keep`; its actor is stopping."""
-        del self._live[key]
-        self._stopping[key] = entry.ref
-        if keep:
-            self.idle.put(key, entry.cell)
-        else:
-            self.idle.pop(key)
-
-    def _stop_evicted(self, evicted: list[_Live]) -> None:
-        """Stop the actors of evicted entries: here when idle, else behind their mail."""
-        for old in evicted:
-            self.metrics.count("passivations")
-            if not stop_idle(old.ref):
-                old.ref.stop(block=False)
-
-    def passivate(self, key: MemoryKey) -> bool:
-        """Stop the session's actor now and forget its cached state (it reloads from the log when next used).
-
-        True when the session was live or cached.
-        """
-        with self._lock:
-            cached = self.idle.pop(key) is not None
-            entry = self._live.get(key)
-            if entry is None:
-                return cached
-            self._retire(key, entry, keep=False)
-        entry.ref.stop(block=True, timeout=self.timeout)
-        return True
-
-    def forget(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
-        """Drop every live or cached session whose key `matches`, and wait for those already stopping.
-
-        Returns the keys dropped, in key order.
-        """
-        with self._lock:
-            # The cache first, under the same lock hold as the live set is read: a session that an
-            # activation takes from the cache is live by the time the lock is free, so it is seen below.
-            cached = self.idle.drop(matches)
-            stopping = [(k, ref) for k, ref in self._stopping.items() if matches(k)]
-            live = [k for k in self._live if matches(k)]
-        for _key, ref in stopping:
-            ref.actor_stopped.wait(self.timeout)
-        for key in live:
-            self.passivate(key)
-        with self._lock:
-            cached.extend(self.idle.drop(matches))  # cells that stopping actors were evicted into meanwhile
-        return sorted({*live, *cached, *(k for k, _ in stopping)}, key=MemoryKey.composite)
-
-    def _sweep(self) -> None:
-        """Retire the actors of sessions idle for `idle_seconds` with no summary work due (cells cached)."""
-        now = self.clock.now()
-        idle: list[_Live] = []
-        with self._lock:
-            if self.closed:
-                return
-            for key, entry in list(self._live.items()):
-                cell = entry.cell
-                if cell.last_used + self.idle_seconds > now or cell.in_flight:
-                    continue
-                if next_due_at(cell.state) is not None:
-                    continue  # keep healing sessions live; the LRU bound still applies
-                self._retire(key, entry, keep=True)
-                idle.append(entry)
-            for key, ref in list(self._stopping.items()):
-                if not ref.is_alive():
-                    del self._stopping[key]
-            self._sweep_timer = self.clock.call_at(now + self.idle_seconds / 2, self._sweep)
-        self._stop_evicted(idle)
 
     def close(self) -> None:
         """Stop every session actor (after its queued messages), then the dispatcher's threads."""
