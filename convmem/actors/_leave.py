@@ -49,6 +49,7 @@ class Leaving:
     timeout: float
     idle_seconds: float
     closed: bool
+    forgets: int
 
     def _retire(self, key: MemoryKey, entry: LiveEntry, *, keep: bool) -> None:
         """Under the lock: `key` leaves the live set, its cell cached when `keep`; its actor is stopping."""
@@ -86,6 +87,7 @@ class Leaving:
         Returns the keys dropped, in key order.
         """
         with self._lock:
+            self.forgets += 1
             # The cache first, under the same lock hold as the live set is read: a session that an
             # activation takes from the cache is live by the time the lock is free, so it is seen below.
             cached = self.idle.drop(matches)

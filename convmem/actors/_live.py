@@ -93,6 +93,8 @@ class LiveSessions(Leaving):
         self._lock = threading.RLock()
         self._live: OrderedDict[MemoryKey, LiveEntry] = OrderedDict()
         self.idle = IdleCache(idle_cache_bytes)
+        self.forgets = 0
+        """Erasures seen (`forget`): an activation that read the log across one reads it again."""
         """The cells of sessions whose actor left (under `_lock`)."""
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
         # Actors told to stop that may still be handling their last messages: a new
@@ -306,34 +308,38 @@ class LiveSessions(Leaving):
     ) -> LiveEntry | StateCell:
         """Start `key`'s actor (or, without `actor`, cache its cell) from the idle cache, else from its
         snapshot and the log; evict past the bound. Under `key_lock`, the previous actor stopped."""
-        with self._lock:
-            if previous is not None and self._stopping.get(key) is previous:
-                del self._stopping[key]
-            cell = self.idle.pop(key) if actor else self.idle.get(key)
-        if cell is None:
-            try:
-                state, report = self.storage.load(key)
-            except BaseException:
-                with self._lock:
-                    if self._activation_locks.get(key) is key_lock:
-                        del self._activation_locks[key]
-                raise
-            if report.poison:
-                self.metrics.count("poison_events", len(report.poison))
-            self.metrics.count("idle_cache_misses")
-            cell = StateCell(state, self.clock.now())
-        elif actor:
-            self.metrics.count("idle_cache_hits")
-        with self._lock:
-            self._activation_locks.pop(key, None)
-            if self.closed:
-                raise SessionClosed("the memory system is closed")
-            if not actor:
-                self.idle.put(key, cell)
-                return cell
-            entry, evicted = self._admit(key, cell)
-        self._stop_evicted(evicted)
-        return entry
+        while True:
+            with self._lock:
+                if previous is not None and self._stopping.get(key) is previous:
+                    del self._stopping[key]
+                cell = self.idle.pop(key) if actor else self.idle.get(key)
+                forgets = self.forgets
+            if cell is None:
+                try:
+                    state, report = self.storage.load(key)
+                except BaseException:
+                    with self._lock:
+                        if self._activation_locks.get(key) is key_lock:
+                            del self._activation_locks[key]
+                    raise
+                if report.poison:
+                    self.metrics.count("poison_events", len(report.poison))
+                self.metrics.count("idle_cache_misses")
+                cell = StateCell(state, self.clock.now())
+            elif actor:
+                self.metrics.count("idle_cache_hits")
+            with self._lock:
+                if self.forgets != forgets and self.idle.get(key) is not cell:
+                    continue  # an erasure was seen while the log was read: read it again
+                self._activation_locks.pop(key, None)
+                if self.closed:
+                    raise SessionClosed("the memory system is closed")
+                if not actor:
+                    self.idle.put(key, cell)
+                    return cell
+                entry, evicted = self._admit(key, cell)
+            self._stop_evicted(evicted)
+            return entry
 
     def _admit(self, key: MemoryKey, cell: StateCell) -> tuple[LiveEntry, list[LiveEntry]]:
         """Under the lock: start `key`'s actor on `cell` and make it live; returns it with the entries

@@ -253,8 +253,11 @@ class MemorySystem:
         for key in keys:
             self.passivate(key)  # no live actor keeps (or snapshots) what is being erased
         events = purge(self.clock.now())
+        erased = set(keys)
+        # Drop any activation or cached read that raced in before the erasure (one that is reading
+        # the log now reads it again).
+        self._sessions.forget(erased.__contains__)
         for key in keys:
-            self.passivate(key)  # drop any activation that raced in before the erasure
             if self.snapshots is not None:
                 self.snapshots.delete(key)  # after the events: a stale save has nothing to follow
         return Erased(events_purged=events, sessions=len(keys))
