@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pykka
 import pytest
-from runtime_helpers import Harness, key, replay_log, stored_users, turn, users, wait_until
+from runtime_helpers import WAIT, Harness, key, replay_log, stored_users, turn, users, wait_until
 
 from convmem import MemorySystem
 from convmem.actors import LoggedEvent
@@ -267,3 +267,40 @@ def test_a_fork_into_a_cached_key_shows_the_fork(harness: Harness) -> None:
     assert system.is_cached(fork)
     system.fork(A, to=fork)
     assert users(system.session(fork).snapshot_state()) == ["a1", "a2"]
+
+
+class StaleReadLog(InMemoryEventLog):
+    """An in-memory log whose next read, once armed, returns what it read only when the gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
+        records = super().read(key, after_seq=after_seq)
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            assert self.gate.wait(WAIT), "the test never opened the gate"
+        return records
+
+
+def test_a_read_that_loaded_the_log_across_an_erasure_reads_it_again(harness: Harness) -> None:
+    """A cell read from the log before an erasure and cached after it would hold erased turns."""
+    log = StaleReadLog()
+    system = harness.system(TRUNCATION, log=log, snapshots=None)
+    system.session(A).add_turn(turn("secret"))
+    assert system.passivate(A)
+    log.armed = True
+    shown: list[list[str]] = []
+    reader = threading.Thread(target=lambda: shown.append(users(system.session(A).snapshot_state())))
+    reader.start()
+    assert log.entered.wait(WAIT)
+    log.erase(A, at=1.0)
+    system.forget(lambda k: k == A)  # what the erasure watch does on hearing of it
+    log.gate.set()
+    reader.join(WAIT)
+    assert shown == [[]]
+    assert users(system.session(A).snapshot_state()) == []
