@@ -304,3 +304,15 @@ def test_a_read_that_loaded_the_log_across_an_erasure_reads_it_again(harness: Ha
     reader.join(WAIT)
     assert shown == [[]]
     assert users(system.session(A).snapshot_state()) == []
+
+
+def test_a_twenty_turn_session_costs_about_22_kb_in_the_cache(harness: Harness) -> None:
+    """The README's figure: 20 turns of 150 + 380 characters, with the view, about 22 KB."""
+    system = harness.system(ShortTermMemoryConfig(strategy="truncation"))
+    handle = system.session(A)
+    for n in range(20):
+        handle.add_turn(ConversationTurn(user_message=f"{n:03}" + "u" * 147, assistant_response="a" * 380))
+    cell = StateCell(handle.snapshot_state(), 0.0)
+    cell.view = (cell.state, handle.get_llm_context())
+    assert 20_000 <= idle_bytes(cell) <= 24_000
+    assert 23_000 <= DEFAULT_IDLE_CACHE_BYTES // idle_bytes(cell) <= 26_000
