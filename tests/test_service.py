@@ -494,6 +494,30 @@ def test_without_a_service_a_call_fails_at_once_as_service_unavailable(url: str)
 # Several services, stopping -------------------------------------------------------------
 
 
+def test_two_services_see_each_others_writes_to_sessions_past_their_live_bound(
+    url: str, jetstream_names: Any, api_prefix: str
+) -> None:
+    """A session in a service's idle cache is checked against the log before a read, as a live one is."""
+    names = msgspec.structs.asdict(jetstream_names)
+    systems = [convmem.connect(url, config=CONFIG, max_live_sessions=1, **names) for _ in range(2)]
+    services = [MemoryService(s, url, api_prefix=api_prefix).start() for s in systems]
+    try:
+        with RemoteMemory(url, api_prefix=api_prefix, timeout=WAIT) as remote:
+            sessions = [remote.session(MemoryKey("acme", "dave", f"s{n}")) for n in range(3)]
+            for n in range(8):
+                for session in sessions:
+                    session.add_turn(turn(f"{session.key.session_id}-{n}"))
+                for session in sessions:
+                    recent = session.get_llm_context()["conversation_memory"]["recent_turns"]
+                    assert recent[-1]["user"] == f"{session.key.session_id}-{n}"
+            assert any(system.cached_sessions()[0] for system in systems)
+    finally:
+        for svc in services:
+            svc.stop()
+        for memory in systems:
+            memory.close()
+
+
 def test_two_services_in_one_queue_group_share_requests_and_lose_no_turn(
     url: str, jetstream_names: Any, api_prefix: str
 ) -> None:

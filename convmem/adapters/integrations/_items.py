@@ -79,8 +79,8 @@ class LocalItems:
         return as_configured(self.handle, self.handle.snapshot_state())
 
     async def _astate(self) -> SessionState:
-        """The latest acknowledged state; activating a passivated session runs off the loop."""
-        if self.system.is_live(self.key):
+        """The latest acknowledged state; loading a session neither live nor cached runs off the loop."""
+        if self.system.is_live(self.key) or self.system.is_cached(self.key):
             return self._state()
         return await asyncio.to_thread(self._state)
 

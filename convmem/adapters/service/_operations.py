@@ -232,12 +232,12 @@ class ApiOperations:
         miss a turn written through the other.
         """
         system = self.system
-        if self.fresh_reads and system.is_live(handle.key):
+        if self.fresh_reads and (system.is_live(handle.key) or system.is_cached(handle.key)):
             state = handle.snapshot_state()
             if system.log.last_seq(handle.key) != state.version:
                 return handle.refresh(timeout=timeout)
             return state
-        return handle.snapshot_state()  # activation reads the log anyway
+        return handle.snapshot_state()  # neither live nor cached: loading it reads the log anyway
 
     def _erase(self, key: MemoryKey) -> dict[str, int]:
         erased = self.system.erase(key)
