@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import sys
 import threading
 import time
 import traceback
@@ -205,16 +206,25 @@ def _serve(conn: Connection, name: str, turns_written: int, callers: int) -> Non
 class StoreProcess:
     """A store in a child process of its own; each call runs one phase there and returns its result."""
 
-    def __init__(self, name: str, *, turns: int, callers: int) -> None:
-        self.name = name
-        self.label = stores()[name].label
+    def __init__(
+        self, name: str, *, turns: int, callers: int, root: str | None = None, key: str | None = None
+    ) -> None:
+        """`root`: a checkout whose convmem and bench the child imports instead (a baseline), named `key`."""
+        self.name = key or name
+        self.label = stores()[name].label + (f" (baseline {root})" if root else "")
         self.window = stores()[name].window
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=_serve, args=(child, name, turns, callers), name=f"peers-{name}", daemon=True
         )
-        self._process.start()
+        if root is not None:
+            sys.path.insert(0, root)  # a spawned child starts with the parent's sys.path
+        try:
+            self._process.start()
+        finally:
+            if root is not None:
+                sys.path.remove(root)
         child.close()
 
     def _ask(self, *command: Any) -> Any:

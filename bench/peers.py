@@ -60,6 +60,7 @@ an extra pass of that store (py-spy, when installed).
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any, TypeVar
 
@@ -67,7 +68,10 @@ from bench._common import Figure, Result, Sizes, Target
 from bench._peer_runs import STORES, StoreProcess
 from bench._peer_stores import AGENTS_OPEN_SESSIONS
 
-__all__ = ["run"]
+__all__ = ["BASELINE_ENV", "run"]
+
+BASELINE_ENV = "CONVMEM_BENCH_BASELINE"
+"""A checkout (`git worktree add --detach ../base main`) whose default-bound store runs beside the rest."""
 
 T = TypeVar("T")
 _SHORT = {
@@ -142,6 +146,16 @@ def _figures(
                     target=Target("ratio", ">=", share) if reference is not None and targets else None,
                 )
             )
+        if "baseline" in got:
+            result.add(
+                Figure(
+                    f"{what}/s @ {sessions:,} sessions, convmem, default live bound, vs the baseline",
+                    got["bound"][what],
+                    f"{what}/s",
+                    reference=got["baseline"][what],
+                    reference_label=labels["baseline"],
+                )
+            )
         for peer in ("agents_file", "langgraph_file"):
             result.add(
                 Figure(
@@ -161,6 +175,11 @@ def run(sizes: Sizes) -> Result:
     try:
         for name in STORES:
             processes[name] = StoreProcess(name, turns=sizes.peer_turns, callers=sizes.peer_callers)
+        baseline = os.environ.get(BASELINE_ENV)
+        if baseline:  # the default bound on another checkout (the code before a change), same rounds
+            processes["baseline"] = StoreProcess(
+                "bound", turns=sizes.peer_turns, callers=sizes.peer_callers, root=baseline, key="baseline"
+            )
         for sessions in sizes.peer_sessions:
             _one_size(sizes, sessions, processes, result)
     finally:
