@@ -49,13 +49,17 @@ details). Afterwards each store must show, for a few sessions, exactly the
 turns written (its newest 5, or all of them): a store that lost or
 reordered a turn fails the measure.
 
-With connect()'s default live bound (256 sessions) every session past it is
-passivated: at 1,000 or 10,000 sessions round-robin nearly every call
-activates one session from the log and passivates another. The issue's
-targets are about that case at the largest size: writes at least 0.8 and
-reads at least 0.5 of the same store with every session live, and both
-ahead of the two SQLite peers. When they are missed, the full run profiles
-an extra pass of that store (py-spy, when installed).
+With connect()'s default live bound (256 sessions) the sessions past it lose
+their actor: at 1,000 or 10,000 sessions round-robin nearly every write
+starts one session's actor and stops another's. Their state and view stay in
+the idle cache (512 MiB by default), so reads need no actor and a write's
+activation reads no log. The issue's targets are about that case at the
+largest size: writes at least 0.8 and reads at least 0.5 of the same store
+with every session live, and both ahead of the two SQLite peers. When they
+are missed, the full run profiles an extra pass of that store (py-spy, when
+installed). With ``CONVMEM_BENCH_BASELINE`` naming another checkout (the code
+before a change), that checkout's default-bound store runs in the same
+rounds, and the default bound is compared with it.
 """
 
 from __future__ import annotations
