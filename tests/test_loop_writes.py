@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats_fixtures import frozen
@@ -379,6 +380,7 @@ def test_async_writes_over_a_small_live_set_lose_nothing(nats_server: EmbeddedNa
             counts = memory.metrics.snapshot()["counts"]
             assert counts["passivations"] > 0  # the bound was felt
             assert counts["activations"] > len(keys)
+            assert counts["idle_cache_hits"] > 0  # reactivated from the idle cache, some right on the loop
         finally:
             await memory.aclose()
 
@@ -389,6 +391,37 @@ def test_async_writes_over_a_small_live_set_lose_nothing(nats_server: EmbeddedNa
             assert stored(log, k) == [f"{k.session_id}-{n}" for n in range(8)]
     finally:
         log.close()
+
+
+def test_an_async_write_to_a_cached_session_runs_on_the_loop_without_a_thread(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session in the idle cache starts its actor on the caller's loop: no worker thread, no log read."""
+
+    async def main() -> None:
+        memory = await convmem.connect_here(nats_server.url, config=TRUNCATION, max_live_sessions=1)
+        try:
+            a, b = memory.session(key("loop-a")).aio, memory.session(key("loop-b")).aio
+            await a.add_turn(turn("a1"))
+            await b.add_turn(turn("b1"))
+            assert memory.is_cached(a.key)
+            threads: list[object] = []
+            to_thread = asyncio.to_thread
+
+            async def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                threads.append(fn)
+                return await to_thread(fn, *args, **kwargs)
+
+            monkeypatch.setattr(asyncio, "to_thread", counted)
+            await a.add_turn(turn("a2"))
+            context = await a.get_llm_context()
+            assert threads == []
+            assert memory.is_live(a.key)
+            assert [t["user"] for t in context["conversation_memory"]["recent_turns"]] == ["a1", "a2"]
+        finally:
+            await memory.aclose()
+
+    asyncio.run(main())
 
 
 def test_loops_that_made_async_writes_are_not_kept_alive(system: MemorySystem) -> None:
