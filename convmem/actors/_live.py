@@ -93,9 +93,9 @@ class LiveSessions(Leaving):
         self._lock = threading.RLock()
         self._live: OrderedDict[MemoryKey, LiveEntry] = OrderedDict()
         self.idle = IdleCache(idle_cache_bytes)
+        """The cells of sessions whose actor left (under `_lock`)."""
         self.forgets = 0
         """Erasures seen (`forget`): an activation that read the log across one reads it again."""
-        """The cells of sessions whose actor left (under `_lock`)."""
         self._activation_locks: dict[MemoryKey, threading.Lock] = {}
         # Actors told to stop that may still be handling their last messages: a new
         # activation of the key waits for them, or it would load the log too early.
