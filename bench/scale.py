@@ -17,9 +17,9 @@ Callers add one turn to each of 1,000, then 10,000, then 100,000 sessions in
 all; after each checkpoint the child collects garbage, lets passivated actors
 finish, and reads its RSS (psutil). The server's RSS is reported beside it.
 Sessions past the live bound stay in the idle cache (its default bound, 512
-MiB, holds all 100,000 of these one-turn sessions): the targets are that the
-memory outside it stays flat (at most 1.5x from 1,000 to 100,000 sessions)
-and that the RSS grows by no more than the cache counts (`idle_bytes`).
+MiB, holds all 100,000 of these one-turn sessions): the target is that the
+RSS grows by no more than the cache counts (`idle_bytes`, an upper estimate;
+here well above, as every session's turn shares the same text objects).
 
 Churn (in this process): `churn_turns` turns round-robin over
 `churn_sessions` sessions with `max_live_sessions=churn_live`, so nearly every
@@ -190,18 +190,7 @@ def run(sizes: Sizes) -> Result:
         )
     last = rows[-1]
     # The idle cache holds up to `idle_cache_bytes` (512 MiB by default) on purpose: what grows
-    # with the sessions must be it alone, and no more than it counts.
-    outside = (last["rss_bytes"] - last["cached_bytes"]) / 2**20
-    result.add(
-        Figure(
-            f"RSS less the idle cache's count after touching {last['sessions']:,} sessions",
-            outside,
-            "MiB",
-            reference=(first["rss_bytes"] - first["cached_bytes"]) / 2**20,
-            reference_label=f"the same after {first['sessions']:,} sessions",
-            target=Target("ratio", "<=", 1.5),
-        )
-    )
+    # with the sessions must be no more than it counts (its count is an upper estimate).
     result.add(
         Figure(
             f"RSS growth from {first['sessions']:,} to {last['sessions']:,} sessions",
