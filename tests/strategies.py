@@ -21,6 +21,7 @@ from convmem.events import (
     AgentsMemoryConfig,
     AnyEvent,
     BacklogTrimmed,
+    ConversationMemoryConfig,
     ConversationTurn,
     EntityMention,
     HealthChanged,
@@ -215,8 +216,11 @@ light_turns = st.builds(
     assistant_response=short_texts,
     trajectory_digest=st.none() | st.builds(TrajectoryDigest, tools_invoked=st.just(("search",))),
     ts=st.integers(0, 10**6).map(float),
+    entities=st.lists(
+        st.builds(EntityMention, name=st.sampled_from(["Ada", "Bob", " ada", "Cy"])), max_size=2
+    ).map(tuple),
 )
-"""Turns for long histories: small, but with escapes and an optional digest."""
+"""Turns for long histories: small, but with escapes, an optional digest and a few entities."""
 
 # Summaries --------------------------------------------------------------------------
 
@@ -265,9 +269,32 @@ def configs(
     strategies: tuple[str, ...] = ("none", "truncation", "rolling_summary", "rolling_summary"),
     policies: tuple[str, ...] | None = None,
 ) -> ShortTermMemoryConfig:
-    """Configurations with small budgets, short health intervals and small backlogs."""
+    """Configurations with small budgets, short health intervals, small backlogs and, mostly,
+    a live horizon of a few turns (so that turns leave the live state within a history)."""
+    strategy = draw(st.sampled_from(strategies))
+    max_turns = draw(st.integers(1, 4))
+    keep = draw(st.integers(1, max_turns))
+    agents_strategies = ["none", "trimming", "compacting"]
+    if strategy == "rolling_summary":
+        agents_strategies.append("summarizing")
+    agents = AgentsMemoryConfig(
+        strategy=draw(st.sampled_from(agents_strategies)),
+        max_turns=max_turns,
+        keep_last_n_turns=keep,
+        context_limit=draw(st.integers(keep + 1, keep + 3)),
+        compact_trigger_turns=draw(st.integers(0, 3)),
+        compact_keep=draw(st.integers(0, 2)),
+    )
+    memories = ConversationMemoryConfig(
+        window_size=draw(st.integers(1, 4)),
+        entity_max=draw(st.integers(1, 3)),
+        entity_recent_messages=draw(st.integers(0, 3)),
+    )
     return ShortTermMemoryConfig(
-        strategy=draw(st.sampled_from(strategies)),
+        strategy=strategy,
+        agents=agents,
+        memories=memories,
+        live_turns=draw(st.none() | st.integers(1, 5)),
         budget=draw(budgets(policies)),
         include_trajectory_digest=draw(st.booleans()),
         include_turn_dates=draw(st.booleans()),

@@ -40,6 +40,7 @@ from convmem.projections import (
     estimate_tokens,
     evolve,
     full_tokens,
+    live_horizon,
     llm_context,
     parse_export,
     replay,
@@ -117,7 +118,9 @@ def test_applying_an_event_twice_changes_nothing(history: History) -> None:
 
 @given(histories(items=False))
 def test_every_turn_since_the_last_reset_is_in_the_state(history: History) -> None:
-    """state.turns is exactly the restored turns (if any) plus every TurnAdded since the last reset."""
+    """state.turns is the restored turns (if any) plus every TurnAdded since the last reset, less
+    the oldest ones past the live horizon: never fewer than the horizon, never an unsummarized turn
+    of a summarizing session (a turn leaves the live state, never the log)."""
     expected: list[Any] = []
     for event in history.events:
         match event:
@@ -127,7 +130,21 @@ def test_every_turn_since_the_last_reset_is_in_the_state(history: History) -> No
                 expected = []
             case SessionRestored():
                 expected = [(event.first_index + i, t) for i, t in enumerate(event.turns)]
-    assert [(r.index, r.turn) for r in history.state.turns] == expected
+    state = history.state
+    kept = [(r.index, r.turn) for r in state.turns]
+    assert kept == expected[len(expected) - len(kept) :]
+    retired = expected[: len(expected) - len(kept)]
+    horizon = live_horizon(state.config)
+    if retired:
+        assert horizon is not None
+        assert len(kept) >= horizon
+        assert all(index <= state.retired_through for index, _ in retired)
+        if state.config.summarizes:
+            assert all(index <= state.watermark for index, _ in retired)
+    if horizon is not None and state.config.summarizes:
+        assert len(kept) <= max(horizon, len(state.unsummarized()))
+    elif horizon is not None:
+        assert len(kept) <= horizon
 
 
 def check_zones(state: SessionState) -> None:

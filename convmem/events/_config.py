@@ -258,12 +258,21 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     duplicate window too). Measured in keyed writes, not time; 0 leaves retries to the log's
     duplicate window alone. A keyed write scans and copies this many keys (the state holds them
     without the session's prefix)."""
+    live_turns: int | None = 100
+    """The live session's horizon: the last turns it keeps in memory (and in its snapshots) for
+    the views that show every turn (the Agents ``none`` and ``compacting`` items, the buffer
+    memory without `memories.max_messages`). It never drops less than any other setting shows
+    (the full zone, the Agents and memory windows), nor a turn a summary has yet to cover; older
+    turns stay in the log, where export, replay and the timeline read them. None keeps every turn
+    live (the state, its snapshots and each write then grow with the history)."""
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, get_args(Strategy))
         _positive_int("recovery_backlog_limit", self.recovery_backlog_limit, minimum=0)
         _positive_int("retry_attempts", self.retry_attempts, minimum=0)
         _positive_int("idempotency_horizon", self.idempotency_horizon, minimum=0)
+        if self.live_turns is not None:
+            _positive_int("live_turns", self.live_turns)
         if strategy_reads_summaries(self.agents.strategy) and not strategy_summarizes(self.strategy):
             needed = " or ".join(repr(s) for s in get_args(Strategy) if strategy_summarizes(s))
             raise InvalidConfig(

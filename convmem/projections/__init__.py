@@ -53,6 +53,7 @@ from convmem.projections._health import (
     summary_problem,
 )
 from convmem.projections._idempotency import already_applied, command_id_for
+from convmem.projections._horizon import live_horizon
 from convmem.projections._memories import (
     BufferMemory,
     EntityMemory,
@@ -149,6 +150,7 @@ __all__ = [
     "fit",
     "full_tokens",
     "latest_summary_for_user",
+    "live_horizon",
     "llm_context",
     "next_due_at",
     "parse_entities",

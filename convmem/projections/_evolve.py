@@ -35,12 +35,18 @@ from convmem.events import (
     TurnAdded,
     TurnsAdopted,
 )
+from convmem.projections._entities import EntityTable
+from convmem.projections._horizon import bound
 from convmem.projections._idempotency import key_prefix, remember_key, remember_keys
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
 
+_RUN_LIMIT = 4096
+"""Turns a replay gathers before it folds them in (and retires what passed the horizon)."""
+
 msgspec_replace = msgspec.structs.replace
+_NO_ENTITIES = EntityTable()
 
 
 class SkippedEvent:
@@ -102,21 +108,27 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             )
         case TurnAdded():
             record = _record(state, event)
-            return msgspec_replace(state, turns=(*state.turns, record), next_index=event.index + 1, **common)
+            return bound(
+                msgspec_replace(state, turns=(*state.turns, record), next_index=event.index + 1, **common)
+            )
         case SummaryProduced():
-            return msgspec_replace(
-                state,
-                summary=event.summary,
-                summary_through=max(state.summary_through, event.covers_through),
-                **common,
+            return bound(
+                msgspec_replace(
+                    state,
+                    summary=event.summary,
+                    summary_through=max(state.summary_through, event.covers_through),
+                    **common,
+                )
             )
         case HealthChanged():
             return msgspec_replace(
                 state, health=event.new, attempt=event.attempt, health_since=event.at, **common
             )
         case BacklogTrimmed():
-            return msgspec_replace(
-                state, dropped_through=max(state.dropped_through, event.dropped_through), **common
+            return bound(
+                msgspec_replace(
+                    state, dropped_through=max(state.dropped_through, event.dropped_through), **common
+                )
             )
         case SessionCleared():
             mark = max(event.cleared_through, state.next_index - 1)
@@ -127,6 +139,7 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 summary_through=mark,
                 dropped_through=mark,
                 next_index=mark + 1,
+                retired_entities=_NO_ENTITIES,
                 **common,
             )
         case SessionRestored():
@@ -141,14 +154,17 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 for i, turn in enumerate(event.turns)
             )
             mark = event.first_index - 1
-            return msgspec_replace(
-                state,
-                turns=records,
-                summary=event.summary,
-                summary_through=mark,
-                dropped_through=mark,
-                next_index=event.first_index + len(records),
-                **common,
+            return bound(
+                msgspec_replace(
+                    state,
+                    turns=records,
+                    summary=event.summary,
+                    summary_through=mark,
+                    dropped_through=mark,
+                    next_index=event.first_index + len(records),
+                    retired_entities=_NO_ENTITIES,
+                    **common,
+                )
             )
         case TurnsAdopted():
             if event.first_index < state.next_index:
@@ -163,17 +179,19 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 )
                 for i, turn in enumerate(event.turns)
             )
-            return msgspec_replace(
-                state,
-                turns=(*state.turns, *adopted),
-                next_index=event.first_index + len(adopted),
-                **common,
+            return bound(
+                msgspec_replace(
+                    state,
+                    turns=(*state.turns, *adopted),
+                    next_index=event.first_index + len(adopted),
+                    **common,
+                )
             )
         case SessionErased():
             return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
         case ItemsAdded():
             turns, next_index = _add_items(state, event)
-            return msgspec_replace(state, turns=turns, next_index=next_index, **common)
+            return bound(msgspec_replace(state, turns=turns, next_index=next_index, **common))
         case ItemPopped():
             return msgspec_replace(state, turns=_pop_item(state), **common)
         case _:
@@ -282,7 +300,9 @@ def replay(
     # locals and builds the state once when the run ends, instead of copying the
     # state and its turn tuple once per event. Any other event (a redelivered or
     # out-of-order turn included) ends the run and goes through `evolve`; the
-    # result equals the plain fold.
+    # result equals the plain fold, whose horizon (`bound`) is applied when the
+    # run is folded in: within a run the watermarks stand still, so the turns
+    # it retires are the ones each `evolve` would have retired, in order.
     added: list[TurnRecord] = []
     version = current.version
     next_index = current.next_index
@@ -313,15 +333,14 @@ def replay(
             next_index = index + 1
             if at > last_at:  # noqa: PLR1730 - max(last_at, at) as evolve takes it, without max()'s 50 ns call
                 last_at = at
+            if len(added) >= _RUN_LIMIT:  # folded in now and then: a replay holds about one horizon
+                current = _fold_run(current, added, version, next_index, last_at)
+                added = []
+                if keys:
+                    current, keys = _with_keys(current, keys, keyed), []
             continue
         if version != current.version:
-            current = msgspec_replace(
-                current,
-                turns=(*current.turns, *added),
-                version=version,
-                next_index=next_index,
-                last_at=last_at,
-            )
+            current = _fold_run(current, added, version, next_index, last_at)
             added = []
         if keys:
             current, keys = _with_keys(current, keys, keyed), []
@@ -336,12 +355,18 @@ def replay(
         started = current.started
         keyed = key_prefix(current.key)
     if version != current.version:
-        current = msgspec_replace(
-            current, turns=(*current.turns, *added), version=version, next_index=next_index, last_at=last_at
-        )
+        current = _fold_run(current, added, version, next_index, last_at)
     if keys:
         current = _with_keys(current, keys, keyed)
     return current
+
+
+def _fold_run(
+    state: SessionState, added: list[TurnRecord], version: int, next_index: int, last_at: float
+) -> SessionState:
+    """`state` with a run of added turns (each the next seq), as `evolve` would leave it."""
+    turns = (*state.turns, *added)
+    return bound(msgspec_replace(state, turns=turns, version=version, next_index=next_index, last_at=last_at))
 
 
 def _with_keys(state: SessionState, event_ids: list[str], prefix: str) -> SessionState:

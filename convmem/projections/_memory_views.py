@@ -63,8 +63,9 @@ def summary_messages(state: SessionState) -> list[dict[str, str]]:
 
 
 def entity_table(state: SessionState) -> EntityTable:
-    """The entities of every live turn, tracked with `memories.entity_max` and its eviction rule."""
-    table = EntityTable()
+    """The entities of every turn since the last clear, tracked with `memories.entity_max` and its
+    eviction rule: the table of the turns past the live horizon, then the live turns' mentions."""
+    table = state.retired_entities
     for record in state.turns:
         table = track_entities(table, record.turn.entities, state.config.memories.entity_max)
     return table

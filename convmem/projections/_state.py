@@ -1,9 +1,10 @@
 """The folded state of one session, and the zones a context view reads from it.
 
 `SessionState` is immutable and holds every live turn (the turns since the
-last clear, restore or erasure) with its number, so every strategy can be
-projected from it. Which turns are *summarized*, *pending* or *recent* is not
-stored but derived from two watermarks:
+last clear, restore or erasure, within the live horizon of ``_horizon``) with
+its number, so every strategy can be projected from it. Which turns are
+*summarized*, *pending* or *recent* is not stored but derived from two
+watermarks:
 
 * `summary_through`: the last turn number the summary covers;
 * `dropped_through`: the last turn number dropped from a DEGRADED backlog.
@@ -20,6 +21,7 @@ import json
 import msgspec
 
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig, date_text
+from convmem.projections._entities import EntityTable
 
 __all__ = ["SessionState", "TurnRecord", "rendered_turn_length"]
 
@@ -63,6 +65,7 @@ one pass in C, where a regular-expression scan for characters to escape cost
 
 
 _DEFAULT_CONFIG = ShortTermMemoryConfig()
+_NO_ENTITIES = EntityTable()
 
 
 class TurnRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, array_like=True):
@@ -98,6 +101,10 @@ class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     idempotency_keys: tuple[str, ...] = ()
     """The idempotency keys of the session's latest keyed writes, oldest first, at most
     `config.idempotency_horizon` of them (see ``_idempotency``)."""
+    retired_through: int = 0
+    """Turns numbered up to here left the live state past its horizon (the log keeps them)."""
+    retired_entities: EntityTable = _NO_ENTITIES
+    """The entity table of the turns that left the live state since the last clear."""
 
     # Derived zones ---------------------------------------------------------
 
