@@ -16,7 +16,7 @@ from convmem.adapters import (
     JetStreamSnapshotStore,
 )
 from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.errors import SessionClosed
+from convmem.errors import InvalidConfig, SessionClosed
 from convmem.events import MemoryKey
 
 OpenStore = Callable[[], SnapshotStore]
@@ -207,3 +207,98 @@ def test_the_log_and_the_store_share_one_connection(nats_server: EmbeddedNatsSer
     assert store.load(KEY) == snap(1)
     store.close()
     assert connection.closed
+
+
+# Snapshots larger than a message ---------------------------------------------------------
+
+
+def _stored(url: str, subject: str) -> bytes | None:
+    """The bytes stored on `subject` of the default bucket, read past the store (None: nothing)."""
+    connection = NatsConnection.connect(url)
+    try:
+
+        async def get() -> bytes | None:
+            message = await connection.get_message("KV_CONVMEM_SNAPSHOTS", {"last_by_subj": subject})
+            return None if message is None else message.data
+
+        return connection.call(get, what="raw get")
+    finally:
+        connection.close()
+
+
+def _split_store(url: str) -> JetStreamSnapshotStore:
+    """A store that splits every snapshot over 100 bytes (it owns its connection)."""
+    connection = NatsConnection.connect(url)
+    try:
+        return JetStreamSnapshotStore(connection, part_bytes=100)
+    finally:
+        connection.release()
+
+
+def test_a_snapshot_over_the_payload_limit_is_split_and_loads_back(nats_server: EmbeddedNatsServer) -> None:
+    """A 3 MiB snapshot (three times NATS's 1 MiB payload) saves in parts and loads back equal."""
+    store = JetStreamSnapshotStore.connect(nats_server.url)
+    try:
+        big = snap(7, data=bytes(range(256)) * (3 * 4096))
+        store.save(big)
+        assert store.load(KEY) == big
+        assert _stored(nats_server.url, f"{store.subject(KEY)}.part.3") is not None
+        assert _stored(nats_server.url, f"{store.subject(KEY)}.part.4") is None
+    finally:
+        store.close()
+
+
+def test_a_smaller_snapshot_or_a_delete_erases_every_part(nats_server: EmbeddedNatsServer) -> None:
+    """Parts left over from a bigger snapshot are erased by the next save, and all of them by delete."""
+    store = _split_store(nats_server.url)
+    parts = f"{store.subject(KEY)}.part"
+    try:
+        store.save(snap(1, data=b"x" * 450))
+        assert [_stored(nats_server.url, f"{parts}.{i}") is not None for i in range(6)] == [True] * 5 + [
+            False
+        ]
+        store.save(snap(2, data=b"y" * 150))
+        assert store.load(KEY) == snap(2, data=b"y" * 150)
+        assert [_stored(nats_server.url, f"{parts}.{i}") is not None for i in range(3)] == [True, True, False]
+        store.save(snap(3))
+        assert store.load(KEY) == snap(3)
+        assert _stored(nats_server.url, f"{parts}.0") is None
+        store.save(snap(4, data=b"z" * 350))
+        store.delete(KEY)
+        assert store.load(KEY) is None
+        assert _stored(nats_server.url, f"{parts}.0") is None
+    finally:
+        store.close()
+
+
+def test_a_split_snapshot_missing_a_part_loads_as_none(nats_server: EmbeddedNatsServer) -> None:
+    """A head whose parts are gone is no snapshot (the session replays the log instead)."""
+    store = _split_store(nats_server.url)
+    try:
+        store.save(snap(1, data=b"x" * 250))
+        connection = NatsConnection.connect(nats_server.url)
+        try:
+
+            async def erase() -> None:
+                part = await connection.get_message(
+                    "KV_CONVMEM_SNAPSHOTS", {"last_by_subj": f"{store.subject(KEY)}.part.1"}
+                )
+                assert part is not None
+                await connection.api("$JS.API.STREAM.MSG.DELETE.KV_CONVMEM_SNAPSHOTS", {"seq": part.seq})
+
+            connection.call(erase, what="erase a part")
+        finally:
+            connection.close()
+        assert store.load(KEY) is None
+    finally:
+        store.close()
+
+
+def test_a_bad_part_size_is_refused(nats_server: EmbeddedNatsServer) -> None:
+    """`part_bytes` must be a positive number of bytes."""
+    connection = NatsConnection.connect(nats_server.url)
+    try:
+        with pytest.raises(InvalidConfig, match="part_bytes"):
+            JetStreamSnapshotStore(connection, part_bytes=0)
+    finally:
+        connection.close()

@@ -7,6 +7,16 @@ it erases the older one, then writes on the emptied key only (a conditional
 publish), so two savers racing never put an older snapshot over a newer one,
 and no superseded snapshot stays in the bucket's files (a plain put would
 leave the replaced bytes there until NATS compacts the block).
+
+A snapshot larger than one message (the server's ``max_payload``, 1 MiB by
+default) is split, never refused: its bytes go in parts on the key's own
+subjects ``<key>.part.0``, ``<key>.part.1``... (five tokens, so never another
+session's key), written first, and the message on the key holds the snapshot
+without its bytes and a ``Convmem-Parts`` header saying how many parts to
+read. A load joins them; the loader checks the joined bytes against the
+snapshot's hash, so parts mixed by racing savers only cost a longer replay.
+Parts are numbered from 0 without a gap, so saving and deleting erase every
+part they find, from a crashed save's too.
 """
 
 from __future__ import annotations
@@ -28,6 +38,9 @@ DEFAULT_BUCKET = "CONVMEM_SNAPSHOTS"
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Snapshot)
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_PARTS = "Convmem-Parts"
+_HEADROOM = 4096
+"""Bytes of a message left for its subject and headers when a snapshot is split."""
 _OPERATION = "KV-Operation"
 _NO_MESSAGE = 10057
 
@@ -42,14 +55,20 @@ class JetStreamSnapshotStore:
         bucket: str = DEFAULT_BUCKET,
         replicas: int = 1,
         create: bool = True,
+        part_bytes: int | None = None,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the bucket.
 
         With `create` False the bucket is never created or checked; a missing one is `StoreNotFound`.
+        `part_bytes` is the most snapshot bytes one message holds (None: the server's
+        ``max_payload`` less 4 KiB for the subject and headers).
         """
         check_names(bucket=bucket)
         if replicas < 1:
             raise InvalidConfig("replicas", f"is {replicas}, must be 1 or more")
+        if part_bytes is not None and (isinstance(part_bytes, bool) or part_bytes < 1):
+            raise InvalidConfig("part_bytes", f"is {part_bytes!r}, must be a positive number of bytes")
+        self._part_bytes = part_bytes
         connection.lease()
         self._conn = connection
         self._bucket = bucket
@@ -103,9 +122,32 @@ class JetStreamSnapshotStore:
         """See `SnapshotStore.load`: None when missing, deleted, undecodable or another key's."""
         self._check_open()
         subject = self.subject(key)
-        message = self._conn.call(lambda: self._get(subject), what=f"load snapshot of {key}")
+        message = self._conn.call(lambda: self._read(subject), what=f"load snapshot of {key}")
         snapshot = _decode(message)
         return snapshot if snapshot is not None and snapshot.key == key else None
+
+    async def _read(self, subject: str) -> StoredMessage | None:
+        """The key's message, with the bytes of a split snapshot joined back (None if a part is missing)."""
+        head = await self._get(subject)
+        count = _part_count(head)
+        if head is None or not count:
+            return head
+        snapshot = _decode(head)
+        if snapshot is None:
+            return None
+        parts = []
+        for i in range(count):
+            part = await self._get(f"{subject}.part.{i}")
+            if part is None:
+                return None
+            parts.append(part.data)
+        whole = msgspec.structs.replace(snapshot, data=b"".join(parts))
+        return StoredMessage(subject=head.subject, seq=head.seq, headers={}, data=_encoder.encode(whole))
+
+    def _limit(self) -> int:
+        if self._part_bytes is not None:
+            return self._part_bytes
+        return max(self._conn.nc.max_payload - _HEADROOM, 1)
 
     def save(self, snapshot: Snapshot) -> None:
         """See `SnapshotStore.save`.
@@ -119,6 +161,13 @@ class JetStreamSnapshotStore:
         subject = self.subject(snapshot.key)
         self._conn.check_subject(subject, snapshot.key)
         data = _encoder.encode(snapshot)
+        limit = self._limit()
+        parts: list[bytes] = []
+        headers = {_EXPECTED: "0"}
+        if len(data) > limit:
+            parts = [snapshot.data[i : i + limit] for i in range(0, len(snapshot.data), limit)]
+            data = _encoder.encode(msgspec.structs.replace(snapshot, data=b""))
+            headers[_PARTS] = str(len(parts))
 
         async def put() -> None:
             for _ in range(10):
@@ -126,17 +175,42 @@ class JetStreamSnapshotStore:
                 stored = _decode(current)
                 if stored is not None and stored.key == snapshot.key and stored.seq >= snapshot.seq:
                     return
+                for i, part in enumerate(parts):
+                    await self._put_alone(f"{subject}.part.{i}", part, snapshot.key)
                 if current is not None:
                     await self._erase(current.seq)
                 try:
-                    await self._conn.js.publish(subject, data, headers={_EXPECTED: "0"})
-                    return
+                    await self._conn.js.publish(subject, data, headers=headers)
                 except nats.js.errors.APIError as exc:
                     if exc.err_code not in (10071, 10164):
                         raise
+                    continue
+                await self._erase_parts(subject, first=len(parts))
+                return
             raise LogUnavailable(f"saving the snapshot of {snapshot.key} kept racing other savers")
 
         self._conn.call(put, what=f"save snapshot of {snapshot.key}")
+
+    async def _put_alone(self, subject: str, data: bytes, key: MemoryKey) -> None:
+        """Write `data` as the only message on `subject`, erasing the one it replaces."""
+        for _ in range(10):
+            current = await self._get(subject)
+            if current is not None:
+                await self._erase(current.seq)
+            try:
+                await self._conn.js.publish(subject, data, headers={_EXPECTED: "0"})
+                return
+            except nats.js.errors.APIError as exc:
+                if exc.err_code not in (10071, 10164):
+                    raise
+        raise LogUnavailable(f"saving a part of the snapshot of {key} kept racing other savers")
+
+    async def _erase_parts(self, subject: str, *, first: int = 0) -> None:
+        """Erase the parts numbered from `first` on (up to the first one missing)."""
+        i = first
+        while (part := await self._get(f"{subject}.part.{i}")) is not None:
+            await self._erase(part.seq)
+            i += 1
 
     def delete(self, key: MemoryKey) -> None:
         """See `SnapshotStore.delete`. Erases the stored snapshot's bytes; leaves no marker behind."""
@@ -148,8 +222,9 @@ class JetStreamSnapshotStore:
             for _ in range(10):
                 current = await self._get(subject)
                 if current is None:
-                    return
+                    break
                 await self._erase(current.seq)
+            await self._erase_parts(subject)
 
         self._conn.call(erase, what=f"delete snapshot of {key}")
 
@@ -171,6 +246,12 @@ class JetStreamSnapshotStore:
                 return
             self._closed = True
         self._conn.release()
+
+
+def _part_count(message: StoredMessage | None) -> int:
+    """How many parts hold the bytes of the snapshot in `message` (0: it holds them itself)."""
+    value = message.headers.get(_PARTS) if message is not None else None
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def _decode(message: StoredMessage | None) -> Snapshot | None:
