@@ -153,6 +153,10 @@ class Sizes:
     peer_rounds: int = 3
     peer_callers: int = 64
     peer_read_seconds: float = 4.0
+    # history: a long session against a short one
+    hist_turns: tuple[int, int] = (100, 100_000)
+    hist_rounds: int = 3
+    hist_writes: int = 300
 
 
 FULL = Sizes(
@@ -210,6 +214,9 @@ SMOKE = Sizes(
     peer_turns=4,
     peer_callers=8,
     peer_read_seconds=0.02,
+    hist_turns=(100, 400),
+    hist_rounds=1,
+    hist_writes=20,
 )
 
 

@@ -32,6 +32,7 @@ MEASURES = (
     "peers",
     "workers",
     "summarizer_latency",
+    "history",
 )
 ON_DEMAND = ("chaos",)
 """Measures run only when named in ``--only`` (minutes long, they kill processes): not in the default run."""

@@ -38,6 +38,7 @@ EXPECTED = {
         "p99 @ 1000/s: worker process vs in process",
         "median burst p99 @ 1000/s, extractive in a worker process",
     ],
+    "history": ["snapshot_bytes at 400 turns", "add_turn_p99_ms at 400 turns", "rss_mb at 400 turns"],
 }
 
 

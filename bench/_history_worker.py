@@ -1,0 +1,88 @@
+"""One run of the long-history measure, in a process of its own (see `bench.history`).
+
+Run as a script, ``python bench/_history_worker.py '<json>'``, with ``PYTHONPATH``
+naming the convmem to measure (this worktree's, or the code before a change):
+it imports nothing but convmem and the standard library. The session named in
+the argument already holds its history in the log; this process activates it
+(a full replay), saves its snapshot, activates it again from the snapshot a few
+times, writes turns, and prints one JSON line of figures. RSS is this process's
+resident memory after the writes, less what it held before activating.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+from convmem.actors import MemorySystem, Snapshot
+from convmem.adapters import JetStreamBackend
+from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import encode_state, state_hash
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _turn(n: int) -> ConversationTurn:
+    user = f"{n}: what did we say about the budget, the invoice and the meeting in Lyon tomorrow?"
+    answer = "We said the invoice goes out on Monday and the meeting moves to Tuesday. " * 5
+    return ConversationTurn(user_message=user, assistant_response=answer)
+
+
+def main(spec: dict[str, object]) -> dict[str, object]:
+    key = MemoryKey(*(str(t) for t in spec["key"]))  # type: ignore[attr-defined]
+    writes = int(spec["writes"])  # type: ignore[call-overload]
+    config = ShortTermMemoryConfig(strategy="truncation")
+    backend = JetStreamBackend.connect(str(spec["url"]))
+    out: dict[str, object] = {}
+    try:
+        with MemorySystem(config, log=backend.log, snapshots=backend.snapshots, snapshot_every=50) as system:
+            handle = system.session(key)
+            gc.collect()
+            before = _rss()
+            started = time.perf_counter()
+            handle.get_llm_context()
+            out["replay_ms"] = (time.perf_counter() - started) * 1000
+            state = handle.snapshot_state()
+            data = encode_state(state)
+            out["snapshot_bytes"] = len(data)
+            out["live_turns"] = len(state.turns)
+            assert backend.snapshots is not None
+            try:
+                backend.snapshots.save(
+                    Snapshot(key=key, seq=state.version, state_hash=state_hash(state), data=data)
+                )
+                out["snapshot_saved"] = True
+            except Exception as exc:  # the code before the change cannot store a large one
+                out["snapshot_saved"] = False
+                out["snapshot_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            activations = []
+            for _ in range(5):
+                system.passivate(key)
+                started = time.perf_counter()
+                handle.get_llm_context()
+                activations.append((time.perf_counter() - started) * 1000)
+            out["activation_ms"] = statistics.median(activations)
+            latencies = []
+            for n in range(writes):
+                started = time.perf_counter()
+                handle.add_turn(_turn(n), timeout=60)
+                latencies.append((time.perf_counter() - started) * 1000)
+            latencies.sort()
+            out["add_turn_p50_ms"] = latencies[len(latencies) // 2]
+            out["add_turn_p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            gc.collect()
+            out["rss_mb"] = (_rss() - before) / 2**20
+    finally:
+        backend.close()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))
