@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import msgspec
 import pytest
 from hypothesis import given
 from strategies import History, histories
 
+from convmem.actors import MemorySystem
+from convmem.adapters import ConvmemSession, InMemoryEventLog
 from convmem.events import (
     AgentsMemoryConfig,
     ConversationMemoryConfig,
     ConversationTurn,
     EntityMention,
+    ItemsAdded,
     MemoryBudget,
     MemoryKey,
     SessionCleared,
@@ -20,6 +26,7 @@ from convmem.events import (
     SessionStarted,
     ShortTermMemoryConfig,
     TurnAdded,
+    decode_event,
 )
 from convmem.projections import (
     AddTurn,
@@ -168,3 +175,30 @@ def test_a_bad_horizon_is_refused_naming_the_setting(live_turns: object) -> None
     """`live_turns` must be a positive integer or None."""
     with pytest.raises(ValueError, match="live_turns"):
         ShortTermMemoryConfig(live_turns=live_turns)  # type: ignore[arg-type]
+
+
+def test_agents_get_items_shows_the_live_turns_and_the_log_keeps_every_item() -> None:
+    """With the Agents `none` strategy, `get_items()` returns the last `live_turns` turns' items
+    (the horizon), `pop_item` stops at them, and the log still holds every item added."""
+    config = ShortTermMemoryConfig(live_turns=100)
+    log = InMemoryEventLog()
+
+    async def talk(memory: MemorySystem) -> tuple[list[Any], list[Any]]:
+        session = ConvmemSession("chat", memory, tenant_id="acme", user_id="ada", config=config)
+        for n in range(130):
+            await session.add_items(
+                [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+            )
+        shown = await session.get_items()
+        for _ in range(201):
+            await session.pop_item()
+        return shown, await session.get_items()
+
+    with MemorySystem(log=log) as memory:
+        shown, after_pops = asyncio.run(talk(memory))
+    assert [item["content"] for item in shown[:2]] == ["q30", "a30"]
+    assert len(shown) == 200
+    assert after_pops == []
+    events = [decode_event(r.data) for r in log.read_all()]
+    stored = [i for e in events if isinstance(e, ItemsAdded) for i in e.items]
+    assert len(stored) == 260

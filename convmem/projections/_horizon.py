@@ -22,7 +22,7 @@ entity memory counts mentions over the whole session, so the mentions of the
 retired turns are folded into `SessionState.retired_entities` (the entity
 table is a left fold, so folding the retired turns and then the live ones
 gives the table of every turn). `retired_through` says which turn numbers
-went: older views read them from the log (`export_state`, replay, timeline).
+went: the log still holds them (`convmem export`, `replay --position`, the timeline, forks).
 """
 
 from __future__ import annotations
