@@ -38,6 +38,7 @@ from convmem.projections import (
     entity_messages,
     entity_table,
     evolve,
+    full_tokens,
     live_horizon,
     llm_context,
     next_due_at,
@@ -69,6 +70,7 @@ def test_every_view_but_the_whole_list_is_the_unbounded_sessions(history: Histor
     and summarizing, the window, summary and entity memories are those of the unbounded fold."""
     bounded, full = history.state, _unbounded(history)
     assert llm_context(bounded) == llm_context(full)
+    assert full_tokens(bounded) == full_tokens(full)  # what the ``error`` policy measures
     assert to_dict(bounded) == {**to_dict(full), "config_snapshot": to_dict(bounded)["config_snapshot"]}
     assert next_due_at(bounded) == next_due_at(full)
     now = bounded.last_at + 3600
