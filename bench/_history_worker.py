@@ -39,7 +39,7 @@ def main(spec: dict[str, object]) -> dict[str, object]:
     key = MemoryKey(*(str(t) for t in spec["key"]))  # type: ignore[attr-defined]
     writes = int(spec["writes"])  # type: ignore[call-overload]
     config = ShortTermMemoryConfig(strategy="truncation")
-    backend = JetStreamBackend.connect(str(spec["url"]))
+    backend = JetStreamBackend.connect(str(spec["url"]), timeout=300.0)  # a 100,000-event read takes seconds
     out: dict[str, object] = {}
     try:
         with MemorySystem(config, log=backend.log, snapshots=backend.snapshots, snapshot_every=50) as system:
