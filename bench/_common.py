@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
-from convmem.events import ConversationTurn, MemoryKey
+from convmem.events import ConversationTurn, MemoryKey, Strategy
 
 __all__ = [
     "Batch",
@@ -157,6 +157,7 @@ class Sizes:
     hist_turns: tuple[int, int] = (100, 100_000)
     hist_rounds: int = 3
     hist_writes: int = 300
+    hist_strategies: tuple[Strategy, ...] = ("truncation", "rolling_summary")
 
 
 FULL = Sizes(

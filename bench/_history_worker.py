@@ -35,14 +35,26 @@ def _turn(n: int) -> ConversationTurn:
     return ConversationTurn(user_message=user, assistant_response=answer)
 
 
+def _summarize(request: dict[str, object]) -> dict[str, str]:
+    """A healthy summarizer that answers at once (rolling_summary runs)."""
+    return {"summary": f"{len(request['turns'])} more turns about the budget and the meeting."}  # type: ignore[arg-type]
+
+
 def main(spec: dict[str, object]) -> dict[str, object]:
     key = MemoryKey(*(str(t) for t in spec["key"]))  # type: ignore[attr-defined]
     writes = int(spec["writes"])  # type: ignore[call-overload]
-    config = ShortTermMemoryConfig(strategy="truncation")
+    strategy = str(spec.get("strategy", "truncation"))
+    config = ShortTermMemoryConfig(strategy=strategy)  # type: ignore[arg-type]
     backend = JetStreamBackend.connect(str(spec["url"]), timeout=300.0)  # a 100,000-event read takes seconds
     out: dict[str, object] = {}
     try:
-        with MemorySystem(config, log=backend.log, snapshots=backend.snapshots, snapshot_every=50) as system:
+        with MemorySystem(
+            config,
+            log=backend.log,
+            snapshots=backend.snapshots,
+            snapshot_every=50,
+            summarizer=_summarize if config.summarizes else None,
+        ) as system:
             handle = system.session(key)
             gc.collect()
             before = _rss()
