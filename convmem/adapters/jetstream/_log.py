@@ -244,7 +244,7 @@ class JetStreamEventLog:
     def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
         """See `EventLog.read`."""
         subject = self._open_subject(key, publish=False)
-        messages = self._conn.call(lambda: self._writer.read(subject), what=f"read {key}")
+        messages = self._conn.call(lambda: self._writer.read(subject, after_seq), what=f"read {key}")
         records = [to_logged(m, key) for m in messages]
         return [r for r in records if r.seq is None or r.seq > after_seq]
 

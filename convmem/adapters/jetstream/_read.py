@@ -35,6 +35,7 @@ __all__ = [
     "fetch_subject",
     "read_range",
     "session_seq",
+    "tail_start",
     "to_logged",
 ]
 
@@ -108,6 +109,53 @@ async def fetch_subject(
         if batch.pending == 0 or not batch.messages:
             return out
         start = batch.messages[-1].seq + 1
+
+
+async def tail_start(
+    conn: NatsConnection, stream: str, subject: str, after_seq: int, last: StoredMessage
+) -> int:
+    """The stream sequence from which `subject` holds exactly its events of session seq above
+    `after_seq` (`last` is the subject's last message); 1 when that cannot be told.
+
+    A session's events are in session-seq order on its subject, so the first
+    position whose next message on the subject is above `after_seq` is found
+    by searching back from the end in growing steps, then by bisection: a few
+    single-message gets, however long the history, instead of reading it all.
+    A message without a session seq (not written by convmem) makes it read all.
+    """
+    last_seq = session_seq(last.headers)
+    if after_seq <= 0 or last_seq is None:
+        return 1
+    if last_seq <= after_seq:
+        return last.seq + 1
+
+    async def next_seq(position: int) -> tuple[int, int] | None:
+        found = await conn.get_message(stream, {"seq": position, "next_by_subj": subject})
+        seq = session_seq(found.headers) if found is not None else None
+        return None if found is None or seq is None else (found.seq, seq)
+
+    hi, step, lo = last.seq, 4 * (last_seq - after_seq) + 16, 0
+    while not lo:
+        probe = max(1, hi - step)
+        found = await next_seq(probe)
+        if found is None:
+            return 1
+        if found[1] <= after_seq:
+            lo = found[0] + 1
+        elif probe == 1:
+            return 1
+        else:
+            hi, step = probe, step * 4
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = await next_seq(mid)
+        if found is None:
+            return 1
+        if found[1] > after_seq:
+            hi = mid
+        else:
+            lo = found[0] + 1
+    return lo
 
 
 def read_range(

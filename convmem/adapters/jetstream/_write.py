@@ -39,7 +39,7 @@ from convmem.actors import SessionSequence
 from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends
-from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq
+from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq, tail_start
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
@@ -192,8 +192,12 @@ class SessionWriter:
             reply = await self._conn.nc.request(subject, data, timeout=self._conn.timeout, headers=headers)
             return int(parse_ack(reply.data)["seq"])
 
-    async def read(self, subject: str) -> list[StoredMessage]:
+    async def read(self, subject: str, after_seq: int = 0) -> list[StoredMessage]:
         """Every message of a session's subject, at least up to what the stream leader holds.
+
+        With `after_seq`, the read starts where the events above it start
+        (`tail_start`), so a session activated from a snapshot reads its tail,
+        not its history; messages before it may be left out.
 
         Direct gets may be answered by any replica, and a follower can lag the
         leader; a read that ends before the leader's last message of the
@@ -201,16 +205,21 @@ class SessionWriter:
         rebuilt after a write always includes that write.
         """
         for attempt in range(_READ_ATTEMPTS):
-            messages = await fetch_subject(self._conn, self._stream, subject)
+            start = 1
+            if after_seq > 0:
+                last = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+                if last is not None:
+                    start = await tail_start(self._conn, self._stream, subject, after_seq, last)
+            messages = await fetch_subject(self._conn, self._stream, subject, start=start)
             leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
-            if leader is None or (messages and messages[-1].seq >= leader.seq):
+            if leader is None or leader.seq < start or (messages and messages[-1].seq >= leader.seq):
                 break
             await asyncio.sleep(min(0.005 * 2**attempt, 0.25))
         else:
             raise LogUnavailable(
                 f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
             )
-        if messages:
+        if messages and start == 1:  # a tail read does not say the session's seq: nothing learnt
             self.remember(subject, _walk(messages, EMPTY))
         return messages
 
