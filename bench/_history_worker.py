@@ -3,10 +3,11 @@
 Run as a script, ``python bench/_history_worker.py '<json>'``, with ``PYTHONPATH``
 naming the convmem to measure (this worktree's, or the code before a change):
 it imports nothing but convmem and the standard library. The session named in
-the argument already holds its history in the log; this process activates it
-(a full replay), saves its snapshot, activates it again from the snapshot a few
-times, writes turns, and prints one JSON line of figures. RSS is this process's
-resident memory after the writes, less what it held before activating.
+the argument already holds its history in the log. Phase ``prepare`` activates
+it (a full replay) and saves its snapshot; phase ``measure``, in a fresh
+process as after a restart, activates it from the snapshot five times, writes
+turns, and reads its RSS growth from before the first activation to after the
+writes. Each prints one JSON line of figures.
 """
 
 from __future__ import annotations
@@ -42,57 +43,65 @@ def _summarize(request: dict[str, object]) -> dict[str, str]:
 
 def main(spec: dict[str, object]) -> dict[str, object]:
     key = MemoryKey(*(str(t) for t in spec["key"]))  # type: ignore[attr-defined]
-    writes = int(spec["writes"])  # type: ignore[call-overload]
     strategy = str(spec.get("strategy", "truncation"))
     config = ShortTermMemoryConfig(strategy=strategy)  # type: ignore[arg-type]
     backend = JetStreamBackend.connect(str(spec["url"]), timeout=300.0)  # a 100,000-event read takes seconds
-    out: dict[str, object] = {}
+    summarizer = _summarize if config.summarizes else None
     try:
         with MemorySystem(
-            config,
-            log=backend.log,
-            snapshots=backend.snapshots,
-            snapshot_every=50,
-            summarizer=_summarize if config.summarizes else None,
+            config, log=backend.log, snapshots=backend.snapshots, snapshot_every=50, summarizer=summarizer
         ) as system:
-            handle = system.session(key)
-            gc.collect()
-            before = _rss()
-            started = time.perf_counter()
-            handle.get_llm_context()
-            out["replay_ms"] = (time.perf_counter() - started) * 1000
-            state = handle.snapshot_state()
-            data = encode_state(state)
-            out["snapshot_bytes"] = len(data)
-            out["live_turns"] = len(state.turns)
-            assert backend.snapshots is not None
-            try:
-                backend.snapshots.save(
-                    Snapshot(key=key, seq=state.version, state_hash=state_hash(state), data=data)
-                )
-                out["snapshot_saved"] = True
-            except Exception as exc:  # the code before the change cannot store a large one
-                out["snapshot_saved"] = False
-                out["snapshot_error"] = f"{type(exc).__name__}: {exc}"[:200]
-            activations = []
-            for _ in range(5):
-                system.passivate(key)
-                started = time.perf_counter()
-                handle.get_llm_context()
-                activations.append((time.perf_counter() - started) * 1000)
-            out["activation_ms"] = statistics.median(activations)
-            latencies = []
-            for n in range(writes):
-                started = time.perf_counter()
-                handle.add_turn(_turn(n), timeout=60)
-                latencies.append((time.perf_counter() - started) * 1000)
-            latencies.sort()
-            out["add_turn_p50_ms"] = latencies[len(latencies) // 2]
-            out["add_turn_p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-            gc.collect()
-            out["rss_mb"] = (_rss() - before) / 2**20
+            if spec.get("phase") == "prepare":
+                return _prepare(system, backend, key)
+            return _measure(system, key, int(spec["writes"]))  # type: ignore[call-overload]
     finally:
         backend.close()
+
+
+def _prepare(system: MemorySystem, backend: JetStreamBackend, key: MemoryKey) -> dict[str, object]:
+    """A full replay of the history, then its snapshot saved (as the session's writes leave one)."""
+    handle = system.session(key)
+    out: dict[str, object] = {}
+    started = time.perf_counter()
+    handle.get_llm_context()
+    out["replay_ms"] = (time.perf_counter() - started) * 1000
+    state = handle.snapshot_state()
+    data = encode_state(state)
+    out["snapshot_bytes"] = len(data)
+    out["live_turns"] = len(state.turns)
+    assert backend.snapshots is not None
+    try:
+        backend.snapshots.save(Snapshot(key=key, seq=state.version, state_hash=state_hash(state), data=data))
+        out["snapshot_saved"] = True
+    except Exception as exc:  # the code before the change cannot store a large one
+        out["snapshot_saved"] = False
+        out["snapshot_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
+def _measure(system: MemorySystem, key: MemoryKey, writes: int) -> dict[str, object]:
+    """In a fresh process (a restarted service): activations from the snapshot, then writes."""
+    handle = system.session(key)
+    out: dict[str, object] = {}
+    gc.collect()
+    before = _rss()
+    activations = []
+    for _ in range(5):
+        started = time.perf_counter()
+        handle.get_llm_context()
+        activations.append((time.perf_counter() - started) * 1000)
+        system.passivate(key)
+    out["activation_ms"] = statistics.median(activations)
+    latencies = []
+    for n in range(writes):
+        started = time.perf_counter()
+        handle.add_turn(_turn(n), timeout=60)
+        latencies.append((time.perf_counter() - started) * 1000)
+    latencies.sort()
+    out["add_turn_p50_ms"] = latencies[len(latencies) // 2]
+    out["add_turn_p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    gc.collect()
+    out["rss_mb"] = (_rss() - before) / 2**20
     return out
 
 

@@ -9,9 +9,10 @@ The child then:
 
 * activates the session with no snapshot (a full replay), saves its snapshot
   and records its size (the encoded state);
-* activates it again from the snapshot five times (median);
-* writes `hist_writes` turns with `add_turn` (p50, p99);
-* reads its RSS growth from before the first activation to after the writes.
+* then, in a second child (a service restarted), activates it from the
+  snapshot five times (median), writes `hist_writes` turns with `add_turn`
+  (p50, p99) and reads its RSS growth from before the first activation to
+  after the writes.
 
 Runs alternate: for each strategy (``truncation``, ``rolling_summary``), 100
 turns, then 100,000, round after round. With
@@ -86,7 +87,15 @@ def _fill(log: JetStreamEventLog, key: MemoryKey, turns: int, strategy: Strategy
 
 
 def _child(code: Path, url: str, key: MemoryKey, writes: int, strategy: Strategy) -> dict[str, object]:
-    spec = {"url": url, "key": list(key.tokens()), "writes": writes, "strategy": strategy}
+    """Both phases of one run, each a process of its own; their figures together."""
+    prepared = _phase("prepare", code, url, key, writes, strategy)
+    return {**prepared, **_phase("measure", code, url, key, writes, strategy)}
+
+
+def _phase(
+    phase: str, code: Path, url: str, key: MemoryKey, writes: int, strategy: Strategy
+) -> dict[str, object]:
+    spec = {"url": url, "key": list(key.tokens()), "writes": writes, "strategy": strategy, "phase": phase}
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
         [sys.executable, str(_WORKER), json.dumps(spec)],
