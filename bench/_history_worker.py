@@ -5,7 +5,8 @@ naming the convmem to measure (this worktree's, or the code before a change):
 it imports nothing but convmem and the standard library. The session named in
 the argument already holds its history in the log. Phase ``prepare`` activates
 it (a full replay) and saves its snapshot; phase ``measure``, in a fresh
-process as after a restart, activates it from the snapshot five times, writes
+process as after a restart, activates it from the snapshot 21 times (at least
+3, at most 10 s of them), writes
 turns, and reads its RSS growth from before the first activation to after the
 writes. Each prints one JSON line of figures.
 """
@@ -85,12 +86,14 @@ def _measure(system: MemorySystem, key: MemoryKey, writes: int) -> dict[str, obj
     out: dict[str, object] = {}
     gc.collect()
     before = _rss()
-    activations = []
-    for _ in range(5):
+    activations: list[float] = []
+    began = time.perf_counter()
+    while len(activations) < 21 and (len(activations) < 3 or time.perf_counter() - began < 10.0):
         started = time.perf_counter()
         handle.get_llm_context()
         activations.append((time.perf_counter() - started) * 1000)
         system.passivate(key)
+    out["activations"] = len(activations)
     out["activation_ms"] = statistics.median(activations)
     latencies = []
     for n in range(writes):

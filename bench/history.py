@@ -10,7 +10,7 @@ The child then:
 * activates the session with no snapshot (a full replay), saves its snapshot
   and records its size (the encoded state);
 * then, in a second child (a service restarted), activates it from the
-  snapshot five times (median), writes `hist_writes` turns with `add_turn`
+  snapshot 21 times (median; at least 3, at most 10 s of them), writes `hist_writes` turns with `add_turn`
   (p50, p99) and reads its RSS growth from before the first activation to
   after the writes.
 
@@ -168,8 +168,8 @@ def run(sizes: Sizes) -> Result:
     result.notes.append(
         f"{sizes.hist_rounds} alternating rounds of a {short}-turn and a {long:,}-turn session "
         f"({', '.join(sizes.hist_strategies)}; default live horizon), each in a child process: "
-        f"snapshot size, activation from the snapshot (median of 5), {sizes.hist_writes} add_turn calls "
-        "(p99), RSS growth; "
+        f"snapshot size, activation from the snapshot (median of up to 21), {sizes.hist_writes} "
+        "add_turn calls (p99), RSS growth; "
         "JetStream, server default flush"
         + ("; the code before the change alternates with this code" if base else "")
     )
