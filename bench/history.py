@@ -10,16 +10,16 @@ The child then:
 * activates the session with no snapshot (a full replay), saves its snapshot
   and records its size (the encoded state);
 * then, in a second child (a service restarted), activates it from the
-  snapshot 21 times (median; at least 3, at most 10 s of them), writes `hist_writes` turns with `add_turn`
-  (p50, p99) and reads its RSS growth from before the first activation to
-  after the writes.
+  snapshot 21 times (median; at least 3, at most 10 s of them), writes
+  `hist_writes` turns with `add_turn` (p50, p99) and reads its RSS growth
+  from before the first activation to after the writes.
 
 Runs alternate: for each strategy (``truncation``, ``rolling_summary``), 100
-turns, then 100,000, round after round. With
-``CONVMEM_BASE`` naming a checkout of the code before a change (for example
-``git worktree add --detach ../base main``), every run is made with that code
-too, alternating with this one, and shown beside it (it is no target: the
-targets compare this code's 100,000-turn session with its 100-turn one).
+turns, then 100,000, round after round. With ``CONVMEM_BASE`` naming a
+checkout of the code before a change (for example ``git worktree add
+--detach ../base main``), every run is made with that code too, alternating
+with this one, and shown beside it (it is no target: the targets compare
+this code's 100,000-turn session with its 100-turn one).
 """
 
 from __future__ import annotations
