@@ -52,8 +52,8 @@ from convmem.projections._health import (
     summary_due,
     summary_problem,
 )
-from convmem.projections._idempotency import already_applied, command_id_for
 from convmem.projections._horizon import live_horizon
+from convmem.projections._idempotency import already_applied, command_id_for
 from convmem.projections._memories import (
     BufferMemory,
     EntityMemory,
