@@ -34,7 +34,7 @@ from convmem.adapters import (
     PermissionDenied,
 )
 from convmem.errors import InvalidInput, InvalidKey, SessionClosed
-from convmem.events import MemoryKey
+from convmem.events import MemoryKey, ShortTermMemoryConfig
 
 NO_TRACING = RunConfig(tracing_disabled=True)
 Make = Callable[..., ConvmemSession]
@@ -76,6 +76,21 @@ def make(request: pytest.FixtureRequest) -> Make:
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
+
+
+def test_get_items_returns_the_whole_history_past_the_live_horizon(make: Make) -> None:
+    """A session longer than its `live_turns` (100 by default) lists every item, in process and served."""
+    turns = ShortTermMemoryConfig().live_turns + 3  # type: ignore[operator]
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        session = make("long")
+        for n in range(turns):
+            await session.add_items([user(f"q{n}"), {"role": "assistant", "content": f"a{n}"}])
+        return await session.get_items(), await session.get_items(limit=3)
+
+    every, last = asyncio.run(scenario())
+    assert [item["content"] for item in every] == [f"{k}{n}" for n in range(turns) for k in "qa"]
+    assert [item["content"] for item in last] == [f"a{turns - 2}", f"q{turns - 1}", f"a{turns - 1}"]
 
 
 # The session protocol --------------------------------------------------------------------------------

@@ -179,28 +179,31 @@ def test_a_bad_horizon_is_refused_naming_the_setting(live_turns: object) -> None
         ShortTermMemoryConfig(live_turns=live_turns)  # type: ignore[arg-type]
 
 
-def test_agents_get_items_shows_the_live_turns_and_the_log_keeps_every_item() -> None:
-    """With the Agents `none` strategy, `get_items()` returns the last `live_turns` turns' items
-    (the horizon), `pop_item` stops at them, and the log still holds every item added."""
+def test_agents_get_items_reads_past_the_horizon_from_the_log() -> None:
+    """With the Agents `none` strategy, `get_items()` returns every item, as `SQLiteSession` does:
+    the live state keeps the last `live_turns` turns and the rest is read from the log;
+    `pop_item` stops at the live turns (the items before them stay, and are listed)."""
     config = ShortTermMemoryConfig(live_turns=100)
     log = InMemoryEventLog()
 
-    async def talk(memory: MemorySystem) -> tuple[list[Any], list[Any]]:
+    async def talk(memory: MemorySystem) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         session = ConvmemSession("chat", memory, tenant_id="acme", user_id="ada", config=config)
         for n in range(130):
             await session.add_items(
                 [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
             )
-        shown = await session.get_items()
+        shown, last = await session.get_items(), await session.get_items(limit=4)
+        within = await session.get_items(limit=200)  # the live turns hold the last 200 items
         for _ in range(201):
             await session.pop_item()
-        return shown, await session.get_items()
+        return shown, last, within, await session.get_items()
 
     with MemorySystem(log=log) as memory:
-        shown, after_pops = asyncio.run(talk(memory))
-    assert [item["content"] for item in shown[:2]] == ["q30", "a30"]
-    assert len(shown) == 200
-    assert after_pops == []
+        shown, last, within, after_pops = asyncio.run(talk(memory))
+    assert [item["content"] for item in shown] == [f"{k}{n}" for n in range(130) for k in "qa"]
+    assert [item["content"] for item in last] == ["q128", "a128", "q129", "a129"]
+    assert within == shown[60:]
+    assert [item["content"] for item in after_pops] == [f"{k}{n}" for n in range(30) for k in "qa"]
     events = [decode_event(r.data) for r in log.read_all()]
     stored = [i for e in events if isinstance(e, ItemsAdded) for i in e.items]
     assert len(stored) == 260

@@ -52,7 +52,7 @@ from convmem.projections._health import (
     summary_due,
     summary_problem,
 )
-from convmem.projections._horizon import live_horizon
+from convmem.projections._horizon import live_horizon, without_horizon
 from convmem.projections._idempotency import already_applied, command_id_for
 from convmem.projections._memories import (
     BufferMemory,
@@ -169,4 +169,5 @@ __all__ = [
     "trim_summary",
     "view_tokens",
     "window_messages",
+    "without_horizon",
 ]

@@ -27,13 +27,18 @@ went: the log still holds them (`convmem export`, `replay --position`, the timel
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import TypeVar, cast
+
 import msgspec
 
-from convmem.events import ShortTermMemoryConfig
+from convmem.events import SessionStarted, ShortTermMemoryConfig
 from convmem.projections._entities import track_entities
 from convmem.projections._state import SessionState
 
-__all__ = ["bound", "live_horizon"]
+__all__ = ["bound", "live_horizon", "without_horizon"]
+
+_E = TypeVar("_E")
 
 
 def live_horizon(config: ShortTermMemoryConfig) -> int | None:
@@ -78,3 +83,18 @@ def bound(state: SessionState) -> SessionState:
         retired_through=max(state.retired_through, retired[-1].index),
         retired_entities=entities,
     )
+
+
+def without_horizon(events: Iterable[_E]) -> Iterator[_E]:
+    """`events` with each session start's `live_turns` lifted, so their fold keeps every turn.
+
+    For the views that show the whole history (the Agents SDK's `get_items()`
+    with no limit, for one) once the live state has retired turns: the caller
+    reads the session's events from the log and folds them through this.
+    """
+    for event in events:
+        if isinstance(event, SessionStarted) and event.config.live_turns is not None:
+            whole = msgspec.structs.replace(event.config, live_turns=None)
+            yield cast("_E", msgspec.structs.replace(event, config=whole))
+        else:
+            yield event

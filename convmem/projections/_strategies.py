@@ -129,6 +129,11 @@ class AgentsView:
     items: Callable[[SessionState], list[dict[str, Any]]]
     summary_zone: Callable[[AgentsMemoryConfig], tuple[int, int]] | None = None
 
+    @property
+    def shows_whole_history(self) -> bool:
+        """Its items reach back to the session's first turn, past any live horizon."""
+        return self.shown in (Shown.EVERY_TURN, Shown.COMPACTED)
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryView:

@@ -24,7 +24,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from convmem.actors import MemorySystem, SessionHandle
-from convmem.adapters.integrations._views import as_configured, items_view, start_session
+from convmem.adapters.integrations._views import (
+    as_configured,
+    items_view,
+    reaches_past_live,
+    start_session,
+    whole_history,
+)
 from convmem.adapters.service._remote import OnConnection, RemoteMemory, awaiting, blocking
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
@@ -87,8 +93,11 @@ class LocalItems:
     def start(self) -> str | None:
         return start_session(self.system, self.key, timeout=self.timeout)
 
+    def _whole(self) -> SessionState:
+        return whole_history(self.system, self.key)
+
     def items(self, limit: int | None) -> list[dict[str, Any]]:
-        return items_view(self._state(), limit)
+        return items_view(self._state(), limit, self._whole)
 
     def add(self, items: Sequence[Mapping[str, Any]]) -> None:
         self.handle.add_items(items, timeout=self.timeout)
@@ -106,7 +115,10 @@ class LocalItems:
         return await asyncio.to_thread(self.start)
 
     async def aitems(self, limit: int | None) -> list[dict[str, Any]]:
-        return items_view(await self._astate(), limit)
+        state = await self._astate()
+        if reaches_past_live(state, limit):  # the whole history is read from the log: not on the loop
+            state = await asyncio.to_thread(self._whole)
+        return items_view(state, limit)
 
     async def aadd(self, items: Sequence[Mapping[str, Any]]) -> None:
         await self.aio.add_items(items, timeout=self.timeout)

@@ -10,21 +10,32 @@ in process and through the service.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from convmem.actors import MemorySystem, SessionHandle
+from convmem.actors import LoadReport, MemorySystem, SessionHandle, decode_logged
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import (
+    AGENTS_STRATEGIES,
     SessionState,
     agent_items,
     cross_session_instructions,
     latest_summary_for_user,
+    replay,
+    without_horizon,
 )
 
-__all__ = ["as_configured", "check_limit", "items_view", "start_session"]
+__all__ = [
+    "as_configured",
+    "check_limit",
+    "items_view",
+    "reaches_past_live",
+    "start_session",
+    "whole_history",
+]
 
 _log = logging.getLogger("convmem.integrations")
 
@@ -36,12 +47,39 @@ def check_limit(limit: object) -> int | None:
     return limit
 
 
-def items_view(state: SessionState, limit: int | None) -> list[dict[str, Any]]:
-    """The session's items as its strategy shows them; with `limit`, the last `limit` of them."""
+def items_view(
+    state: SessionState, limit: int | None, whole: Callable[[], SessionState] | None = None
+) -> list[dict[str, Any]]:
+    """The session's items as its strategy shows them; with `limit`, the last `limit` of them.
+
+    When the items asked for reach past the turns the live state keeps (its
+    horizon: `live_turns`), they come from `whole()`, the session's state with
+    every turn, folded from the log (`whole_history`): the Agents SDK's
+    `get_items()` returns the whole history, as `SQLiteSession` does.
+    """
+    if whole is not None and reaches_past_live(state, limit):
+        state = whole()
     view = agent_items(state)
     if limit is not None:
         view = view[max(len(view) - limit, 0) :]
     return view
+
+
+def reaches_past_live(state: SessionState, limit: int | None) -> bool:
+    """Whether the last `limit` items (all for None) reach past the turns the live state keeps."""
+    if not state.retired_through or not AGENTS_STRATEGIES[state.config.agents.strategy].shows_whole_history:
+        return False
+    return limit is None or limit > len(agent_items(state))
+
+
+def whole_history(system: MemorySystem, key: MemoryKey) -> SessionState:
+    """`key`'s state with every turn since its last clear, folded from the log without a horizon.
+
+    Blocking: it reads the session's whole subject. Poison is skipped (and
+    reported by `verify`), as activation skips it.
+    """
+    events = decode_logged(system.log.read(key), on_poison="skip", report=LoadReport())
+    return replay(without_horizon(events))
 
 
 def start_session(system: MemorySystem, key: MemoryKey, *, timeout: float | None) -> str | None:

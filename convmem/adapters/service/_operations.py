@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, SessionHandle, list_sessions
-from convmem.adapters.integrations._views import check_limit, items_view, start_session
+from convmem.adapters.integrations._views import check_limit, items_view, start_session, whole_history
 from convmem.adapters.service._errors import MalformedRequest, error_info
 from convmem.adapters.service._protocol import (
     AddItemsRequest,
@@ -202,7 +202,7 @@ class ApiOperations:
             return _VIEWS[request.view](self._fresh(handle, timeout))
         if isinstance(request, AgentsItemsRequest):
             limit = _limit(request.limit)
-            return items_view(self._fresh(handle, timeout), limit)
+            return items_view(self._fresh(handle, timeout), limit, lambda: whole_history(self.system, key))
         match op:
             case "pop_item":
                 return handle.pop_item(timeout=timeout)
