@@ -5,9 +5,11 @@ embedded server), `service/` (the NATS request/reply API and its clients),
 `cli/` (the `convmem` command), `integrations/` (agent frameworks) and
 `summarizers/`; `_memory` (the in-memory log), `_backends` (the `Backend`
 protocol and the one registry of URL schemes), `_connect` (`connect()`, which
-opens a backend by its URL) and `_loop` (an event loop on its own thread) serve
-them all. The names below are the public ones; `ConvmemChatMessageHistory`
-(LangChain) is imported on first use, as it needs the optional langchain-core.
+opens a backend by its URL), `_loop` (an event loop on its own thread) and
+`_views` (what the integrations' sessions and the service compute alike: the
+Agents items, a session's start) serve them all. The names below are the
+public ones; `ConvmemChatMessageHistory` (LangChain) is imported on first use,
+as it needs the optional langchain-core.
 """
 
 import importlib

@@ -2,7 +2,8 @@
 
 `agents/` (the OpenAI Agents SDK's `Session`) and `langchain/` (LangChain's
 chat message history) share `_items`, which reaches a convmem session in
-process or through the service, and `_views`, what both sides compute alike.
+process or through the service (what both sides compute alike is
+`convmem.adapters._views`, which the service uses too).
 `penguiflow/` is PenguiFlow's short-term memory kept in convmem's log (its
 public face is `convmem.penguiflow`).
 """

@@ -14,7 +14,7 @@ items, pop the last one, and clear it.
   same functions, so both give the same results. The tenant travels in the
   request's subject, where NATS permissions confine it.
 
-The functions both sides share live in `convmem.adapters.integrations._views`.
+The functions both sides share live in `convmem.adapters._views`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from convmem.actors import MemorySystem, SessionHandle
-from convmem.adapters.integrations._views import (
+from convmem.adapters._views import (
     as_configured,
     items_view,
     reaches_past_live,

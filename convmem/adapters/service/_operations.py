@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from convmem.actors import MemorySystem, SessionHandle, list_sessions
-from convmem.adapters.integrations._views import check_limit, items_view, start_session, whole_history
+from convmem.adapters._views import check_limit, items_view, start_session, whole_history
 from convmem.adapters.service._errors import MalformedRequest, error_info
 from convmem.adapters.service._protocol import (
     AddItemsRequest,

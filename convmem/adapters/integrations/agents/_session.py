@@ -38,8 +38,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from convmem.actors import AsyncSessionHandle, MemorySystem
+from convmem.adapters._views import check_limit
 from convmem.adapters.integrations._items import Items, LocalItems, items_of
-from convmem.adapters.integrations._views import check_limit
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
