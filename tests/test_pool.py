@@ -11,52 +11,14 @@ from typing import Any
 
 import pykka
 import pytest
-from runtime_helpers import WAIT, key, turn, wait_until
+from pool_helpers import Replies, request
+from runtime_helpers import WAIT, wait_until
 
 from convmem.actors import SummarizerPool, SummaryOutcome
 from convmem.actors._pool import _Worker
-from convmem.events import MemoryHealth
-from convmem.projections import SummaryRequest
 
 CALL_TIMEOUT = 1.0
 """Long enough that a call that returns at once never times out on a busy machine."""
-
-
-def request(n: int) -> SummaryRequest:
-    """A request told apart from the others by `n` (its first covered turn)."""
-    return SummaryRequest(
-        key=key(f"s{n}"),
-        previous_summary="",
-        covers_from=n,
-        covers_through=n,
-        turns=(turn(f"turn {n}"),),
-        health=MemoryHealth.HEALTHY,
-        attempt=0,
-    )
-
-
-class Replies:
-    """A reply callback that records every outcome and lets a test wait for them."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.outcomes: list[SummaryOutcome] = []
-
-    def __call__(self, outcome: SummaryOutcome) -> None:
-        with self._cond:
-            self.outcomes.append(outcome)
-            self._cond.notify_all()
-
-    def wait(self, n: int) -> list[SummaryOutcome]:
-        """The first `n` outcomes, once they arrived."""
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.outcomes) >= n, WAIT), f"{n} replies expected"
-            return self.outcomes[:n]
-
-    def of(self, n: int) -> list[SummaryOutcome]:
-        """Every outcome delivered for request `n` so far."""
-        with self._cond:
-            return [o for o in self.outcomes if o.request.covers_from == n]
 
 
 class Summarizer:

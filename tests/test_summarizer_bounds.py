@@ -15,28 +15,16 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from pool_helpers import Replies, request
 from runtime_helpers import WAIT, Harness, events_of, key, summarizing_config, turn, wait_until
 
-from convmem.actors import MemorySystem, SummarizerPool, SummaryOutcome
+from convmem.actors import MemorySystem, SummarizerPool
 from convmem.adapters import InMemoryEventLog
 from convmem.errors import InvalidConfig
 from convmem.events import HealthChanged, MemoryHealth
-from convmem.projections import SummaryRequest
 
 SHORT = 0.05
 """A call limit short enough that a hanging call is given up on quickly (only waited on, never measured)."""
-
-
-def request(n: int) -> SummaryRequest:
-    return SummaryRequest(
-        key=key(f"s{n}"),
-        previous_summary="",
-        covers_from=n,
-        covers_through=n,
-        turns=(turn(f"turn {n}"),),
-        health=MemoryHealth.HEALTHY,
-        attempt=0,
-    )
 
 
 class NeverReturns:
@@ -60,22 +48,6 @@ class NeverReturns:
 
     def release(self) -> None:
         self._gate.set()
-
-
-class Replies:
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.outcomes: list[SummaryOutcome] = []
-
-    def __call__(self, outcome: SummaryOutcome) -> None:
-        with self._cond:
-            self.outcomes.append(outcome)
-            self._cond.notify_all()
-
-    def wait(self, n: int) -> list[SummaryOutcome]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.outcomes) >= n, WAIT), f"{n} replies expected"
-            return list(self.outcomes)
 
 
 def summarizer_threads() -> set[threading.Thread]:
