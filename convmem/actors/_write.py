@@ -168,15 +168,8 @@ class Write:
             if self._confirmed:
                 raise
             self._confirmed = True
-            if not can_read:
-                self._step = _CONFIRM
-                session.hold()
-                session.requeue(self)
-                return
-            if not session.log_moved_on():
-                raise
-            session.reload()
-            self._decide(session)
+            self._step = _CONFIRM
+            self._go(session, can_read=can_read)
 
     def _reread(self, session: WriteSession, step: _Step) -> bool:
         """Read the log as `step` needs before deciding again; True when the write got its answer.
@@ -195,6 +188,8 @@ class Write:
             if not opening:
                 self._end(session, self._events if stored == state else [])
             return not opening
+        if step is _CONFIRM and not session.uncertain and not session.log_moved_on():
+            return False  # nobody else wrote: deciding again on this state refuses again
         session.reload()
         session.uncertain = False
         if opening:
