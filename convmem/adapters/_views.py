@@ -32,6 +32,7 @@ __all__ = [
     "as_configured",
     "check_limit",
     "items_view",
+    "last_items",
     "reaches_past_live",
     "start_session",
     "whole_history",
@@ -57,19 +58,22 @@ def items_view(
     every turn, folded from the log (`whole_history`): the Agents SDK's
     `get_items()` returns the whole history, as `SQLiteSession` does.
     """
-    if whole is not None and reaches_past_live(state, limit):
-        state = whole()
     view = agent_items(state)
-    if limit is not None:
-        view = view[max(len(view) - limit, 0) :]
-    return view
+    if whole is not None and reaches_past_live(state, view, limit):
+        view = agent_items(whole())
+    return last_items(view, limit)
 
 
-def reaches_past_live(state: SessionState, limit: int | None) -> bool:
-    """Whether the last `limit` items (all for None) reach past the turns the live state keeps."""
+def reaches_past_live(state: SessionState, view: list[dict[str, Any]], limit: int | None) -> bool:
+    """Whether the last `limit` (all for None) of `view`, the live state's items, reach past its turns."""
     if not state.retired_through or not AGENTS_STRATEGIES[state.config.agents.strategy].shows_whole_history:
         return False
-    return limit is None or limit > len(agent_items(state))
+    return limit is None or limit > len(view)
+
+
+def last_items(view: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """The last `limit` items of `view` (all of them for None)."""
+    return view if limit is None else view[max(len(view) - limit, 0) :]
 
 
 def whole_history(system: MemorySystem, key: MemoryKey) -> SessionState:

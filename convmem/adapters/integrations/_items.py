@@ -27,6 +27,7 @@ from convmem.actors import MemorySystem, SessionHandle
 from convmem.adapters._views import (
     as_configured,
     items_view,
+    last_items,
     reaches_past_live,
     start_session,
     whole_history,
@@ -34,7 +35,7 @@ from convmem.adapters._views import (
 from convmem.adapters.service._remote import OnConnection, RemoteMemory, awaiting, blocking
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
-from convmem.projections import SessionState, cross_session_instructions
+from convmem.projections import SessionState, agent_items, cross_session_instructions
 
 __all__ = ["Items", "LocalItems", "RemoteItems", "items_of"]
 
@@ -116,9 +117,10 @@ class LocalItems:
 
     async def aitems(self, limit: int | None) -> list[dict[str, Any]]:
         state = await self._astate()
-        if reaches_past_live(state, limit):  # the whole history is read from the log: not on the loop
-            state = await asyncio.to_thread(self._whole)
-        return items_view(state, limit)
+        view = agent_items(state)
+        if reaches_past_live(state, view, limit):  # the whole history is read from the log: not on the loop
+            view = agent_items(await asyncio.to_thread(self._whole))
+        return last_items(view, limit)
 
     async def aadd(self, items: Sequence[Mapping[str, Any]]) -> None:
         await self.aio.add_items(items, timeout=self.timeout)
