@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from summaries import assert_accepted, assert_well_formed, bullets, days, request, section
+from summary_samples import PRICING_TURNS
 
 from convmem.adapters import ExtractiveSummarizer
 from convmem.adapters.summarizers._pool import Pool
@@ -27,21 +28,6 @@ def at(year: int, month: int, day: int, hour: int = 12) -> float:
     return datetime(year, month, day, hour, tzinfo=UTC).timestamp()
 
 
-PRICING_TURNS: list[dict[str, Any]] = [
-    {
-        "user": "Hi, I run an online clothing store on Shopify. My email is ana.lopez@example.com.",
-        "assistant": "Welcome, Ana López! Basic is $19/month and Pro is $49/month; annual billing saves 10%.",
-        "trajectory_digest": {
-            "tools_invoked": ["search_pricing"],
-            "observations_summary": "Retrieved 3 pricing tier options.",
-        },
-    },
-    {
-        "user": "I'll take the Pro tier with annual billing, starting March 3.",
-        "assistant": "Done: Pro starts on 2024-03-03 and costs $529/year. I'll send the invoice tomorrow.",
-        "trajectory_digest": {"tools_invoked": ["calculate_discount"]},
-    },
-]
 SMALL_TALK = [
     ("Hey! How are you?", "Good, thanks! And you?"),
     ("Haha yes, all good.", "Great to hear!"),

@@ -16,28 +16,12 @@ from typing import Any
 
 import pytest
 from summaries import assert_accepted, assert_well_formed, request
+from summary_samples import PRICING_TURNS
 
 from convmem.adapters import OpenAIChatSummarizer
 from convmem.errors import ConvmemError, InvalidConfig, SummarizerError
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, TrajectoryDigest
 from convmem.projections import SummaryRequest, default_token_estimator
-
-PRICING_TURNS: list[dict[str, Any]] = [
-    {
-        "user": "Hi, I run an online clothing store on Shopify. My email is ana.lopez@example.com.",
-        "assistant": "Welcome, Ana López! Basic is $19/month and Pro is $49/month; annual billing saves 10%.",
-        "trajectory_digest": {
-            "tools_invoked": ["search_pricing"],
-            "observations_summary": "Retrieved 3 pricing tier options.",
-        },
-    },
-    {
-        "user": "I'll take the Pro tier with annual billing, starting March 3.",
-        "assistant": "Done: Pro starts on 2024-03-03 and costs $529/year. I'll send the invoice tomorrow.",
-        "trajectory_digest": {"tools_invoked": ["calculate_discount"]},
-    },
-]
-
 
 # OpenAI-compatible summarizer: a scripted chat server on loopback ---------------------------------
 
