@@ -16,50 +16,28 @@ again with their keys and must not be stored twice.
 from __future__ import annotations
 
 import sys
-import threading
-import time
+
+from retrying_writer import say, write_rounds
 
 import convmem
-from convmem.errors import ConvmemError
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.events import MemoryKey, ShortTermMemoryConfig
 
 RETRY_FOR = 120.0
 
 
 def main() -> int:
     url, sessions, turns, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    out = threading.Lock()
     keys = [MemoryKey("chaos", "user", f"s{i}") for i in range(sessions)]
-    failed: list[str] = []
-
-    def say(line: str) -> None:
-        with out:
-            print(line, flush=True)
 
     with convmem.connect(url, config=ShortTermMemoryConfig(strategy="truncation"), timeout=2.0) as memory:
-
-        def plan(group: list[MemoryKey]) -> None:
-            for n in range(start, turns):
-                for key in group:
-                    text = f"{key.session_id}-{n}"
-                    turn = ConversationTurn(user_message=text, assistant_response="ok")
-                    deadline = time.monotonic() + RETRY_FOR
-                    while True:
-                        try:
-                            memory.session(key).add_turn(turn, timeout=3, idempotency_key=text)
-                            break
-                        except ConvmemError as exc:
-                            say(f"RETRY {key.session_id} {text} {type(exc).__name__}")
-                            if time.monotonic() > deadline:
-                                failed.append(text)
-                                return
-                    say(f"ACK {key.session_id} {text}")
-
-        threads = [threading.Thread(target=plan, args=(keys[i::4],)) for i in range(min(4, sessions))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        failed = write_rounds(
+            memory,
+            keys,
+            range(start, turns),
+            text_of=lambda key, n: f"{key.session_id}-{n}",
+            timeout=3,
+            retry_for=RETRY_FOR,
+        )
     if failed:
         say(f"GAVE-UP {' '.join(failed)}")
         return 1

@@ -15,53 +15,30 @@ from __future__ import annotations
 
 import base64
 import sys
-import threading
-import time
 
 import msgspec
+from retrying_writer import say, write_rounds
 
 import convmem
-from convmem.errors import ConvmemError
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.events import MemoryKey, ShortTermMemoryConfig
 
 RETRY_FOR = 60.0
 
 
 def main() -> int:
     urls, writer, sessions, turns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    out = threading.Lock()
     config = ShortTermMemoryConfig(strategy="truncation")
     keys = [MemoryKey("cluster", writer, f"s{i}") for i in range(sessions)]
-    failed: list[str] = []
-
-    def say(line: str) -> None:
-        with out:
-            print(line, flush=True)
 
     with convmem.connect(urls, config=config, replicas=3, timeout=2.0) as memory:
-
-        def plan(group: list[MemoryKey]) -> None:
-            for n in range(turns):
-                for key in group:
-                    text = f"{writer}-{n}"
-                    turn = ConversationTurn(user_message=text, assistant_response="ok")
-                    deadline = time.monotonic() + RETRY_FOR
-                    while True:
-                        try:
-                            memory.session(key).add_turn(turn, timeout=5, idempotency_key=text)
-                            break
-                        except ConvmemError as exc:
-                            say(f"RETRY {key.session_id} {text} {type(exc).__name__}")
-                            if time.monotonic() > deadline:
-                                failed.append(f"{key.session_id} {text}")
-                                return
-                    say(f"ACK {key.session_id} {text}")
-
-        threads = [threading.Thread(target=plan, args=(keys[i::4],)) for i in range(min(4, sessions))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        failed = write_rounds(
+            memory,
+            keys,
+            range(turns),
+            text_of=lambda _key, n: f"{writer}-{n}",
+            timeout=5,
+            retry_for=RETRY_FOR,
+        )
         if failed:
             say(f"GAVE-UP {' '.join(failed)}")
             return 1
