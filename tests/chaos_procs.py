@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from chaos import DEADLINE, Tally, ThreadLoad, keys_for, running_server, stored_texts
-from cluster import NatsCluster, Process, compose_environment, remap_urls, wait_for
+from cluster import NatsCluster, Process, compose_environment, exits_early, remap_urls, wait_for
 
 from convmem.adapters import JetStreamBackend, RemoteMemory
 from convmem.adapters.jetstream._log import DEFAULT_STREAM
@@ -29,19 +28,6 @@ __all__ = ["process_restart", "r3_kill", "serve_stop"]
 HERE = Path(__file__).resolve().parent
 CHAOS_WORKER = HERE / "chaos_worker.py"
 CLUSTER_WORKER = HERE / "cluster_worker.py"
-
-
-def exits_early(process: Process, what: str) -> Callable[[], None]:
-    """A pause between polls (a bounded wait on the process) that fails at once if it has exited."""
-
-    def pause() -> None:
-        try:
-            code = process.proc.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            return
-        raise AssertionError(f"{what} exited with {code}:\n{process.stderr_tail()}")
-
-    return pause
 
 
 def take_lines(tally: Tally, process: Process, label: Callable[[str], str] = str) -> None:

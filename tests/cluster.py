@@ -45,6 +45,7 @@ __all__ = [
     "NatsCluster",
     "Process",
     "compose_environment",
+    "exits_early",
     "free_port",
     "node_configs",
     "remap_urls",
@@ -447,3 +448,16 @@ class Process:
             else ""
         )
         return "\n".join(text.splitlines()[-lines:])
+
+
+def exits_early(process: Process, what: str) -> Callable[[], None]:
+    """A pause between polls that fails at once if `process` has exited."""
+
+    def pause() -> None:
+        try:
+            code = process.proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            return
+        raise AssertionError(f"{what} exited with {code}:\n{process.stderr_tail()}")
+
+    return pause

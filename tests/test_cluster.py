@@ -20,12 +20,12 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
-from cluster import DOCKER, NatsCluster, Process, compose_environment, remap_urls, wait_for
+from cluster import DOCKER, NatsCluster, Process, compose_environment, exits_early, remap_urls, wait_for
 
 from convmem.actors import EventLog, load_state
 from convmem.adapters import JetStreamBackend, RemoteMemory
@@ -64,19 +64,6 @@ def stored_turns(log: EventLog, key: MemoryKey) -> list[str]:
     """Every TurnAdded of `key` in the log, in order (a turn stored twice shows twice)."""
     events = (decode_event(r.data) for r in log.read(key))
     return [e.turn.user_message for e in events if isinstance(e, TurnAdded)]
-
-
-def exits_early(process: Process, what: str) -> Callable[[], None]:
-    """A pause between polls that fails at once if `process` has exited."""
-
-    def pause() -> None:
-        try:
-            code = process.proc.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            return
-        raise AssertionError(f"{what} exited with {code}:\n{process.stderr_tail()}")
-
-    return pause
 
 
 def ack_gap(stamps: list[float], since: float) -> float:
