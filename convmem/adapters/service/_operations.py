@@ -142,10 +142,7 @@ class ApiOperations:
                 result = self._session_op(tenant_id, op, request)
             return Answer(op, None, encode_ok(result, msgpack=msgpack))
         except Exception as exc:
-            if not isinstance(exc, ConvmemError):
-                _log.exception("convmem service: %s on %s failed", op, subject)
-            info = error_info(exc)
-            return Answer(op, info.type, encode_error(info, msgpack=msgpack))
+            return _failed(op, subject, exc, msgpack=msgpack)
 
     def on_loop(self, subject: str) -> bool:
         """Whether the request on `subject` is an ``add_turn`` (`add_turn_here` answers it on a loop)."""
@@ -167,10 +164,7 @@ class ApiOperations:
             )
             return Answer(op, None, encode_ok(result, msgpack=msgpack))
         except Exception as exc:
-            if not isinstance(exc, ConvmemError):
-                _log.exception("convmem service: %s on %s failed", op, subject)
-            info = error_info(exc)
-            return Answer(op, info.type, encode_error(info, msgpack=msgpack))
+            return _failed(op, subject, exc, msgpack=msgpack)
 
     def _timeout(self, request: Request) -> float:
         if request.timeout is None:
@@ -312,3 +306,11 @@ class ApiOperations:
             "counts": counts,
             "service": self.stats.snapshot(),
         }
+
+
+def _failed(op: str, subject: str, exc: Exception, *, msgpack: bool) -> Answer:
+    """The error reply to `op` on `subject`; anything but a `ConvmemError` is logged with its traceback."""
+    if not isinstance(exc, ConvmemError):
+        _log.exception("convmem service: %s on %s failed", op, subject)
+    info = error_info(exc)
+    return Answer(op, info.type, encode_error(info, msgpack=msgpack))
