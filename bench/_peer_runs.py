@@ -105,7 +105,12 @@ def _in_threads(plan: Plan, call: Callable[..., Any], seconds: float | None) -> 
 async def _in_tasks(
     plan: Plan, call: Callable[..., Coroutine[Any, Any, Any]], seconds: float | None
 ) -> tuple[int, float]:
-    """Calls made by one asyncio task per caller, and the seconds they took."""
+    """Calls made by one asyncio task per caller, and the seconds they took.
+
+    A task group, not `gather`: when one caller fails the others are cancelled and
+    awaited before the failure is raised, so no caller still uses the store while
+    the measure (or a test) closes it.
+    """
     made = [0] * len(plan)
     started = time.perf_counter()
     deadline = None if seconds is None else started + seconds
@@ -115,7 +120,12 @@ async def _in_tasks(
             await call(*op)
             made[index] += 1
 
-    await asyncio.gather(*(caller(i) for i in range(len(plan))))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for i in range(len(plan)):
+                group.create_task(caller(i))
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
     return sum(made), time.perf_counter() - started
 
 

@@ -106,6 +106,7 @@ class Store:
         raise NotImplementedError
 
     def close(self, loop: LoopThread) -> None:
+        """Release the store; a subclass closes its own first and calls this even if that failed."""
         folder = getattr(self, "_folder", None)
         if folder is not None:
             folder.cleanup()
@@ -144,8 +145,10 @@ class ConvmemThreads(Store):
         return [t["user"] for t in context["conversation_memory"].get("recent_turns", [])]
 
     def close(self, loop: LoopThread) -> None:
-        self.system.close()
-        super().close(loop)
+        try:
+            self.system.close()
+        finally:
+            super().close(loop)
 
 
 class ConvmemTasks(Store):
@@ -179,8 +182,10 @@ class ConvmemTasks(Store):
         return [t["user"] for t in context["conversation_memory"].get("recent_turns", [])]
 
     def close(self, loop: LoopThread) -> None:
-        loop.run(self.system.aclose(), 120)
-        super().close(loop)
+        try:
+            loop.run(self.system.aclose(), 120)
+        finally:
+            super().close(loop)
 
 
 class AgentsSession(Store):
@@ -212,36 +217,73 @@ class AgentsSession(Store):
         # In memory every session is its own database, so each keeps its object; on a file
         # the open objects are bounded (`AGENTS_OPEN_SESSIONS`) and the rest made on demand.
         self.sessions: collections.OrderedDict[int, SQLiteSession] = collections.OrderedDict()
+        self.in_use: collections.Counter[SQLiteSession] = collections.Counter()
         if not self.on_file:
             for index, session_id in enumerate(self.ids):
                 self.sessions[index] = self.session_class(session_id)
         else:
             self.pragmas = _agents_file_pragmas(self.session_class, self.db)
 
-    def _session(self, index: int) -> SQLiteSession:
+    def _acquire(self, index: int) -> SQLiteSession:
+        """Session `index`'s object, counted in use until `_release`: the bound never closes one in use.
+
+        A call's SQLite work runs in a worker thread after the task yields; closing the object
+        meanwhile (another task making room) would fail that call with "SQLiteSession is closed".
+        """
         session = self.sessions.get(index)
         if session is None:
             session = self.sessions[index] = self.session_class(self.ids[index], self.db)
-            if len(self.sessions) > AGENTS_OPEN_SESSIONS:
-                self.sessions.popitem(last=False)[1].close()
         elif self.on_file:
             self.sessions.move_to_end(index)
+        self.in_use[session] += 1
+        self._evict()
         return session
 
+    def _release(self, session: SQLiteSession) -> None:
+        self.in_use[session] -= 1
+        if not self.in_use[session]:
+            del self.in_use[session]
+        self._evict()
+
+    def _evict(self) -> None:
+        """Close the least recently used objects not in use while more than the bound are open.
+
+        At most one object per caller is in use, so the bound is exceeded by at most the callers.
+        """
+        if not self.on_file:
+            return
+        while len(self.sessions) > AGENTS_OPEN_SESSIONS:
+            idle = next((i for i, s in self.sessions.items() if not self.in_use[s]), None)
+            if idle is None:
+                return
+            self.sessions.pop(idle).close()
+
     async def write(self, session: int, turn: int) -> Any:
-        await self._session(session).add_items(self.items[turn])  # type: ignore[arg-type]
+        opened = self._acquire(session)
+        try:
+            await opened.add_items(self.items[turn])  # type: ignore[arg-type]
+        finally:
+            self._release(opened)
 
     async def read(self, session: int) -> Any:
-        return await self._session(session).get_items()
+        opened = self._acquire(session)
+        try:
+            return await opened.get_items()
+        finally:
+            self._release(opened)
 
     def shown(self, context: Any) -> list[str]:
         return [item["content"] for item in context if item.get("role") == "user"]
 
     def close(self, loop: LoopThread) -> None:
-        for session in self.sessions.values():
-            session.close()
-        self.sessions.clear()
-        super().close(loop)
+        async def close_all() -> None:  # on the loop that uses them: no task changes the dict meanwhile
+            while self.sessions:
+                self.sessions.popitem(last=False)[1].close()
+
+        try:
+            loop.run(close_all(), 120)
+        finally:
+            super().close(loop)
 
 
 class LangGraphSaver(Store):
@@ -314,9 +356,11 @@ class LangGraphSaver(Store):
         return [m.content for m in context if m.type == "human"]
 
     def close(self, loop: LoopThread) -> None:
-        if self.on_file:
-            self.conn.close()
-        super().close(loop)
+        try:
+            if self.on_file:
+                self.conn.close()
+        finally:
+            super().close(loop)
 
 
 class PenguiFlowMemory(Store):

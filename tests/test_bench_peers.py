@@ -7,6 +7,7 @@ benchmark's, not a test's.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 import tomllib
@@ -113,6 +114,75 @@ def test_agents_on_a_file_keeps_a_bounded_number_of_sessions_open(
         assert _peer_runs.check(store, loop, 8, USERS) == len(USERS)
     finally:
         store.close(loop)
+
+
+def test_agents_never_closes_a_session_object_a_call_still_uses(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making room past the bound skips objects in use: a call whose thread has not started yet still works.
+
+    A task takes its session's object, then yields while its SQLite work waits for a
+    worker thread; another task opening a session meanwhile must not close that object.
+    """
+    monkeypatch.setattr(_peer_stores, "AGENTS_OPEN_SESSIONS", 1)
+    store = opened(AgentsSession(on_file=True), 3, loop)
+    assert isinstance(store, AgentsSession)
+    try:
+        first = store._acquire(0)
+        second = store._acquire(1)  # over the bound, and the least recently used is in use
+        loop.run(first.add_items([{"role": "user", "content": "still open"}]), 30)
+        store._release(first)
+        store._release(second)
+        assert list(store.sessions) == [1]  # back at the bound once nothing is in use
+        assert [i["content"] for i in loop.run(store.read(0), 30)] == ["still open"]
+    finally:
+        store.close(loop)
+    assert not store.sessions
+
+
+def test_a_failed_caller_stops_every_other_caller_before_the_phase_fails(loop: LoopThread) -> None:
+    """When one asyncio caller fails, the others are cancelled and finished before the error is raised.
+
+    Otherwise closing the store after the failure races callers still using it.
+    """
+    finished: list[int] = []
+    forever = asyncio.Event()
+
+    async def call(session: int) -> None:
+        try:
+            if session == 0:
+                raise ValueError("caller 0 fails")
+            await forever.wait()
+        finally:
+            finished.append(session)
+
+    class Failing(Store):
+        calls = "tasks"
+
+        def read(self, session: int) -> object:
+            return call(session)
+
+    with pytest.raises(ValueError, match="caller 0 fails"):
+        _peer_runs.rate(Failing(), loop, [[(0,)], [(1,)]], reads_for=60.0)
+    assert sorted(finished) == [0, 1]
+
+
+def test_a_store_whose_own_close_fails_still_removes_its_folder(loop: LoopThread) -> None:
+    """The temporary folder goes even when closing the store's database fails (no leaked folder warning)."""
+    store = opened(LangGraphSaver(on_file=True), 1, loop)
+    assert isinstance(store, LangGraphSaver)
+    folder = Path(store._folder.name)
+    real = store.conn
+
+    class Unclosable:
+        def close(self) -> None:
+            real.close()
+            raise sqlite3.OperationalError("cannot close")
+
+    store.conn = Unclosable()  # type: ignore[assignment]
+    with pytest.raises(sqlite3.OperationalError, match="cannot close"):
+        store.close(loop)
+    assert not folder.exists()
 
 
 def test_a_sqlite_file_without_fsync_per_commit_is_refused(tmp_path: Path) -> None:

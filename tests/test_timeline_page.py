@@ -80,6 +80,10 @@ def session_log(nats_server: EmbeddedNatsServer) -> str:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            "the timeline page test needs Debian's chromium: apt-get install chromium (README, 'the tests')"
+        )
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         try:
