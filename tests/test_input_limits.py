@@ -54,6 +54,9 @@ BAD_TURNS: list[tuple[dict[str, Any], str]] = [
     ({"artifacts_shown": {"blob": b"\x00\x01"}}, "artifacts_shown.blob"),
     ({"artifacts_shown": {1: "one"}}, "artifacts_shown"),
     ({"artifacts_shown": {"n": 2**70}}, "artifacts_shown.n"),
+    ({"artifacts_shown": {"n": float("nan")}}, "artifacts_shown.n"),
+    ({"artifacts_shown": {"rows": [1.0, float("inf")]}}, "artifacts_shown.rows[1]"),
+    ({"artifacts_shown": {"rows": {"low": -float("inf")}}}, "artifacts_shown.rows.low"),
     ({"artifacts_shown": "a chart"}, "artifacts_shown"),
     ({"artifacts_hidden_refs": "ref-1"}, "artifacts_hidden_refs"),
     ({"artifacts_hidden_refs": [1]}, "artifacts_hidden_refs[0]"),
@@ -92,6 +95,11 @@ def test_a_turn_of_a_wrong_type_is_refused_naming_its_field(fields: dict[str, An
         (lambda: MessageItem(kind="bogus", content="x"), "kind"),  # type: ignore[arg-type]
         (lambda: MessageItem(kind="message", role="robot", content="x"), "role"),  # type: ignore[arg-type]
         (lambda: MessageItem(kind="function_call", call_id=5, name="f"), "call_id"),  # type: ignore[arg-type]
+        (lambda: MessageItem(kind="other", raw="{"), "raw"),
+        (lambda: MessageItem(kind="other", raw="[1]"), "raw"),
+        (lambda: MessageItem(kind="other", raw="[" * 5_000), "raw"),
+        (lambda: MessageItem.from_agents({"type": "x", "score": float("nan")}), "item.score"),
+        (lambda: MessageItem.from_agents({"type": "x", "deep": _deep(100)}), "item.deep" + "[0]" * 63),
         (lambda: EntityMention(name=5), "entities.name"),  # type: ignore[arg-type]
         (lambda: EntityMention(name="Alice", attributes={"age": 30}), "entities.attributes.age"),  # type: ignore[dict-item]
         (
@@ -173,6 +181,7 @@ def test_the_penguiflow_drop_in_refuses_a_malformed_penguiflow_turn(
         ([5], "items[0]"),
         ([{"role": "user", "content": object()}], "items[0]"),
         ([{"type": "function_call", "call_id": 5, "name": "lookup"}], "items[0].call_id"),
+        ([{"role": "user", "content": "hi", "score": float("inf")}], "items[0].score"),
     ],
 )
 def test_the_agents_session_refuses_malformed_items_as_invalid_turn(items: Any, field: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import inspect
+import math
 import re
 import socket
 import subprocess
@@ -90,6 +91,7 @@ VIEWS = {
     "summary": summary_messages,
     "entity": entity_messages,
 }
+IDS = {"user_id": "u", "session_id": "s"}
 TENANTS_CONF = Path(__file__).resolve().parent.parent / "docker" / "nats-tenants.conf"
 
 
@@ -373,6 +375,58 @@ def test_a_bad_turn_comes_back_as_invalid_turn_with_its_field(remote: RemoteMemo
         ("v1.acme.context", b'{"user_id": "", "session_id": "s"}', InvalidKey, "user_id"),
         ("v1.acme.context", b'{"user_id": "u"}', InvalidKey, "session_id"),
         ("v1.a=zz.context", b'{"user_id": "u", "session_id": "s"}', InvalidKey, "tenant_id"),
+        (
+            "v1.acme.fork",
+            msgspec.msgpack.encode({**IDS, "to_session_id": "f", "at_time": 1e20}),
+            MalformedRequest,
+            "at_time",
+        ),
+        (
+            "v1.acme.fork",
+            msgspec.msgpack.encode({**IDS, "to_session_id": "f", "at_time": math.nan}),
+            MalformedRequest,
+            "at_time",
+        ),
+        (
+            "v1.acme.fork",
+            b'{"user_id": "u", "session_id": "s", "to_session_id": "f", "at_time": 1e999}',
+            MalformedRequest,
+            "at_time",
+        ),
+        (
+            "v1.acme.add_turn",
+            b'{"user_id": "u", "session_id": "s", "turn": {"user_message": "\xff"}}',
+            InvalidTurn,
+            "turn.user_message",
+        ),
+        ("v1.acme.context", b'{"user_id": "u", "session_id": "s", "note": "\xfe"}', MalformedRequest, "note"),
+        (
+            "v1.acme.add_items",
+            b'{"user_id": "u", "session_id": "s", "items": [{"x": ' + b"[" * 1_000 + b"]" * 1_000 + b"}]}",
+            InvalidTurn,
+            "items[0].x[0][0][0]...",
+        ),
+        (
+            "v1.acme.add_items",
+            msgspec.msgpack.encode({**IDS, "items": [{"role": "user", "content": "x", "n": math.inf}]}),
+            InvalidTurn,
+            "items[0].n",
+        ),
+        (
+            "v1.acme.add_turn",
+            msgspec.msgpack.encode(
+                {
+                    **IDS,
+                    "turn": {
+                        "user_message": "q",
+                        "assistant_response": "a",
+                        "artifacts_shown": {"x": math.nan},
+                    },
+                }
+            ),
+            InvalidTurn,
+            "artifacts_shown.x",
+        ),
     ],
 )
 def test_bad_requests_come_back_as_structured_errors(

@@ -8,6 +8,7 @@ never a bare `TypeError` from deeper in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import msgspec
@@ -16,6 +17,7 @@ from convmem.errors import InvalidTurn
 
 __all__ = [
     "MAX_TEXT_LENGTH",
+    "check_finite",
     "check_items_of",
     "check_json",
     "check_strings",
@@ -106,12 +108,21 @@ def text_tuple(owner: msgspec.Struct, name: str, field: str) -> None:
 
 
 def check_json(field: str, value: object, depth: int = 0) -> None:
-    """`value` must be JSON the log can store: strings, numbers, booleans, null, lists, objects."""
+    """`value` must be JSON the log can store: strings, finite numbers, booleans, null, lists, objects.
+
+    NaN and the infinities are refused: JSON (the service's replies, `to_dict`, exports) cannot carry
+    them, so a stored one would read back as ``null`` and a replay of an export would differ.
+    """
     if isinstance(value, str):
         if has_lone_surrogate(value):
             raise InvalidTurn(field, "contains a lone surrogate, which cannot be stored as UTF-8")
-    elif value is None or isinstance(value, bool | float):
+    elif value is None or isinstance(value, bool):
         return
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidTurn(
+                field, f"is the number {value!r}, which JSON cannot carry (finite numbers only)"
+            )
     elif isinstance(value, int):
         if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
             raise InvalidTurn(field, f"is the integer {value}, outside the 64-bit range the log stores")
@@ -132,6 +143,29 @@ def check_json(field: str, value: object, depth: int = 0) -> None:
             f"holds {kind_of(value)}, which is not JSON (strings, numbers, booleans, None, lists and "
             "dicts with string keys)",
         )
+
+
+def check_finite(field: str, value: object, depth: int = 0) -> None:
+    """Every float in `value` must be finite and its lists and objects nest at most 64 levels.
+
+    For values that are JSON by another check (an agent SDK's item, which msgspec encodes): NaN and
+    the infinities would be written as ``null`` and read back changed, and a deeper value could not be
+    read back at all.
+    """
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidTurn(
+                field, f"is the number {value!r}, which JSON cannot carry (finite numbers only)"
+            )
+    elif isinstance(value, Mapping | list | tuple):
+        if depth >= _JSON_DEPTH:
+            raise InvalidTurn(field, f"nests lists and objects deeper than {_JSON_DEPTH} levels")
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                check_finite(f"{field}.{key}", inner, depth + 1)
+        else:
+            for i, inner in enumerate(value):
+                check_finite(f"{field}[{i}]", inner, depth + 1)
 
 
 def check_items_of(owner: msgspec.Struct, name: str, kind: type) -> None:

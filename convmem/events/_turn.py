@@ -22,6 +22,7 @@ import msgspec
 from convmem.errors import InvalidTurn
 from convmem.events._checks import (
     MAX_TEXT_LENGTH,
+    check_finite,
     check_items_of,
     check_json,
     check_strings,
@@ -109,6 +110,8 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
         check_text("content", self.content)
         for field in ("call_id", "name", "arguments", "output", "raw"):
             optional_text(field, getattr(self, field))
+        if self.raw is not None:
+            _check_raw(self.raw)
         if self.kind == "other" and self.raw is None:
             raise InvalidTurn("raw", "an item of kind 'other' keeps the SDK item in raw")
         if self.kind == "message" and self.role is None:
@@ -149,6 +152,7 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
         """
         if not isinstance(item, Mapping):
             raise InvalidTurn(field, f"must be a mapping, got {type(item).__name__}")
+        check_finite(field, item)
         try:
             raw = msgspec.json.encode(item).decode()
         except (TypeError, msgspec.EncodeError) as exc:
@@ -174,6 +178,18 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
         if (kind in (None, "message")) and role in ("user", "assistant", "system", "developer"):
             return cls(kind="message", role=role, content=_content_text(item.get("content")), raw=raw)
         return cls(kind="other", raw=raw)
+
+
+_raw_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def _check_raw(raw: str) -> None:
+    """`raw` must be the JSON of an object, or `to_agents` could not give the item back."""
+    try:
+        _raw_decoder.decode(raw)
+    except (msgspec.MsgspecError, RecursionError, ValueError) as exc:
+        problem = "nests too deep to read" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidTurn("raw", f"must be the JSON of an agent item (an object): {problem}") from None
 
 
 def _text_of(value: object, field: str) -> str:

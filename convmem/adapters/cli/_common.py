@@ -109,9 +109,17 @@ def parse_key(text: str) -> MemoryKey:
 def parse_time(text: str) -> float:
     """Epoch seconds from a number or an ISO 8601 time (UTC when no zone is given)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        try:
+            datetime.fromtimestamp(seconds, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            raise CliError(
+                f"bad time {text!r}: epoch seconds must be finite and within years 1 to 9999", EXIT_USAGE
+            ) from None
+        return seconds
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -32,8 +32,10 @@ The errors it adds live in `convmem.adapters.service._errors`.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -45,6 +47,7 @@ from convmem.adapters.service._errors import (
     UnknownOperation,
     UnsupportedVersion,
 )
+from convmem.adapters.service._payload import locate
 from convmem.errors import InvalidInput, InvalidKey, InvalidTurn
 from convmem.events import ConversationTurn, decode_token, encode_token
 
@@ -306,27 +309,59 @@ def decode_request(op: str | None, data: bytes) -> Request | OperatorRequest:
 
     A turn or its items that break a rule raise the same `InvalidTurn` (same
     field) as building the turn in process; anything else that does not fit
-    raises `MalformedRequest` naming the field.
+    raises `MalformedRequest` naming the field: a string that is not UTF-8, a
+    value nested too deep to decode, a number JSON cannot carry (NaN, an
+    infinity) or a time no calendar holds. No payload raises anything else.
     """
     name = "ops" if op is None else op
     if not data.strip():
         data = b"{}"
-    decoder = _msgpack_decoders[name] if wants_msgpack(data) else _json_decoders[name]
+    msgpack = wants_msgpack(data)
+    decoder = _msgpack_decoders[name] if msgpack else _json_decoders[name]
     try:
+        if not msgpack and not data.isascii():
+            data.decode()  # JSON text is UTF-8 throughout, unknown fields too (msgspec skips those unread)
         request: Request | OperatorRequest = decoder.decode(data)
     except msgspec.ValidationError as exc:
         cause = exc.__cause__
         if isinstance(cause, InvalidInput):
             raise cause from None  # the turn's own rule, with its own field
         raise _malformed(str(exc)) from None
-    except msgspec.DecodeError as exc:
-        kind = "msgpack" if wants_msgpack(data) else "JSON"
+    except (RecursionError, UnicodeDecodeError) as exc:
+        # msgspec says neither where nor, for a deep value, why: find the place in the bytes.
+        found = locate(data, msgpack=msgpack)
+        if found is None:
+            kind = "msgpack" if msgpack else "JSON"
+            raise MalformedRequest("payload", f"is not valid {kind} ({type(exc).__name__})") from None
+        raise _field_error(*found) from None
+    except (msgspec.DecodeError, ValueError, OverflowError) as exc:
+        kind = "msgpack" if msgpack else "JSON"
         raise MalformedRequest("payload", f"is not valid {kind} ({exc})") from None
     if request.v != API_VERSION:
         raise UnsupportedVersion(
             "v", f"is {request.v}; this service speaks version {API_VERSION} (subject token v1)"
         )
+    if isinstance(request, Request):
+        _check_numbers(request)
     return request
+
+
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
+
+
+def _check_numbers(request: Request) -> None:
+    """The request's own numbers: finite (JSON cannot carry the others), a time inside the calendar."""
+    if request.timeout is not None and not math.isfinite(request.timeout):
+        raise MalformedRequest("timeout", f"must be a finite number of seconds, got {request.timeout!r}")
+    if isinstance(request, ForkRequest) and request.at_time is not None:
+        at = request.at_time
+        if not math.isfinite(at) or not _EARLIEST <= at <= _LATEST:
+            raise MalformedRequest(
+                "at_time",
+                f"must be a finite epoch time in seconds between {_EARLIEST:.0f} and {_LATEST:.0f} "
+                f"(years 1 to 9999), got {at!r}",
+            )
 
 
 def _malformed(message: str) -> InvalidInput:
@@ -336,7 +371,11 @@ def _malformed(message: str) -> InvalidInput:
     missing = _MISSING.search(problem)
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
-    field = path or "payload"
+    return _field_error(path or "payload", problem)
+
+
+def _field_error(field: str, problem: str) -> InvalidInput:
+    """`InvalidTurn` for a place inside a turn or its items, `MalformedRequest` for any other."""
     if field.startswith(("turn", "items")):
         return InvalidTurn(field, problem)
     return MalformedRequest(field, problem)
