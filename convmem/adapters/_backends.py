@@ -81,7 +81,9 @@ class BackendOptions(TypedDict, total=False):
     auth: NatsAuth | None
     """Credentials and TLS settings; the nats CLI's environment variables fill what it leaves out."""
     read_only: bool
-    """Never create what is missing (audits)."""
+    """Never create what is missing (audits); the embedded server neither creates its folder nor a store."""
+    port: int | None
+    """The embedded server's port (None: a free one); only without a URL."""
 
 
 class BackendOpener(Protocol):
@@ -163,6 +165,7 @@ class _Nats:
 
 class _Embedded(EmbeddedOptions, total=False):
     sync_interval: str | None
+    port: int | None
 
 
 _S = TypeVar("_S", bound=EmbeddedOptions)
@@ -175,6 +178,10 @@ def _embedded(options: BackendOptions) -> _Embedded:
         settings["sync_interval"] = options["sync_interval"]
     if "timeout" in options:
         settings["timeout"] = options["timeout"]
+    if "read_only" in options:
+        settings["read_only"] = options["read_only"]
+    if options.get("port") is not None:
+        settings["port"] = options["port"]
     return _named(settings, options)
 
 
@@ -186,6 +193,8 @@ def _joined(url: str, options: BackendOptions) -> JetStreamOptions:
     """
     if not all(u.strip().startswith(("nats://", "tls://", "ws://", "wss://")) for u in url.split(",")):
         raise _not_a_backend(url)
+    if options.get("port") is not None:
+        raise InvalidInput("port", "is the embedded server's port: give no URL to start one on it")
     from_env, given = NatsAuth.from_env(), options.get("auth")
     settings = JetStreamOptions(auth=from_env if given is None else given.merged(from_env))
     if "replicas" in options:

@@ -59,6 +59,7 @@ ENVIRONMENT = {
     "CONVMEM_SUMMARIZER_WORKERS": "--summarizer-workers: concurrent summarizer calls",
     "CONVMEM_REPLICAS": "--replicas: stream and bucket replicas (3 on a cluster)",
     "CONVMEM_WORKERS": "--workers: service processes sharing the sessions (default: the machine's cores)",
+    "CONVMEM_PORT": "--port: the embedded nats-server's port (default: a free one; not with --nats)",
 }
 
 
@@ -84,6 +85,27 @@ def _env_workers() -> int | None:
         return positive_int(raw)
     except argparse.ArgumentTypeError as exc:
         raise CliError(f"CONVMEM_WORKERS={raw!r}: {exc}", EXIT_USAGE) from None
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 1 to 65535")
+    return value
+
+
+def _env_port() -> int | None:
+    raw = os.environ.get("CONVMEM_PORT")
+    if not raw:
+        return None
+    try:
+        return port_number(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"CONVMEM_PORT={raw!r}: {exc}", EXIT_USAGE) from None
 
 
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -112,6 +134,13 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=_env_workers(),
         help="service processes sharing the sessions (default: this machine's cores)",
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=_env_port(),
+        help="the embedded nats-server's port, so planners elsewhere know the URL "
+        "(default: a free one; not with --nats; env CONVMEM_PORT)",
     )
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
@@ -165,14 +194,40 @@ def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryC
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGINT or SIGTERM, then stop the workers, then the embedded server: exit 0.
+
+    The signals are this process's to handle from the start: a terminal's Ctrl-C
+    (SIGINT to its foreground process group), a signal to the process group, or
+    to this process alone all end here. The workers and the embedded server run
+    in process groups of their own, so none of them stops under the others; this
+    process stops them in order (workers first, each answering what it received).
+    """
     config = load_config(args.config, args.total_tokens)
     workers = default_workers() if args.workers is None else args.workers
+    if args.port is not None and args.nats:
+        raise CliError("--port is the embedded server's port: drop --nats (or --port)", EXIT_USAGE)
     stop = threading.Event()
+    received: list[int] = []
 
-    def request_stop(signum: int, _frame: object) -> None:
-        print(f"convmem serve: {signal.Signals(signum).name}, stopping", file=sys.stderr, flush=True)
+    def request_stop(signum: int, _frame: object) -> None:  # no I/O here: it may interrupt a write
+        received.append(signum)
         stop.set()
 
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _serve(args, config, workers, stop, received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve(
+    args: argparse.Namespace,
+    config: ShortTermMemoryConfig,
+    workers: int,
+    stop: threading.Event,
+    received: list[int],
+) -> int:
     opened = open_backend(  # the embedded server if no URL; the stream and the bucket, made once
         args.nats,
         data_dir=args.data_dir,
@@ -182,6 +237,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         timeout=args.timeout,
         auth=args.auth,
+        port=args.port,
     )
     if not isinstance(opened, JetStreamBackend):  # the service answers on the log's NATS server
         opened.close()
@@ -207,14 +263,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         index=0,
         workers=workers,
     )
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     supervisor = Supervisor(spec, workers)
-    clean = True
     try:
-        try:
-            serving = supervisor.start(stop)
-        except RuntimeError as exc:
-            raise CliError(f"serve: {exc}") from None
+        if stop.is_set():  # stopped while the log was opening
+            serving = False
+        else:
+            try:
+                serving = supervisor.start(stop)
+            except RuntimeError as exc:
+                raise CliError(f"serve: {exc}") from None
         if serving:
             where = "embedded nats-server" if opened.server is not None else "NATS"
             print(
@@ -231,10 +288,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 args.ready_file.write_text(redact_url(opened.url), encoding="utf-8")
             supervisor.run(stop)
     finally:
+        if received:
+            print(f"convmem serve: {signal.Signals(received[0]).name}, stopping", file=sys.stderr, flush=True)
         clean = supervisor.stop()
         opened.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if not clean:
         print("convmem serve: stopped; a worker did not stop cleanly", file=sys.stderr)
         return 1

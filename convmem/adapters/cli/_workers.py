@@ -14,14 +14,18 @@ machines of a NATS cluster, share the partitions the same way.
 
 A worker that dies is started again (after 0.5 s, doubling up to 30 s while
 it keeps dying within a minute of its start), under the same instance id, so
-it takes back the same partitions. SIGTERM or SIGINT stops every worker
-(each answers the requests it already received), then the supervisor; a
+it takes back the same partitions. SIGTERM or SIGINT to the supervisor (or to
+its process group: a terminal's Ctrl-C) stops every worker (each answers the
+requests it already received), then the supervisor. The workers, like the
+embedded nats-server, leave the supervisor's process group, so only the
+supervisor receives a group's signal and it stops them in order. A
 supervisor that dies outright (SIGKILL) takes its workers with it (the
 kernel sends each a SIGTERM).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.connection
@@ -51,6 +55,7 @@ _RESTART_FIRST = 0.5
 _RESTART_MAX = 30.0
 _PR_SET_PDEATHSIG = 1
 _STABLE = 60.0  # a worker that ran this long before dying is restarted after the first delay again
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def default_workers() -> int:
@@ -96,11 +101,23 @@ def summarizer_named(name: str, config: ShortTermMemoryConfig) -> Summarizer:
 
 
 def run_worker(spec: WorkerSpec, report: Connection) -> None:
-    """A worker process's body: serve until SIGTERM/SIGINT; says ``ready`` on `report` once serving."""
+    """A worker process's body: serve until SIGTERM/SIGINT; says ``ready`` on `report` once serving.
+
+    It starts with SIGINT and SIGTERM blocked (the supervisor's mask, inherited),
+    leaves the supervisor's process group, and only then takes the signals: one
+    sent to that group meanwhile (a terminal's Ctrl-C) reaches it as a stop
+    request, never as an interrupt mid-import. From then on only its supervisor
+    (or a signal to its own pid) stops it.
+    """
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    with contextlib.suppress(OSError):  # already a group leader (not under a supervisor)
+        os.setpgid(0, 0)
+    for sig in _STOP_SIGNALS:
         signal.signal(sig, lambda _signum, _frame: stop.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     _stop_with_parent(stop)
+    if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
+        return
     options: dict[str, Any] = {"replicas": spec.replicas, "timeout": spec.timeout, "auth": spec.auth}
     for name in ("stream", "prefix", "bucket"):
         if getattr(spec, name) is not None:
@@ -197,7 +214,13 @@ class Supervisor:
         process = self._context.Process(
             target=run_worker, args=(slot.spec, send), name=f"convmem-worker-{slot.spec.index}"
         )
-        process.start()
+        # Born with the stop signals blocked (a mask survives fork and exec): `run_worker` takes
+        # them once it left this process group. Here they wait, pending, until start returns.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         send.close()
         slot.process, slot.report, slot.started, slot.ready = process, receive, time.monotonic(), False
 
@@ -211,6 +234,8 @@ class Supervisor:
             if stop.is_set():
                 return False
             self._poll(0.25)
+            if stop.is_set():  # a worker told to stop with the rest may have exited meanwhile
+                return False
             for slot in self._slots:
                 if not slot.ready and slot.process is not None and slot.process.exitcode is not None:
                     raise RuntimeError(

@@ -43,6 +43,10 @@ class EmbeddedOptions(TypedDict, total=False):
     """The snapshot bucket (default ``CONVMEM_SNAPSHOTS``)."""
     timeout: float
     """Seconds a connection, a check or a call may take (default 5)."""
+    read_only: bool
+    """Never create the stream or the bucket (audits): a missing stream is `StoreNotFound`,
+    a missing bucket leaves `snapshots` None. An embedded server then never creates its
+    folder or store either (see `EmbeddedNatsServer`)."""
 
 
 class JetStreamOptions(EmbeddedOptions, total=False):
@@ -56,9 +60,6 @@ class JetStreamOptions(EmbeddedOptions, total=False):
     """The server's ``max_control_line``: longer subjects are refused here, not by a dropped connection."""
     auth: NatsAuth | None
     """Credentials and TLS settings (none: the URL's own, if any)."""
-    read_only: bool
-    """Never create the stream or the bucket (audits): a missing stream is `StoreNotFound`,
-    a missing bucket leaves `snapshots` None."""
 
 
 class JetStreamBackend:
@@ -137,10 +138,16 @@ class JetStreamBackend:
         store_dir: str | os.PathLike[str] | None = None,
         *,
         sync_interval: str | None = "always",
+        port: int | None = None,
         **options: Unpack[EmbeddedOptions],
     ) -> JetStreamBackend:
-        """Start a private nats-server on `store_dir` (default: the per-user data folder) and connect."""
-        server = EmbeddedNatsServer(store_dir, sync_interval=sync_interval).start()
+        """Start a private nats-server on `store_dir` (default: the per-user data folder) and connect.
+
+        `port`: the port it listens on (default: a free one).
+        """
+        server = EmbeddedNatsServer(
+            store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
+        ).start()
         with _stopped_on_error(server):
             return cls.connect(server.url, max_control_line=server.max_control_line, **options)._of(server)
 
@@ -150,10 +157,14 @@ class JetStreamBackend:
         store_dir: str | os.PathLike[str] | None = None,
         *,
         sync_interval: str | None = "always",
+        port: int | None = None,
         **options: Unpack[EmbeddedOptions],
     ) -> JetStreamBackend:
         """`embedded`, connected on the event loop running here (see `connect_here`)."""
-        server = await asyncio.to_thread(EmbeddedNatsServer(store_dir, sync_interval=sync_interval).start)
+        server = EmbeddedNatsServer(
+            store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
+        )
+        await asyncio.to_thread(server.start)
         try:
             backend = await cls.connect_here(server.url, max_control_line=server.max_control_line, **options)
         except BaseException:

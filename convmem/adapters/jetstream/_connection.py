@@ -253,6 +253,7 @@ class NatsConnection:
             if self._closed:
                 return
             self._closed = True
+        self.watch.closing = True
 
         async def shut() -> None:
             try:

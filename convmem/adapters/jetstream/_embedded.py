@@ -7,6 +7,17 @@ every write (``sync_interval: always``) unless told otherwise: NATS's own
 default flushes every two minutes and can lose acknowledged writes when the
 machine loses power.
 
+The server runs in a process group of its own, so a signal to the group of
+the process that started it (a terminal's Ctrl-C) does not stop it under its
+clients: `stop` (or closing what started it) does, after them.
+
+A reader (`read_only`) never creates the folder or a store in it: a folder
+without a JetStream store is `StoreNotFound`. nats-server refuses a store it
+cannot write ("storage directory is not writable"), so a reader of a store on
+read-only media serves a private temporary copy of it, removed on `stop`
+(the copy needs the store's size in the temporary folder), and takes no lock:
+nothing can write that store meanwhile.
+
 Only one server may use a store folder at a time. A lock file in the folder
 is held by the server process itself (it inherits the locked descriptor), so
 the lock lasts exactly as long as the server does, even when the Python
@@ -30,7 +41,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from convmem.errors import LogUnavailable
+from convmem.errors import LogUnavailable, StoreNotFound
 
 if sys.platform != "win32":
     import fcntl
@@ -42,6 +53,8 @@ _LOCK = "convmem-nats.lock"
 _URL = "convmem-nats.url"
 """Where a running embedded server's URL is written, so other processes can join it."""
 _PID = "convmem-nats.pid"
+_JETSTREAM = "jetstream"
+"""The folder nats-server keeps its JetStream store in, inside ``store_dir``."""
 
 
 def default_store_dir() -> Path:
@@ -98,6 +111,7 @@ class EmbeddedNatsServer:
         max_control_line: int = 32_768,
         extra_config: str = "",
         max_file_store: int | None = None,
+        read_only: bool = False,
     ) -> None:
         """Nothing runs until `start` (or ``with``). `sync_interval` None keeps NATS's default.
 
@@ -106,7 +120,7 @@ class EmbeddedNatsServer:
         `extra_config` is added to the server's configuration as it is (say
         an ``authorization`` or ``tls`` block). `max_file_store` caps the
         bytes JetStream may keep on disk (None: the server's default, most of
-        the disk).
+        the disk). `read_only`: the reader's start, see the module's docstring.
         """
         self.max_file_store = max_file_store
         self.extra_config = extra_config
@@ -118,8 +132,11 @@ class EmbeddedNatsServer:
         self._binary = Path(binary) if binary is not None else None
         self._fixed_port = port is not None
         self._port = port
+        self.read_only = read_only
         self._proc: subprocess.Popen[bytes] | None = None
         self._runtime: Path | None = None
+        self._copy: Path | None = None
+        """Where the server's store is when it serves a copy (a reader on read-only media)."""
 
     @property
     def url(self) -> str:
@@ -152,9 +169,20 @@ class EmbeddedNatsServer:
         binary = self._binary or find_nats_server()
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise LogUnavailable(f"nats-server binary {binary} is missing or not executable")
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        if self.read_only:
+            self._check_store()
+        else:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
         if self._runtime is None:
             self._runtime = Path(tempfile.mkdtemp(prefix="convmem-nats-"))
+        if self.read_only and self._copy is None and not _writable(self.store_dir):
+            copy = self._runtime / "store"
+            try:
+                shutil.copytree(self.store_dir / _JETSTREAM, copy / _JETSTREAM, symlinks=True)
+            except BaseException:
+                self.stop()
+                raise
+            self._copy = copy
         failure = ""
         for attempt in range(5):
             port = self._port if self._port is not None and (self._fixed_port or attempt == 0) else None
@@ -166,13 +194,25 @@ class EmbeddedNatsServer:
                 return self
             if self._fixed_port or "address already in use" not in failure:
                 break
+        if self._copy is not None:
+            self.stop()  # the copy goes with the start that failed
         raise LogUnavailable(f"nats-server did not start: {failure}")
+
+    def _check_store(self) -> None:
+        """A reader's check: the folder holds a JetStream store (it is never created here)."""
+        if not (self.store_dir / _JETSTREAM).is_dir():
+            what = "no such folder" if not self.store_dir.exists() else f"no {_JETSTREAM}/ store in it"
+            raise StoreNotFound(
+                f"no convmem store at {self.store_dir} ({what}); check --data-dir or the URL",
+                name=str(self.store_dir),
+            )
 
     def _launch(self, binary: Path, port: int, monitor: int) -> str:
         """Start one server; '' once it is ready, else why it is not (the process is then gone)."""
         assert self._runtime is not None
         config = self._runtime / "nats-server.conf"
-        jetstream = [f"store_dir: {json.dumps(str(self.store_dir))}"]
+        served = self._copy or self.store_dir
+        jetstream = [f"store_dir: {json.dumps(str(served))}"]
         if self.sync_interval is not None:
             jetstream.append(f"sync_interval: {self.sync_interval}")
         if self.max_file_store is not None:
@@ -183,7 +223,7 @@ class EmbeddedNatsServer:
             f"jetstream {{\n  {chr(10).join(jetstream)}\n}}\n{self.extra_config}\n",
             encoding="utf-8",
         )
-        lock = self._lock_store()
+        lock = None if self._copy is not None else self._lock_store()
         try:
             assert self.log_path is not None
             with open(self.log_path, "ab") as log:
@@ -193,16 +233,21 @@ class EmbeddedNatsServer:
                     stdout=log,
                     stderr=log,
                     pass_fds=() if lock is None else (lock,),  # the server holds the lock while it lives
+                    # A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group)
+                    # reaches the Python process, which stops this server after its clients, in order.
+                    process_group=0,
                 )
         finally:
             if lock is not None:
                 os.close(lock)
-        (self.store_dir / _PID).write_text(str(self._proc.pid), encoding="utf-8")
+        if self._copy is None:
+            (self.store_dir / _PID).write_text(str(self._proc.pid), encoding="utf-8")
         problem = self._wait_ready(monitor)
         if problem:
             self._terminate(kill=True)
             return f"{problem}; its log ends with:\n{self._log_tail()}"
-        (self.store_dir / _URL).write_text(f"nats://{self.host}:{port}", encoding="utf-8")
+        if self._copy is None:
+            (self.store_dir / _URL).write_text(f"nats://{self.host}:{port}", encoding="utf-8")
         return ""
 
     def _lock_store(self) -> int | None:
@@ -246,6 +291,7 @@ class EmbeddedNatsServer:
         if self._runtime is not None:
             shutil.rmtree(self._runtime, ignore_errors=True)
             self._runtime = None
+            self._copy = None
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (for fault tests); `start` brings it back."""
@@ -266,8 +312,9 @@ class EmbeddedNatsServer:
                     proc.kill()
         proc.wait()
         self._proc = None
-        with contextlib.suppress(OSError):
-            (self.store_dir / _PID).unlink()
+        if self._copy is None:
+            with contextlib.suppress(OSError):
+                (self.store_dir / _PID).unlink()
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
@@ -323,6 +370,11 @@ def running_server_url(store_dir: str | os.PathLike[str] | None = None) -> str |
     finally:
         os.close(lock)
     return None
+
+
+def _writable(folder: Path) -> bool:
+    """Whether nats-server could write the store in `folder` (False on read-only media, even for root)."""
+    return all(os.access(f, os.W_OK) for f in (folder, folder / _JETSTREAM))
 
 
 def _read_pid(path: Path) -> int | None:

@@ -54,6 +54,8 @@ class ConnectionWatch:
         self.refused: OrderedDict[str, str] = OrderedDict()
         """Subjects refused lately, by lowercased subject (nats-py lowercases the error)."""
         self._reconnect: list[Callable[[], None]] = []
+        self.closing = False
+        """Set by the connection's owner as it closes: nats-py reports a close as a disconnection."""
 
     def on_reconnect(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener()` on the loop after each reconnection; returns what removes it."""
@@ -105,7 +107,8 @@ class ConnectionWatch:
                 waiter.set_exception(PermissionDenied(message, subject=subject))
 
     async def disconnected_cb(self) -> None:
-        _log.info("disconnected from NATS; reconnecting")
+        if not self.closing:
+            _log.info("disconnected from NATS; reconnecting")
 
     async def reconnected_cb(self) -> None:
         _log.info("reconnected to NATS")
