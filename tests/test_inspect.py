@@ -88,10 +88,16 @@ def test_inspect_follow_shows_events_as_they_are_stored(seeded: str) -> None:
 
 
 def test_sessions_lists_with_counts_and_health(seeded: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """sessions: key, events, turns shown, last activity, health; filtered by tenant and user."""
+    """sessions: key, events, turns written and live (the 4 written were cleared), last activity, health."""
     assert main(["-s", seeded, "sessions", "--tenant", "acme", "--user", "alice", "--json"]) == 0
     [row] = json.loads(capsys.readouterr()[0])
-    assert (row["key"], row["events"], row["turns"], row["health"]) == (KEY.composite(), 6, 0, "healthy")
+    assert (row["key"], row["events"], row["turns"], row["live_turns"], row["health"]) == (
+        KEY.composite(),
+        6,
+        4,
+        0,
+        "healthy",
+    )
     assert row["last_at"] == 1_800_000_240.0
     assert main(["-s", seeded, "sessions", "--tenant", "globex"]) == 3
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged
-from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore
+from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, load_state
+from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput, ReplayError
 from convmem.events import (
@@ -196,37 +196,69 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     last_at: float | None
     health: str
     turns: int
+    """Turns the session's log numbered: its latest turn's number (cleared and retired ones count)."""
+    live_turns: int = 0
+    """Turns in its live state (since the last clear, at most ``live_turns`` of the configuration)."""
+
+
+class _ReadOnlySnapshots:
+    """A snapshot store as a reader uses it: loads pass through; nothing is saved or deleted."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self._store = store
+
+    def load(self, key: MemoryKey) -> Snapshot | None:
+        return self._store.load(key)
+
+    def save(self, snapshot: Snapshot) -> None:
+        """A reader saves nothing."""
+
+    def delete(self, key: MemoryKey) -> None:
+        """A reader deletes nothing (a stale snapshot is only skipped)."""
+
+    def close(self) -> None:
+        """The store is its owner's to close."""
 
 
 def list_sessions(
-    log: EventLog, *, tenant_id: str | None = None, user_id: str | None = None, limit: int | None = None
+    log: EventLog,
+    snapshots: SnapshotStore | None = None,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    limit: int | None = None,
 ) -> list[SessionRow]:
-    """The sessions with events (of a tenant, of a user), each rebuilt from its events, in key order.
+    """The sessions with events (of a tenant, of a user), in key order, with their true turn counts.
 
+    Each state is its snapshot (when valid) plus the events after it, as a session
+    is activated: a long session is not replayed whole. Nothing is written (a
+    stale snapshot is skipped, not deleted). The event counts come from a log that
+    counts without reading (JetStream's per-subject counts), else from the reads.
     A session whose events do not fold shows health ``unreadable``.
     """
+    counter = getattr(log, "counts", None)
+    counts: dict[MemoryKey, int] | None = (
+        counter(tenant_id=tenant_id, user_id=user_id) if counter is not None else None
+    )
+    keys = list(counts) if counts is not None else log.keys(tenant_id=tenant_id, user_id=user_id)
+    reader = _ReadOnlySnapshots(snapshots) if snapshots is not None else None
     rows = []
-    for key in sorted(log.keys(tenant_id=tenant_id, user_id=user_id), key=MemoryKey.composite)[:limit]:
-        records = log.read(key)
-        report = LoadReport()
+    for key in sorted(keys, key=MemoryKey.composite)[:limit]:
         try:
-            state = fold_logged(records, on_poison="skip", report=report)
-            health, last_seq, last_at, turns = (
-                state.health.value,
-                state.version,
-                state.last_at,
-                len(state.turns),
-            )
+            state, _ = load_state(log, reader, key, on_poison="skip")
+            health, last_seq, last_at = state.health.value, state.version, state.last_at
+            turns, live = state.next_index - 1, len(state.turns)
         except ReplayError:
-            health, last_seq, last_at, turns = "unreadable", records[-1].seq or 0 if records else 0, None, 0
+            health, last_seq, last_at, turns, live = "unreadable", log.last_seq(key), None, 0, 0
         rows.append(
             SessionRow(
                 key=key,
-                events=len(records),
+                events=counts[key] if counts is not None else len(log.read(key)),
                 last_seq=last_seq,
                 last_at=last_at or None,
                 health=health,
                 turns=turns,
+                live_turns=live,
             )
         )
     return rows

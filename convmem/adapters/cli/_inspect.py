@@ -160,8 +160,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant (a user id is only unique within its tenant)", 2)
-    with backend(args, read_only=True) as (log, _):
-        rows = list_sessions(log, tenant_id=args.tenant, user_id=args.user, limit=args.limit)
+    with backend(args, read_only=True) as (log, snapshots):
+        rows = list_sessions(log, snapshots, tenant_id=args.tenant, user_id=args.user, limit=args.limit)
     if not rows:
         scope = (
             f"tenant {args.tenant}" + (f", user {args.user}" if args.user else "")
@@ -182,13 +182,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                     "last_at": r.last_at,
                     "health": r.health,
                     "turns": r.turns,
+                    "live_turns": r.live_turns,
                 }
                 for r in rows
             ]
         )
     else:
         table(
-            [(r.key.composite(), r.events, r.turns, stamp(r.last_at), r.health) for r in rows],
-            ["session", "events", "turns", "last activity (UTC)", "health"],
+            [(r.key.composite(), r.events, r.turns, r.live_turns, stamp(r.last_at), r.health) for r in rows],
+            ["session", "events", "turns", "live turns", "last activity (UTC)", "health"],
         )
     return EXIT_OK

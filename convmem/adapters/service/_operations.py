@@ -243,7 +243,9 @@ class ApiOperations:
         user = request.user_id or None
         if user is not None:
             MemoryKey(tenant_id, user, "*")  # checks the ids as every key does
-        rows = list_sessions(self.system.log, tenant_id=tenant_id, user_id=user, limit=request.limit)
+        rows = list_sessions(
+            self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=request.limit
+        )
         return [
             {
                 "user_id": r.key.user_id,
@@ -253,6 +255,7 @@ class ApiOperations:
                 "last_at": r.last_at,
                 "health": r.health,
                 "turns": r.turns,
+                "live_turns": r.live_turns,
             }
             for r in rows
         ]
