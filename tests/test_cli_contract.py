@@ -135,6 +135,10 @@ def test_exit_3_nothing_there(seeded: str, capsys: pytest.CaptureFixture[str]) -
         assert code == 3, argv
         assert out == ""
         one_line_error(err)
+    code, out, err = run(capsys, "--data-dir", "/proc/nope", "verify", "--all")  # a read creates no store
+    assert code == 3
+    assert "no convmem store at /proc/nope" in err
+    one_line_error(err)
 
 
 def test_exit_4_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,7 +157,6 @@ def test_exit_5_bad_input_files(seeded: str, capsys: pytest.CaptureFixture[str],
         ["-s", seeded, "export", "-o", "/nonexistent/x.jsonl"],
         ["replay", KEY.composite(), "--from-file", str(bad)],
         ["verify", "--all", "--from-file", str(tmp_path / "missing.jsonl")],
-        ["--data-dir", "/proc/nope", "verify", "--all"],
     ):
         code, _, err = run(capsys, *argv)
         assert code in (4, 5), argv
