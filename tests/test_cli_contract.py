@@ -223,6 +223,7 @@ BAD_INPUT = {
     "status": ["--api-prefix", "a b"],
     "fork": ["a:b:c", "--to", "bad"],
     "timeline": ["a:b"],
+    "retention": ["--dry-run", "--policy", "/nonexistent.toml"],
 }
 
 

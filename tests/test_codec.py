@@ -38,6 +38,7 @@ TAGS = {
     "ItemsAdded": "items.added",
     "ItemPopped": "item.popped",
     "TurnsAdopted": "turns.adopted",
+    "HistoryCompacted": "history.compacted",
 }
 
 TURN = ConversationTurn(user_message="hi", assistant_response="hello", ts=5.0)

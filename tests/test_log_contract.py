@@ -19,7 +19,15 @@ import pytest
 from convmem.actors import ErasureNotice, ErasureWatch, EventLog
 from convmem.adapters import InMemoryEventLog, JetStreamEventLog
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
-from convmem.events import Event, MemoryKey, SessionCleared, SessionErased, decode_event
+from convmem.events import (
+    Event,
+    HistoryCompacted,
+    MemoryKey,
+    SessionCleared,
+    SessionErased,
+    ShortTermMemoryConfig,
+    decode_event,
+)
 
 OpenLog = Callable[[], EventLog]
 
@@ -293,6 +301,46 @@ def test_erasing_an_unknown_session_does_nothing(log: EventLog) -> None:
     assert log.erase(KEY, at=1.0) == 0
     assert log.read(KEY) == []
     assert log.last_seq(KEY) == 0
+
+
+def compacted(seq: int) -> HistoryCompacted:
+    """A retention compaction of KEY at `seq` (it carries the state; here an empty one)."""
+    return HistoryCompacted(
+        seq=seq,
+        event_id=f"retention/{uuid.uuid4().hex}",
+        at=float(seq),
+        key=KEY,
+        config=ShortTermMemoryConfig(),
+    )
+
+
+def test_drop_before_removes_what_a_compaction_replaced(open_log: OpenLog) -> None:
+    """drop_before() removes the session's messages before its compaction, and only those: the history
+    then begins with the compaction, the last seq and other sessions stay, writes go on."""
+    log, other_handle = open_log(), open_log()
+    other = MemoryKey("acme", "alice", "s2")
+    log.append(KEY, events(1, 3), expected_seq=0)
+    log.append(other, events(1, 2), expected_seq=0)
+    log.append(KEY, [compacted(4)], expected_seq=3)
+    log.append(KEY, events(5), expected_seq=4)
+    assert other_handle.drop_before(KEY, seq=4) == 3
+    assert seqs(log) == [4, 5]
+    assert isinstance(decode_event(log.read(KEY)[0].data), HistoryCompacted)
+    assert log.last_seq(KEY) == other_handle.last_seq(KEY) == 5
+    assert seqs(log, other) == [1, 2]
+    assert [r.seq for r in log.read_all() if r.key == KEY] == [4, 5]
+    assert log.append(KEY, events(6), expected_seq=5) == 6
+    assert seqs(log, after=4) == [5, 6]
+    assert log.drop_before(KEY, seq=4) == 0  # again: nothing left to drop
+
+
+def test_drop_before_refuses_anything_but_a_compaction(log: EventLog) -> None:
+    """Only a stored compaction may open a history: another seq is refused and nothing is removed."""
+    log.append(KEY, events(1, 3), expected_seq=0)
+    for seq in (2, 3, 9):
+        with pytest.raises(InvalidInput, match="no stored compaction"):
+            log.drop_before(KEY, seq=seq)
+    assert seqs(log) == [1, 2, 3]
 
 
 def test_erase_user_erases_every_session_of_that_user_only(log: EventLog) -> None:

@@ -46,7 +46,7 @@ def test_the_section_shows_the_commands() -> None:
     """Every subcommand the CLI has appears in the section, and only lines that start with convmem."""
     commands = {shlex.split(command)[1] for command, _ in examples()}
     assert commands >= {"demo", "serve", "status", "sessions", "replay", "verify", "inspect", "timeline"}
-    assert commands >= {"fork", "export", "erase"}
+    assert commands >= {"fork", "export", "erase", "retention"}
     assert all(command.startswith("convmem ") for command, _ in examples())
 
 
@@ -83,6 +83,11 @@ def test_every_example_runs_as_written(
     argv = shlex.split(command)[1:]
     if "--from-file" in argv:
         assert main(["export", "--tenant", "acme", "-o", "acme.jsonl"]) == 0
+    if argv[0] == "retention":  # the policy file the README shows
+        text = README.read_text(encoding="utf-8")
+        policy = re.search(r"```toml\n(.*?)```", text[text.index("## Retention\n") :], re.DOTALL)
+        assert policy is not None
+        (tmp_path / "retention.toml").write_text(policy.group(1), encoding="utf-8")
     if argv[0] == "fork":
         main(["erase", "--key", "acme:alice:chat-1-retry", "--yes"])  # a fork needs a new session
     code = main(argv)

@@ -53,6 +53,13 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
+from convmem.actors._retention import (
+    RetentionOutcome,
+    RetentionProblem,
+    RetentionReport,
+    RetentionSweeper,
+    sweep_retention,
+)
 from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
 from convmem.actors._system import Erased, MemorySystem
@@ -72,6 +79,10 @@ __all__ = [
     "MemorySystem",
     "Metrics",
     "PoisonEvent",
+    "RetentionOutcome",
+    "RetentionProblem",
+    "RetentionReport",
+    "RetentionSweeper",
     "SessionActivity",
     "SessionCheck",
     "SessionHandle",
@@ -95,6 +106,7 @@ __all__ = [
     "load_state",
     "read_jsonl",
     "replay_session",
+    "sweep_retention",
     "timeline",
     "verify",
 ]

@@ -29,6 +29,7 @@ from convmem.events import (
     AnyEvent,
     BacklogTrimmed,
     HealthChanged,
+    HistoryCompacted,
     ItemPopped,
     ItemsAdded,
     MemoryKey,
@@ -170,7 +171,11 @@ def _check(
             check.problems.append(f"snapshot at seq {snapshot.seq} does not decode: {exc}")
         else:
             if rebuilt is None:
-                if state.version >= snapshot.seq and not _erased(records):
+                if (
+                    state.version >= snapshot.seq
+                    and not _erased(records)
+                    and not _compacted(records, snapshot.seq)
+                ):
                     check.problems.append(f"snapshot at seq {snapshot.seq} matches no point of the log")
             elif state_hash(rebuilt) != snapshot.state_hash or stored != rebuilt:
                 check.problems.append(
@@ -185,6 +190,17 @@ def _check(
 
 def _erased(records: list[LoggedEvent]) -> bool:
     return any(r.event_id is not None and r.event_id.startswith("erased/") for r in records)
+
+
+def _compacted(records: list[LoggedEvent], seq: int) -> bool:
+    """Whether the log begins with a compaction past `seq` (a snapshot older than it is only stale)."""
+    first = next((r for r in records if r.seq is not None), None)
+    if first is None or first.seq is None or first.seq <= seq:
+        return False
+    try:
+        return isinstance(decode_event(first.data), HistoryCompacted)
+    except EventDecodeError:
+        return False
 
 
 class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -313,6 +329,17 @@ def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
             return "items.added", f"{len(event.items)} items from #{event.first_index}"
         case ItemPopped():
             return "item.popped", f"{event.item.kind}"
+        case HistoryCompacted():
+            kept = (
+                f"turns #{event.turns[0].index}-#{event.turns[-1].index} kept"
+                if event.turns
+                else "no turn kept"
+            )
+            return (
+                "history.compacted",
+                f"{event.dropped_events} earlier events dropped ({event.dropped_turns} turns), {kept}, "
+                f"summary through #{event.summary_through}: {_clip(event.reason)}",
+            )
 
 
 def _clip(text: str, width: int = 60) -> str:

@@ -19,7 +19,14 @@ import msgspec
 from convmem.actors._ports import EventLog, LoggedEvent
 from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput
-from convmem.events import AnyEvent, MemoryKey, SessionErased, SessionStarted, decode_event
+from convmem.events import (
+    AnyEvent,
+    HistoryCompacted,
+    MemoryKey,
+    SessionErased,
+    SessionStarted,
+    decode_event,
+)
 
 __all__ = ["Forked", "fork_events", "fork_session"]
 
@@ -66,6 +73,10 @@ def fork_events(
             break
         if isinstance(event, SessionErased):
             copied = []  # what came before an erasure fence is not the session's any more
+        elif isinstance(event, HistoryCompacted):
+            # Retention compacted the history here: the fork starts from the state it carries.
+            opened = SessionStarted(seq=1, event_id="", at=event.at, key=event.key, config=event.config)
+            copied = [opened, event]
         else:
             copied.append(event)
         last = record.position
@@ -79,6 +90,8 @@ def fork_events(
     )
     rest = [
         msgspec.structs.replace(event, seq=n, event_id=f"{fork_id}/{n}")
+        if not isinstance(event, HistoryCompacted)
+        else msgspec.structs.replace(event, seq=n, event_id=f"{fork_id}/{n}", key=to, idempotency_keys=())
         for n, event in enumerate(copied[1:], start=2)
     ]
     return [start, *rest], last

@@ -229,7 +229,10 @@ def _stale(records: list[LoggedEvent], snapshot: Snapshot) -> str | None:
     """Why `snapshot` does not belong to the history in `records` (read from its seq on), or None."""
     at = next((r for r in records if r.seq == snapshot.seq), None)
     if at is None:
-        return f"the log holds no event at the snapshot's seq {snapshot.seq} (the session was erased)"
+        return (
+            f"the log holds no event at the snapshot's seq {snapshot.seq} "
+            "(the session was erased, or retention compacted its history past it)"
+        )
     if snapshot.event_id and at.event_id is not None and at.event_id != snapshot.event_id:
         return f"the log's event at seq {snapshot.seq} is not the one the snapshot covers (erased since)"
     return None

@@ -109,6 +109,18 @@ class EventLog(Protocol):
         """`erase` every session of one user; returns the events removed."""
         ...
 
+    def drop_before(self, key: MemoryKey, *, seq: int) -> int:
+        """Remove the session's stored messages before its `HistoryCompacted` event at `seq`.
+
+        The compaction (retention's, see `convmem.events.HistoryCompacted`)
+        carries what the fold needs, so the history then begins with it and
+        replays to the same state. Their bytes are erased as `erase` erases
+        them. Returns how many messages were removed (0 when none is left:
+        it may be run again). `InvalidInput` when the session has no
+        compaction at `seq`: nothing else may open a history.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections; further calls raise `SessionClosed`."""
         ...

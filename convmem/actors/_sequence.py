@@ -15,7 +15,8 @@ newer version, or bytes that do not decode, still take that seq: the fold
 reports and skips them). Erasure may open a history above that: a
 `SessionErased` fence at any higher seq, and a `SessionStarted` at any seq
 while the session has no event, when they decode and their own seq agrees
-with the header.
+with the header; so may retention's `HistoryCompacted` at any higher seq
+(the events before it were dropped).
 
 Any other message does not fit: it has no header (convmem did not write it),
 its seq is not above the version (rewound), or it skips seqs. It stays where
@@ -26,7 +27,7 @@ and position.
 from __future__ import annotations
 
 from convmem.errors import EventDecodeError
-from convmem.events import SessionErased, SessionStarted, decode_event
+from convmem.events import HistoryCompacted, SessionErased, SessionStarted, decode_event
 
 __all__ = ["SessionSequence"]
 
@@ -58,7 +59,10 @@ class SessionSequence:
         if (
             event is not None
             and event.seq == seq
-            and (isinstance(event, SessionErased) or (version == 0 and isinstance(event, SessionStarted)))
+            and (
+                isinstance(event, SessionErased | HistoryCompacted)
+                or (version == 0 and isinstance(event, SessionStarted))
+            )
         ):
             self.version = seq
             return None

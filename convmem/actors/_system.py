@@ -8,7 +8,9 @@ handles; erasure, forks and closing are its own. The parts:
   summarizer pool;
 - `Callbacks` (`_callbacks`): the user's callbacks, off the write path;
 - `LiveSessions` (`_live`): the live session actors, their activation,
-  eviction and idle sweep, on a dispatcher's threads.
+  eviction and idle sweep, on a dispatcher's threads;
+- `RetentionSweeper` (`_retention`): with `retention` policies, a sweep every
+  `sweep_every` seconds of the system's clock.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -35,10 +37,11 @@ from convmem.actors._load import LoadReport
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer
+from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
 from convmem.actors._storage import SessionStorage
 from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed
-from convmem.events import MemoryKey, ShortTermMemoryConfig
+from convmem.events import MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, default_token_estimator
 
 __all__ = ["Erased", "MemorySystem"]
@@ -109,11 +112,13 @@ class MemorySystem:
         on_poison: Literal["skip", "stop"] = "skip",
         timeout: float = 30.0,
         on_close: Callable[[], object] | None = None,
+        retention: RetentionPolicies | Mapping[str, object] | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
         _check_settings(
             max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison, idle_cache_bytes
         )
+        checked_retention = _policies(retention)
         if summarizer_abandoned is not None and summarizer_abandoned < 0:
             raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {summarizer_abandoned}")
         if summarizer is not None and not callable(summarizer):
@@ -156,6 +161,15 @@ class MemorySystem:
         # the live sessions they name are dropped on this one thread, off the log's loop.
         self._erasures = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-erasure")
         self._unwatch = log.watch_erasures(self._on_erasure) if isinstance(log, ErasureWatch) else None
+        self.retention = checked_retention
+        """The retention policies this system sweeps with (None: it keeps everything, never sweeps)."""
+        self.retention_sweeper: RetentionSweeper | None = None
+        if self.retention is not None and not self.retention.empty:
+            policies = self.retention
+            self.retention_sweeper = RetentionSweeper(
+                policies, self.clock, lambda stop: self.sweep_retention(policies=policies, stop=stop)
+            )
+            self.retention_sweeper.start()
 
     @property
     def loop_log(self) -> LoopEventLog | None:
@@ -262,6 +276,36 @@ class MemorySystem:
                 self.snapshots.delete(key)  # after the events: a stale save has nothing to follow
         return Erased(events_purged=events, sessions=len(keys))
 
+    def sweep_retention(
+        self,
+        *,
+        dry_run: bool = False,
+        policies: RetentionPolicies | None = None,
+        tenant_id: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> RetentionReport:
+        """Apply the retention policies (this system's, or `policies`) now, by the system's clock.
+
+        Idle sessions are erased through `erase`; histories over a cap are
+        compacted (see `convmem.actors._retention`). A dry run writes nothing.
+        """
+        chosen = policies if policies is not None else self.retention
+        if chosen is None:
+            raise InvalidConfig("retention", "this system has no retention policies; pass policies=")
+        if self._closed:
+            raise SessionClosed("the memory system is closed")
+        return sweep_retention(
+            self.log,
+            chosen,
+            now=self.clock.now(),
+            dry_run=dry_run,
+            snapshots=self.snapshots,
+            erase=lambda key: self.erase(key).events_purged,
+            passivate=self.passivate,
+            tenant_id=tenant_id,
+            stop=stop,
+        )
+
     def fork(self, key: MemoryKey, *, to: MemoryKey, at: int | datetime | None = None) -> Forked:
         """Start session `to` as `key` was after log position `at` (an int), at a time (a datetime), or now.
 
@@ -317,6 +361,8 @@ class MemorySystem:
             if self._closed:
                 return
             self._closed = True
+        if self.retention_sweeper is not None:
+            self.retention_sweeper.close()
         if self._unwatch is not None:
             self._unwatch()
         self._erasures.shutdown(wait=True)
@@ -338,6 +384,17 @@ class MemorySystem:
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return self._closed
+
+
+def _policies(retention: RetentionPolicies | Mapping[str, object] | None) -> RetentionPolicies | None:
+    """The policies given, checked: a mapping is parsed (errors name the bad key)."""
+    if retention is None or isinstance(retention, RetentionPolicies):
+        return retention
+    if isinstance(retention, Mapping):
+        return RetentionPolicies.parse(retention)
+    raise InvalidConfig(
+        "retention", f"must be RetentionPolicies or a mapping of them, got {type(retention).__name__}"
+    )
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

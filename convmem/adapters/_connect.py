@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Unpack, cast
 
@@ -29,7 +29,7 @@ from convmem.adapters._memory import MEMORY_URL
 from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer
-from convmem.events import ShortTermMemoryConfig
+from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 from convmem.projections import TokenEstimator
 
 __all__ = [
@@ -67,6 +67,7 @@ class ConnectOptions(BackendOptions, total=False):
     summarizer_loop: asyncio.AbstractEventLoop | None
     actor_threads: int
     on_poison: Literal["skip", "stop"]
+    retention: RetentionPolicies | Mapping[str, object] | None
 
 
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:

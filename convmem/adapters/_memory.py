@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from convmem.actors import ErasureNotice, LoggedEvent, SessionSequence, Snapshot, Unwatch
-from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
-from convmem.events import Event, MemoryKey, encode_event
+from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, SessionClosed
+from convmem.events import Event, HistoryCompacted, MemoryKey, decode_event, encode_event
 
 __all__ = ["MEMORY_URL", "InMemoryBackend", "InMemoryEventLog", "InMemorySnapshotStore"]
 
@@ -172,6 +172,22 @@ class InMemoryEventLog:
             self._tell(ErasureNotice.of_user(tenant_id, user_id))
         return sum(n or 0 for n in erased)
 
+    def drop_before(self, key: MemoryKey, *, seq: int) -> int:
+        """See `EventLog.drop_before`: the records before the compaction are forgotten, ids too."""
+        with self._lock:
+            self._check_open()
+            records = self._sessions.get(key, [])
+            at = next((r for r in records if r.seq == seq and _is_compaction(r.data, seq)), None)
+            if at is None:
+                raise InvalidInput("seq", f"{key} has no stored compaction at seq {seq}")
+            below = [r for r in records if r.position < at.position]
+            for record in below:
+                self._all[record.position - 1] = None
+                if record.event_id is not None:
+                    self._ids.get(key, set()).discard(record.event_id)
+            self._sessions[key] = [r for r in records if r.position >= at.position]
+            return len(below)
+
     def watch_erasures(self, on_notice: Callable[[ErasureNotice | None], None]) -> Unwatch:
         """See `ErasureWatch`: watchers are told before `erase` returns."""
         token = object()
@@ -197,6 +213,15 @@ class InMemoryEventLog:
         """See `EventLog.close`."""
         with self._lock:
             self._closed = True
+
+
+def _is_compaction(data: bytes, seq: int) -> bool:
+    """Whether `data` is the `HistoryCompacted` event at `seq`."""
+    try:
+        event = decode_event(data)
+    except EventDecodeError:
+        return False
+    return isinstance(event, HistoryCompacted) and event.seq == seq
 
 
 def _is_fence(record: LoggedEvent) -> bool:

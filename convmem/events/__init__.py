@@ -27,10 +27,13 @@ from convmem.events._config import (
 from convmem.events._dates import date_text
 from convmem.events._events import (
     BacklogTrimmed,
+    EntityTally,
     Event,
     HealthChanged,
+    HistoryCompacted,
     ItemPopped,
     ItemsAdded,
+    KeptTurn,
     SessionCleared,
     SessionErased,
     SessionRestored,
@@ -40,6 +43,7 @@ from convmem.events._events import (
     TurnsAdopted,
 )
 from convmem.events._key import MAX_ID_LENGTH, MemoryKey, decode_token, encode_token
+from convmem.events._retention import RetentionPolicies, RetentionPolicy, format_duration, parse_duration
 from convmem.events._turn import (
     ConversationTurn,
     EntityMention,
@@ -58,17 +62,22 @@ __all__ = [
     "ConversationMemoryConfig",
     "ConversationTurn",
     "EntityMention",
+    "EntityTally",
     "Event",
     "HealthChanged",
     "HealthPolicy",
+    "HistoryCompacted",
     "ItemPopped",
     "ItemsAdded",
+    "KeptTurn",
     "MemoryBudget",
     "MemoryHealth",
     "MemoryIsolation",
     "MemoryKey",
     "MessageItem",
     "OverflowPolicy",
+    "RetentionPolicies",
+    "RetentionPolicy",
     "SessionCleared",
     "SessionErased",
     "SessionRestored",
@@ -87,6 +96,8 @@ __all__ = [
     "encode_event_json",
     "encode_token",
     "event_tag",
+    "format_duration",
+    "parse_duration",
     "strategy_reads_summaries",
     "strategy_summarizes",
 ]

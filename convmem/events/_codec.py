@@ -26,6 +26,7 @@ from convmem.events._events import (
     BacklogTrimmed,
     Event,
     HealthChanged,
+    HistoryCompacted,
     ItemPopped,
     ItemsAdded,
     SessionCleared,
@@ -60,6 +61,7 @@ AnyEvent = (
     | ItemsAdded
     | ItemPopped
     | TurnsAdopted
+    | HistoryCompacted
 )
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
@@ -73,6 +75,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ItemsAdded,
     ItemPopped,
     TurnsAdopted,
+    HistoryCompacted,
 )
 _TAGS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 

@@ -27,10 +27,13 @@ from convmem.events._turn import ConversationTurn, MessageItem
 
 __all__ = [
     "BacklogTrimmed",
+    "EntityTally",
     "Event",
     "HealthChanged",
+    "HistoryCompacted",
     "ItemPopped",
     "ItemsAdded",
+    "KeptTurn",
     "SessionCleared",
     "SessionErased",
     "SessionRestored",
@@ -197,3 +200,61 @@ class ItemPopped(Event, frozen=True, gc=False, tag="item.popped"):
     """
 
     item: MessageItem
+
+
+class KeptTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A turn a `HistoryCompacted` keeps: its number, when it was stored, the turn."""
+
+    index: int
+    at: float
+    turn: ConversationTurn
+
+
+class EntityTally(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
+    """One entity of the entity memory's table, as a `HistoryCompacted` carries it."""
+
+    name: str
+    kind: str | None = None
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+    mentions: int = 0
+    last_mention: int = 0
+
+
+class HistoryCompacted(Event, frozen=True, gc=False, tag="history.compacted"):
+    """Retention dropped the session's events before this one; it carries what the fold needs.
+
+    Like a snapshot written into the log: the state after it is built from its
+    fields alone (`convmem.projections.evolve`), whatever came before, so a
+    history may begin with it at any seq and replays exactly from there. It
+    keeps the summary, the newest turns (`turns`, numbered) and every other
+    part of the state (health, idempotency keys, the entity table of the turns
+    that left). It is not activity: the session's `last_at` stays the time of
+    its last event before it. `dropped_events` and `dropped_turns` say what
+    went, for people; `reason` names the policy.
+    """
+
+    key: MemoryKey
+    config: ShortTermMemoryConfig
+    turns: tuple[KeptTurn, ...] = ()
+    next_index: int = 1
+    summary: str = ""
+    summary_through: int = 0
+    dropped_through: int = 0
+    health: MemoryHealth = MemoryHealth.HEALTHY
+    attempt: int = 0
+    health_since: float = 0.0
+    injected_summary: str | None = None
+    injected_from: MemoryKey | None = None
+    last_at: float = 0.0
+    idempotency_keys: tuple[str, ...] = ()
+    retired_through: int = 0
+    entities: tuple[EntityTally, ...] = ()
+    entity_mentions: int = 0
+    dropped_events: int = 0
+    dropped_turns: int = 0
+    reason: str = ""
+
+    @property
+    def first_index(self) -> int:
+        """The lowest turn number the log holds from here on (`next_index` when no turn is kept)."""
+        return self.turns[0].index if self.turns else self.next_index

@@ -4,7 +4,9 @@ Every memory strategy of the three vocabularies (PenguiFlow's `Strategy`, the
 OpenAI-Agents `AgentsStrategy`, the conversation memories' `MemoryType`) is one
 entry of the tables in ``_strategies``, beside what it shows. What a session
 remembers of its keyed writes, for exactly-once without a time limit, is in
-``_idempotency``.
+``_idempotency``. Retention's decisions (erase an idle session, compact a
+history to its summary and newest turns, and the fold of a compaction) are in
+``_retention``.
 """
 
 from convmem.projections._agents import (
@@ -71,6 +73,17 @@ from convmem.projections._memory_views import (
     summary_messages,
     window_messages,
 )
+from convmem.projections._retention import (
+    Compact,
+    EraseIdle,
+    FinishCompaction,
+    HistoryFacts,
+    RetentionAction,
+    compacted_state,
+    compaction,
+    history_facts,
+    plan_retention,
+)
 from convmem.projections._serial import (
     EXPORT_VERSION,
     decode_state,
@@ -107,11 +120,15 @@ __all__ = [
     "BufferMemory",
     "Clear",
     "Command",
+    "Compact",
     "ContextSelection",
     "ContextStrategy",
     "EntityMemory",
     "EntityRecord",
     "EntityTable",
+    "EraseIdle",
+    "FinishCompaction",
+    "HistoryFacts",
     "Memory",
     "MemoryMessage",
     "MemoryType",
@@ -119,6 +136,7 @@ __all__ = [
     "MessageSummarizer",
     "PopItem",
     "Restore",
+    "RetentionAction",
     "SessionState",
     "Shown",
     "SkippedEvent",
@@ -137,6 +155,8 @@ __all__ = [
     "buffer_messages",
     "command_id_for",
     "compact_turn_items",
+    "compacted_state",
+    "compaction",
     "create_memory",
     "cross_session_instructions",
     "decide",
@@ -149,12 +169,14 @@ __all__ = [
     "evolve",
     "fit",
     "full_tokens",
+    "history_facts",
     "latest_summary_for_user",
     "live_horizon",
     "llm_context",
     "next_due_at",
     "parse_entities",
     "parse_export",
+    "plan_retention",
     "render",
     "rendered_turn_length",
     "replay",

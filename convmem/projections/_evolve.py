@@ -8,7 +8,8 @@ exceptions come from erasure: `SessionErased`, the fence an erasure puts above
 the events it removes, may open a history at any seq; and so may the
 `SessionStarted` of a session begun again over that fence once the erasure
 removed the fence too (a history can only lose what comes before a start by
-an erasure).
+an erasure); and `HistoryCompacted`, retention's compaction, which carries
+the whole state the fold needs and replaces whatever came before it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from convmem.events import (
     BacklogTrimmed,
     ConversationTurn,
     HealthChanged,
+    HistoryCompacted,
     ItemPopped,
     ItemsAdded,
     MessageItem,
@@ -38,6 +40,7 @@ from convmem.events import (
 from convmem.projections._entities import EntityTable
 from convmem.projections._horizon import bound
 from convmem.projections._idempotency import key_prefix, remember_key, remember_keys
+from convmem.projections._retention import compacted_state
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
@@ -66,7 +69,7 @@ def _check_order(state: SessionState, event: AnyEvent | SkippedEvent) -> bool:
     """True when the event is new; False when already applied; raises on a gap."""
     if event.seq <= state.version:
         return False
-    if isinstance(event, SessionErased):
+    if isinstance(event, SessionErased | HistoryCompacted):
         return True
     if state.version == 0 and isinstance(event, SessionStarted):
         return True  # a session begun again after an erasure: what came before it was erased
@@ -84,6 +87,10 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
         return state
     if isinstance(event, SkippedEvent):
         return msgspec_replace(state, version=event.seq)
+    if isinstance(event, HistoryCompacted):
+        if state.key is not None and state.key != event.key:
+            raise ReplayError(f"seq {event.seq} compacts session {event.key}, not {state.key}")
+        return compacted_state(event)
     if not state.started and not isinstance(event, SessionStarted | SessionErased):
         raise ReplayError(f"event seq {event.seq} ({type(event).__name__}) comes before the session started")
     common: dict[str, Any] = {"version": event.seq, "last_at": max(state.last_at, event.at)}
@@ -189,6 +196,8 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             )
         case SessionErased():
             return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
+        case HistoryCompacted():  # handled above: it replaces the state whole
+            raise AssertionError("unreachable")
         case ItemsAdded():
             turns, next_index = _add_items(state, event)
             return bound(msgspec_replace(state, turns=turns, next_index=next_index, **common))

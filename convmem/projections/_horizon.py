@@ -32,7 +32,7 @@ from typing import TypeVar, cast
 
 import msgspec
 
-from convmem.events import SessionStarted, ShortTermMemoryConfig
+from convmem.events import HistoryCompacted, SessionStarted, ShortTermMemoryConfig
 from convmem.projections._entities import track_entities
 from convmem.projections._state import SessionState
 
@@ -93,7 +93,7 @@ def without_horizon(events: Iterable[_E]) -> Iterator[_E]:
     reads the session's events from the log and folds them through this.
     """
     for event in events:
-        if isinstance(event, SessionStarted) and event.config.live_turns is not None:
+        if isinstance(event, SessionStarted | HistoryCompacted) and event.config.live_turns is not None:
             whole = msgspec.structs.replace(event.config, live_turns=None)
             yield cast("_E", msgspec.structs.replace(event, config=whole))
         else:

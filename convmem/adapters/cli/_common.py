@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # verification found a mismatch or poison
+EXIT_FAILED = 1  # verification found a mismatch or poison; retention left an unreadable session alone
 EXIT_USAGE = 2  # bad arguments
 EXIT_NOT_FOUND = 3  # the key or user has no events
 EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
@@ -57,7 +57,8 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
     EXIT_OK: "done",
-    EXIT_FAILED: "verification found a mismatch or a poison event (or a demo session did not verify)",
+    EXIT_FAILED: "verification found a mismatch or a poison event (or a demo session did not verify, "
+    "or retention left an unreadable session alone)",
     EXIT_USAGE: "bad arguments",
     EXIT_NOT_FOUND: "the key, user or stream has no events",
     EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",

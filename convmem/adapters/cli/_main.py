@@ -31,6 +31,7 @@ from convmem.adapters.cli._common import (
 from convmem.adapters.cli._demo import add_demo_command
 from convmem.adapters.cli._fork import add_fork_command
 from convmem.adapters.cli._inspect import add_inspect_commands
+from convmem.adapters.cli._retention import add_retention_command
 from convmem.adapters.cli._serve import add_serve_command
 from convmem.adapters.cli._timeline import add_timeline_command
 from convmem.errors import (
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_commands(commands, common)
     add_fork_command(commands, common)
     add_timeline_command(commands, common)
+    add_retention_command(commands, common)
     add_serve_command(commands, common)
     for sub in commands.choices.values():
         sub.epilog = epilog

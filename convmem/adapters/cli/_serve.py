@@ -32,6 +32,7 @@ from convmem.adapters.cli._common import (
     positive_seconds,
     table,
 )
+from convmem.adapters.cli._retention import load_retention
 from convmem.adapters.cli._workers import Supervisor, WorkerSpec, default_workers, new_serve_id
 from convmem.adapters.jetstream import JetStreamBackend
 from convmem.adapters.jetstream._embedded import default_store_dir
@@ -60,6 +61,7 @@ ENVIRONMENT = {
     "CONVMEM_REPLICAS": "--replicas: stream and bucket replicas (3 on a cluster)",
     "CONVMEM_WORKERS": "--workers: service processes sharing the sessions (default: the machine's cores)",
     "CONVMEM_PORT": "--port: the embedded nats-server's port (default: a free one; not with --nats)",
+    "CONVMEM_RETENTION": "--retention: TOML or JSON file of retention policies (default: keep everything)",
 }
 
 
@@ -142,6 +144,13 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         help="the embedded nats-server's port, so planners elsewhere know the URL "
         "(default: a free one; not with --nats; env CONVMEM_PORT)",
     )
+    p.add_argument(
+        "--retention",
+        type=Path,
+        default=_env("CONVMEM_RETENTION"),
+        help="TOML or JSON file of retention policies, swept every sweep_every by worker 0 "
+        "(default: keep everything)",
+    )
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
 
@@ -203,6 +212,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     process stops them in order (workers first, each answering what it received).
     """
     config = load_config(args.config, args.total_tokens)
+    retention = load_retention(Path(args.retention)) if args.retention else None
     workers = default_workers() if args.workers is None else args.workers
     if args.port is not None and args.nats:
         raise CliError("--port is the embedded server's port: drop --nats (or --port)", EXIT_USAGE)
@@ -262,6 +272,7 @@ def _serve(
         serve=new_serve_id(),
         index=0,
         workers=workers,
+        retention=retention,
     )
     supervisor = Supervisor(spec, workers)
     try:

@@ -47,7 +47,7 @@ from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.service._service import MemoryService
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.errors import ConvmemError
-from convmem.events import ShortTermMemoryConfig
+from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
 __all__ = ["Supervisor", "WorkerSpec", "default_workers", "run_worker"]
 
@@ -87,6 +87,8 @@ class WorkerSpec:
     serve: str
     index: int
     workers: int
+    retention: RetentionPolicies | None = None
+    """Retention policies: worker 0 of each serve sweeps with them (sweeps are safe concurrently)."""
 
     @property
     def instance(self) -> str:
@@ -139,6 +141,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
             max_live_sessions=spec.max_live_sessions,
             actor_threads=spec.actor_threads,
             summarizer_workers=spec.summarizer_workers,
+            retention=spec.retention if spec.index == 0 else None,
         )
         try:
             service = MemoryService(

@@ -321,6 +321,13 @@ class JetStreamEventLog:
             self._notify(ErasureNotice.of_user(tenant_id, user_id))
         return sum(n or 0 for n in erased)
 
+    def drop_before(self, key: MemoryKey, *, seq: int) -> int:
+        """See `EventLog.drop_before`: the messages before the compaction are erased on disk."""
+        subject = self._open_subject(key, publish=True)
+        return self._conn.call(
+            lambda: self._writer.drop_before(key, subject, seq), what=f"drop events of {key} before seq {seq}"
+        )
+
     def _erase(self, key: MemoryKey, at: float) -> int | None:
         """Erase one session (see `SessionWriter.erase`); None when it had no message."""
         subject = self._open_subject(key, publish=True)

@@ -40,8 +40,8 @@ from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAp
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends
 from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq, tail_start
-from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
-from convmem.events import Event, MemoryKey, SessionErased, encode_event
+from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, LogUnavailable, SessionClosed
+from convmem.events import Event, HistoryCompacted, MemoryKey, SessionErased, decode_event, encode_event
 
 __all__ = ["PendingAppend", "SessionWriter"]
 
@@ -281,6 +281,24 @@ class SessionWriter:
             self._last.pop(subject, None)
             return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
 
+    async def drop_before(self, key: MemoryKey, subject: str, seq: int) -> int:
+        """Erase the session's messages before its `HistoryCompacted` at session seq `seq`.
+
+        The messages are erased as `erase` erases them (``STREAM.MSG.DELETE``,
+        their bytes overwritten), not purged: a purge only forgets them. The
+        subject's last message stays, so the writer's cache stays true.
+        """
+        async with self._session(subject):
+            messages = await fetch_subject(self._conn, self._stream, subject)
+            at = next(
+                (m for m in messages if session_seq(m.headers) == seq and _is_compaction(m.data, seq)), None
+            )
+            if at is None:
+                raise InvalidInput("seq", f"{key} has no stored compaction at seq {seq}")
+            below = [m.seq for m in messages if m.seq < at.seq]
+            await self.erase_messages(below)
+            return len(below)
+
     async def erase_messages(self, positions: list[int]) -> None:
         """Erase these stream messages securely (their bytes overwritten), some requests at a time."""
         for start in range(0, len(positions), _ERASE_WINDOW):
@@ -335,6 +353,15 @@ def _walk(messages: list[StoredMessage], known: Last) -> Last:
         if walk.take(session_seq(message.headers), message.data) is None:
             event_id = message.headers.get(MSG_ID)
     return Last(walk.version, messages[-1].seq, event_id)
+
+
+def _is_compaction(data: bytes, seq: int) -> bool:
+    """Whether `data` is the `HistoryCompacted` event at `seq`."""
+    try:
+        event = decode_event(data)
+    except EventDecodeError:
+        return False
+    return isinstance(event, HistoryCompacted) and event.seq == seq
 
 
 def _events_by_seq(messages: list[StoredMessage]) -> dict[int, str | None]:

@@ -1,0 +1,347 @@
+"""The retention sweep: apply `RetentionPolicies` to every session of the log.
+
+For each session whose tenant has a policy, `sweep_retention` reads its
+events, folds them, and asks `plan_retention` (pure, in `projections`) what
+to do at the clock's `now`:
+
+* **erase** an idle session: a `SessionErased` fence is appended after the
+  very event the decision was made on (so a turn written meanwhile makes
+  the fence conflict, and the session is kept), then the normal erasure
+  runs (`MemorySystem.erase`: events, snapshot, live copies);
+* **compact** a history over a cap: a `HistoryCompacted` carrying the state
+  is appended after that same event (a conflict: skipped until the next
+  sweep), the session's live copy here is dropped, a snapshot of the
+  compacted state replaces the old one, and the events before the
+  compaction are erased from the log (`EventLog.drop_before`);
+* **finish** a compaction whose earlier events a cut-short sweep left.
+
+Every change is conditional on the session's seq, and dropping events
+before a stored compaction can be done again: sweeps are idempotent and
+safe to run concurrently (two sweepers, or a sweeper and a writer, never
+lose a turn; the loser of a race skips the session until the next sweep).
+A dry run reads and plans the same way and writes nothing.
+
+A session with a message that does not decode or does not fit is never
+touched: the sweep reports it (``convmem verify`` says more).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from convmem.actors._load import LoadReport, decode_logged
+from convmem.actors._ports import Clock, EventLog, Snapshot, SnapshotStore, Timer
+from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError
+from convmem.events import HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
+from convmem.projections import (
+    Compact,
+    EraseIdle,
+    FinishCompaction,
+    SkippedEvent,
+    compacted_state,
+    compaction,
+    encode_state,
+    history_facts,
+    plan_retention,
+    replay,
+    state_hash,
+)
+
+__all__ = ["RetentionOutcome", "RetentionReport", "RetentionSweeper", "sweep_retention"]
+
+_log = logging.getLogger("convmem.retention")
+
+Action = Literal["erase", "compact", "finish"]
+
+
+class RetentionOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a sweep did to one session, or (a dry run, or `skipped`) would have done."""
+
+    key: MemoryKey
+    action: Action
+    reason: str
+    done: bool = False
+    """Carried out (False in a dry run, and when skipped)."""
+    events_removed: int = 0
+    """Events erased or dropped (in a dry run: that would be)."""
+    turns_dropped: int = 0
+    turns_kept: int = 0
+    skipped: str | None = None
+    """Why it was not carried out (written meanwhile, the log failed)."""
+
+
+class RetentionProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """A session the sweep would not touch, and why (poison, a history that does not fold)."""
+
+    key: MemoryKey
+    problem: str
+
+
+class RetentionReport(msgspec.Struct, kw_only=True):
+    """The outcome of one sweep."""
+
+    dry_run: bool
+    at: float
+    """The clock's time the policies were applied at."""
+    sessions: int = 0
+    """Sessions examined (those of tenants without a policy are not read)."""
+    outcomes: list[RetentionOutcome] = msgspec.field(default_factory=list)
+    problems: list[RetentionProblem] = msgspec.field(default_factory=list)
+    stopped: bool = False
+    """The sweep stopped early (the system closed)."""
+
+    def count(self, action: Action) -> int:
+        """Sessions `action` was carried out on (dry run: planned for)."""
+        return sum(1 for o in self.outcomes if o.action == action and (o.done or self.dry_run))
+
+    @property
+    def skipped(self) -> int:
+        """Planned actions not carried out (the session moved on, or the log failed)."""
+        return sum(1 for o in self.outcomes if o.skipped is not None)
+
+    def summary(self) -> str:
+        """One line for people."""
+        verb = "would" if self.dry_run else "did"
+        removed = sum(o.events_removed for o in self.outcomes if o.done or self.dry_run)
+        return (
+            f"{self.sessions} session(s) examined; {verb} erase {self.count('erase')}, "
+            f"compact {self.count('compact')}, finish {self.count('finish')} compaction(s); "
+            f"{removed} event(s) {'to remove' if self.dry_run else 'removed'}; "
+            f"{self.skipped} skipped, {len(self.problems)} unreadable"
+        )
+
+
+def sweep_retention(
+    log: EventLog,
+    policies: RetentionPolicies,
+    *,
+    now: float,
+    dry_run: bool,
+    snapshots: SnapshotStore | None = None,
+    erase: Callable[[MemoryKey], int] | None = None,
+    passivate: Callable[[MemoryKey], object] | None = None,
+    tenant_id: str | None = None,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RetentionReport:
+    """Apply `policies` at `now` to every session of the log (of `tenant_id`); see the module docstring.
+
+    `erase(key)` erases a session and returns the events removed (the
+    system's erasure; default: the log's `erase`); `passivate(key)` drops a
+    session's live copy in this process. `stop` ends the sweep between two
+    sessions. A failure of the log on one session is reported in its
+    outcome and the sweep goes on.
+    """
+    report = RetentionReport(dry_run=dry_run, at=now)
+    keys = sorted(log.keys(tenant_id=tenant_id), key=MemoryKey.composite)
+    keys = [k for k in keys if not policies.for_tenant(k.tenant_id).empty]
+    for n, key in enumerate(keys, start=1):
+        if stop is not None and stop.is_set():
+            report.stopped = True
+            break
+        report.sessions += 1
+        try:
+            outcome = _sweep_one(log, policies, key, now, dry_run, snapshots, erase, passivate, report)
+        except ConvmemError as exc:
+            _log.warning("retention: %s: %s", key, exc)
+            report.problems.append(RetentionProblem(key=key, problem=f"the log failed: {exc}"))
+            outcome = None
+        if outcome is not None:
+            report.outcomes.append(outcome)
+        if progress is not None:
+            progress(n, len(keys))
+    return report
+
+
+def _sweep_one(
+    log: EventLog,
+    policies: RetentionPolicies,
+    key: MemoryKey,
+    now: float,
+    dry_run: bool,
+    snapshots: SnapshotStore | None,
+    erase: Callable[[MemoryKey], int] | None,
+    passivate: Callable[[MemoryKey], object] | None,
+    report: RetentionReport,
+) -> RetentionOutcome | None:
+    records = log.read(key)
+    loaded = LoadReport()
+    decoded = list(decode_logged(records, on_poison="skip", report=loaded))
+    if loaded.poison:
+        first = loaded.poison[0]
+        report.problems.append(
+            RetentionProblem(
+                key=key,
+                problem=f"{len(loaded.poison)} message(s) that cannot be read (first at position "
+                f"{first.position}: {first.problem}); left as it is: run convmem verify",
+            )
+        )
+        return None
+    events = [e for e in decoded if not isinstance(e, SkippedEvent)]
+    try:
+        state = replay(events)
+    except ReplayError as exc:
+        report.problems.append(RetentionProblem(key=key, problem=f"its events do not fold: {exc}"))
+        return None
+    action = plan_retention(state, history_facts(events), policies.for_tenant(key.tenant_id), now)
+    match action:
+        case None:
+            return None
+        case EraseIdle():
+            outcome = RetentionOutcome(
+                key=key, action="erase", reason=action.reason, events_removed=len(events)
+            )
+            if dry_run:
+                return outcome
+            fence = SessionErased(
+                seq=state.version + 1,
+                event_id=f"erased/retention/{os.urandom(8).hex()}",
+                at=now,
+                reason=f"retention: {action.reason}",
+            )
+            try:
+                log.append(key, [fence], expected_seq=state.version)
+            except ConcurrencyConflict:
+                return msgspec.structs.replace(outcome, skipped="written meanwhile: kept")
+            removed = erase(key) if erase is not None else log.erase(key, at=now)
+            return msgspec.structs.replace(outcome, done=True, events_removed=removed)
+        case Compact():
+            event = compaction(
+                state,
+                action.keep,
+                event_id=f"retention/{os.urandom(8).hex()}",
+                at=now,
+                dropped_events=action.dropped_events,
+                dropped_turns=action.dropped_turns,
+                reason=action.reason,
+            )
+            outcome = RetentionOutcome(
+                key=key,
+                action="compact",
+                reason=action.reason,
+                events_removed=action.dropped_events,
+                turns_dropped=action.dropped_turns,
+                turns_kept=len(action.keep),
+            )
+            if dry_run:
+                return outcome
+            try:
+                log.append(key, [event], expected_seq=state.version)
+            except ConcurrencyConflict:
+                return msgspec.structs.replace(outcome, skipped="written meanwhile: left for the next sweep")
+            removed = _drop(log, snapshots, passivate, key, event)
+            return msgspec.structs.replace(outcome, done=True, events_removed=removed)
+        case FinishCompaction():
+            outcome = RetentionOutcome(
+                key=key, action="finish", reason=action.reason, events_removed=action.dropped_events
+            )
+            if dry_run:
+                return outcome
+            stored = next(e for e in events if isinstance(e, HistoryCompacted) and e.seq == action.seq)
+            removed = _drop(log, snapshots, passivate, key, stored)
+            return msgspec.structs.replace(outcome, done=True, events_removed=removed)
+
+
+def _drop(
+    log: EventLog,
+    snapshots: SnapshotStore | None,
+    passivate: Callable[[MemoryKey], object] | None,
+    key: MemoryKey,
+    event: HistoryCompacted,
+) -> int:
+    """After a stored compaction: drop the live copy, replace the snapshot, drop the events before it."""
+    if passivate is not None:
+        passivate(key)  # no live state here keeps (or snapshots) the dropped turns
+    if snapshots is not None:
+        state = compacted_state(event)
+        snapshots.save(
+            Snapshot(
+                key=key,
+                seq=state.version,
+                state_hash=state_hash(state),
+                data=encode_state(state),
+                event_id=event.event_id,
+            )
+        )
+    return log.drop_before(key, seq=event.seq)
+
+
+class RetentionSweeper:
+    """Sweeps every `policies.sweep_every` seconds of `clock`, on a thread of its own.
+
+    The clock's timer only hands the sweep to the thread (timer callbacks must
+    be quick), so a `ManualClock` drives it in tests: advance it past a due
+    time and wait for `sweeps` to grow. The first sweep is one interval after
+    `start`. `sweep` runs one now (blocking); `last` is the latest report.
+    """
+
+    def __init__(
+        self,
+        policies: RetentionPolicies,
+        clock: Clock,
+        run: Callable[[threading.Event], RetentionReport],
+    ) -> None:
+        self.policies = policies
+        self._clock = clock
+        self._run = run
+        self._stop = threading.Event()
+        self._lock = threading.Condition()
+        self._timer: Timer | None = None
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-retention")
+        self.sweeps = 0
+        self.last: RetentionReport | None = None
+
+    def start(self) -> None:
+        """Schedule the first sweep one interval from now."""
+        self._schedule()
+
+    def _schedule(self) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._timer = self._clock.call_at(self._clock.now() + self.policies.sweep_every, self._due)
+
+    def _due(self) -> None:
+        with contextlib.suppress(RuntimeError):  # shut down meanwhile
+            self._thread.submit(self._sweep_and_reschedule)
+
+    def _sweep_and_reschedule(self) -> None:
+        try:
+            self.sweep()
+        except Exception:
+            _log.exception("retention sweep failed")
+        finally:
+            self._schedule()
+
+    def sweep(self) -> RetentionReport:
+        """One sweep now, on the caller's thread."""
+        report = self._run(self._stop)
+        with self._lock:
+            self.sweeps += 1
+            self.last = report
+            self._lock.notify_all()
+        if report.outcomes or report.problems:
+            _log.info("retention: %s", report.summary())
+        return report
+
+    def wait_for(self, sweeps: int, timeout: float) -> RetentionReport | None:
+        """Wait until `sweeps` sweeps ended (at most `timeout` seconds); the latest report."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.sweeps >= sweeps, timeout=timeout)
+            return self.last
+
+    def close(self) -> None:
+        """No more sweeps; a sweep under way stops after its current session."""
+        with self._lock:
+            self._stop.set()
+            if self._timer is not None:
+                self._timer.cancel()
+        self._thread.shutdown(wait=True)

@@ -1,0 +1,284 @@
+"""Retention as pure decisions: which sessions go, which histories are compacted, and to what.
+
+* `history_facts`: what a session's stored events say beyond its state (how
+  many there are, how old the oldest, the lowest turn number stored, an
+  unfinished compaction);
+* `plan_retention`: the action a `RetentionPolicy` asks for at `now`:
+  nothing, `EraseIdle`, `Compact` or `FinishCompaction`;
+* `compaction`: the `HistoryCompacted` event that keeps the summary, the
+  newest turns and the rest of the state; `compacted_state` is the fold of
+  that event (`evolve` calls it), so a replay that begins there rebuilds the
+  very state the live session holds.
+
+The turns a compaction drops leave the state as the live horizon retires
+turns (`_horizon`): their entity mentions are folded into the entity table
+that stays, and `retired_through` moves past them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from convmem.errors import InvalidInput
+from convmem.events import (
+    AnyEvent,
+    EntityTally,
+    HistoryCompacted,
+    KeptTurn,
+    RetentionPolicy,
+    SessionErased,
+    format_duration,
+)
+from convmem.projections._entities import EntityRecord, EntityTable, track_entities
+from convmem.projections._horizon import bound
+from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
+
+__all__ = [
+    "Compact",
+    "EraseIdle",
+    "FinishCompaction",
+    "HistoryFacts",
+    "RetentionAction",
+    "compacted_state",
+    "compaction",
+    "history_facts",
+    "plan_retention",
+]
+
+_NO_ENTITIES = EntityTable()
+
+
+class HistoryFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session's stored events say beyond its folded state."""
+
+    events: int
+    """The session's events from its latest compaction on (all of them when it has none)."""
+    oldest_at: float | None
+    """When the oldest stored turn or event was written (a compaction's own time does not count)."""
+    first_index: int
+    """The lowest turn number the log still holds."""
+    unfinished: int | None = None
+    """The seq of a compaction whose earlier events are still stored (its sweep was cut short)."""
+    stale_events: int = 0
+    """How many events come before that compaction."""
+
+
+class EraseIdle(msgspec.Struct, frozen=True, kw_only=True):
+    """Erase the session: no event for longer than the policy's `idle`."""
+
+    idle_for: float
+    reason: str
+
+
+class Compact(msgspec.Struct, frozen=True, kw_only=True):
+    """Compact the session's history, keeping the summary and the turns `keep`."""
+
+    keep: tuple[TurnRecord, ...]
+    dropped_events: int
+    dropped_turns: int
+    reason: str
+
+
+class FinishCompaction(msgspec.Struct, frozen=True, kw_only=True):
+    """Delete the events a stored compaction at `seq` replaced (a sweep stopped before it did)."""
+
+    seq: int
+    dropped_events: int
+    reason: str = "finishing a compaction whose earlier events are still stored"
+
+
+RetentionAction = EraseIdle | Compact | FinishCompaction
+
+
+def history_facts(events: Sequence[AnyEvent]) -> HistoryFacts:
+    """The facts of one session's decoded events, in order (see `HistoryFacts`)."""
+    opening = 0
+    unfinished: int | None = None
+    for i, event in enumerate(events):
+        if isinstance(event, HistoryCompacted | SessionErased):
+            opening = i
+    if opening and isinstance(events[opening], HistoryCompacted):
+        unfinished = events[opening].seq
+    stale = opening if unfinished is not None else 0
+    tail = events[opening:]
+    if tail and isinstance(tail[0], SessionErased):
+        tail = tail[1:]
+    first = tail[0] if tail else None
+    first_index = first.first_index if isinstance(first, HistoryCompacted) else 1
+    oldest: float | None = None
+    for event in tail:
+        if isinstance(event, HistoryCompacted):
+            times = [t.at for t in event.turns]
+            at = min(times) if times else None
+        else:
+            at = event.at
+        if at is not None and (oldest is None or at < oldest):
+            oldest = at
+    return HistoryFacts(
+        events=len(tail),
+        oldest_at=oldest,
+        first_index=first_index,
+        unfinished=unfinished,
+        stale_events=stale,
+    )
+
+
+def plan_retention(
+    state: SessionState, facts: HistoryFacts, policy: RetentionPolicy, now: float
+) -> RetentionAction | None:
+    """What `policy` asks of the session at `now`; None: keep it as it is.
+
+    An unfinished compaction is finished first, whatever the policy. A session
+    idle past `policy.idle` is erased. Otherwise a history over a cap (more
+    events than `max_events`, more turns stored than `max_turns`, data older
+    than `max_age`) is compacted to the summary and the newest turns within
+    the caps. A session that has not started (or was erased) is left alone.
+    """
+    if not state.started:
+        return None
+    if facts.unfinished is not None:
+        return FinishCompaction(seq=facts.unfinished, dropped_events=facts.stale_events)
+    if policy.idle is not None and now - state.last_at > policy.idle:
+        idle_for = now - state.last_at
+        return EraseIdle(
+            idle_for=idle_for,
+            reason=f"idle for {format_duration(idle_for)}, over idle {format_duration(policy.idle)}",
+        )
+    reasons = []
+    stored_turns = max(0, state.next_index - facts.first_index)
+    if policy.max_events is not None and facts.events > policy.max_events:
+        reasons.append(f"{facts.events} events, over max_events {policy.max_events}")
+    if policy.max_turns is not None and stored_turns > policy.max_turns:
+        reasons.append(f"{stored_turns} turns stored, over max_turns {policy.max_turns}")
+    cutoff = now - policy.max_age if policy.max_age is not None else None
+    if cutoff is not None and facts.oldest_at is not None and facts.oldest_at < cutoff:
+        assert policy.max_age is not None
+        reasons.append(f"data older than max_age {format_duration(policy.max_age)}")
+    if not reasons:
+        return None
+    keep = state.turns
+    if cutoff is not None:
+        keep = tuple(r for r in keep if r.at >= cutoff)
+    if policy.max_turns is not None:
+        keep = keep[-policy.max_turns :] if policy.max_turns < len(keep) else keep
+    return Compact(
+        keep=keep,
+        dropped_events=facts.events,
+        dropped_turns=max(0, stored_turns - len(keep)),
+        reason="; ".join(reasons),
+    )
+
+
+def compaction(
+    state: SessionState,
+    keep: Sequence[TurnRecord],
+    *,
+    event_id: str,
+    at: float,
+    dropped_events: int = 0,
+    dropped_turns: int = 0,
+    reason: str = "",
+) -> HistoryCompacted:
+    """The event that compacts `state`'s history to its summary and `keep` (its newest turns).
+
+    Its seq follows the state's version; the state after it is `compacted_state` of it.
+    """
+    if state.key is None or not state.started:
+        raise InvalidInput("state", "only a started session's history can be compacted")
+    if len(keep) > len(state.turns) or tuple(keep) != state.turns[len(state.turns) - len(keep) :]:
+        raise InvalidInput("keep", "a compaction keeps the session's newest turns, in order")
+    dropped = state.turns[: len(state.turns) - len(keep)]
+    entities = state.retired_entities
+    for record in dropped:
+        if record.turn.entities:
+            entities = track_entities(entities, record.turn.entities, state.config.memories.entity_max)
+    return HistoryCompacted(
+        seq=state.version + 1,
+        event_id=event_id,
+        at=at,
+        key=state.key,
+        config=state.config,
+        turns=tuple(KeptTurn(index=r.index, at=r.at, turn=r.turn) for r in keep),
+        next_index=state.next_index,
+        summary=state.summary,
+        summary_through=state.summary_through,
+        dropped_through=state.dropped_through,
+        health=state.health,
+        attempt=state.attempt,
+        health_since=state.health_since,
+        injected_summary=state.injected_summary,
+        injected_from=state.injected_from,
+        last_at=state.last_at,
+        idempotency_keys=state.idempotency_keys,
+        retired_through=max(state.retired_through, dropped[-1].index) if dropped else state.retired_through,
+        entities=tuple(
+            EntityTally(
+                name=e.name,
+                kind=e.kind,
+                attributes=dict(e.attributes),
+                mentions=e.mentions,
+                last_mention=e.last_mention,
+            )
+            for e in entities.entities
+        ),
+        entity_mentions=entities.mention_total,
+        dropped_events=dropped_events,
+        dropped_turns=dropped_turns,
+        reason=reason,
+    )
+
+
+def compacted_state(event: HistoryCompacted) -> SessionState:
+    """The state a `HistoryCompacted` stands for, whatever came before it (the fold of the event)."""
+    config = event.config
+    include, dated = config.include_trajectory_digest, config.include_turn_dates
+    records = tuple(
+        TurnRecord(
+            index=t.index,
+            turn=t.turn,
+            at=t.at,
+            rendered_len=rendered_turn_length(t.turn, include_digest=include, include_date=dated),
+        )
+        for t in event.turns
+    )
+    entities = (
+        EntityTable(
+            entities=tuple(
+                EntityRecord(
+                    name=e.name,
+                    kind=e.kind,
+                    attributes=dict(e.attributes),
+                    mentions=e.mentions,
+                    last_mention=e.last_mention,
+                )
+                for e in event.entities
+            ),
+            mention_total=event.entity_mentions,
+        )
+        if event.entities or event.entity_mentions
+        else _NO_ENTITIES
+    )
+    return bound(
+        SessionState(
+            key=event.key,
+            config=config,
+            version=event.seq,
+            started=True,
+            turns=records,
+            next_index=event.next_index,
+            summary=event.summary,
+            summary_through=event.summary_through,
+            dropped_through=event.dropped_through,
+            health=event.health,
+            attempt=event.attempt,
+            health_since=event.health_since,
+            injected_summary=event.injected_summary,
+            injected_from=event.injected_from,
+            last_at=event.last_at,
+            idempotency_keys=event.idempotency_keys,
+            retired_through=event.retired_through,
+            retired_entities=entities,
+        )
+    )

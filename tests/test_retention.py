@@ -1,0 +1,652 @@
+"""Retention: idle sessions erased, long histories compacted to their summary and newest turns.
+
+Every sweep runs at a `ManualClock`'s time; nothing sleeps. The sweeps run
+against the in-memory log and a JetStream stream on a real nats-server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import pytest
+from nats_fixtures import JetStreamNames
+from runtime_helpers import (
+    EchoSummarizer,
+    key,
+    live_state,
+    run_threads,
+    summarizing_config,
+    turn,
+    wait_until,
+)
+
+import convmem
+from convmem.actors import (
+    EventLog,
+    ManualClock,
+    MemorySystem,
+    SnapshotStore,
+    load_state,
+    sweep_retention,
+    timeline,
+    verify,
+)
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemoryEventLog,
+    InMemorySnapshotStore,
+    JetStreamBackend,
+    JetStreamEventLog,
+)
+from convmem.adapters.cli._main import main
+from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.errors import InvalidConfig, InvalidInput, StoreNotFound
+from convmem.events import (
+    ConversationTurn,
+    EntityMention,
+    HistoryCompacted,
+    MemoryKey,
+    RetentionPolicies,
+    RetentionPolicy,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    decode_event,
+    format_duration,
+    parse_duration,
+)
+from convmem.projections import (
+    compacted_state,
+    compaction,
+    evolve,
+    history_facts,
+    plan_retention,
+)
+
+DAY = 86_400.0
+START = 1_765_000_000.0
+TRUNCATION = ShortTermMemoryConfig(strategy="truncation")
+
+
+# Policies: readable durations, hostile settings named --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90d", 90 * DAY), ("12h", 43_200.0), ("1d12h", 1.5 * DAY), ("2w", 14 * DAY), ("45s", 45.0), (30, 30.0)],
+)
+def test_durations_read_as_people_write_them(text: object, seconds: float) -> None:
+    """A number is seconds; text is numbers with units w, d, h, m, s."""
+    assert parse_duration(text, field="idle") == seconds
+
+
+def test_durations_print_back_readably() -> None:
+    """A duration is shown as days, hours, minutes and seconds."""
+    assert format_duration(90 * DAY) == "90d"
+    assert format_duration(1.5 * DAY + 30) == "1d12h30s"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"default": {"idle": "soon"}}, "retention.default.idle"),
+        ({"default": {"idle": "-3d"}}, "retention.default.idle"),
+        ({"default": {"idle": 0}}, "retention.default.idle"),
+        ({"default": {"idle": float("nan")}}, "retention.default.idle"),
+        ({"default": {"idle": True}}, "retention.default.idle"),
+        ({"default": {"max_age": "100000w"}}, "retention.default.max_age"),
+        ({"default": {"max_turns": 0}}, "retention.default.max_turns"),
+        ({"default": {"max_turns": "ten"}}, "retention.default.max_turns"),
+        ({"default": {"max_events": 2.5}}, "retention.default.max_events"),
+        ({"default": {"idel": "3d"}}, "retention.default.idel"),
+        ({"default": ["idle"]}, "retention.default"),
+        ({"tenants": {"acme": {"idle": "1y"}}}, "retention.tenants.acme.idle"),
+        ({"tenants": ["acme"]}, "retention.tenants"),
+        ({"tenants": {"": {"idle": "1d"}}}, "retention.tenants"),
+        ({"sweep_every": "-1h"}, "retention.sweep_every"),
+        ({"sweeps": "1h"}, "retention.sweeps"),
+        ("idle=3d", "retention"),
+    ],
+)
+def test_a_hostile_policy_is_refused_naming_its_key(data: object, field: str) -> None:
+    """Each bad setting raises InvalidConfig whose field is the key as written in the file."""
+    with pytest.raises(InvalidConfig) as caught:
+        RetentionPolicies.parse(data)
+    assert caught.value.field == field
+
+
+def test_a_system_refuses_hostile_policies_before_it_starts(harness_log: InMemoryEventLog) -> None:
+    """MemorySystem(retention=...) checks a mapping as the file is checked, naming the key."""
+    with pytest.raises(InvalidConfig, match=r"retention\.tenants\.acme\.max_turns"):
+        MemorySystem(log=harness_log, retention={"tenants": {"acme": {"max_turns": -1}}})
+
+
+def test_a_tenant_policy_replaces_the_default_whole() -> None:
+    """A tenant with a policy of its own is swept by it alone; others by the default."""
+    policies = RetentionPolicies.parse(
+        {"retention": {"default": {"idle": "30d"}, "tenants": {"acme": {"max_turns": 5}}}}
+    )
+    assert policies.for_tenant("acme") == RetentionPolicy(max_turns=5)
+    assert policies.for_tenant("other") == RetentionPolicy(idle=30 * DAY)
+    assert RetentionPolicies().empty
+
+
+@pytest.fixture
+def harness_log() -> InMemoryEventLog:
+    return InMemoryEventLog()
+
+
+# The fold of a compaction --------------------------------------------------------------
+
+
+def rich_system(log: EventLog, snapshots: SnapshotStore | None, clock: ManualClock) -> MemorySystem:
+    """A summarizing system (summaries land at once) on `log`."""
+    return MemorySystem(
+        summarizing_config(full_zone_turns=2),
+        log=log,
+        snapshots=snapshots,
+        summarizer=EchoSummarizer(),
+        clock=clock,
+        snapshot_every=3,
+        timeout=15.0,
+    )
+
+
+def chat(system: MemorySystem, k: MemoryKey, count: int, clock: ManualClock, *, first: int = 0) -> None:
+    """`count` turns, an hour apart, with entities and idempotency keys; waits for the summaries."""
+    session = system.session(k)
+    for n in range(first, first + count):
+        mention = EntityMention(name=f"item-{n % 3}", kind="thing", attributes={"n": str(n)})
+        session.add_turn(
+            ConversationTurn(user_message=f"turn {n}", assistant_response=f"ok {n}", entities=(mention,)),
+            idempotency_key=f"req-{n}",
+        )
+        clock.advance(3600)
+    wait_until(lambda: settled(system, k), message="the summaries landed")
+
+
+def settled(system: MemorySystem, k: MemoryKey) -> bool:
+    """The session has a summary and nothing under way (no summary asked for, no message queued)."""
+    activity = system.activity(k)
+    quiet = activity is None or not (activity.summarizing or activity.busy or activity.flushes_waiting)
+    return quiet and bool(live_state(system, k).summary)
+
+
+def test_a_compaction_that_keeps_every_turn_changes_nothing_but_the_version() -> None:
+    """The fold of a compaction of a state to all its turns is that state (summary, health, entities,
+    idempotency keys, last_at): the event carries everything the fold needs."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with rich_system(log, None, clock) as system:
+        chat(system, key(), 9, clock)
+        state = live_state(system, key())
+    assert state.summary
+    assert state.retired_entities.entities == ()
+    assert state.idempotency_keys
+    event = compaction(state, state.turns, event_id="retention/x", at=START + 99 * DAY)
+    after = evolve(state, event)
+    assert after == msgspec.structs.replace(state, version=state.version + 1)
+    assert after.last_at == state.last_at  # a compaction is not activity
+    assert decode_event(msgspec.msgpack.encode(event)) == event
+
+
+def test_a_compaction_keeps_the_summary_and_the_newest_turns_and_the_entities_of_the_rest() -> None:
+    """Dropped turns leave the state as the horizon retires turns: their entities stay counted."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with rich_system(log, None, clock) as system:
+        chat(system, key(), 9, clock)
+        state = live_state(system, key())
+    after = compacted_state(compaction(state, state.turns[-2:], event_id="retention/x", at=START))
+    assert [r.turn.user_message for r in after.turns] == ["turn 7", "turn 8"]
+    assert after.summary == state.summary
+    assert after.next_index == state.next_index
+    assert after.retired_through == state.turns[-3].index
+    mentions = {e.name: e.mentions for e in after.retired_entities.entities}
+    assert mentions == {"item-0": 3, "item-1": 2, "item-2": 2}
+    with pytest.raises(InvalidInput, match="newest turns"):
+        compaction(state, state.turns[:2], event_id="retention/x", at=START)
+
+
+def test_the_plan_follows_the_policy() -> None:
+    """Idle past the limit: erase; over a cap: compact to the caps; within them: nothing."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        for n in range(6):
+            system.session(key()).add_turn(turn(f"t{n}"))
+            clock.advance(DAY)
+        state = live_state(system, key())
+    events = [decode_event(r.data) for r in log.read(key())]
+    facts = history_facts(events)
+    assert (facts.events, facts.first_index, facts.oldest_at) == (7, 1, START)
+    now = START + 6 * DAY
+    assert plan_retention(state, facts, RetentionPolicy(idle=2 * DAY), now) is None
+    erase = plan_retention(state, facts, RetentionPolicy(idle=0.5 * DAY), now)
+    assert erase is not None
+    assert "idle for 1d" in erase.reason
+    by_turns = plan_retention(state, facts, RetentionPolicy(max_turns=4), now)
+    assert by_turns is not None
+    assert [r.turn.user_message for r in by_turns.keep] == ["t2", "t3", "t4", "t5"]
+    by_age = plan_retention(state, facts, RetentionPolicy(max_age=2.5 * DAY), now)
+    assert by_age is not None
+    assert [r.turn.user_message for r in by_age.keep] == ["t4", "t5"]
+    assert plan_retention(state, facts, RetentionPolicy(max_events=7, max_turns=6), now) is None
+
+
+# Sweeping a real log ---------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """A log and snapshot store, and a way to open another handle on them (another process)."""
+
+    log: EventLog
+    snapshots: SnapshotStore
+    other: Callable[[], tuple[EventLog, SnapshotStore]]
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    if request.param == "memory":
+        log, snapshots = InMemoryEventLog(), InMemorySnapshotStore()
+        yield Store(log, snapshots, lambda: (log, snapshots))
+        return
+    server: EmbeddedNatsServer = request.getfixturevalue("nats_server_shared")
+    names: JetStreamNames = request.getfixturevalue("jetstream_names")
+    opened: list[JetStreamBackend] = []
+
+    def connect() -> tuple[EventLog, SnapshotStore]:
+        backend = JetStreamBackend.connect(
+            server.url, stream=names.stream, prefix=names.prefix, bucket=names.bucket, timeout=15.0
+        )
+        opened.append(backend)
+        assert backend.snapshots is not None
+        return backend.log, backend.snapshots
+
+    log, snapshots = connect()
+    try:
+        yield Store(log, snapshots, connect)
+    finally:
+        for backend in opened:
+            backend.close()
+
+
+def stored(log: EventLog, k: MemoryKey) -> list[tuple[int, int | None, bytes]]:
+    """The session's records as they are stored: position, seq, bytes."""
+    return [(r.position, r.seq, r.data) for r in log.read(k)]
+
+
+def texts(log: EventLog, k: MemoryKey) -> bytes:
+    return b"".join(r.data for r in log.read(k))
+
+
+IDLE = RetentionPolicies(default=RetentionPolicy(idle=30 * DAY))
+
+
+def test_idle_sessions_are_erased_and_active_ones_kept(store: Store) -> None:
+    """A session with no event for longer than `idle` goes through erasure (events and snapshot);
+    one written within it stays as it was."""
+    clock = ManualClock(START)
+    old, fresh = key("old"), key("fresh")
+    with MemorySystem(
+        TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock, snapshot_every=2
+    ) as system:
+        system.session(old).add_turn(turn("old secret ZQX-OLD"))
+        system.session(old).add_turn(turn("old again"))
+        clock.advance(20 * DAY)
+        system.session(fresh).add_turn(turn("fresh"))
+        clock.advance(15 * DAY)
+        before = stored(store.log, fresh)
+        report = system.sweep_retention(policies=IDLE)
+        assert [(o.key, o.action, o.done) for o in report.outcomes] == [(old, "erase", True)]
+        assert report.outcomes[0].events_removed == 3
+        assert store.log.read(old) == []
+        assert store.log.keys() == [fresh]
+        assert store.snapshots.load(old) is None
+        assert system.session(old).get_llm_context() == {"conversation_memory": {"recent_turns": []}}
+        assert stored(store.log, fresh) == before
+
+
+def test_a_session_written_after_the_decision_is_kept() -> None:
+    """The erasure is conditional on the event the decision saw: a turn written meanwhile wins."""
+    clock = ManualClock(START)
+
+    class WrittenMeanwhile(InMemoryEventLog):
+        """Right after the sweep reads the session, its planner writes a turn."""
+
+        armed = False
+
+        def read(self, k: MemoryKey, *, after_seq: int = 0) -> list:  # type: ignore[type-arg]
+            records = super().read(k, after_seq=after_seq)
+            if self.armed:
+                self.armed = False
+                writer.session(k).add_turn(turn("back after a month"))
+            return records
+
+    log = WrittenMeanwhile()
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as writer:
+        writer.session(key()).add_turn(turn("before"))
+        clock.advance(40 * DAY)
+        log.armed = True
+        report = sweep_retention(log, IDLE, now=clock.now(), dry_run=False)
+        assert report.outcomes[0].skipped == "written meanwhile: kept"
+        assert [r.turn.user_message for r in live_state(writer, key()).turns] == [
+            "before",
+            "back after a month",
+        ]
+        assert load_state(log, None, key())[0] == live_state(writer, key())
+
+
+def test_a_capped_history_is_compacted_and_replays_to_the_live_state(store: Store) -> None:
+    """Over max_turns: the log then begins with a compaction holding the summary and the newest turns;
+    the live session, a replay, a snapshot load and verify all agree, and writes go on."""
+    clock = ManualClock(START)
+    k = key("long")
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=3))
+    with rich_system(store.log, store.snapshots, clock) as system:
+        chat(system, k, 10, clock)
+        before = live_state(system, k)
+        report = system.sweep_retention(policies=policies)
+        (outcome,) = report.outcomes
+        assert (outcome.action, outcome.done, outcome.turns_kept, outcome.turns_dropped) == (
+            "compact",
+            True,
+            3,
+            7,
+        )
+        records = store.log.read(k)
+        first = decode_event(records[0].data)
+        assert isinstance(first, HistoryCompacted)
+        assert first.summary == before.summary
+        assert [t.turn.user_message for t in first.turns] == ["turn 7", "turn 8", "turn 9"]
+        assert outcome.events_removed == first.dropped_events
+        assert b"turn 2" not in texts(store.log, k)
+        after = live_state(system, k)
+        assert after == load_state(store.log, None, k)[0] == load_state(store.log, store.snapshots, k)[0]
+        assert [r.turn.user_message for r in after.turns] == ["turn 7", "turn 8", "turn 9"]
+        assert after.summary == before.summary
+        assert after.version == before.version + 1
+        (check,) = verify(store.log, store.snapshots)
+        assert check.ok, check.problems
+        assert timeline(store.log.read(k))[0].type == "history.compacted"
+        chat(system, k, 2, clock, first=10)
+        assert live_state(system, k) == load_state(store.log, None, k)[0]
+        assert system.session(k).add_turn(turn("turn 3"), idempotency_key="req-9") == 0  # still remembered
+        again = system.sweep_retention(policies=policies)
+        assert [o.turns_kept for o in again.outcomes] == [3]
+    other_log, other_snapshots = store.other()
+    with MemorySystem(log=other_log, snapshots=other_snapshots, clock=clock) as reopened:
+        assert live_state(reopened, k) == load_state(store.log, None, k)[0]
+
+
+def test_a_history_over_its_age_keeps_only_recent_turns(store: Store) -> None:
+    """max_age drops turns older than it; a session whose turns are all older keeps its summary."""
+    clock = ManualClock(START)
+    with MemorySystem(TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock) as system:
+        for n in range(4):
+            system.session(key()).add_turn(turn(f"day {n}"))
+            clock.advance(DAY)
+        report = system.sweep_retention(policies=RetentionPolicies(default=RetentionPolicy(max_age="2d")))
+        assert [o.turns_kept for o in report.outcomes] == [2]
+        assert [r.turn.user_message for r in live_state(system, key()).turns] == ["day 2", "day 3"]
+        assert (
+            system.sweep_retention(policies=RetentionPolicies(default=RetentionPolicy(max_age="2d"))).outcomes
+            == []
+        )
+
+
+def test_a_dry_run_writes_nothing(store: Store) -> None:
+    """A dry run lists the erasure and the compaction it would make; the stream and bucket are unchanged."""
+    clock = ManualClock(START)
+    policies = RetentionPolicies(
+        default=RetentionPolicy(idle=30 * DAY), tenants={"big": RetentionPolicy(max_events=3)}
+    )
+    with MemorySystem(
+        TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock, snapshot_every=1
+    ) as system:
+        system.session(key("idle")).add_turn(turn("idle"))
+        clock.advance(31 * DAY)
+        for n in range(4):
+            system.session(key("busy", tenant="big")).add_turn(turn(f"busy {n}"))
+        keys = sorted(store.log.keys(), key=MemoryKey.composite)
+        before = {k: (stored(store.log, k), store.snapshots.load(k)) for k in keys}
+        report = system.sweep_retention(policies=policies, dry_run=True)
+        assert [(o.key.session_id, o.action, o.done) for o in report.outcomes] == [
+            ("idle", "erase", False),
+            ("busy", "compact", False),
+        ]
+        assert "would erase 1, compact 1" in report.summary()
+        assert {k: (stored(store.log, k), store.snapshots.load(k)) for k in keys} == before
+
+
+def test_an_interrupted_compaction_is_finished_by_the_next_sweep(store: Store) -> None:
+    """A compaction stored but whose earlier events were not dropped (the sweeper died) is finished."""
+    clock = ManualClock(START)
+    with MemorySystem(TRUNCATION, log=store.log, clock=clock) as system:
+        for n in range(5):
+            system.session(key()).add_turn(turn(f"t{n}"))
+        state = live_state(system, key())
+    event = compaction(state, state.turns[-1:], event_id="retention/cut-short", at=clock.now())
+    store.log.append(key(), [event], expected_seq=state.version)
+    report = sweep_retention(
+        store.log, RetentionPolicies(default=RetentionPolicy(max_turns=50)), now=clock.now(), dry_run=False
+    )
+    assert [(o.action, o.events_removed) for o in report.outcomes] == [("finish", 6)]
+    assert [r.seq for r in store.log.read(key())] == [event.seq]
+    assert load_state(store.log, None, key())[0] == compacted_state(event)
+
+
+def test_concurrent_sweeps_compact_each_session_once_and_lose_nothing(store: Store) -> None:
+    """Four sweepers on two handles at once: each session ends with one compaction and its newest turns."""
+    clock = ManualClock(START)
+    keys = [key(f"s{n}") for n in range(6)]
+    with MemorySystem(TRUNCATION, log=store.log, clock=clock) as system:
+        for k in keys:
+            for n in range(5):
+                system.session(k).add_turn(turn(f"{k.session_id}-{n}"))
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=2))
+    handles = [store.log, store.other()[0]]
+    reports = []
+
+    def sweep(i: int) -> None:
+        reports.append(sweep_retention(handles[i % 2], policies, now=clock.now(), dry_run=False))
+
+    run_threads(4, sweep)
+    for k in keys:
+        events = [decode_event(r.data) for r in store.log.read(k)]
+        assert [type(e) for e in events] == [HistoryCompacted]
+        assert [t.turn.user_message for t in events[0].turns] == [f"{k.session_id}-3", f"{k.session_id}-4"]
+    done = [o for r in reports for o in r.outcomes if o.done and o.action == "compact"]
+    assert sorted(o.key.session_id for o in done) == sorted(k.session_id for k in keys)
+
+
+def test_the_system_sweeps_on_its_clock() -> None:
+    """With policies, a system sweeps every sweep_every seconds of its clock; no sweep before that."""
+    clock, log = ManualClock(START), InMemoryEventLog()
+    policies = RetentionPolicies(default=RetentionPolicy(idle="1d"), sweep_every="1h")
+    with MemorySystem(TRUNCATION, log=log, clock=clock, retention=policies) as system:
+        sweeper = system.retention_sweeper
+        assert sweeper is not None
+        system.session(key()).add_turn(turn("hello"))
+        clock.advance(2 * DAY - 1)  # the sweeps due meanwhile ran: the session was not idle long enough
+        wait_until(lambda: sweeper.sweeps >= 1, message="a sweep ran")
+        assert log.keys() == [key()]
+        sweeps = sweeper.sweeps
+        clock.advance(3600)
+        wait_until(
+            lambda: sweeper.sweeps > sweeps and log.keys() == [], message="the idle session was erased"
+        )
+    assert MemorySystem(log=log).retention_sweeper is None
+
+
+def test_a_fork_of_a_compacted_session_starts_from_its_compaction(store: Store) -> None:
+    """Forking a session whose log begins with a compaction copies the state it carries."""
+    clock = ManualClock(START)
+    with MemorySystem(TRUNCATION, log=store.log, clock=clock) as system:
+        for n in range(5):
+            system.session(key()).add_turn(turn(f"t{n}"))
+        system.sweep_retention(policies=RetentionPolicies(default=RetentionPolicy(max_turns=2)))
+        system.fork(key(), to=key("copy"))
+        copy = live_state(system, key("copy"))
+        assert [r.turn.user_message for r in copy.turns] == ["t3", "t4"]
+        events = [decode_event(r.data) for r in store.log.read(key("copy"))]
+        assert isinstance(events[0], SessionStarted)
+        assert events[0].forked_from == key()
+        assert not any(isinstance(e, TurnAdded) for e in events)
+
+
+def test_sessions_of_tenants_without_a_policy_are_not_read() -> None:
+    """Only tenants with a policy are swept (a store of other tenants costs nothing)."""
+    reads: list[MemoryKey] = []
+
+    class Counting(InMemoryEventLog):
+        def read(self, k: MemoryKey, *, after_seq: int = 0) -> list:  # type: ignore[type-arg]
+            reads.append(k)
+            return super().read(k, after_seq=after_seq)
+
+    log, clock = Counting(), ManualClock(START)
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        system.session(key(tenant="kept")).add_turn(turn("a"))
+        system.session(key(tenant="swept")).add_turn(turn("b"))
+        reads.clear()
+        policies = RetentionPolicies(tenants={"swept": RetentionPolicy(max_turns=5)})
+        assert system.sweep_retention(policies=policies).sessions == 1
+    assert reads == [key(tenant="swept")]
+
+
+def test_an_unreadable_session_is_left_alone_and_reported() -> None:
+    """Poison in a session's log: the sweep does not compact or erase it, and says so."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        system.session(key()).add_turn(turn("a"))
+    log.append_raw(key(), b"\xc1 not an event", seq=3)
+    before = stored(log, key())
+    report = sweep_retention(log, IDLE, now=START + 99 * DAY, dry_run=False)
+    assert report.outcomes == []
+    assert [p.key for p in report.problems] == [key()]
+    assert stored(log, key()) == before
+
+
+def test_sweeps_stop_when_asked() -> None:
+    """A set stop event ends a sweep before its next session."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        system.session(key()).add_turn(turn("a"))
+    stop = threading.Event()
+    stop.set()
+    report = sweep_retention(log, IDLE, now=START + 99 * DAY, dry_run=False, stop=stop)
+    assert report.stopped
+    assert report.sessions == 0
+    assert log.keys() == [key()]
+
+
+# The command line ---------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def deployment(nats_server: EmbeddedNatsServer, tmp_path: Path) -> tuple[str, Path]:
+    """A session idle for 40 days, a fresh one, a long one of tenant big; and a policy file for them."""
+    now = time.time()
+    clock = ManualClock(now - 40 * DAY)
+    with convmem.connect(nats_server.url, config=TRUNCATION, clock=clock) as memory:
+        memory.session(key("idle")).add_turn(turn("idle"))
+        clock.set(now - 3600)
+        memory.session(key("fresh")).add_turn(turn("fresh"))
+        for n in range(5):
+            memory.session(key("long", tenant="big")).add_turn(turn(f"long {n}"))
+    policy = tmp_path / "retention.toml"
+    policy.write_text('[default]\nidle = "30d"\n\n[tenants.big]\nmax_turns = 2\n', encoding="utf-8")
+    return nats_server.url, policy
+
+
+def test_the_cli_dry_run_lists_and_writes_nothing_then_apply_does_it(
+    deployment: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dry-run prints what would happen and leaves the stream as it was; --apply does it."""
+    url, policy = deployment
+    log = JetStreamEventLog.connect(url)
+    try:
+        keys = sorted(log.keys(), key=MemoryKey.composite)
+        before = {k: stored(log, k) for k in keys}
+        code, out, err = run(capsys, "-s", url, "retention", "--dry-run", "--policy", str(policy))
+        assert (code, err) == (0, "")
+        assert "acme:u@example.com:idle  erase    would" in out
+        assert "big:u@example.com:long   compact  would" in out
+        assert "dry run: 3 session(s) examined; would erase 1, compact 1" in out
+        assert {k: stored(log, k) for k in keys} == before
+        code, out, _ = run(capsys, "-s", url, "retention", "--apply", "--policy", str(policy), "--json")
+        assert code == 0
+        result = json.loads(out)
+        assert result["dry_run"] is False
+        assert sorted((o["key"]["session_id"], o["action"], o["done"]) for o in result["outcomes"]) == [
+            ("idle", "erase", True),
+            ("long", "compact", True),
+        ]
+        left = log.keys()
+        assert sorted(k.session_id for k in left) == ["fresh", "long"]
+        assert seqs_of(log, key("long", tenant="big")) == [7]
+    finally:
+        log.close()
+
+
+def seqs_of(log: EventLog, k: MemoryKey) -> list[int | None]:
+    return [r.seq for r in log.read(k)]
+
+
+def test_a_dry_run_never_creates_the_stream(
+    nats_server: EmbeddedNatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a server that holds no events, --dry-run says so (exit 3) and creates nothing."""
+    policy = tmp_path / "retention.json"
+    policy.write_text('{"default": {"idle": "30d"}}', encoding="utf-8")
+    code, _, err = run(capsys, "-s", nats_server.url, "retention", "--dry-run", "--policy", str(policy))
+    assert code == 3
+    assert "no stream" in err
+    with pytest.raises(StoreNotFound):
+        JetStreamEventLog(NatsConnection.connect(nats_server.url), create=False)
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ('[default]\nidle = "forever"\n', "retention.default.idle"),
+        ("[tenants.acme]\nmax_turns = -2\n", "retention.tenants.acme.max_turns"),
+        ('[default]\nidle = "1d"\nkeep = "all"\n', "retention.default.keep"),
+        ("[default\n", "not valid TOML"),
+    ],
+)
+def test_the_cli_refuses_a_hostile_policy_file_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, named: str
+) -> None:
+    """A bad policy file exits 5 with one line naming the file and the key."""
+    policy = tmp_path / "retention.toml"
+    policy.write_text(content, encoding="utf-8")
+    code, _, err = run(capsys, "-s", "memory://", "retention", "--apply", "--policy", str(policy))
+    assert code == 5
+    assert named in err
+    assert str(policy) in err
+    assert err.count("\n") == 1
+
+
+def test_the_cli_needs_a_policy_and_as_of_only_with_a_dry_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage errors exit 2: no policy file; --as-of with --apply."""
+    monkeypatch.delenv("CONVMEM_RETENTION", raising=False)
+    assert run(capsys, "-s", "memory://", "retention", "--apply")[0] == 2
+    policy = tmp_path / "retention.toml"
+    policy.write_text('[default]\nidle = "1d"\n', encoding="utf-8")
+    assert (
+        run(capsys, "-s", "memory://", "retention", "--apply", "--policy", str(policy), "--as-of", "0")[0]
+        == 2
+    )
