@@ -40,7 +40,7 @@ from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_pre
 from convmem.adapters.service._status import service_status
 from convmem.adapters.summarizers import recommended
 from convmem.errors import InvalidConfig
-from convmem.events import ShortTermMemoryConfig
+from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
 __all__ = ["ENVIRONMENT", "add_serve_command", "load_config"]
 
@@ -225,7 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _serve(args, config, workers, stop, received)
+        return _serve(args, config, workers, stop, received, retention=retention)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -237,6 +237,8 @@ def _serve(
     workers: int,
     stop: threading.Event,
     received: list[int],
+    *,
+    retention: RetentionPolicies | None = None,
 ) -> int:
     opened = open_backend(  # the embedded server if no URL; the stream and the bucket, made once
         args.nats,
