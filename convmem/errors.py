@@ -7,7 +7,9 @@ ConvmemError
 │   ├── InvalidTurn                        a turn or its items break a rule
 │   └── InvalidConfig                      a configuration setting is out of range
 ├── EventDecodeError (also ValueError)    log bytes are not an event; names the bad field
-│   └── UnknownEventType                   a well-formed event of a tag this version does not know
+│   ├── UnknownEventType                   a well-formed event of a tag this version does not know
+│   └── SealBroken                         encrypted bytes failed authentication (damaged or tampered)
+├── EncryptionKeyError                    a master key or data key is missing or wrong; names its source
 ├── ReplayError                           events do not fold: a gap, a foreign key
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
@@ -30,6 +32,7 @@ from __future__ import annotations
 __all__ = [
     "ConcurrencyConflict",
     "ConvmemError",
+    "EncryptionKeyError",
     "EventDecodeError",
     "InvalidConfig",
     "InvalidInput",
@@ -41,6 +44,7 @@ __all__ = [
     "OperationTimeout",
     "PermissionDenied",
     "ReplayError",
+    "SealBroken",
     "SessionClosed",
     "StoreFull",
     "StoreNotFound",
@@ -107,6 +111,37 @@ class UnknownEventType(EventDecodeError):
             path="$.type",
             seq=seq,
         )
+
+
+class SealBroken(EventDecodeError):
+    """Encrypted bytes (an event or a snapshot) failed authentication with their data key.
+
+    The key is there, so the bytes were damaged or tampered with: nothing is
+    guessed from them. `seq` is the log position when the reader knows it;
+    `where` names what was read (``event at position 17 of acme/u1/s1``).
+    """
+
+    def __init__(self, where: str, *, seq: int | None = None) -> None:
+        self.where = where
+        super().__init__(
+            f"{where}: its encrypted bytes fail authentication with their data key "
+            "(damaged or tampered with); nothing was read from them",
+            path="$",
+            seq=seq,
+        )
+
+
+class EncryptionKeyError(ConvmemError):
+    """A master key or a data key cannot be used: missing, wrong, or its store is unreadable.
+
+    `source` names where the key was looked for (``file /data/master.key``,
+    ``environment variable CONVMEM_MASTER_KEY``, ``key store /data/keys``).
+    Never raised for the data key of an erased user: its events read as erased.
+    """
+
+    def __init__(self, message: str, *, source: str) -> None:
+        self.source = source
+        super().__init__(f"{source}: {message}")
 
 
 class ReplayError(ConvmemError):

@@ -25,6 +25,7 @@ from convmem.actors import EventLog, SnapshotStore
 from convmem.adapters._auth import NatsAuth, redact_url
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import EmbeddedOptions, JetStreamBackend, JetStreamOptions
+from convmem.adapters.keys import Keyring, KeySettings
 from convmem.errors import InvalidInput
 
 __all__ = [
@@ -84,6 +85,9 @@ class BackendOptions(TypedDict, total=False):
     """Never create what is missing (audits); the embedded server neither creates its folder nor a store."""
     port: int | None
     """The embedded server's port (None: a free one); only without a URL."""
+    keys: KeySettings | Keyring | None
+    """Encryption at rest: the master key and key store (`KeySettings`), or a `Keyring`; None: the
+    default (the embedded server's data folder, else ``CONVMEM_MASTER_KEY`` if set, else none)."""
 
 
 class BackendOpener(Protocol):
@@ -182,6 +186,8 @@ def _embedded(options: BackendOptions) -> _Embedded:
         settings["read_only"] = options["read_only"]
     if options.get("port") is not None:
         settings["port"] = options["port"]
+    if options.get("keys") is not None:
+        settings["keys"] = options["keys"]
     return _named(settings, options)
 
 
@@ -203,6 +209,8 @@ def _joined(url: str, options: BackendOptions) -> JetStreamOptions:
         settings["timeout"] = options["timeout"]
     if "read_only" in options:
         settings["read_only"] = options["read_only"]
+    if options.get("keys") is not None:
+        settings["keys"] = options["keys"]
     return _named(settings, options)
 
 

@@ -9,6 +9,10 @@ Versioning rules (msgspec's, applied to stored events):
 4. Every schema change is marked in CHANGELOG.md, and the golden bytes of
    every version stay under tests/golden/ and must keep decoding.
 
+Sealed bytes (encrypted at rest) begin with ``0xC1``, the one byte msgpack
+never uses; the log opens them before anyone decodes, so the codec meets
+them only when they could not be opened, and says so (`SealBroken`).
+
 A reader meeting a tag it does not know gets `UnknownEventType` carrying the
 event's own `seq`, so a replay may skip it and go on without a gap.
 """
@@ -21,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.errors import EventDecodeError, UnknownEventType
+from convmem.errors import EventDecodeError, SealBroken, UnknownEventType
 from convmem.events._events import (
     BacklogTrimmed,
     Event,
@@ -99,6 +103,8 @@ _json_encoder = msgspec.json.Encoder()
 _json_decoder = msgspec.json.Decoder(AnyEvent)
 _json_envelope = msgspec.json.Decoder(_Envelope)
 _json_raw = msgspec.json.Decoder(dict[str, Any])
+_SEALED = b"\xc1"
+"""The first byte of sealed (encrypted) bytes, which msgpack never uses (see `convmem.adapters.keys`)."""
 _PATH = re.compile(r"- at `([^`]*)`$")
 
 
@@ -123,6 +129,8 @@ def decode_event(data: bytes, *, seq: int | None = None) -> AnyEvent:
         return _msgpack_decode(data)
     except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
         pass  # `_decode` decodes it again to say why, or to upcast it
+    if data[:1] == _SEALED:  # no msgpack value starts so: sealed bytes its log could not open
+        raise SealBroken("an encrypted event", seq=seq)
     return _decode(data, seq, _msgpack_decoder, _msgpack_envelope, _msgpack_raw)
 
 

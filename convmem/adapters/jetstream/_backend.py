@@ -25,11 +25,14 @@ from convmem.adapters.jetstream._connection import (
     NatsConnection,
 )
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
+from convmem.adapters.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
+from convmem.adapters.keys._stores import CHECK_META, DirKeyStore
 from convmem.errors import StoreNotFound
 
-__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions"]
+__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_keyring"]
 
 
 class EmbeddedOptions(TypedDict, total=False):
@@ -47,6 +50,10 @@ class EmbeddedOptions(TypedDict, total=False):
     """Never create the stream or the bucket (audits): a missing stream is `StoreNotFound`,
     a missing bucket leaves `snapshots` None. An embedded server then never creates its
     folder or store either (see `EmbeddedNatsServer`)."""
+    keys: KeySettings | Keyring | None
+    """Encryption at rest: where the master key and the key store are (`KeySettings`), or a
+    `Keyring` made by the caller (kept open: the caller closes it). None: the embedded default's
+    (a master key and key folder in its data folder), else ``CONVMEM_MASTER_KEY`` if set, else none."""
 
 
 class JetStreamOptions(EmbeddedOptions, total=False):
@@ -77,11 +84,14 @@ class JetStreamBackend:
         *,
         url: str,
         server: EmbeddedNatsServer | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.log = log
         self.snapshots = snapshots
         self.url = url
         self.server = server
+        self.keyring = keyring
+        """The keyring this backend opened (closed with it); None when it stores plain or was given one."""
 
     @classmethod
     def connect(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
@@ -109,6 +119,15 @@ class JetStreamBackend:
     @classmethod
     def _on(cls, connection: NatsConnection, url: str, options: JetStreamOptions) -> JetStreamBackend:
         replicas, create = options.get("replicas", 1), not options.get("read_only", False)
+        keys = options.get("keys")
+        owned: Keyring | None = None
+        try:
+            keyring = (
+                keys if isinstance(keys, Keyring) else (owned := open_keyring(keys, connection, replicas))
+            )
+        except BaseException:
+            connection.release()
+            raise
         try:
             log = JetStreamEventLog(
                 connection,
@@ -117,20 +136,29 @@ class JetStreamBackend:
                 replicas=replicas,
                 duplicate_window=options.get("duplicate_window", 120.0),
                 create=create,
+                keyring=keyring,
             )
             snapshots: JetStreamSnapshotStore | None
             try:
                 snapshots = JetStreamSnapshotStore(
-                    connection, bucket=options.get("bucket", DEFAULT_BUCKET), replicas=replicas, create=create
+                    connection,
+                    bucket=options.get("bucket", DEFAULT_BUCKET),
+                    replicas=replicas,
+                    create=create,
+                    keyring=keyring,
                 )
             except StoreNotFound:
                 snapshots = None  # a reader does without snapshots
             except BaseException:
                 log.close()
                 raise
+        except BaseException:
+            if owned is not None:
+                owned.close()
+            raise
         finally:
             connection.release()  # the two adapters hold the connection from here on
-        return cls(log, snapshots, url=url)
+        return cls(log, snapshots, url=url, keyring=owned)
 
     @classmethod
     def embedded(
@@ -149,6 +177,7 @@ class JetStreamBackend:
             store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
         ).start()
         with _stopped_on_error(server):
+            options = _embedded_keys(options, server)
             return cls.connect(server.url, max_control_line=server.max_control_line, **options)._of(server)
 
     @classmethod
@@ -166,6 +195,7 @@ class JetStreamBackend:
         )
         await asyncio.to_thread(server.start)
         try:
+            options = _embedded_keys(options, server)
             backend = await cls.connect_here(server.url, max_control_line=server.max_control_line, **options)
         except BaseException:
             await asyncio.to_thread(server.stop)
@@ -187,6 +217,8 @@ class JetStreamBackend:
             self.log.close()
             if self.snapshots is not None:
                 self.snapshots.close()
+            if self.keyring is not None:
+                self.keyring.close()
         finally:
             if self.server is not None:
                 self.server.stop()
@@ -198,6 +230,42 @@ class JetStreamBackend:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _embedded_keys(options: EmbeddedOptions, server: EmbeddedNatsServer) -> EmbeddedOptions:
+    """`options` with the embedded default's keys: a master key and a key folder in its data folder."""
+    keys = options.get("keys")
+    if isinstance(keys, Keyring):
+        return options
+    settings = (keys or KeySettings()).with_data_dir(server.store_dir)
+    merged = EmbeddedOptions(**options)
+    merged["keys"] = settings
+    return merged
+
+
+def open_keyring(keys: KeySettings | None, connection: NatsConnection, replicas: int = 1) -> Keyring | None:
+    """The keyring `keys` name (see `KeySettings`), its key store on `connection` when a NATS bucket;
+    None when they name no master key (events stored plain)."""
+    settings = keys or KeySettings()
+    if settings.encrypt is False:
+        return None
+    spec = store_spec(settings)
+    store: KeyStore
+    if spec.startswith("nats:"):
+        provider = master_source(settings, may_create=False)
+        if provider is None:
+            return None
+        store = NatsKeyStore(connection, bucket=spec[len("nats:") :] or DEFAULT_KEY_BUCKET, replicas=replicas)
+    else:
+        store = DirKeyStore(spec)
+        provider = master_source(settings, may_create=store.meta(CHECK_META) is None)
+        if provider is None:
+            return None
+    try:
+        return Keyring(provider, store)
+    except BaseException:
+        store.close()
+        raise
 
 
 def _connection(options: JetStreamOptions) -> ConnectionOptions:

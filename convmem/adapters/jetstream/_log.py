@@ -32,9 +32,11 @@ from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
-from convmem.adapters.jetstream._read import SubjectKeys, read_range, to_logged
+from convmem.adapters.jetstream._read import SubjectKeys, read_range
+from convmem.adapters.jetstream._sealing import Sealing
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
 from convmem.adapters.jetstream._write import PendingAppend, SessionWriter
+from convmem.adapters.keys import Keyring
 from convmem.errors import (
     ConvmemError,
     InvalidConfig,
@@ -42,7 +44,7 @@ from convmem.errors import (
     SessionClosed,
     StoreNotFound,
 )
-from convmem.events import Event, MemoryKey, encode_event
+from convmem.events import Event, MemoryKey
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
 
@@ -69,8 +71,14 @@ class JetStreamEventLog:
         duplicate_window: float = 120.0,
         read_batch: int = 2048,
         create: bool = True,
+        keyring: Keyring | None = None,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the stream.
+
+        With a `keyring`, every event is stored sealed with its user's data key
+        (encryption at rest, `convmem.adapters.keys`) and `erase_user` deletes
+        the user's keys first; without one, events are stored plain and sealed
+        events already stored raise `EncryptionKeyError` when read.
 
         `duplicate_window` (seconds) must outlast any retry of an append;
         `read_batch` is how many messages one read request brings back. With
@@ -88,7 +96,11 @@ class JetStreamEventLog:
         self._conn = connection
         self._stream = stream
         self._keys = SubjectKeys(prefix)
+        self._sealing = Sealing(keyring)
         self._writer = SessionWriter(connection, stream)
+        self._writer.opener = lambda message: self._sealing.message_data(
+            message, self._keys.key(message.subject)
+        )
         self._read_batch = read_batch
         self._closed = False
         self._close_lock = threading.Lock()
@@ -216,7 +228,7 @@ class JetStreamEventLog:
                     f"{event.event_id[:80]!r} must be non-empty, without control characters or "
                     "surrounding whitespace (it travels as the Nats-Msg-Id header)",
                 )
-        payloads = tuple(encode_event(e) for e in events)
+        payloads = self._sealing.payloads(key, events)
         limit = self._conn.nc.max_payload - HEADER_ROOM
         for offset, payload in enumerate(payloads):
             if len(payload) > limit:
@@ -245,7 +257,8 @@ class JetStreamEventLog:
         """See `EventLog.read`."""
         subject = self._open_subject(key, publish=False)
         messages = self._conn.call(lambda: self._writer.read(subject, after_seq), what=f"read {key}")
-        records = [to_logged(m, key) for m in messages]
+        record = self._sealing.record
+        records = [record(m, key) for m in messages]
         return [r for r in records if r.seq is None or r.seq > after_seq]
 
     def last_seq(self, key: MemoryKey) -> int:
@@ -274,7 +287,15 @@ class JetStreamEventLog:
         subjects = self._keys.filter(tenant_id, user_id)
         if subjects is None:
             return
-        yield from read_range(self._conn, self._stream, self._keys, subjects, end, batch=self._read_batch)
+        yield from read_range(
+            self._conn,
+            self._stream,
+            self._keys,
+            subjects,
+            end,
+            batch=self._read_batch,
+            record=self._sealing.record,
+        )
 
     def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
         """See `EventLog.keys`. From the stream's per-subject counts; no message is read."""
@@ -314,8 +335,22 @@ class JetStreamEventLog:
             self._notify(ErasureNotice.of_sessions([key]))
         return erased or 0
 
+    @property
+    def keyring(self) -> Keyring | None:
+        """The keyring that seals this log's events (None: stored plain)."""
+        return self._sealing.keyring
+
+    def shred_user(self, tenant_id: str, user_id: str) -> list[str]:
+        """Delete the user's data keys: every sealed event and snapshot of theirs, in every copy
+        of the store, reads as erased from now on. The ids of the keys deleted (none without a keyring)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        keyring = self._sealing.keyring
+        return [] if keyring is None else keyring.shred(tenant_id, user_id)
+
     def erase_user(self, tenant_id: str, user_id: str, *, at: float) -> int:
-        """See `EventLog.erase_user`."""
+        """See `EventLog.erase_user`. The user's data keys are deleted first (`shred_user`)."""
+        self.shred_user(tenant_id, user_id)
         erased = [self._erase(key, at) for key in self.keys(tenant_id=tenant_id, user_id=user_id)]
         if any(n is not None for n in erased):
             self._notify(ErasureNotice.of_user(tenant_id, user_id))
@@ -362,6 +397,9 @@ class JetStreamEventLog:
             except msgspec.DecodeError:
                 _log.warning("ignoring a message on %s that is not an erasure notice", self.notices)
                 return
+            keyring = self._sealing.keyring
+            if keyring is not None and notice.users:
+                keyring.forget()  # another process shredded a user's keys: ask the key store again
             on_notice(notice)
 
         async def subscribe() -> Subscription:

@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 import nats.js.errors
@@ -159,7 +159,14 @@ async def tail_start(
 
 
 def read_range(
-    conn: NatsConnection, stream: str, keys: SubjectKeys, subject: str, end: int, *, batch: int = 2048
+    conn: NatsConnection,
+    stream: str,
+    keys: SubjectKeys,
+    subject: str,
+    end: int,
+    *,
+    batch: int = 2048,
+    record: Callable[[StoredMessage, MemoryKey], LoggedEvent] | None = None,
 ) -> Iterator[LoggedEvent]:
     """Messages on `subject` up to stream sequence `end`, for a caller on another thread.
 
@@ -169,6 +176,7 @@ def read_range(
     if end <= 0:
         return
     start = 1
+    logged = to_logged if record is None else record
 
     def request(first: int) -> concurrent.futures.Future[Batch]:
         return conn.submit(
@@ -188,7 +196,7 @@ def read_range(
                     return
                 key = keys.key(message.subject)
                 if key is not None:  # a subject convmem could not have written is no session
-                    yield to_logged(message, key)
+                    yield logged(message, key)
     finally:
         if future is not None:
             future.cancel()

@@ -19,7 +19,15 @@ from convmem.errors import InvalidConfig
 
 _log = logging.getLogger("convmem.jetstream")
 
-__all__ = ["check_exists", "check_names", "ensure_bucket", "ensure_stream", "subject_pattern"]
+__all__ = [
+    "bucket_config",
+    "check_exists",
+    "check_names",
+    "ensure_bucket",
+    "ensure_stream",
+    "stream_config_of",
+    "subject_pattern",
+]
 
 _NS = 1_000_000_000
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
@@ -68,7 +76,7 @@ async def ensure_stream(
 ) -> None:
     """Create the events stream if missing; raise `InvalidConfig` if it exists and differs."""
     wanted = _stream_config(name, prefix, replicas=replicas, duplicate_window=duplicate_window)
-    found = await _stream_config_of(conn, name)
+    found = await stream_config_of(conn, name)
     if found is None:
         try:
             await conn.api(f"$JS.API.STREAM.CREATE.{name}", wanted)
@@ -82,12 +90,12 @@ async def ensure_stream(
                 ) from None
             if exc.err_code != 10058:  # 10058: created meanwhile by another process
                 raise
-        found = await _stream_config_of(conn, name)
+        found = await stream_config_of(conn, name)
         assert found is not None
     _compare(f"stream {name!r}", wanted, found, ignore={"name"})
 
 
-def _bucket_config(bucket: str, *, replicas: int) -> dict[str, Any]:
+def bucket_config(bucket: str, *, replicas: int) -> dict[str, Any]:
     """A key-value bucket's stream as nats-py's ``create_key_value`` makes it, but deletable by message.
 
     ``deny_delete`` is off so a snapshot can be erased for good (``STREAM.MSG.DELETE``
@@ -117,15 +125,15 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
     replaced: it holds only snapshots, which sessions rebuild from the log.
     """
     stream = f"KV_{bucket}"
-    found = await _stream_config_of(conn, stream)
+    found = await stream_config_of(conn, stream)
     if found is None:
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", bucket_config(bucket, replicas=replicas))
             return
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:
                 raise
-        found = await _stream_config_of(conn, stream)
+        found = await stream_config_of(conn, stream)
         assert found is not None
     wanted = {
         "subjects": [f"$KV.{bucket}.>"],
@@ -151,7 +159,7 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
             if exc.err_code != 10059:  # 10059: another process deleted it meanwhile
                 raise
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", _bucket_config(bucket, replicas=replicas))
+            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", bucket_config(bucket, replicas=replicas))
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:  # 10058: another process replaced it meanwhile
                 raise
@@ -159,10 +167,10 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
 
 async def check_exists(conn: NatsConnection, stream: str) -> bool:
     """Whether the stream exists (never creates it: for read-only use)."""
-    return await _stream_config_of(conn, stream) is not None
+    return await stream_config_of(conn, stream) is not None
 
 
-async def _stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
+async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
     try:
         info = await conn.api(f"$JS.API.STREAM.INFO.{name}")
     except nats.js.errors.APIError as exc:

@@ -17,10 +17,17 @@ read. A load joins them; the loader checks the joined bytes against the
 snapshot's hash, so parts mixed by racing savers only cost a longer replay.
 Parts are numbered from 0 without a gap, so saving and deleting erase every
 part they find, from a crashed save's too.
+
+With a keyring (encryption at rest), the snapshot's state bytes are sealed
+with the data key of the session's user before they are split, so every part
+holds ciphertext; the key, seq and state hash stay in clear. A snapshot
+whose key was shredded, or whose sealed bytes fail authentication, loads as
+None: the session is rebuilt from the log (where such events read as erased).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import msgspec
@@ -29,7 +36,8 @@ import nats.js.errors
 from convmem.actors import Snapshot
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
-from convmem.errors import InvalidConfig, LogUnavailable, SessionClosed, StoreNotFound
+from convmem.adapters.keys import Keyring, is_sealed
+from convmem.errors import InvalidConfig, LogUnavailable, SealBroken, SessionClosed, StoreNotFound
 from convmem.events import MemoryKey
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamSnapshotStore"]
@@ -43,6 +51,7 @@ _HEADROOM = 4096
 """Bytes of a message left for its subject and headers when a snapshot is split."""
 _OPERATION = "KV-Operation"
 _NO_MESSAGE = 10057
+_log = logging.getLogger("convmem.jetstream")
 
 
 class JetStreamSnapshotStore:
@@ -56,6 +65,7 @@ class JetStreamSnapshotStore:
         replicas: int = 1,
         create: bool = True,
         part_bytes: int | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the bucket.
 
@@ -69,6 +79,7 @@ class JetStreamSnapshotStore:
         if part_bytes is not None and (isinstance(part_bytes, bool) or part_bytes < 1):
             raise InvalidConfig("part_bytes", f"is {part_bytes!r}, must be a positive number of bytes")
         self._part_bytes = part_bytes
+        self._keyring = keyring
         connection.lease()
         self._conn = connection
         self._bucket = bucket
@@ -124,7 +135,33 @@ class JetStreamSnapshotStore:
         subject = self.subject(key)
         message = self._conn.call(lambda: self._read(subject), what=f"load snapshot of {key}")
         snapshot = _decode(message)
-        return snapshot if snapshot is not None and snapshot.key == key else None
+        if snapshot is None or snapshot.key != key:
+            return None
+        return self._opened(snapshot)
+
+    def _context(self, snapshot: Snapshot) -> bytes:
+        assert self._keyring is not None
+        return b"snapshot\0" + self._keyring.context(snapshot.key) + str(snapshot.seq).encode()
+
+    def _opened(self, snapshot: Snapshot) -> Snapshot | None:
+        """`snapshot` with its state bytes opened; None when they cannot be (shredded, damaged, no key)."""
+        if not is_sealed(snapshot.data):
+            return snapshot
+        if self._keyring is None:
+            _log.warning(
+                "the snapshot of %s is encrypted and no master key was given: not used", snapshot.key
+            )
+            return None
+        try:
+            data = self._keyring.open(
+                snapshot.data,
+                self._context(snapshot),
+                where=f"snapshot of {snapshot.key} at seq {snapshot.seq}",
+            )
+        except SealBroken as exc:
+            _log.warning("%s: the session is rebuilt from the log", exc)
+            return None
+        return None if data is None else msgspec.structs.replace(snapshot, data=data)
 
     async def _read(self, subject: str) -> StoredMessage | None:
         """The key's message, with the bytes of a split snapshot joined back (None if a part is missing)."""
@@ -160,6 +197,9 @@ class JetStreamSnapshotStore:
         self._check_open()
         subject = self.subject(snapshot.key)
         self._conn.check_subject(subject, snapshot.key)
+        if self._keyring is not None:
+            sealed = self._keyring.seal(snapshot.key, snapshot.data, self._context(snapshot))
+            snapshot = msgspec.structs.replace(snapshot, data=sealed)
         data = _encoder.encode(snapshot)
         limit = self._limit()
         parts: list[bytes] = []

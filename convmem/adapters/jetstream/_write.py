@@ -29,7 +29,7 @@ import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import nats.errors
@@ -52,6 +52,13 @@ _ERASE_WINDOW = 64  # message deletions in flight at once
 _NO_MESSAGE = 10057  # "message delete failed: no message found" (gone already)
 _log = logging.getLogger("convmem.jetstream")
 
+Opener = Callable[[StoredMessage], bytes]
+"""The plain bytes of a stored message (sealed ones opened by the log's keyring)."""
+
+
+def _plain(message: StoredMessage) -> bytes:
+    return message.data
+
 
 class SessionWriter:
     """Writes of every session of one stream, pipelined across sessions, ordered within one."""
@@ -62,6 +69,8 @@ class SessionWriter:
         self._last: OrderedDict[str, Last] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._fast = FastAppends(conn, self)
+        self.opener: Opener = _plain
+        """How a message's bytes are read when a walk must decode one (sealed ones opened)."""
 
     async def start_append(self, pending: PendingAppend) -> None:
         """Begin `pending` and return at once; its `done` gets the result or the (log) error."""
@@ -144,7 +153,7 @@ class SessionWriter:
         if 0 < ahead <= len(events) and last.event_id == events[ahead - 1].event_id:
             return ahead  # an atomic batch ending in our event: the events before it are ours too
         if ahead > len(events):  # others wrote after us, or instead of us
-            stored = _events_by_seq(await self.read(subject))
+            stored = _events_by_seq(await self.read(subject), self.opener)
             if all(stored.get(e.seq) == e.event_id for e in events):
                 return len(events)
         raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
@@ -220,7 +229,7 @@ class SessionWriter:
                 f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
             )
         if messages and start == 1:  # a tail read does not say the session's seq: nothing learnt
-            self.remember(subject, _walk(messages, EMPTY))
+            self.remember(subject, _walk(messages, EMPTY, self.opener))
         return messages
 
     async def load_last(self, subject: str) -> Last:
@@ -240,7 +249,7 @@ class SessionWriter:
         if known is not None and 0 < known.stream_seq < message.seq:
             after = await fetch_subject(self._conn, self._stream, subject, start=known.stream_seq + 1)
             if after and after[-1].seq >= message.seq:
-                last = _walk(after, known)
+                last = _walk(after, known, self.opener)
                 self.remember(subject, last)
                 return last
         await self.read(subject)  # the whole subject (also when a lagging replica answered short)
@@ -291,7 +300,12 @@ class SessionWriter:
         async with self._session(subject):
             messages = await fetch_subject(self._conn, self._stream, subject)
             at = next(
-                (m for m in messages if session_seq(m.headers) == seq and _is_compaction(m.data, seq)), None
+                (
+                    m
+                    for m in messages
+                    if session_seq(m.headers) == seq and _is_compaction(self.opener(m), seq)
+                ),
+                None,
             )
             if at is None:
                 raise InvalidInput("seq", f"{key} has no stored compaction at seq {seq}")
@@ -340,7 +354,17 @@ class SessionWriter:
                 self._locks[subject] = (lock, users - 1)
 
 
-def _walk(messages: list[StoredMessage], known: Last) -> Last:
+def _take(walk: SessionSequence, message: StoredMessage, opener: Opener) -> bool:
+    """Whether `message` is the session's next event (`SessionSequence.take`, its bytes opened
+    only when the walk must decode them: a seq that skips)."""
+    seq = session_seq(message.headers)
+    data = message.data
+    if seq is not None and seq > walk.version + 1:
+        data = opener(message)
+    return walk.take(seq, data) is None
+
+
+def _walk(messages: list[StoredMessage], known: Last, opener: Opener = _plain) -> Last:
     """What the writer knows of a session after `messages` (the next of its subject after `known`).
 
     Its seq is counted by `SessionSequence`, as the fold counts it: a message
@@ -350,7 +374,7 @@ def _walk(messages: list[StoredMessage], known: Last) -> Last:
     walk = SessionSequence(known.seq)
     event_id = known.event_id
     for message in messages:
-        if walk.take(session_seq(message.headers), message.data) is None:
+        if _take(walk, message, opener):
             event_id = message.headers.get(MSG_ID)
     return Last(walk.version, messages[-1].seq, event_id)
 
@@ -364,11 +388,11 @@ def _is_compaction(data: bytes, seq: int) -> bool:
     return isinstance(event, HistoryCompacted) and event.seq == seq
 
 
-def _events_by_seq(messages: list[StoredMessage]) -> dict[int, str | None]:
+def _events_by_seq(messages: list[StoredMessage], opener: Opener = _plain) -> dict[int, str | None]:
     """The session's events among a whole subject's `messages`: their ids by seq."""
     walk = SessionSequence()
     stored: dict[int, str | None] = {}
     for message in messages:
-        if walk.take(session_seq(message.headers), message.data) is None:
+        if _take(walk, message, opener):
             stored[walk.version] = message.headers.get(MSG_ID)
     return stored

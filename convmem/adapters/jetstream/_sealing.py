@@ -1,0 +1,121 @@
+"""Encryption at the JetStream boundary: events sealed as they are encoded, opened as they are read.
+
+Each event's whole encoded payload is sealed (payload-level, not field by
+field: every user-originated field, present and future, is covered, and
+sealing costs one AES-GCM call per event). What stays in clear is what the
+log needs without the key: the subject (the session's ids, as before), the
+``Nats-Msg-Id`` and ``Convmem-Seq`` headers, and the erasure fence (it holds
+no user data). The associated data binds each event to its session and seq.
+
+Reading, `Sealing` turns each stored message back into the plain bytes the
+runtime decodes, so nothing above the adapters knows of keys:
+
+* a sealed event whose user's data key was shredded (the user was erased,
+  and this is a copy that erasure did not reach) becomes a `SessionErased`
+  at its seq, with the reason `SHREDDED`: replays, verify, export and the
+  timeline show it as erased;
+* sealed bytes that fail authentication are passed on as they are: the
+  decoder reports them as `SealBroken` poison at their position;
+* sealed bytes read without a keyring raise `EncryptionKeyError` (the store
+  needs its master key), never garbage.
+
+Plain (unsealed) events, written before encryption or with it off, are read
+as they are: a log may mix both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from convmem.actors import LoggedEvent
+from convmem.adapters.jetstream._connection import StoredMessage
+from convmem.adapters.jetstream._read import MSG_ID, session_seq, to_logged
+from convmem.adapters.keys import MASTER_KEY_ENV, Keyring
+from convmem.errors import EncryptionKeyError, SealBroken
+from convmem.events import Event, MemoryKey, SessionErased, encode_event
+
+__all__ = ["SHREDDED", "Sealing"]
+
+SHREDDED = "crypto-shredded: the data key of this user was deleted by an erasure"
+"""The reason of the `SessionErased` shown for an event whose data key is gone."""
+
+
+class Sealing:
+    """Seals and opens one log's events with a `Keyring` (None: events are stored plain)."""
+
+    __slots__ = ("keyring",)
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self.keyring = keyring
+
+    def payloads(self, key: MemoryKey, events: Sequence[Event]) -> tuple[bytes, ...]:
+        """The stored bytes of `events` of `key`: sealed when there is a keyring."""
+        keyring = self.keyring
+        if keyring is None:
+            return tuple(encode_event(e) for e in events)
+        context = keyring.context(key)
+        seal = keyring.seal
+        return tuple(seal(key, encode_event(e), context + str(e.seq).encode()) for e in events)
+
+    def record(self, message: StoredMessage, key: MemoryKey) -> LoggedEvent:
+        """A stored message as the port returns it, its bytes opened."""
+        record = to_logged(message, key)
+        if record.data[:1] != b"\xc1":
+            return record
+        data = self.plain(message, key, record.seq)
+        return LoggedEvent(
+            key=key, seq=record.seq, position=record.position, data=data, event_id=record.event_id
+        )
+
+    def message_data(self, message: StoredMessage, key: MemoryKey | None) -> bytes:
+        """The plain bytes of a stored message (as they are when plain, or of no session)."""
+        if key is None or message.data[:1] != b"\xc1":
+            return message.data
+        return self.plain(message, key, session_seq(message.headers))
+
+    def plain(self, message: StoredMessage, key: MemoryKey, seq: int | None) -> bytes:
+        keyring = self.keyring
+        if keyring is None:
+            raise EncryptionKeyError(
+                f"the event at position {message.seq} of {key} is encrypted, and this log was opened "
+                "without a master key: give the one it was written with (--master-key-file, "
+                "--master-key-env, or the data folder of the embedded server)",
+                source=f"no master key given ({MASTER_KEY_ENV} is not set)",
+            )
+        if seq is None:
+            return message.data  # not written by convmem: the decoder reports it
+        try:
+            plain = keyring.open(
+                message.data,
+                keyring.context(key) + str(seq).encode(),
+                where=f"event at position {message.seq} of {key}",
+                position=message.seq,
+            )
+        except SealBroken:
+            return message.data  # the decoder reports it as SealBroken at its position
+        if plain is not None:
+            return plain
+        erased = SessionErased(
+            seq=seq,
+            event_id=message.headers.get(MSG_ID) or f"erased/{message.seq}",
+            at=_stamp(message.headers.get("Nats-Time-Stamp")),
+            reason=SHREDDED,
+        )
+        return encode_event(erased)
+
+
+def _stamp(text: str | None) -> float:
+    """Epoch seconds of a stored message's RFC 3339 time stamp (0.0 when absent or unreadable)."""
+    if not text:
+        return 0.0
+    value = text.replace("Z", "+00:00")
+    head, dot, rest = value.partition(".")
+    if dot:  # nanoseconds: Python reads six digits
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits) :]
+        value = f"{head}.{digits[:6]}{zone}"
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return 0.0
