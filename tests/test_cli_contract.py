@@ -224,6 +224,7 @@ BAD_INPUT = {
     "fork": ["a:b:c", "--to", "bad"],
     "timeline": ["a:b"],
     "retention": ["--dry-run", "--policy", "/nonexistent.toml"],
+    "keys": ["rotate", "--new-master-key-file", "/nonexistent.key"],
 }
 
 

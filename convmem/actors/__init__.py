@@ -35,7 +35,7 @@ from convmem.actors._audit import (
 )
 from convmem.actors._calls import SummaryOutcome
 from convmem.actors._clock import ManualClock, SystemClock
-from convmem.actors._erasure import ErasureNotice, ErasureWatch, Unwatch
+from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder, Unwatch
 from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._live import SessionActivity
@@ -72,6 +72,7 @@ __all__ = [
     "ErasureWatch",
     "EventLog",
     "Forked",
+    "KeyShredder",
     "LoadReport",
     "LoggedEvent",
     "LoopEventLog",

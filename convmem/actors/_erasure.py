@@ -23,7 +23,7 @@ import msgspec
 
 from convmem.events import MemoryKey
 
-__all__ = ["ErasureNotice", "ErasureWatch", "Unwatch"]
+__all__ = ["ErasureNotice", "ErasureWatch", "KeyShredder", "Unwatch"]
 
 _SALT_BYTES = 16
 _DIGEST_BYTES = 16
@@ -73,6 +73,19 @@ class ErasureNotice(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Unwatch = Callable[[], None]
+
+
+@runtime_checkable
+class KeyShredder(Protocol):
+    """An `EventLog` that encrypts each user's events with keys of their own (optional capability).
+
+    `shred_user(tenant_id, user_id)` deletes the user's keys: from then on
+    every copy of their encrypted events and snapshots, wherever it is, reads
+    as erased. An erasure of a user calls it first. Returns the ids of the
+    keys deleted (none when the user had none).
+    """
+
+    def shred_user(self, tenant_id: str, user_id: str) -> list[str]: ...
 
 
 @runtime_checkable

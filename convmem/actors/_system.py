@@ -28,7 +28,7 @@ import msgspec
 
 from convmem.actors._callbacks import Callbacks, callbacks_of
 from convmem.actors._clock import SystemClock
-from convmem.actors._erasure import ErasureNotice, ErasureWatch
+from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
 from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES
@@ -259,9 +259,21 @@ class MemorySystem:
         return self._erase([key], lambda at: self.log.erase(key, at=at))
 
     def erase_user(self, tenant_id: str, user_id: str) -> Erased:
-        """`erase` every session of one user."""
+        """`erase` every session of one user, after deleting their data keys (`shred_user`)."""
+        self.shred_user(tenant_id, user_id)
         keys = self.log.keys(tenant_id=tenant_id, user_id=user_id)
         return self._erase(keys, lambda at: self.log.erase_user(tenant_id, user_id, at=at))
+
+    def shred_user(self, tenant_id: str, user_id: str) -> list[str]:
+        """Delete the user's data keys when the log encrypts per user (`KeyShredder`); the ids deleted.
+
+        From then on no copy of their encrypted events or snapshots can be
+        read (replicas, backups, mirrors, old snapshots): each reads as erased.
+        Erasing one session does not shred: the key is the user's.
+        """
+        if isinstance(self.log, KeyShredder):
+            return self.log.shred_user(tenant_id, user_id)
+        return []
 
     def _erase(self, keys: list[MemoryKey], purge: Callable[[float], int]) -> Erased:
         for key in keys:

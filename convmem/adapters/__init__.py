@@ -2,8 +2,9 @@
 
 Grouped by purpose: `jetstream/` (the durable log, snapshots, connection and
 embedded server), `service/` (the NATS request/reply API and its clients),
-`cli/` (the `convmem` command), `integrations/` (agent frameworks) and
-`summarizers/`; `_memory` (the in-memory log), `_backends` (the `Backend`
+`cli/` (the `convmem` command), `integrations/` (agent frameworks),
+`summarizers/` and `keys/` (encryption at rest: master keys, key stores, the
+keyring that seals events and snapshots per user); `_memory` (the in-memory log), `_backends` (the `Backend`
 protocol and the one registry of URL schemes), `_connect` (`connect()`, which
 opens a backend by its URL), `_loop` (an event loop on its own thread) and
 `_views` (what the integrations' sessions and the service compute alike: the

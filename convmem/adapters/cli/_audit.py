@@ -272,6 +272,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
         events = sessions = 0
         try:
             with MemorySystem(log=log, snapshots=snapshots) as system:
+                if key is None:  # a user: their data keys go first, so no copy of their events opens
+                    system.shred_user(args.tenant, args.user)
                 for done, each in enumerate(keys, start=1):
                     erased = system.erase(each)
                     events += erased.events_purged

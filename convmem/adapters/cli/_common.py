@@ -17,7 +17,8 @@ from rich.progress import Progress as RichProgress
 
 from convmem.actors import EventLog, SnapshotStore
 from convmem.adapters._connect import open_backend
-from convmem.adapters.jetstream._embedded import running_server_url
+from convmem.adapters.jetstream._embedded import default_store_dir, running_server_url
+from convmem.adapters.keys import KeySettings
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey
 
@@ -36,6 +37,7 @@ __all__ = [
     "Progress",
     "backend",
     "emit_json",
+    "key_settings",
     "nats_url",
     "parse_key",
     "parse_time",
@@ -143,6 +145,22 @@ def nats_url(args: argparse.Namespace) -> str | None:
     return running_server_url(args.data_dir)
 
 
+def key_settings(args: argparse.Namespace) -> KeySettings:
+    """Where the master key and the key store are, as the global options say.
+
+    Without ``--server`` the embedded default's data folder holds them (also
+    when joining the server `convmem serve` runs on it).
+    """
+    data_dir = None if args.nats else str(args.data_dir or default_store_dir())
+    return KeySettings(
+        encrypt=False if args.no_encryption else None,
+        master_key_file=args.master_key_file,
+        master_key_env=args.master_key_env,
+        key_store=args.key_store,
+        data_dir=data_dir,
+    )
+
+
 @contextmanager
 def backend(
     args: argparse.Namespace, *, read_only: bool = False
@@ -161,6 +179,7 @@ def backend(
         timeout=args.timeout,
         auth=args.auth,
         read_only=read_only,
+        keys=key_settings(args),
     )
     try:
         yield opened.log, opened.snapshots

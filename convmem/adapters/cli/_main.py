@@ -32,6 +32,7 @@ from convmem.adapters.cli._demo import add_demo_command
 from convmem.adapters.cli._fork import add_fork_command
 from convmem.adapters.cli._inspect import add_inspect_commands
 from convmem.adapters.cli._retention import add_retention_command
+from convmem.adapters.cli._keys import add_keys_command
 from convmem.adapters.cli._serve import add_serve_command
 from convmem.adapters.cli._timeline import add_timeline_command
 from convmem.errors import (
@@ -87,6 +88,33 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         default=default(5.0),
         help="seconds to wait for the server (default 5)",
     )
+    keys = parser.add_argument_group("encryption at rest (every command)")
+    keys.add_argument(
+        "--master-key-file",
+        metavar="FILE",
+        default=default(_env("CONVMEM_MASTER_KEY_FILE")),
+        help="file holding the master key (default: the embedded server's DATA_DIR/master.key, made on first "
+        "use; env CONVMEM_MASTER_KEY_FILE)",
+    )
+    keys.add_argument(
+        "--master-key-env",
+        metavar="NAME",
+        default=default(None),
+        help="name of an environment variable holding the master key (default: CONVMEM_MASTER_KEY if set)",
+    )
+    keys.add_argument(
+        "--key-store",
+        metavar="DIR|nats[:BUCKET]",
+        default=default(_env("CONVMEM_KEY_STORE")),
+        help="where the data keys are: a folder, or a NATS key-value bucket (default: DATA_DIR/keys for the "
+        "embedded server, else the bucket CONVMEM_KEYS; env CONVMEM_KEY_STORE)",
+    )
+    keys.add_argument(
+        "--no-encryption",
+        action="store_true",
+        default=default(False),
+        help="store new events unencrypted (encrypted ones still need their key to be read)",
+    )
     auth = parser.add_argument_group("credentials and TLS (every command; as the nats CLI takes them)")
     env = NatsAuth.from_env()
     auth.add_argument(
@@ -136,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_timeline_command(commands, common)
     add_retention_command(commands, common)
     add_serve_command(commands, common)
+    add_keys_command(commands, common)
     for sub in commands.choices.values():
         sub.epilog = epilog
     return parser

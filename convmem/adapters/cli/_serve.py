@@ -27,6 +27,7 @@ from convmem.adapters.cli._common import (
     EXIT_USAGE,
     CliError,
     emit_json,
+    key_settings,
     nats_url,
     positive_int,
     positive_seconds,
@@ -250,6 +251,7 @@ def _serve(
         timeout=args.timeout,
         auth=args.auth,
         port=args.port,
+        keys=key_settings(args),
     )
     if not isinstance(opened, JetStreamBackend):  # the service answers on the log's NATS server
         opened.close()
@@ -264,6 +266,7 @@ def _serve(
         bucket=args.bucket,
         replicas=args.replicas,
         timeout=args.timeout,
+        keys=key_settings(args),
         config=config,
         summarizer=args.summarizer,
         max_live_sessions=args.max_live_sessions,

@@ -44,6 +44,7 @@ from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters.keys import KeySettings
 from convmem.adapters.service._service import MemoryService
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.errors import ConvmemError
@@ -77,6 +78,8 @@ class WorkerSpec:
     bucket: str | None
     replicas: int
     timeout: float
+    keys: KeySettings
+    """Where the master key and the key store are (the embedded default's resolved by the parent)."""
     config: ShortTermMemoryConfig
     summarizer: str
     max_live_sessions: int
@@ -120,7 +123,12 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     _stop_with_parent(stop)
     if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
         return
-    options: dict[str, Any] = {"replicas": spec.replicas, "timeout": spec.timeout, "auth": spec.auth}
+    options: dict[str, Any] = {
+        "replicas": spec.replicas,
+        "timeout": spec.timeout,
+        "auth": spec.auth,
+        "keys": spec.keys,
+    }
     for name in ("stream", "prefix", "bucket"):
         if getattr(spec, name) is not None:
             options[name] = getattr(spec, name)

@@ -6,14 +6,23 @@ One connection (`_connection`, with nats-py's client and its shortcuts in
 key-value snapshot store (`_snapshots`). The log (`_log`) appends through
 its loop-side writer: the full conditional append, the last-message cache
 and erasure in `_write`, the one-event hot path in `_fast`, what both share
-in `_appends`; reads are `_read`, stream setup `_setup`. `_backend` bundles
-log and snapshots, and `_embedded` runs a private `nats-server` for the
-default setup.
+in `_appends`; reads are `_read`, stream setup `_setup`. `_sealing` seals
+events as they are encoded and opens them as they are read (encryption at
+rest), and `_keystore` keeps data keys in a key-value bucket of their own
+(`NatsKeyStore`). `_backend` bundles log, snapshots and keyring, and
+`_embedded` runs a private `nats-server` for the default setup.
 """
 
 from convmem.adapters.jetstream._backend import JetStreamBackend
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.jetstream._keystore import NatsKeyStore
 from convmem.adapters.jetstream._log import JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
 
-__all__ = ["EmbeddedNatsServer", "JetStreamBackend", "JetStreamEventLog", "JetStreamSnapshotStore"]
+__all__ = [
+    "EmbeddedNatsServer",
+    "JetStreamBackend",
+    "JetStreamEventLog",
+    "JetStreamSnapshotStore",
+    "NatsKeyStore",
+]

@@ -30,9 +30,9 @@ from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetS
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
 from convmem.adapters.keys._stores import CHECK_META, DirKeyStore
-from convmem.errors import StoreNotFound
+from convmem.errors import InvalidConfig, StoreNotFound
 
-__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_keyring"]
+__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_key_store", "open_keyring"]
 
 
 class EmbeddedOptions(TypedDict, total=False):
@@ -249,15 +249,13 @@ def open_keyring(keys: KeySettings | None, connection: NatsConnection, replicas:
     settings = keys or KeySettings()
     if settings.encrypt is False:
         return None
-    spec = store_spec(settings)
-    store: KeyStore
-    if spec.startswith("nats:"):
+    if store_spec(settings).startswith("nats:"):
         provider = master_source(settings, may_create=False)
         if provider is None:
             return None
-        store = NatsKeyStore(connection, bucket=spec[len("nats:") :] or DEFAULT_KEY_BUCKET, replicas=replicas)
+        store = open_key_store(settings, connection, replicas)
     else:
-        store = DirKeyStore(spec)
+        store = open_key_store(settings, connection, replicas)
         provider = master_source(settings, may_create=store.meta(CHECK_META) is None)
         if provider is None:
             return None
@@ -266,6 +264,16 @@ def open_keyring(keys: KeySettings | None, connection: NatsConnection, replicas:
     except BaseException:
         store.close()
         raise
+
+
+def open_key_store(settings: KeySettings, connection: NatsConnection | None, replicas: int = 1) -> KeyStore:
+    """The key store `settings` name: a folder, or a NATS bucket on `connection`."""
+    spec = store_spec(settings)
+    if not spec.startswith("nats:"):
+        return DirKeyStore(spec)
+    if connection is None:
+        raise InvalidConfig("key_store", f"{spec} is a NATS bucket: give the server (--server URL)")
+    return NatsKeyStore(connection, bucket=spec[len("nats:") :] or DEFAULT_KEY_BUCKET, replicas=replicas)
 
 
 def _connection(options: JetStreamOptions) -> ConnectionOptions:

@@ -75,6 +75,8 @@ class Sealing:
         return self.plain(message, key, session_seq(message.headers))
 
     def plain(self, message: StoredMessage, key: MemoryKey, seq: int | None) -> bytes:
+        if seq is None:
+            return message.data  # not written by convmem: the reader reports it as poison
         keyring = self.keyring
         if keyring is None:
             raise EncryptionKeyError(
@@ -83,8 +85,6 @@ class Sealing:
                 "--master-key-env, or the data folder of the embedded server)",
                 source=f"no master key given ({MASTER_KEY_ENV} is not set)",
             )
-        if seq is None:
-            return message.data  # not written by convmem: the decoder reports it
         try:
             plain = keyring.open(
                 message.data,

@@ -6,7 +6,8 @@ embedded default's generated key), `_stores` the key stores (`KeyStore`,
 `DirKeyStore`, `MemoryKeyStore`; the NATS one is `NatsKeyStore` in
 `convmem.adapters.jetstream`), `_keyring` the `Keyring` that seals events
 and snapshots with a data key per (tenant, user) and shreds a user's keys on
-erasure, and `_settings` the `KeySettings` every entry point takes.
+erasure, `_rotate` master key rotation, and `_settings` the `KeySettings`
+every entry point takes.
 """
 
 from convmem.adapters.keys._keyring import SEAL_MAGIC, Keyring, is_sealed, subject_of
@@ -20,6 +21,7 @@ from convmem.adapters.keys._master import (
     master_key_from_file,
     parse_master_key,
 )
+from convmem.adapters.keys._rotate import rotate_master, rotate_master_file
 from convmem.adapters.keys._settings import MASTER_KEY_FILE, KeySettings, master_source, store_spec
 from convmem.adapters.keys._stores import (
     DirKeyStore,
@@ -50,6 +52,8 @@ __all__ = [
     "master_key_from_file",
     "master_source",
     "parse_master_key",
+    "rotate_master",
+    "rotate_master_file",
     "sorted_keys",
     "store_spec",
     "subject_of",

@@ -38,6 +38,9 @@ __all__ = [
     "master_key_from_env",
     "master_key_from_file",
     "parse_master_key",
+    "pending_key_file",
+    "sync_dir",
+    "write_key_file",
 ]
 
 MASTER_KEY_ENV = "CONVMEM_MASTER_KEY"
@@ -166,7 +169,7 @@ def master_key_from_file(path: str | os.PathLike[str]) -> LocalMasterKeys:
     except (OSError, UnicodeDecodeError) as exc:
         raise EncryptionKeyError(f"cannot be read ({exc})", source=source) from None
     keys = [parse_master_key(text, source=source)]
-    pending = _pending(file)
+    pending = pending_key_file(file)
     if pending.exists():
         _log.warning(
             "%s: a master key rotation was interrupted (%s is there); run `convmem keys rotate` to finish it",
@@ -190,7 +193,8 @@ def master_key_from_env(name: str = MASTER_KEY_ENV) -> LocalMasterKeys:
     return LocalMasterKeys([parse_master_key(text, source=source)], source=source)
 
 
-def _pending(file: Path) -> Path:
+def pending_key_file(file: Path) -> Path:
+    """Where a rotation of the key file `file` keeps the new key until it is done."""
     return file.with_name(file.name + ".new")
 
 
@@ -202,10 +206,10 @@ def write_key_file(path: Path, text: str) -> None:
         out.write(text + "\n")
         out.flush()
         os.fsync(out.fileno())
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
 
 
-def _sync_dir(folder: Path) -> None:
+def sync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -230,7 +234,7 @@ def embedded_master_key(path: Path, *, may_create: bool) -> LocalMasterKeys:
         "from the data (never in the same backup as the event store): without it nothing stored can "
         "be read, and a copy kept beside the events defeats erasure by key deletion."
     )
-    if _log.hasHandlers():
+    if _log.hasHandlers() and _log.isEnabledFor(logging.WARNING):
         _log.warning("%s", note)
     else:  # nobody configured logging: the note must still be seen
         print(note, file=sys.stderr, flush=True)

@@ -131,11 +131,13 @@ class MemoryKeyStore:
         return "in-memory key store"
 
     def put(self, key: WrappedKey) -> None:
+        check_hex(key.key_id, "key id")
+        check_hex(key.subject, "subject")
         with self._lock:
             self._keys[key.key_id] = key
 
     def get(self, key_id: str) -> WrappedKey | None:
-        return self._keys.get(key_id)
+        return self._keys.get(check_hex(key_id, "key id"))
 
     def of_subject(self, subject: str) -> list[WrappedKey]:
         with self._lock:
@@ -155,7 +157,7 @@ class MemoryKeyStore:
         return ids
 
     def shredded(self, key_id: str) -> bool:
-        return key_id in self._shredded
+        return check_hex(key_id, "key id") in self._shredded
 
     def meta(self, name: str) -> bytes | None:
         return self._meta.get(name)
@@ -274,18 +276,24 @@ class DirKeyStore:
 
     def meta(self, name: str) -> bytes | None:
         try:
-            return (self.root / "meta" / name).read_bytes()
+            return (self.root / "meta" / _meta_name(name)).read_bytes()
         except FileNotFoundError:
             return None
 
     def set_meta(self, name: str, value: bytes) -> None:
-        self._write(self.root / "meta" / name, value)
+        self._write(self.root / "meta" / _meta_name(name), value)
 
     def close(self) -> None:
         pass
 
     def __repr__(self) -> str:
         return f"DirKeyStore({str(self.root)!r})"
+
+
+def _meta_name(name: str) -> str:
+    if not name or not all(c.isalnum() or c == "-" for c in name):
+        raise EncryptionKeyError(f"{name[:70]!r} is not a record name", source="key store")
+    return name
 
 
 def _sync(folder: Path) -> None:

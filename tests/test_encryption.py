@@ -1,0 +1,252 @@
+"""Encryption at rest on a real nats-server: no turn text on disk, crypto-shredding, rotation, bad keys."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from convmem import ConversationTurn, connect
+from convmem.actors import MemorySystem, export_jsonl, replay_session, timeline, verify
+from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
+from convmem.adapters.cli import main
+from convmem.adapters.jetstream._read import fetch_subject
+from convmem.adapters.jetstream._sealing import SHREDDED
+from convmem.adapters.keys import (
+    DirKeyStore,
+    KeySettings,
+    generate_key_text,
+    master_key_from_file,
+    rotate_master_file,
+)
+from convmem.errors import EncryptionKeyError, SealBroken
+from convmem.events import MemoryKey, SessionErased, TurnAdded, decode_event
+
+ALICE = MemoryKey("acme", "alice", "chat-1")
+BOB = MemoryKey("acme", "bob", "chat-1")
+SECRET = "zebraquokka"
+
+
+def _turn(n: int, who: str = "alice") -> ConversationTurn:
+    return ConversationTurn(
+        user_message=f"{SECRET} {who} message {n}", assistant_response=f"{SECRET} reply {n}"
+    )
+
+
+def _write(system: MemorySystem, key: MemoryKey, turns: int, first: int = 0) -> None:
+    session = system.session(key)
+    for n in range(first, first + turns):
+        session.add_turn(_turn(n, key.user_id), timeout=10)
+
+
+def _files_with(folder: Path, needle: bytes) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def _turn_texts(backend: JetStreamBackend, key: MemoryKey) -> list[str]:
+    events = [decode_event(r.data) for r in backend.log.read(key)]
+    return [e.turn.user_message for e in events if isinstance(e, TurnAdded)]
+
+
+def test_store_files_hold_no_turn_text(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data, snapshot_every=2) as system:
+        _write(system, ALICE, 5)
+        assert [t.turn.user_message for t in system.load(ALICE)[0].turns][-1] == f"{SECRET} alice message 4"
+    assert (data / "master.key").is_file()
+    assert (data / "keys").is_dir()
+    assert _files_with(data / "jetstream", SECRET.encode()) == []
+    assert _files_with(data / "keys", b"alice") == []  # the key store names no user (subjects still do)
+    with connect(data_dir=data) as system:
+        state, report = system.load(ALICE)
+        assert report.snapshot_seq is not None
+        assert not report.poison
+        assert [t.turn.user_message for t in state.turns] == [f"{SECRET} alice message {n}" for n in range(5)]
+
+    # The scan can fail: with encryption off the same text is on disk.
+    plain = tmp_path / "plain"
+    with connect(data_dir=plain, keys=KeySettings(encrypt=False)) as system:
+        _write(system, ALICE, 1)
+    assert _files_with(plain / "jetstream", SECRET.encode())
+
+
+def test_a_copy_taken_before_an_erase_reads_as_erased_after_it(tmp_path: Path) -> None:
+    data, copy = tmp_path / "data", tmp_path / "copy"
+    with connect(data_dir=data, snapshot_every=2) as system:
+        _write(system, ALICE, 4)
+        _write(system, BOB, 2)
+    shutil.copytree(data / "jetstream", copy / "jetstream")  # a backup of the event store, keys not in it
+
+    with connect(data_dir=data) as system:
+        system.erase_user("acme", "alice")
+
+    # The old copy, opened with today's keys: alice's events are erased placeholders, bob's are intact.
+    keys = KeySettings(master_key_file=str(data / "master.key"), key_store=str(data / "keys"))
+    with JetStreamBackend.embedded(copy, keys=keys) as backend:
+        records = backend.log.read(ALICE)
+        assert len(records) == 5  # SessionStarted and four turns, still in the copy
+        events = [decode_event(r.data) for r in records]
+        assert all(isinstance(e, SessionErased) and e.reason == SHREDDED for e in events)
+        state, report = replay_session(records, ALICE)
+        assert state.turns == ()
+        assert not report.poison
+        assert backend.snapshots is not None
+        assert backend.snapshots.load(ALICE) is None
+        with MemorySystem(log=backend.log, snapshots=backend.snapshots) as system:
+            assert system.load(ALICE)[0].turns == ()
+        rows = timeline(backend.log.read_all(tenant_id="acme", user_id="alice"))
+        assert {row.type for row in rows} == {"session.erased"}
+        lines = [json.loads(line) for line in export_jsonl(backend.log.read(ALICE))]
+        assert {line["event"]["type"] for line in lines} == {"session.erased"}
+        assert all(check.ok for check in verify(backend.log, backend.snapshots, tenant_id="acme"))
+        assert _turn_texts(backend, BOB) == [f"{SECRET} bob message {n}" for n in range(2)]
+        assert SECRET not in "".join(export_jsonl(backend.log.read(ALICE)))
+
+
+def test_rotations_keep_old_events_readable(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2)
+    before = master_key_from_file(data / "master.key").master_id
+
+    master_id, rewrapped = rotate_master_file(data / "master.key", DirKeyStore(data / "keys"))
+    assert master_id != before
+    assert rewrapped == 1
+    assert not (data / "master.key.new").exists()
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 1, first=2)
+        new_id = system.log.keyring.new_data_key("acme", "alice")  # type: ignore[attr-defined]
+        _write(system, ALICE, 1, first=3)
+    with JetStreamBackend.embedded(data) as backend:
+        assert _turn_texts(backend, ALICE) == [f"{SECRET} alice message {n}" for n in range(4)]
+        last = backend.log.read(ALICE)[-1]
+    stored = _raw_messages(data, ALICE)
+    assert stored[-1][2:10].hex() == new_id  # the newest turn is sealed with the new data key
+    assert stored[0][2:10].hex() != new_id  # the first ones still with the old one, and they open
+    assert last.seq == 5
+
+
+def _raw_messages(data: Path, key: MemoryKey) -> list[bytes]:
+    """The stored (sealed) payloads of `key`, read without a keyring."""
+    with JetStreamBackend.embedded(data, keys=KeySettings(encrypt=False)) as backend:
+        subject = backend.log.subject(key)  # type: ignore[attr-defined]
+        conn = backend.log._conn  # type: ignore[attr-defined]
+        messages = conn.call(lambda: fetch_subject(conn, backend.log.stream, subject), what="read raw")  # type: ignore[attr-defined]
+        return [m.data for m in messages]
+
+
+def test_wrong_or_missing_master_key_is_a_typed_error_naming_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 1)
+
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text(generate_key_text())
+    with pytest.raises(EncryptionKeyError, match="is not the master key") as caught:
+        JetStreamBackend.embedded(data, keys=KeySettings(master_key_file=str(wrong)))
+    assert caught.value.source == f"master key file {wrong}"
+
+    (data / "master.key").rename(tmp_path / "moved.key")
+    with pytest.raises(EncryptionKeyError, match="does not exist") as caught:
+        JetStreamBackend.embedded(data)  # never a new key over a store that has keys
+    assert str(data / "master.key") in caught.value.source
+
+    monkeypatch.setenv("CONVMEM_TEST_KEY", "not a key")
+    with pytest.raises(EncryptionKeyError, match="not a master key") as caught:
+        JetStreamBackend.embedded(data, keys=KeySettings(master_key_env="CONVMEM_TEST_KEY"))
+    assert caught.value.source == "environment variable CONVMEM_TEST_KEY"
+
+    with (
+        JetStreamBackend.embedded(data, keys=KeySettings(encrypt=False)) as backend,
+        pytest.raises(EncryptionKeyError, match="encrypted"),
+    ):
+        backend.log.read(ALICE)
+
+
+def test_a_flipped_byte_is_reported_at_its_position(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2)
+    with JetStreamBackend.embedded(data) as backend:
+        log = backend.log
+        sealed = log._sealing.payloads(ALICE, [decode_event(log.read(ALICE)[-1].data)])[0]  # type: ignore[attr-defined]
+        broken = bytearray(sealed)
+        broken[-5] ^= 0x01
+        position = log.append_raw(ALICE, bytes(broken), seq=4)  # type: ignore[attr-defined]
+        records = log.read(ALICE)
+        with pytest.raises(SealBroken) as caught:
+            decode_event(records[-1].data, seq=records[-1].position)
+        assert caught.value.seq == position
+        _, report = replay_session(records, ALICE)
+        assert [p.position for p in report.poison] == [position]
+        assert "fail authentication" in report.poison[0].problem
+        (check,) = verify(log, None, key=ALICE)
+        assert not check.ok
+        assert check.poison[0].position == position
+
+
+def test_a_log_written_plain_then_encrypted_reads_whole(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data, keys=KeySettings(encrypt=False)) as system:
+        _write(system, ALICE, 2)
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2, first=2)
+        assert [t.turn.user_message for t in system.load(ALICE)[0].turns] == [
+            f"{SECRET} alice message {n}" for n in range(4)
+        ]
+    stored = _raw_messages(data, ALICE)
+    assert [m[:1] == b"\xc1" for m in stored] == [False] * 3 + [True] * 2
+
+
+def test_keys_command_shows_rotates_and_erase_shreds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2)
+    where = ["--data-dir", str(data)]
+
+    def run(*argv: str) -> dict[str, object]:
+        capsys.readouterr()
+        assert main([*where, *argv, "--json"]) == 0
+        found: dict[str, object] = json.loads(capsys.readouterr().out)
+        return found
+
+    status = run("keys", "status")
+    assert status["data_keys"] == 1
+    assert status["key_store"] == f"key store {data / 'keys'}"
+    rotated = run("keys", "rotate")
+    assert rotated["rewrapped"] == 1
+    assert rotated["master_id"] != status["master_id"]
+    assert run("keys", "rotate", "--data-keys")["data_keys_made"] == 1
+    assert run("keys", "status")["data_keys"] == 2
+    with JetStreamBackend.embedded(data) as backend:
+        assert _turn_texts(backend, ALICE) == [f"{SECRET} alice message {n}" for n in range(2)]
+
+    assert run("erase", "--tenant", "acme", "--user", "alice", "--yes")["sessions"] == 1
+    assert run("keys", "status")["data_keys"] == 0
+
+
+def test_a_shared_server_keeps_keys_in_a_bucket_of_their_own(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONVMEM_MASTER_KEY", generate_key_text())
+    with connect(nats_server.url) as system:
+        _write(system, ALICE, 1)
+        _write(system, BOB, 1)
+        keyring = system.log.keyring  # type: ignore[attr-defined]
+        assert keyring is not None
+        assert keyring.store.source == "key store NATS bucket CONVMEM_KEYS"
+        assert len(list(keyring.store.all())) == 2
+        system.erase_user("acme", "alice")
+        assert len(list(keyring.store.all())) == 1
+    assert _files_with(nats_server.store_dir / "jetstream", SECRET.encode()) == []
+    monkeypatch.delenv("CONVMEM_MASTER_KEY")
+    with JetStreamBackend.connect(nats_server.url) as backend:
+        assert backend.keyring is None  # no key given: nothing sealed is opened, nothing is guessed
+        with pytest.raises(EncryptionKeyError, match="without a master key"):
+            backend.log.read(BOB)
