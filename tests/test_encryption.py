@@ -250,3 +250,18 @@ def test_a_shared_server_keeps_keys_in_a_bucket_of_their_own(
         assert backend.keyring is None  # no key given: nothing sealed is opened, nothing is guessed
         with pytest.raises(EncryptionKeyError, match="without a master key"):
             backend.log.read(BOB)
+
+
+def test_reads_make_no_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    with connect(data_dir=plain, keys=KeySettings(encrypt=False)) as system:
+        _write(system, ALICE, 1)
+    with connect(data_dir=sealed) as system:
+        _write(system, ALICE, 1)
+    for data in (plain, sealed):
+        before = sorted(p.name for p in data.iterdir())
+        assert main(["--data-dir", str(data), "verify", "--all"]) == 0
+        assert main(["--data-dir", str(data), "export", "--key", "acme:alice:chat-1"]) == 0
+        assert f"{SECRET} alice message 0" in capsys.readouterr().out
+        assert sorted(p.name for p in data.iterdir()) == before  # no master.key or keys/ made by a read
+    assert not (plain / "master.key").exists()

@@ -81,6 +81,7 @@ def _key_store(args: argparse.Namespace, settings: KeySettings) -> Iterator[KeyS
         connection = NatsConnection.connect(url, timeout=args.timeout, auth=args.auth)
     try:
         store = open_key_store(settings, connection)
+        assert store is not None  # made when missing (only a reader's may be None)
         try:
             yield store
         finally:

@@ -16,6 +16,7 @@ import asyncio
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import TypedDict, Unpack
 
@@ -27,6 +28,7 @@ from convmem.adapters.jetstream._connection import (
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
 from convmem.adapters.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
+from convmem.adapters.jetstream._setup import check_exists
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
 from convmem.adapters.keys._stores import CHECK_META, DirKeyStore
@@ -123,7 +125,9 @@ class JetStreamBackend:
         owned: Keyring | None = None
         try:
             keyring = (
-                keys if isinstance(keys, Keyring) else (owned := open_keyring(keys, connection, replicas))
+                keys
+                if isinstance(keys, Keyring)
+                else (owned := open_keyring(keys, connection, replicas, read_only=not create))
             )
         except BaseException:
             connection.release()
@@ -243,37 +247,55 @@ def _embedded_keys(options: EmbeddedOptions, server: EmbeddedNatsServer) -> Embe
     return merged
 
 
-def open_keyring(keys: KeySettings | None, connection: NatsConnection, replicas: int = 1) -> Keyring | None:
+def open_keyring(
+    keys: KeySettings | None, connection: NatsConnection, replicas: int = 1, *, read_only: bool = False
+) -> Keyring | None:
     """The keyring `keys` name (see `KeySettings`), its key store on `connection` when a NATS bucket;
-    None when they name no master key (events stored plain)."""
+    None when they name no master key (events stored plain).
+
+    A reader (`read_only`) creates nothing: no key, no folder, no bucket; with no key store
+    there it has no keyring (an encrypted event it meets is then `EncryptionKeyError`).
+    """
     settings = keys or KeySettings()
     if settings.encrypt is False:
         return None
-    if store_spec(settings).startswith("nats:"):
-        provider = master_source(settings, may_create=False)
-        if provider is None:
-            return None
-        store = open_key_store(settings, connection, replicas)
-    else:
-        store = open_key_store(settings, connection, replicas)
-        provider = master_source(settings, may_create=store.meta(CHECK_META) is None)
-        if provider is None:
-            return None
+    nats = store_spec(settings).startswith("nats:")
+    if nats and master_source(settings, may_create=False) is None:
+        return None  # no master key named: plain, and no bucket made for nothing
+    store = open_key_store(settings, connection, replicas, read_only=read_only)
+    if store is None:
+        return None
     try:
-        return Keyring(provider, store)
+        provider = master_source(settings, may_create=not read_only and store.meta(CHECK_META) is None)
+        if provider is None:
+            store.close()
+            return None
+        return Keyring(provider, store, read_only=read_only)
     except BaseException:
         store.close()
         raise
 
 
-def open_key_store(settings: KeySettings, connection: NatsConnection | None, replicas: int = 1) -> KeyStore:
-    """The key store `settings` name: a folder, or a NATS bucket on `connection`."""
+def open_key_store(
+    settings: KeySettings, connection: NatsConnection | None, replicas: int = 1, *, read_only: bool = False
+) -> KeyStore | None:
+    """The key store `settings` name: a folder, or a NATS bucket on `connection`.
+
+    None for a reader (`read_only`) when there is none: it is never created then.
+    """
     spec = store_spec(settings)
     if not spec.startswith("nats:"):
-        return DirKeyStore(spec)
+        if read_only and not Path(spec).is_dir():
+            return None
+        return DirKeyStore(spec, create=not read_only)
     if connection is None:
         raise InvalidConfig("key_store", f"{spec} is a NATS bucket: give the server (--server URL)")
-    return NatsKeyStore(connection, bucket=spec[len("nats:") :] or DEFAULT_KEY_BUCKET, replicas=replicas)
+    bucket = spec[len("nats:") :] or DEFAULT_KEY_BUCKET
+    if read_only and not connection.call(
+        lambda: check_exists(connection, f"KV_{bucket}"), what=f"finding bucket {bucket!r}"
+    ):
+        return None
+    return NatsKeyStore(connection, bucket=bucket, replicas=replicas)
 
 
 def _connection(options: JetStreamOptions) -> ConnectionOptions:

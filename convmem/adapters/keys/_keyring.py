@@ -70,11 +70,20 @@ class Keyring:
     """Data keys per (tenant, user): made, wrapped, cached, used, rotated and shredded."""
 
     def __init__(
-        self, provider: KeyProvider, store: KeyStore, *, clock: Callable[[], float] = time.time
+        self,
+        provider: KeyProvider,
+        store: KeyStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        read_only: bool = False,
     ) -> None:
-        """Checks at once that `provider`'s master key is the one `store` was written with."""
+        """Checks at once that `provider`'s master key is the one `store` was written with.
+
+        `read_only` (a reader's): nothing is written to the store, and no data key is made.
+        """
         self.provider = provider
         self.store = store
+        self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
         self._sealers: dict[tuple[str, str], _Sealer] = {}
@@ -91,7 +100,8 @@ class Keyring:
     def _check_master(self) -> None:
         stored = self.store.meta(_CHECK)
         if stored is None:
-            self._write_check()
+            if not self.read_only:
+                self._write_check()
             return
         try:
             check = msgspec.msgpack.decode(stored, type=_Check)
@@ -122,6 +132,8 @@ class Keyring:
         )
 
     def _make(self, subject: str) -> WrappedKey:
+        if self.read_only:
+            raise EncryptionKeyError("was opened to read: no data key is made", source=self.store.source)
         key_id = os.urandom(8).hex()
         data_key = AESGCM.generate_key(bit_length=256)
         record = WrappedKey(

@@ -177,8 +177,11 @@ class DirKeyStore:
     add keys at once never lose one. Reads of the same process are cached.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
+        """The store in `root`, made when missing unless `create` is False (a reader: nothing is written)."""
         self.root = Path(root)
+        if not create:
+            return
         try:
             for part in ("keys", "subjects", "shredded", "meta"):
                 (self.root / part).mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -240,6 +243,8 @@ class DirKeyStore:
         return sorted_keys([k for k in found if k is not None])
 
     def all(self) -> Iterator[WrappedKey]:
+        if not (self.root / "keys").is_dir():
+            return
         for path in sorted((self.root / "keys").iterdir()):
             if not path.name.startswith("."):
                 key = self.get(path.name)
