@@ -31,8 +31,8 @@ from convmem.adapters.cli._common import (
 from convmem.adapters.cli._demo import add_demo_command
 from convmem.adapters.cli._fork import add_fork_command
 from convmem.adapters.cli._inspect import add_inspect_commands
-from convmem.adapters.cli._retention import add_retention_command
 from convmem.adapters.cli._keys import add_keys_command
+from convmem.adapters.cli._retention import add_retention_command
 from convmem.adapters.cli._serve import add_serve_command
 from convmem.adapters.cli._timeline import add_timeline_command
 from convmem.errors import (
