@@ -10,9 +10,10 @@ nats CLI's variables (``NATS_CREDS``, ``NATS_NKEY``, ``NATS_CA``,
 ``connect`` keywords, checking every file first so a missing one is a clear
 error naming it.
 
-`redact_url` hides the password (or token) of a URL: ``nats://user:***@host``.
-`scrub` hides every secret of a URL and of a `NatsAuth` in any text, so no
-log line, error or status output shows one.
+`scrub` is the one redaction: it hides every credential in any text (the user
+information of URLs, given passwords and tokens, nkey seeds, JWTs), so no log
+line, error, status output or ready file shows one; `redact_url` is `scrub`
+of a URL with its own secrets (``nats://user:***@host``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import ssl
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote
 
 import msgspec
 
@@ -33,7 +34,6 @@ __all__ = ["NATS_URL_ENV", "NatsAuth", "redact_url", "scrub", "url_secrets"]
 
 NATS_URL_ENV = "NATS_URL"
 MASK = "***"
-_USERINFO = re.compile(r"(?P<scheme>[a-z]+://)(?P<info>[^@/\s,]+)@", re.IGNORECASE)
 
 _ENV = {
     "creds": "NATS_CREDS",
@@ -77,6 +77,14 @@ class NatsAuth(msgspec.Struct, frozen=True, kw_only=True):
         """These settings, with `other`'s where this one has none."""
         fields = {f: getattr(self, f) or getattr(other, f) for f in self.__struct_fields__}
         return NatsAuth(**fields)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f}={MASK if f in ('password', 'token') else repr(v)}"
+            for f in self.__struct_fields__
+            if (v := getattr(self, f)) is not None
+        )
+        return f"NatsAuth({shown})"
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -128,35 +136,67 @@ def _readable(field: str, path: str) -> str:
 
 
 def url_secrets(url: str | None) -> tuple[str, ...]:
-    """The passwords and tokens written in a URL (or comma-separated URLs)."""
+    """The passwords and tokens written in a URL or comma-separated URLs, with or without a scheme.
+
+    A password may hold any character (``@``, ``:``, ``/``, ``,``): the user
+    information runs to the last ``@`` of its URL, and the password from the
+    first ``:`` after the user. The percent-decoded form is a secret too.
+    """
     if not url:
         return ()
+    pieces = _SCHEME_SPLIT.split(url) if "://" in url else url.split(",")
+    if "," in url and url.count("://") <= 1:
+        pieces.append(url)  # one URL whose password holds a comma
     found: list[str] = []
-    for part in url.split(","):
-        try:
-            parts = urlsplit(part.strip())
-        except ValueError:
+    for piece in pieces:
+        rest = piece.strip().partition("://")[2] if "://" in piece else piece.strip()
+        info = rest.rpartition("@")[0]
+        if not info:
             continue
-        if parts.password:
-            found.append(parts.password)
-        elif parts.username and "@" in part:
-            found.append(parts.username)  # nats://TOKEN@host
-    return tuple(found)
+        _user, sep, password = info.partition(":")
+        secret = password if sep else info  # nats://TOKEN@host
+        found.extend(s for s in (secret, unquote(secret)) if s)
+    return tuple(dict.fromkeys(found))
 
 
 def redact_url(url: str) -> str:
-    """`url` with its password (or token) shown as ``***``: ``nats://user:***@host:4222``."""
+    """`url` (or comma-separated URLs, with or without a scheme) with its password or token as ``***``.
 
-    def hide(match: re.Match[str]) -> str:
-        user, sep, _password = match.group("info").partition(":")
-        return f"{match.group('scheme')}{user}:{MASK}@" if sep else f"{match.group('scheme')}{MASK}@"
-
-    return _USERINFO.sub(hide, url)
+    ``nats://user:***@host:4222``; the same as ``scrub(url, url_secrets(url))``.
+    """
+    return scrub(url, url_secrets(url))
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every URL's password and every one of `secrets` replaced by ``***``."""
-    text = redact_url(text)
+    """`text` with every credential in it replaced by ``***``: the one redaction of every output path.
+
+    Hidden whole, whatever characters they hold: the user information of
+    every URL with a scheme (``nats://user:***@host``, ``nats://***@host``),
+    each of `secrets` (a password or token from the command line, the
+    environment or a URL without a scheme: `url_secrets`), and anything that
+    reads as a credentials file's contents: nkey seeds (``SU...``) and JWTs.
+    """
+    text = _URL.sub(_hide_userinfo, text)
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, MASK)
-    return text
+    text = _SEED.sub(MASK, text)
+    return _JWT.sub(MASK, text)
+
+
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*://"
+_SCHEME_SPLIT = re.compile(rf",(?=\s*{_SCHEME})")
+_URL = re.compile(rf"(?P<scheme>{_SCHEME})(?P<rest>[^\s,]*(?:,(?!\s*{_SCHEME})[^\s,]*)*)")
+"""A URL with a scheme, to the first blank or the comma before the next URL (a password may hold one)."""
+_SEED = re.compile(r"\bS[A-Z][A-Z2-7]{50,}\b")
+"""An nkey seed: ``S``, its kind (``U`` user, ``A`` account, ``O`` operator...), then base32."""
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]+")
+"""A JWT (a credentials file holds the user's JWT beside its seed)."""
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    rest = match.group("rest")
+    info, at, host = rest.rpartition("@")
+    if not at:
+        return match.group()
+    user, sep, _password = info.partition(":")
+    return f"{match.group('scheme')}{user}:{MASK}@{host}" if sep else f"{match.group('scheme')}{MASK}@{host}"

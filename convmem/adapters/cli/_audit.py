@@ -38,6 +38,7 @@ from convmem.adapters.cli._common import (
     session_counts,
     table,
 )
+from convmem.adapters.cli._safe import json_text
 from convmem.events import MemoryKey
 from convmem.projections import agent_items, llm_context
 
@@ -227,7 +228,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         try:
             records = log.read(key) if key is not None else log.read_all(**scope)
             for line in export_jsonl(records):
-                out.write(line + "\n")
+                out.write((line if args.output else json_text(line)) + "\n")  # stdout: no raw controls
                 count += 1
                 if count % 200 == 0:
                     progress.update(count)

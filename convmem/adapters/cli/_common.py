@@ -17,6 +17,7 @@ from rich.progress import Progress as RichProgress
 
 from convmem.actors import EventLog, SnapshotStore
 from convmem.adapters._connect import open_backend
+from convmem.adapters.cli._safe import json_text, raw_stream, visible
 from convmem.adapters.jetstream._embedded import default_store_dir, running_server_url
 from convmem.adapters.keys import KeySettings
 from convmem.errors import InvalidInput
@@ -201,14 +202,14 @@ def session_counts(
 def emit_json(data: Any, out: TextIO | None = None) -> None:
     """One JSON document on stdout."""
     stream = out or sys.stdout
-    json.dump(data, stream, ensure_ascii=False, indent=2, sort_keys=True, default=str)
-    stream.write("\n")
+    text = json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    stream.write(json_text(text) + "\n")
 
 
 def table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO | None = None) -> None:
-    """A plain aligned text table."""
+    """A plain aligned text table; control characters in a cell are shown as escapes (`visible`)."""
     stream = out or sys.stdout
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [[visible(h) for h in headers], *[[visible(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         stream.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
@@ -236,7 +237,7 @@ class Progress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
-                console=Console(file=out),
+                console=Console(file=raw_stream(out)),  # its own escape codes, around our label
                 transient=False,
             )
             self._task = self._bar.add_task(label, total=total)

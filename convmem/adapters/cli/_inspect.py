@@ -25,6 +25,7 @@ from convmem.adapters.cli._common import (
     positive_seconds,
     table,
 )
+from convmem.adapters.cli._safe import json_text
 from convmem.events import MemoryKey
 
 __all__ = ["add_inspect_commands", "records_from_file", "stamp"]
@@ -104,7 +105,7 @@ class _Filter:
 def _show(rows: list[TimelineRow], *, as_json: bool, lines: bool = False) -> None:
     if as_json and lines:
         for row in rows:
-            sys.stdout.write(msgspec.json.encode(row).decode() + "\n")
+            sys.stdout.write(json_text(msgspec.json.encode(row).decode()) + "\n")
         sys.stdout.flush()
     elif as_json:
         emit_json([msgspec.to_builtins(r) for r in rows])

@@ -33,6 +33,7 @@ from convmem.adapters.cli._fork import add_fork_command
 from convmem.adapters.cli._inspect import add_inspect_commands
 from convmem.adapters.cli._keys import add_keys_command
 from convmem.adapters.cli._retention import add_retention_command
+from convmem.adapters.cli._safe import guarded
 from convmem.adapters.cli._serve import add_serve_command
 from convmem.adapters.cli._timeline import add_timeline_command
 from convmem.errors import (
@@ -217,7 +218,12 @@ def _one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns its exit code."""
+    """Run one command; returns its exit code. Nothing it writes holds a raw control character."""
+    with guarded():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     secrets: tuple[str, ...] = ()
     try:
         args = build_parser().parse_args(argv)

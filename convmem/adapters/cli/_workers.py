@@ -44,6 +44,7 @@ from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters.cli._safe import SafeStream
 from convmem.adapters.keys import KeySettings
 from convmem.adapters.service._service import MemoryService
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
@@ -114,6 +115,8 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     request, never as an interrupt mid-import. From then on only its supervisor
     (or a signal to its own pid) stops it.
     """
+    sys.stdout = SafeStream(sys.stdout)  # a log line may quote a tenant's text
+    sys.stderr = SafeStream(sys.stderr, secret_free=True)
     stop = threading.Event()
     with contextlib.suppress(OSError):  # already a group leader (not under a supervisor)
         os.setpgid(0, 0)
