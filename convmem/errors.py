@@ -13,6 +13,7 @@ ConvmemError
 ├── ReplayError                           events do not fold: a gap, a foreign key
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
+├── SessionDamaged                        a stored event failed its check or is missing; names where
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
 │   └── StoreFull                          the JetStream store is full (disk, max_file_store, max_bytes)
 ├── StoreNotFound                         the event stream or snapshot bucket does not exist (read-only use)
@@ -46,6 +47,7 @@ __all__ = [
     "ReplayError",
     "SealBroken",
     "SessionClosed",
+    "SessionDamaged",
     "StoreFull",
     "StoreNotFound",
     "SummarizerError",
@@ -170,6 +172,35 @@ class ConcurrencyConflict(ConvmemError):
         super().__init__(
             f"session {key}: expected last sequence {expected_seq}, log has {actual_seq}; "
             "reload the session and decide again"
+        )
+
+
+class SessionDamaged(ConvmemError):
+    """A stored event of the session failed its check, is missing or cannot be read back.
+
+    The session is neither read nor written until an operator repairs it
+    (`convmem repair`, `repair_session`). `key` is the session's composite
+    key, `seq` the session seq of the first damaged or missing event (None
+    when unknown), `position` the log position it was read at (None when
+    the store could not say), `problem` what failed.
+    """
+
+    def __init__(self, *, key: str, seq: int | None, position: int | None, problem: str) -> None:
+        self.key = key
+        self.seq = seq
+        self.position = position
+        self.problem = problem
+        where = ", ".join(
+            part
+            for part in (
+                f"seq {seq}" if seq is not None else "",
+                f"log position {position}" if position is not None else "",
+            )
+            if part
+        )
+        super().__init__(
+            f"session {key} is damaged{f' at {where}' if where else ''}: {problem}; "
+            "see `convmem verify` and repair it with `convmem repair`"
         )
 
 

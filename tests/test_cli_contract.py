@@ -225,6 +225,7 @@ BAD_INPUT = {
     "timeline": ["a:b"],
     "retention": ["--dry-run", "--policy", "/nonexistent.toml"],
     "keys": ["rotate", "--new-master-key-file", "/nonexistent.key"],
+    "repair": ["a:b"],
 }
 
 

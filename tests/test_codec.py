@@ -39,6 +39,7 @@ TAGS = {
     "ItemPopped": "item.popped",
     "TurnsAdopted": "turns.adopted",
     "HistoryCompacted": "history.compacted",
+    "SessionRepaired": "session.repaired",
 }
 
 TURN = ConversationTurn(user_message="hi", assistant_response="hello", ts=5.0)

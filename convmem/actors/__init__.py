@@ -19,7 +19,7 @@
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
   answer handed across threads); erasure notices (`_erasure`); audits
-  (`_audit`) and forks (`_fork`).
+  (`_audit`), forks (`_fork`) and repairs of damaged sessions (`_repair`).
 """
 
 from convmem.actors._audit import (
@@ -53,6 +53,7 @@ from convmem.actors._ports import (
     Summarizer,
     Timer,
 )
+from convmem.actors._repair import RepairPlan, plan_repair, repair_session
 from convmem.actors._retention import (
     RetentionOutcome,
     RetentionProblem,
@@ -80,6 +81,7 @@ __all__ = [
     "MemorySystem",
     "Metrics",
     "PoisonEvent",
+    "RepairPlan",
     "RetentionOutcome",
     "RetentionProblem",
     "RetentionReport",
@@ -105,7 +107,9 @@ __all__ = [
     "fork_events",
     "list_sessions",
     "load_state",
+    "plan_repair",
     "read_jsonl",
+    "repair_session",
     "replay_session",
     "sweep_retention",
     "timeline",

@@ -6,7 +6,10 @@ on the in-memory log, on JetStream, and on an exported JSONL file.
 * `replay_session`: a session's state as of its latest event, a log
   position, or a time;
 * `verify`: rebuild sessions from their events alone and compare them with
-  their snapshots (and, when given, with live states); report poison;
+  their snapshots (and, when given, with live states); report poison, and
+  damage: each event that failed its checksum, is missing (a gap between
+  intact events, a snapshot beyond the log's last event, a session with a
+  snapshot and no event) or is held by the store but cannot be read back;
 * `timeline`: a session's events as rows for people;
 * `export_jsonl` / `read_jsonl`: one event per line, for offline audits.
 """
@@ -35,6 +38,7 @@ from convmem.events import (
     MemoryKey,
     SessionCleared,
     SessionErased,
+    SessionRepaired,
     SessionRestored,
     SessionStarted,
     SummaryProduced,
@@ -99,11 +103,18 @@ class SessionCheck(msgspec.Struct, kw_only=True):
     snapshot_seq: int | None = None
     problems: list[str] = msgspec.field(default_factory=list)
     poison: list[PoisonEvent] = msgspec.field(default_factory=list)
+    damage: list[PoisonEvent] = msgspec.field(default_factory=list)
+    """Damaged or missing events (and a damaged snapshot, seq None), each with where and what failed;
+    the session needs `repair_session`."""
+    repaired: int = 0
+    """Damage found before a `SessionRepaired` that covers it (not a failure)."""
+    missing: int = 0
+    """Events missing between intact ones (each gap is one entry of `damage`)."""
 
     @property
     def ok(self) -> bool:
-        """No problem and no poison."""
-        return not self.problems and not self.poison
+        """No problem, no poison and no damage."""
+        return not self.problems and not self.poison and not self.damage
 
 
 def verify(
@@ -120,7 +131,13 @@ def verify(
 
     A session fails when an event does not decode or does not fold (a gap, a
     bad order), when its snapshot does not equal the replay of the events it
-    claims to cover, or when a given live state differs from the replay.
+    claims to cover, or when a given live state differs from the replay. It
+    is damaged (`SessionCheck.damage`) when an event failed its checksum, when
+    events are missing (between intact events, or up to its snapshot's seq),
+    when the store counts more of its messages than it can read back (a log
+    with ``counts``), or when its snapshot is damaged (a store with
+    ``check``). Sessions that have a snapshot and no event are checked too
+    (a store with ``keys``).
     """
     if key is not None:
         records: Iterable[LoggedEvent] = log.read(key)
@@ -128,13 +145,87 @@ def verify(
         records = log.read_all(tenant_id=tenant_id, user_id=user_id)
     by_key: dict[MemoryKey, list[LoggedEvent]] = defaultdict(list)
     for n, record in enumerate(records, start=1):
-        by_key[record.key].append(record)
+        if record.position or record.damage is None:  # the store's count says what it cannot read
+            by_key[record.key].append(record)
         if progress is not None and n % 1000 == 0:
             progress(n)
+    counts = _counts(log, tenant_id, user_id, key)
+    for stored in _snapshot_keys(snapshots, tenant_id, user_id, key):
+        by_key.setdefault(stored, [])
     checks = []
     for session_key in sorted(by_key, key=lambda k: k.composite()):
-        checks.append(_check(session_key, by_key[session_key], snapshots, live))
+        check = _check(session_key, by_key[session_key], snapshots, live)
+        _count_unreadable(check, by_key[session_key], counts)
+        checks.append(check)
     return checks
+
+
+def _counts(
+    log: EventLog, tenant_id: str | None, user_id: str | None, key: MemoryKey | None
+) -> dict[MemoryKey, int] | None:
+    """How many messages the store holds per session, when the log can say (JetStream, in memory)."""
+    counts = getattr(log, "counts", None)
+    if counts is None:
+        return None
+    if key is not None:
+        found: dict[MemoryKey, int] = counts(tenant_id=key.tenant_id, user_id=key.user_id)
+        return {key: found.get(key, 0)}
+    held: dict[MemoryKey, int] = counts(tenant_id=tenant_id, user_id=user_id)
+    return held
+
+
+def _snapshot_keys(
+    snapshots: SnapshotStore | None, tenant_id: str | None, user_id: str | None, key: MemoryKey | None
+) -> list[MemoryKey]:
+    """The sessions in scope that have a snapshot, when the store can list them."""
+    keys = getattr(snapshots, "keys", None) if snapshots is not None else None
+    if key is not None:
+        return [key] if snapshots is not None and snapshots.load(key) is not None else []
+    if keys is None:
+        return []
+    listed: list[MemoryKey] = keys()
+    return [
+        k
+        for k in listed
+        if (tenant_id is None or k.tenant_id == tenant_id) and (user_id is None or k.user_id == user_id)
+    ]
+
+
+def _count_unreadable(
+    check: SessionCheck, records: list[LoggedEvent], counts: dict[MemoryKey, int] | None
+) -> None:
+    """Damage: the store holds more of the session's messages than it gave back (less those a repair
+    already counted)."""
+    if counts is None:
+        return
+    read = sum(1 for r in records if r.position)
+    known = 0
+    for record in records:
+        if record.event_id is not None and record.event_id.startswith("repaired/"):
+            try:
+                event = decode_event(record.data)
+            except EventDecodeError:
+                continue
+            if isinstance(event, SessionRepaired):
+                known = event.unreadable
+    missing = counts.get(check.key, 0) - read - known - check.missing
+    if missing > 0:
+        last = next((r for r in reversed(records) if r.seq is not None), None)
+        after = f"after seq {last.seq} (log position {last.position})" if last is not None else "at all"
+        first = (last.seq or 0) + 1 if last is not None else 1
+        # The same loss seen from the snapshot (its seq beyond the log's last event): said once.
+        check.damage = [d for d in check.damage if d.position or d.seq != first]
+        check.damage.append(
+            PoisonEvent(
+                key=check.key,
+                position=0,
+                seq=first,
+                problem=(
+                    f"the store holds {missing} more message(s) of this session than it can read back "
+                    f"(damaged on disk; the readable ones end {after})"
+                ),
+            )
+        )
 
 
 def _check(
@@ -150,7 +241,11 @@ def _check(
     want = snapshot.seq if snapshot is not None else None
     state = SessionState()
     try:
-        for event, state in applied(records, on_poison="skip", report=report):
+        for event, after in applied(records, on_poison="skip", report=report):
+            before, state = state, after
+            if isinstance(event, SkippedEvent) and event.opens:
+                check.missing += event.seq - before.version
+                continue  # events the store lost: damage, not events
             check.events += 1
             if want is not None and state.version == want:
                 states[want] = state
@@ -161,7 +256,14 @@ def _check(
     except ReplayError as exc:
         check.problems.append(f"does not fold: {exc}")
     check.poison = list(report.poison)
+    check.damage = list(report.damage)
+    check.repaired = len(report.repaired)
     check.last_seq = state.version
+    stored_problem = getattr(snapshots, "check", None)
+    if stored_problem is not None:
+        problem = stored_problem(key)
+        if problem is not None:
+            check.damage.append(PoisonEvent(key=key, position=0, seq=None, problem=f"snapshot: {problem}"))
     if snapshot is not None:
         check.snapshot_seq = snapshot.seq
         rebuilt = states.get(snapshot.seq)
@@ -170,11 +272,27 @@ def _check(
         except EventDecodeError as exc:
             check.problems.append(f"snapshot at seq {snapshot.seq} does not decode: {exc}")
         else:
-            if rebuilt is None:
+            if snapshot.seq > state.version and not _erased(records):
+                first = state.version + 1
+                lost = f"seq {first}" if first == snapshot.seq else f"seqs {first}-{snapshot.seq}"
+                where = f"the log ends at seq {state.version}" if state.version else "the log holds no event"
+                check.damage.append(
+                    PoisonEvent(
+                        key=key,
+                        position=0,
+                        seq=first,
+                        problem=(
+                            f"event {lost} missing: the snapshot at seq {snapshot.seq} covers them, but "
+                            f"{where} (lost by the store; `convmem repair` restores the snapshot)"
+                        ),
+                    )
+                )
+            elif rebuilt is None:
                 if (
                     state.version >= snapshot.seq
                     and not _erased(records)
                     and not _compacted(records, snapshot.seq)
+                    and not check.damage
                 ):
                     check.problems.append(f"snapshot at seq {snapshot.seq} matches no point of the log")
             elif state_hash(rebuilt) != snapshot.state_hash or stored != rebuilt:
@@ -325,6 +443,12 @@ def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
             )
         case SessionErased():
             return "session.erased", event.reason
+        case SessionRepaired():
+            found = f"; found: {'; '.join(event.damage)}" if event.damage else ""
+            return (
+                "session.repaired",
+                f"restored to seq {event.restored_seq} ({event.method}){found}",
+            )
         case ItemsAdded():
             return "items.added", f"{len(event.items)} items from #{event.first_index}"
         case ItemPopped():
@@ -370,7 +494,16 @@ def timeline(
         walk = walks.get(record.key)
         if walk is None:
             walk = walks[record.key] = SessionSequence()
-        unfit = walk.take(record.seq, record.data)
+        if record.damage is not None:
+            if record.position and record.seq is not None and record.seq == walk.version + 1:
+                walk.version = record.seq
+            rows.append(
+                TimelineRow(
+                    position=record.position, seq=record.seq, at=None, type="DAMAGED", detail=record.damage
+                )
+            )
+            continue
+        unfit = walk.take(record.seq, record.data, intact=record.intact)
         if unfit is not None:
             detail = f"does not fit the session: {unfit}"
             rows.append(

@@ -18,7 +18,7 @@ import msgspec
 
 from convmem.actors._ports import EventLog, LoggedEvent
 from convmem.actors._sequence import SessionSequence
-from convmem.errors import EventDecodeError, InvalidInput
+from convmem.errors import EventDecodeError, InvalidInput, SessionDamaged
 from convmem.events import (
     AnyEvent,
     HistoryCompacted,
@@ -61,8 +61,22 @@ def fork_events(
     for record in records:
         if at_position is not None and record.position > at_position:
             break
-        if walk.take(record.seq, record.data) is not None:
+        if record.damage is not None:
+            raise SessionDamaged(
+                key=source.composite(),
+                seq=record.seq,
+                position=record.position or None,
+                problem=record.damage,
+            )
+        if walk.take(record.seq, record.data, intact=record.intact) is not None:
             continue  # not one of the source's events (reported by its audits): not copied
+        if walk.gap is not None:
+            raise SessionDamaged(
+                key=source.composite(),
+                seq=walk.gap[0],
+                position=record.position,
+                problem=f"events seq {walk.gap[0]}-{walk.gap[1]} are missing; cannot fork",
+            )
         try:
             event = decode_event(record.data, seq=record.position)
         except EventDecodeError as exc:

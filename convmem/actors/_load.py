@@ -1,6 +1,13 @@
-"""Rebuilding a session from its snapshot and the log's tail, reporting poison events.
+"""Rebuilding a session from its snapshot and the log's tail, reporting poison and damage.
 
 Used by session activation and by auditors alike, so both see the same state.
+
+Damage is not poison: poison is a record that does not belong (a foreign
+message, bytes of a newer version) and is skipped; damage is a record of the
+session that failed its checksum, events its intact successors say are
+missing, or messages the store holds but cannot read. A load that meets
+damage not followed by a `SessionRepaired` (or an erasure fence) raises
+`SessionDamaged`: the session is neither read nor written until repaired.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ import msgspec
 
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
-from convmem.errors import EventDecodeError, ReplayError
-from convmem.events import AnyEvent, MemoryKey, decode_event
+from convmem.errors import EventDecodeError, ReplayError, SessionDamaged
+from convmem.events import AnyEvent, MemoryKey, SessionErased, SessionRepaired, decode_event
 from convmem.projections import (
     SessionState,
     SkippedEvent,
@@ -24,7 +31,15 @@ from convmem.projections import (
     state_hash,
 )
 
-__all__ = ["LoadReport", "PoisonEvent", "applied", "decode_logged", "fold_logged", "load_state"]
+__all__ = [
+    "LoadReport",
+    "PoisonEvent",
+    "applied",
+    "damaged_error",
+    "decode_logged",
+    "fold_logged",
+    "load_state",
+]
 
 _log = logging.getLogger("convmem.load")
 
@@ -47,6 +62,20 @@ class LoadReport(msgspec.Struct, kw_only=True):
     snapshot_rejected: str | None = None
     events_applied: int = 0
     poison: list[PoisonEvent] = msgspec.field(default_factory=list)
+    damage: list[PoisonEvent] = msgspec.field(default_factory=list)
+    """Damaged or missing events that no later repair (or erasure fence) covers."""
+    repaired: list[PoisonEvent] = msgspec.field(default_factory=list)
+    """Damage found before a `SessionRepaired` that covers it."""
+
+
+def damaged_error(damage: PoisonEvent) -> SessionDamaged:
+    """The error a session with `damage` is refused with."""
+    return SessionDamaged(
+        key=damage.key.composite(),
+        seq=damage.seq,
+        position=damage.position or None,
+        problem=damage.problem,
+    )
 
 
 def decode_logged(
@@ -66,12 +95,31 @@ def decode_logged(
     """
     walk = sequence if sequence is not None else SessionSequence()
     for record in records:
-        unfit = walk.take(record.seq, record.data)
+        if record.damage is not None:
+            report.damage.append(
+                PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=record.damage)
+            )
+            if record.position and record.seq is not None and record.seq == walk.version + 1:
+                walk.version = record.seq
+                yield SkippedEvent(record.seq, record.damage)
+            continue
+        unfit = walk.take(record.seq, record.data, intact=record.intact)
         if unfit is not None:
             _poison(record, record.seq, f"does not fit the session: {unfit}", on_poison, report)
             continue
         seq = record.seq
         assert seq is not None  # a record without a header never fits
+        if walk.gap is not None:
+            first, last = walk.gap
+            missing = f"seq {first}" if first == last else f"seqs {first}-{last}"
+            problem = (
+                f"event {missing} missing: the store lost it (the next one kept, seq {seq}, "
+                f"is at log position {record.position})"
+            )
+            report.damage.append(
+                PoisonEvent(key=record.key, position=record.position, seq=first, problem=problem)
+            )
+            yield SkippedEvent(last, problem, opens=True)
         try:
             event = decode_event(record.data, seq=record.position)
         except EventDecodeError as exc:
@@ -83,6 +131,9 @@ def decode_logged(
             _poison(record, seq, problem, on_poison, report)
             yield SkippedEvent(seq, problem)
             continue
+        if isinstance(event, SessionRepaired | SessionErased) and report.damage:
+            report.repaired.extend(report.damage)  # what came before is restored, or erased
+            report.damage.clear()
         report.events_applied += 1
         yield event
 
@@ -147,6 +198,8 @@ def fold_logged(
             raise
     report.events_applied = 0
     report.poison.clear()
+    report.damage.clear()
+    report.repaired.clear()
     current = SessionState()
     for _, current in applied(records, on_poison=on_poison, report=report):  # noqa: B007
         pass
@@ -169,10 +222,17 @@ def load_state(
         # event at that seq (the very one, when the snapshot names it). Otherwise it outlived an
         # erasure (a stale process saved it): it holds erased data, so it goes.
         near = log.read(key, after_seq=start.version - 1)
+        # An event the store cannot read, where the snapshot's should be: damage, not an erasure.
+        unreadable = next(
+            (r for r in near if r.damage is not None and (not r.position or (r.seq or 0) <= snapshot.seq)),
+            None,
+        )
+        if unreadable is not None:
+            raise damaged_error(_as_damage(unreadable))
         problem = _stale(near, snapshot)
         if problem is None:  # what came after the snapshot's event (a foreign message before it too)
-            covered = next(r.position for r in near if r.seq == snapshot.seq)
-            records = [r for r in near if r.position > covered]
+            covered = next(r.position for r in near if r.seq == snapshot.seq and r.damage is None)
+            records = [r for r in near if r.position > covered or not r.position]
         else:
             _log.warning("deleting the snapshot of %s: %s", key, problem)
             snapshots.delete(key)
@@ -190,6 +250,8 @@ def load_state(
             raise
         report.events_applied = 0
         report.poison.clear()
+        report.damage.clear()
+        report.repaired.clear()
         if start is not None:
             # The snapshot does not continue into the log (e.g. the session was erased): start over.
             report.snapshot_rejected = "snapshot does not continue into the log"
@@ -203,7 +265,13 @@ def load_state(
         # after the erasure); remove it rather than keep personal data the log no longer has.
         snapshots.delete(key)
         report.snapshot_rejected = "snapshot predates an erasure"
+    if report.damage:
+        raise damaged_error(report.damage[0])
     return state, report
+
+
+def _as_damage(record: LoggedEvent) -> PoisonEvent:
+    return PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=record.damage or "")
 
 
 def _usable(snapshot: Snapshot, key: MemoryKey, report: LoadReport) -> SessionState | None:
@@ -227,7 +295,7 @@ def _usable(snapshot: Snapshot, key: MemoryKey, report: LoadReport) -> SessionSt
 
 def _stale(records: list[LoggedEvent], snapshot: Snapshot) -> str | None:
     """Why `snapshot` does not belong to the history in `records` (read from its seq on), or None."""
-    at = next((r for r in records if r.seq == snapshot.seq), None)
+    at = next((r for r in records if r.seq == snapshot.seq and r.damage is None), None)
     if at is None:
         return (
             f"the log holds no event at the snapshot's seq {snapshot.seq} "

@@ -44,6 +44,14 @@ class LoggedEvent(msgspec.Struct, frozen=True, kw_only=True):
     (None when the bytes were not written by convmem). Decoding is left to
     the reader, so a poison message is reported with its position instead of
     breaking the read.
+
+    `intact` says the record carried the checksum its writer stored with it
+    and that it matched (the bytes are as written); `damage` says why a
+    record failed its check (the checksum did not match, or the store holds
+    messages it cannot read back: then `position` is 0 and `seq` the one the
+    first of them would have; such a record takes no place in the sequence). A
+    record without a checksum (written before convmem checksummed them, or not by
+    convmem) is neither.
     """
 
     key: MemoryKey
@@ -51,6 +59,8 @@ class LoggedEvent(msgspec.Struct, frozen=True, kw_only=True):
     position: int
     data: bytes
     event_id: str | None = None
+    intact: bool = False
+    damage: str | None = None
 
 
 class EventLog(Protocol):

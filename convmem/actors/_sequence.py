@@ -18,16 +18,25 @@ while the session has no event, when they decode and their own seq agrees
 with the header; so may retention's `HistoryCompacted` at any higher seq
 (the events before it were dropped).
 
+A `SessionRepaired` (an operator's repair of a damaged session) may open a
+history at any higher seq too, as a fence does.
+
+An *intact* message (its ``Convmem-Sum`` checksum matched: convmem wrote it and
+it is intact) whose seq skips seqs is taken as well: the seqs it skips are
+missing (the store lost them), which `gap` tells the reader, who reports the
+session as damaged. Writers and readers count such a session alike, so the
+repair lands above everything stored.
+
 Any other message does not fit: it has no header (convmem did not write it),
-its seq is not above the version (rewound), or it skips seqs. It stays where
-it is, the version does not move, and the readers report it with its session
-and position.
+its seq is not above the version (rewound), or it skips seqs without a matching checksum. It
+stays where it is, the version does not move, and the readers report it with
+its session and position.
 """
 
 from __future__ import annotations
 
 from convmem.errors import EventDecodeError
-from convmem.events import HistoryCompacted, SessionErased, SessionStarted, decode_event
+from convmem.events import HistoryCompacted, SessionErased, SessionRepaired, SessionStarted, decode_event
 
 __all__ = ["SessionSequence"]
 
@@ -35,16 +44,23 @@ __all__ = ["SessionSequence"]
 class SessionSequence:
     """The version of one session while its stored messages are walked in log order."""
 
-    __slots__ = ("version",)
+    __slots__ = ("gap", "version")
 
     def __init__(self, version: int = 0) -> None:
         self.version = version
         """The seq of the last message taken as the session's event (0: none yet)."""
+        self.gap: tuple[int, int] | None = None
+        """The seqs (first, last) that the message just taken skipped: events the store lost."""
 
-    def take(self, seq: int | None, data: bytes) -> str | None:
+    def take(self, seq: int | None, data: bytes, *, intact: bool = False) -> str | None:
         """The next stored message: None when it is the session's next event (the version moves to
-        `seq`), else why it does not fit the session (the version stays)."""
+        `seq`), else why it does not fit the session (the version stays).
+
+        `intact`: the message's checksum matched (see the module's docstring).
+        """
         version = self.version
+        if self.gap is not None:
+            self.gap = None
         if seq is None:
             return "it has no Convmem-Seq header (convmem did not write it)"
         if seq == version + 1:
@@ -60,10 +76,14 @@ class SessionSequence:
             event is not None
             and event.seq == seq
             and (
-                isinstance(event, SessionErased | HistoryCompacted)
+                isinstance(event, SessionErased | HistoryCompacted | SessionRepaired)
                 or (version == 0 and isinstance(event, SessionStarted))
             )
         ):
+            self.version = seq
+            return None
+        if intact:
+            self.gap = (version + 1, seq - 1)
             self.version = seq
             return None
         return f"its seq {seq} skips {seq - version - 1} seq(s) after the session's seq {version}"

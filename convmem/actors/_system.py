@@ -37,6 +37,7 @@ from convmem.actors._load import LoadReport
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer
+from convmem.actors._repair import RepairPlan, repair_session
 from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
 from convmem.actors._storage import SessionStorage
@@ -317,6 +318,26 @@ class MemorySystem:
             tenant_id=tenant_id,
             stop=stop,
         )
+
+    def repair(
+        self, key: MemoryKey, *, method: Literal["auto", "snapshot", "cut"] = "auto", reason: str = ""
+    ) -> RepairPlan:
+        """Repair a damaged session (see `convmem.actors.repair_session`); a sound one is left as it is.
+
+        The session's live actor and cached state are dropped first, so its next call loads the
+        repaired state.
+        """
+        self.passivate(key)
+        plan = repair_session(
+            self.log,
+            self.snapshots,
+            key,
+            at=self.clock.now(),
+            method=method,
+            reason=reason or "repaired by an operator",
+        )
+        self.passivate(key)
+        return plan
 
     def fork(self, key: MemoryKey, *, to: MemoryKey, at: int | datetime | None = None) -> Forked:
         """Start session `to` as `key` was after log position `at` (an int), at a time (a datetime), or now.

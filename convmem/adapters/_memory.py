@@ -2,7 +2,11 @@
 
 They keep the same promises as the JetStream adapters (optimistic
 concurrency, exactly-once by event id, erasure that leaves nothing and tells
-every watcher, log-wide positions) and pass the same contract suite. Useful for tests, for
+every watcher, log-wide positions) and pass the same contract suite. The
+log's own records are intact (`LoggedEvent.intact`) without a checksum: they
+are immutable bytes in this process's memory, never stored where they could
+change; bytes stored by `append_raw` with a checksum are checked as the
+JetStream log checks them. Useful for tests, for
 in-process use and as the reference the durable adapters are checked against.
 """
 
@@ -13,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from convmem.actors import ErasureNotice, LoggedEvent, SessionSequence, Snapshot, Unwatch
+from convmem.adapters._checksum import check
 from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, SessionClosed
 from convmem.events import Event, HistoryCompacted, MemoryKey, decode_event, encode_event
 
@@ -66,21 +71,48 @@ class InMemoryEventLog:
                 position=len(self._all) + 1,
                 data=encode_event(event),
                 event_id=event.event_id,
+                intact=True,
             )
             self._all.append(record)
             stored.append(record)
             self._ids.setdefault(key, set()).add(event.event_id)
             self._last_seq[key] = event.seq
 
-    def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
-        """Store bytes as they are (a poison message, for tests of readers); returns the position."""
+    def append_raw(
+        self,
+        key: MemoryKey,
+        data: bytes,
+        *,
+        seq: int | None = None,
+        checksum: str | None = None,
+        event_id: str | None = None,
+    ) -> int:
+        """Store bytes as they are (a poison message, for tests of readers); returns the position.
+
+        With `checksum`, the record is checked as a JetStream read checks it (`intact` or `damage`).
+        """
+        intact, damage = False, None
+        if checksum is not None:
+            headers = {"Convmem-Sum": checksum, "seq": "" if seq is None else str(seq), "id": event_id or ""}
+            intact, damage = check(headers, data, seq_header="seq", id_header="id")
         with self._lock:
             self._check_open()
-            record = LoggedEvent(key=key, seq=seq, position=len(self._all) + 1, data=data)
+            record = LoggedEvent(
+                key=key,
+                seq=seq,
+                position=len(self._all) + 1,
+                data=data,
+                event_id=event_id,
+                intact=intact,
+                damage=damage,
+            )
             self._all.append(record)
             self._sessions.setdefault(key, []).append(record)
             walk = SessionSequence(self._last_seq.get(key, 0))
-            if walk.take(seq, data) is None:  # the session's next event (as the fold counts)
+            if damage is not None:
+                if seq is not None and seq == walk.version + 1:
+                    self._last_seq[key] = seq
+            elif walk.take(seq, data, intact=intact) is None:  # the session's next event (as the fold counts)
                 self._last_seq[key] = walk.version
             return record.position
 
@@ -251,6 +283,11 @@ class InMemorySnapshotStore:
         """See `SnapshotStore.delete`."""
         with self._lock:
             self._snapshots.pop(key, None)
+
+    def keys(self) -> list[MemoryKey]:
+        """The sessions that have a snapshot, in key order."""
+        with self._lock:
+            return sorted(self._snapshots, key=MemoryKey.composite)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -35,6 +35,7 @@ from convmem.events._events import (
     ItemsAdded,
     SessionCleared,
     SessionErased,
+    SessionRepaired,
     SessionRestored,
     SessionStarted,
     SummaryProduced,
@@ -66,6 +67,7 @@ AnyEvent = (
     | ItemPopped
     | TurnsAdopted
     | HistoryCompacted
+    | SessionRepaired
 )
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
@@ -80,6 +82,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ItemPopped,
     TurnsAdopted,
     HistoryCompacted,
+    SessionRepaired,
 )
 _TAGS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 

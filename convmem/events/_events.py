@@ -36,6 +36,7 @@ __all__ = [
     "KeptTurn",
     "SessionCleared",
     "SessionErased",
+    "SessionRepaired",
     "SessionRestored",
     "SessionStarted",
     "SummaryProduced",
@@ -178,6 +179,28 @@ class SessionErased(Event, frozen=True, gc=False, tag="session.erased"):
     expects the old last sequence conflicts instead of writing them back.
     """
 
+    reason: str = ""
+
+
+class SessionRepaired(Event, frozen=True, gc=False, tag="session.repaired"):
+    """An operator repaired a damaged session (`convmem repair`): its state is `state` from here on.
+
+    `state` is the session's state as restored, encoded as a snapshot is
+    (the newest snapshot that passed its checks, or the replay of the events
+    up to the last good one); the fold takes it whole, so a replay is exact
+    whatever damaged records lie before this event. Like a `SessionErased`
+    fence it may open at any seq above the session's. `method` is
+    ``"snapshot"`` or ``"cut"``, `restored_seq` the seq the restored state
+    stood at, `damage` what was found damaged or missing, `unreadable` how
+    many stored messages the store held but could not read when repaired
+    (they stay counted, not reported again).
+    """
+
+    state: bytes
+    method: str
+    restored_seq: int
+    damage: tuple[str, ...] = ()
+    unreadable: int = 0
     reason: str = ""
 
 

@@ -9,7 +9,9 @@ the events it removes, may open a history at any seq; and so may the
 `SessionStarted` of a session begun again over that fence once the erasure
 removed the fence too (a history can only lose what comes before a start by
 an erasure); and `HistoryCompacted`, retention's compaction, which carries
-the whole state the fold needs and replaces whatever came before it.
+the whole state the fold needs and replaces whatever came before it; and
+`SessionRepaired`, an operator's repair of a damaged session, which replaces
+the state whole with the one it carries.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from convmem.errors import ReplayError, UnknownEventType
+from convmem.errors import EventDecodeError, ReplayError, UnknownEventType
 from convmem.events import (
     AnyEvent,
     BacklogTrimmed,
@@ -31,6 +33,7 @@ from convmem.events import (
     MessageItem,
     SessionCleared,
     SessionErased,
+    SessionRepaired,
     SessionRestored,
     SessionStarted,
     SummaryProduced,
@@ -41,6 +44,7 @@ from convmem.projections._entities import EntityTable
 from convmem.projections._horizon import bound
 from convmem.projections._idempotency import key_prefix, remember_key, remember_keys
 from convmem.projections._retention import compacted_state
+from convmem.projections._serial import decode_state
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = ["SkippedEvent", "evolve", "replay", "skipped_from_error"]
@@ -53,13 +57,18 @@ _NO_ENTITIES = EntityTable()
 
 
 class SkippedEvent:
-    """Stands in a replay for an event this version cannot read (see `replay`)."""
+    """Stands in a replay for an event this version cannot read (see `replay`).
 
-    __slots__ = ("reason", "seq")
+    With `opens`, it stands for the events up to its seq that the store lost
+    (a gap a reader found and reports as damage), so it may follow any lower seq.
+    """
 
-    def __init__(self, seq: int, reason: str) -> None:
+    __slots__ = ("opens", "reason", "seq")
+
+    def __init__(self, seq: int, reason: str, *, opens: bool = False) -> None:
         self.seq = seq
         self.reason = reason
+        self.opens = opens
 
     def __repr__(self) -> str:
         return f"SkippedEvent(seq={self.seq}, reason={self.reason!r})"
@@ -69,7 +78,9 @@ def _check_order(state: SessionState, event: AnyEvent | SkippedEvent) -> bool:
     """True when the event is new; False when already applied; raises on a gap."""
     if event.seq <= state.version:
         return False
-    if isinstance(event, SessionErased | HistoryCompacted):
+    if isinstance(event, SessionErased | HistoryCompacted | SessionRepaired) or (
+        isinstance(event, SkippedEvent) and event.opens
+    ):
         return True
     if state.version == 0 and isinstance(event, SessionStarted):
         return True  # a session begun again after an erasure: what came before it was erased
@@ -91,7 +102,7 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
         if state.key is not None and state.key != event.key:
             raise ReplayError(f"seq {event.seq} compacts session {event.key}, not {state.key}")
         return compacted_state(event)
-    if not state.started and not isinstance(event, SessionStarted | SessionErased):
+    if not state.started and not isinstance(event, SessionStarted | SessionErased | SessionRepaired):
         raise ReplayError(f"event seq {event.seq} ({type(event).__name__}) comes before the session started")
     common: dict[str, Any] = {"version": event.seq, "last_at": max(state.last_at, event.at)}
     keys = _remembered(state, event)
@@ -198,6 +209,8 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
         case HistoryCompacted():  # handled above: it replaces the state whole
             raise AssertionError("unreachable")
+        case SessionRepaired():
+            return _repaired(state, event)
         case ItemsAdded():
             turns, next_index = _add_items(state, event)
             return bound(msgspec_replace(state, turns=turns, next_index=next_index, **common))
@@ -284,6 +297,17 @@ def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
             include_digest=state.config.include_trajectory_digest,
             include_date=state.config.include_turn_dates,
         ),
+    )
+
+
+def _repaired(state: SessionState, event: SessionRepaired) -> SessionState:
+    """The state a repair restored, at the repair's seq."""
+    try:
+        restored = decode_state(event.state)
+    except EventDecodeError as exc:
+        raise ReplayError(f"the repair at seq {event.seq} carries no readable state: {exc}") from None
+    return msgspec_replace(
+        restored, key=state.key or restored.key, version=event.seq, last_at=max(restored.last_at, event.at)
     )
 
 

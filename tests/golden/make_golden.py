@@ -33,6 +33,7 @@ from convmem.events import (
     MessageItem,
     SessionCleared,
     SessionErased,
+    SessionRepaired,
     SessionRestored,
     SessionStarted,
     ShortTermMemoryConfig,
@@ -216,6 +217,18 @@ EXAMPLES: dict[str, Event] = {
         dropped_events=13,
         dropped_turns=8,
         reason="21 turns stored, over max_turns 2",
+    ),
+    # Added with damage repair (issue 24): an operator restored a damaged session.
+    "session.repaired": SessionRepaired(
+        seq=14,
+        event_id="repaired/5d1e",
+        at=1765700014.0,
+        state=b"\x83\xa3key\xc0\xa7version\x0c\xa7started\xc3",
+        method="snapshot",
+        restored_seq=12,
+        damage=("event seq 13 missing: the store lost it",),
+        unreadable=1,
+        reason="restored from the snapshot at seq 12",
     ),
 }
 """One fixed example per golden file: per event tag, with every field set away from its default,

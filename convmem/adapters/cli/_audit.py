@@ -1,4 +1,4 @@
-"""The auditor's commands: replay, verify, export, erase (inspect and sessions are in `_inspect`)."""
+"""The auditor's commands: replay, verify, export, erase, repair (inspect and sessions are in `_inspect`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from convmem.actors import (
     LoggedEvent,
     MemorySystem,
     export_jsonl,
+    plan_repair,
     read_jsonl,
     replay_session,
     verify,
 )
 from convmem.adapters._memory import InMemoryEventLog
 from convmem.adapters.cli._common import (
+    EXIT_DAMAGED,
     EXIT_DECLINED,
     EXIT_FAILED,
     EXIT_INVALID,
@@ -39,6 +41,7 @@ from convmem.adapters.cli._common import (
     table,
 )
 from convmem.adapters.cli._safe import json_text
+from convmem.errors import ConvmemError
 from convmem.events import MemoryKey
 from convmem.projections import agent_items, llm_context
 
@@ -46,7 +49,8 @@ __all__ = ["add_audit_commands", "event_count"]
 
 
 def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Register replay, verify, export and erase on the CLI's subparsers (`common`: global options)."""
+    """Register replay, verify, export, erase and repair on the CLI's subparsers (`common`: global
+    options)."""
     p = commands.add_parser(
         "replay",
         parents=[common],
@@ -89,6 +93,26 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_erase)
+
+    p = commands.add_parser(
+        "repair",
+        parents=[common],
+        help="repair a damaged session: restore its newest good snapshot or cut at its last good event",
+    )
+    p.add_argument("key", nargs="?", help="the session, tenant:user:session (or --tenant, --user, --session)")
+    p.add_argument("--tenant", help="the session's tenant")
+    p.add_argument("--user", help="the session's user")
+    p.add_argument("--session", help="the session's id")
+    p.add_argument(
+        "--method",
+        choices=("auto", "snapshot", "cut"),
+        default="auto",
+        help="where the restored state comes from (auto: whichever holds more)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_repair)
 
 
 def _records_from_file(path: Path) -> list[LoggedEvent]:
@@ -183,6 +207,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                         "snapshot_seq": c.snapshot_seq,
                         "problems": c.problems,
                         "poison": [msgspec.to_builtins(p) for p in c.poison],
+                        "damage": [msgspec.to_builtins(d) for d in c.damage],
+                        "repaired": c.repaired,
                     }
                     for c in checks
                 ],
@@ -196,7 +222,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 c.turns,
                 c.summaries,
                 c.snapshot_seq or "-",
-                "ok" if c.ok else "FAILED",
+                "ok" if c.ok else "DAMAGED" if c.damage else "FAILED",
             )
             for c in checks
         ]
@@ -208,10 +234,99 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(
                     f"{check.key}: poison at position {poison.position} (seq {poison.seq}): {poison.problem}"
                 )
+            for damage in check.damage:
+                print(f"{check.key}: DAMAGED {_where(damage.seq, damage.position)}: {damage.problem}")
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
         )
+    if any(c.damage for c in checks):
+        if not args.json:
+            print("damaged sessions are refused until repaired: convmem repair tenant:user:session")
+        return EXIT_DAMAGED
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _where(seq: int | None, position: int | None) -> str:
+    parts = [f"seq {seq}" if seq is not None else "", f"position {position}" if position else ""]
+    return ", ".join(p for p in parts if p) or "snapshot"
+
+
+def _repair_key(args: argparse.Namespace) -> MemoryKey:
+    named = (args.tenant, args.user, args.session)
+    if args.key and any(named):
+        raise CliError("name the session once: a KEY, or --tenant, --user and --session", EXIT_USAGE)
+    if args.key:
+        return parse_key(args.key)
+    if not all(named):
+        raise CliError(
+            "say which session to repair: tenant:user:session, or --tenant --user --session", EXIT_USAGE
+        )
+    tenant, user, session = named
+    return (
+        parse_key(f"{tenant}:{user}:{session}")
+        if ":" not in "".join(named)
+        else _key_of(tenant, user, session)
+    )
+
+
+def _key_of(tenant: str, user: str, session: str) -> MemoryKey:
+    try:
+        return MemoryKey(tenant, user, session)
+    except ConvmemError as exc:
+        raise CliError(f"bad session: {exc}", EXIT_USAGE) from None
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    key = _repair_key(args)
+    with backend(args, read_only=args.dry_run) as (log, snapshots):
+        plan, _ = plan_repair(log, snapshots, key, method=args.method)
+        if not plan.needed:
+            if log.last_seq(key) == 0 and (snapshots is None or snapshots.load(key) is None):
+                raise CliError(f"nothing to repair: no events or snapshot for session {key}", EXIT_NOT_FOUND)
+            _report_repair(args, plan, "nothing to repair: the session verifies")
+            return EXIT_OK
+        what = (
+            f"session {key.composite()}: {len(plan.damage)} damaged or missing event(s); restore "
+            f"{'the snapshot' if plan.method == 'snapshot' else 'the events'} up to seq {plan.restored_seq} "
+            f"({plan.turns} live turns)"
+        )
+        if args.dry_run:
+            _report_repair(args, plan, f"would repair {what}")
+            return EXIT_OK
+        if not args.yes and not _confirm_repair(what, key.composite()):
+            print("not repaired: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        with MemorySystem(log=log, snapshots=snapshots) as system:
+            plan = system.repair(key, method=args.method, reason="convmem repair")
+    _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}")
+    return EXIT_OK
+
+
+def _confirm_repair(what: str, token: str) -> bool:
+    if not sys.stdin.isatty():
+        raise CliError(f"refusing to repair {what} without confirmation: pass --yes", EXIT_USAGE)
+    answer = input(f"Repair {what}? Type {token} to confirm: ")
+    return answer.strip() == token
+
+
+def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
+    if args.json:
+        emit_json(
+            {
+                "key": plan.key.composite(),
+                "needed": plan.needed,
+                "applied": plan.applied,
+                "method": plan.method or None,
+                "restored_seq": plan.restored_seq,
+                "seq": plan.seq or None,
+                "turns": plan.turns,
+                "damage": [msgspec.to_builtins(d) for d in plan.damage],
+            }
+        )
+        return
+    for damage in plan.damage:
+        print(f"{plan.key}: DAMAGED {_where(damage.seq, damage.position)}: {damage.problem}")
+    print(message)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from convmem.events import MemoryKey
 
 __all__ = [
     "EXIT_CODES",
+    "EXIT_DAMAGED",
     "EXIT_DECLINED",
     "EXIT_FAILED",
     "EXIT_INTERNAL",
@@ -55,6 +56,7 @@ EXIT_NOT_FOUND = 3  # the key or user has no events
 EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
 EXIT_INVALID = 5  # an input (file, key, data) is wrong
 EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
+EXIT_DAMAGED = 7  # verification found damaged or missing events (repair them with `convmem repair`)
 EXIT_INTERNAL = 70  # a bug
 EXIT_INTERRUPTED = 130
 
@@ -67,6 +69,7 @@ EXIT_CODES = {
     EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",
     EXIT_INVALID: "an input is wrong (a file, data)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
+    EXIT_DAMAGED: "verification found damaged or missing events or a damaged snapshot (`convmem repair`)",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
     EXIT_INTERRUPTED: "interrupted",
 }

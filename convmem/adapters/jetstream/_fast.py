@@ -21,6 +21,7 @@ from typing import Protocol
 import nats.errors
 from nats.aio.subscription import Subscription
 
+from convmem.adapters._checksum import SUM_HEADER, seal
 from convmem.adapters.jetstream._appends import EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, log_error
 from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER
@@ -28,7 +29,9 @@ from convmem.errors import LogUnavailable, SessionClosed
 
 __all__ = ["FastAppends"]
 
-_FAST_HEADER = f"NATS/1.0\r\n{MSG_ID}: %s\r\n{SEQ_HEADER}: %d\r\n{EXPECTED}: %d\r\n\r\n".encode()
+_FAST_HEADER = (
+    f"NATS/1.0\r\n{MSG_ID}: %s\r\n{SEQ_HEADER}: %d\r\n{EXPECTED}: %d\r\n{SUM_HEADER}: %s\r\n\r\n".encode()
+)
 
 
 class _Writer(Protocol):
@@ -104,9 +107,11 @@ class FastAppends:
             self._ack_prefix = prefix
         token = str(next(self._tokens))
         # The event id was checked for header use (JetStreamEventLog); the numbers are ours.
-        header = _FAST_HEADER % (event.event_id.encode(), event.seq, last.stream_seq)
+        payload = pending.payloads[0]
+        checksum = seal(event.seq, event.event_id, payload).encode()
+        header = _FAST_HEADER % (event.event_id.encode(), event.seq, last.stream_seq, checksum)
         try:
-            await nc.publish_prepared(subject, self._ack_prefix + token, header, pending.payloads[0])
+            await nc.publish_prepared(subject, self._ack_prefix + token, header, payload)
         except BaseException:
             self._writer.forget(subject)  # it may have gone out: ask the server next time
             raise

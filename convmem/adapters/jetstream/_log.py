@@ -29,10 +29,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
+from convmem.adapters._checksum import SUM_HEADER
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
-from convmem.adapters.jetstream._read import SubjectKeys, read_range
+from convmem.adapters.jetstream._read import MSG_ID, SubjectKeys, read_range, unreadable
 from convmem.adapters.jetstream._sealing import Sealing
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
 from convmem.adapters.jetstream._write import PendingAppend, SessionWriter
@@ -246,20 +247,42 @@ class JetStreamEventLog:
             known = self._appending[key] = (self._open_subject(key, publish=True), f"append to {key}")
         return known
 
-    def append_raw(self, key: MemoryKey, data: bytes, *, seq: int | None = None) -> int:
-        """Store bytes as they are (a poison message, for tests of readers); returns the position."""
+    def append_raw(
+        self,
+        key: MemoryKey,
+        data: bytes,
+        *,
+        seq: int | None = None,
+        checksum: str | None = None,
+        event_id: str | None = None,
+    ) -> int:
+        """Store bytes as they are (a poison message, for tests of readers); returns the position.
+
+        `checksum` and `event_id` go in the ``Convmem-Sum`` and ``Nats-Msg-Id`` headers when given.
+        """
         subject = self._open_subject(key, publish=True)
+        headers = {SUM_HEADER: checksum} if checksum is not None else {}
+        if event_id is not None:
+            headers[MSG_ID] = event_id
         return self._conn.call(
-            lambda: self._writer.append_raw(subject, data, seq), what=f"raw append to {key}"
+            lambda: self._writer.append_raw(subject, data, seq, headers), what=f"raw append to {key}"
         )
 
     def read(self, key: MemoryKey, *, after_seq: int = 0) -> list[LoggedEvent]:
-        """See `EventLog.read`."""
+        """See `EventLog.read`. Messages the server holds after the last one read but cannot serve
+        (damaged on disk) are one record at the end, with `damage` set, position 0 and the seq the
+        first of them would have."""
         subject = self._open_subject(key, publish=False)
-        messages = self._conn.call(lambda: self._writer.read(subject, after_seq), what=f"read {key}")
+        messages, unread = self._conn.call(
+            lambda: self._writer.read_counted(subject, after_seq), what=f"read {key}"
+        )
         record = self._sealing.record
-        records = [record(m, key) for m in messages]
-        return [r for r in records if r.seq is None or r.seq > after_seq]
+        everything = [record(m, key) for m in messages]
+        records = [r for r in everything if r.seq is None or r.seq > after_seq]
+        if unread:
+            last = next((r for r in reversed(everything) if r.seq is not None), None)
+            records.append(unreadable(key, unread, last))
+        return records
 
     def last_seq(self, key: MemoryKey) -> int:
         """See `EventLog.last_seq`."""

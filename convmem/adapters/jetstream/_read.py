@@ -21,6 +21,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from convmem.actors import LoggedEvent
+from convmem.adapters._checksum import check
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage
 from convmem.errors import InvalidKey, LogUnavailable
@@ -33,10 +34,12 @@ __all__ = [
     "SubjectKeys",
     "fetch_batch",
     "fetch_subject",
+    "fetch_subject_counted",
     "read_range",
     "session_seq",
     "tail_start",
     "to_logged",
+    "unreadable",
 ]
 
 MSG_ID = "Nats-Msg-Id"
@@ -102,13 +105,46 @@ async def fetch_subject(
     conn: NatsConnection, stream: str, subject: str, *, start: int = 1
 ) -> list[StoredMessage]:
     """Every message of one subject (from stream sequence `start` on), in stream order."""
+    return (await fetch_subject_counted(conn, stream, subject, start=start))[0]
+
+
+async def fetch_subject_counted(
+    conn: NatsConnection, stream: str, subject: str, *, start: int = 1
+) -> tuple[list[StoredMessage], int]:
+    """`fetch_subject`, and how many messages of the subject the server holds after the last one
+    read but cannot serve (damaged on disk: a nats-server skips a message that fails its own
+    checksum); 0 when none.
+
+    A batch that says messages remain, followed by one that finds none, is the sign; it is
+    confirmed against the subject's message count before it is believed (an erasure deleting
+    messages meanwhile gives the same sign).
+    """
     out: list[StoredMessage] = []
+    claimed = 0
     while True:
         batch = await fetch_batch(conn, stream, subject, start=start, batch=10_000)
         out.extend(batch.messages)
+        if not batch.messages and claimed:
+            return out, await _unservable(conn, stream, subject)
         if batch.pending == 0 or not batch.messages:
-            return out
+            return out, 0
+        claimed = batch.pending
         start = batch.messages[-1].seq + 1
+
+
+async def _unservable(conn: NatsConnection, stream: str, subject: str) -> int:
+    """How many messages the server counts on `subject` beyond those it serves."""
+    info = await conn.api(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subject})
+    counted = int((info["state"].get("subjects") or {}).get(subject, 0))
+    served = 0
+    position = 1
+    while True:
+        batch = await fetch_batch(conn, stream, subject, start=position, batch=10_000)
+        served += len(batch.messages)
+        if batch.pending == 0 or not batch.messages:
+            break
+        position = batch.messages[-1].seq + 1
+    return max(counted - served, 0)
 
 
 async def tail_start(
@@ -214,13 +250,34 @@ def session_seq(headers: dict[str, str]) -> int | None:
 
 
 def to_logged(message: StoredMessage, key: MemoryKey) -> LoggedEvent:
-    """A stream message as the port returns it; decoding is the reader's job."""
+    """A stream message as the port returns it, its checksum checked; decoding is the reader's job."""
+    intact, damage = check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)
     return LoggedEvent(
         key=key,
         seq=session_seq(message.headers),
         position=message.seq,
         data=message.data,
         event_id=message.headers.get(MSG_ID),
+        intact=intact,
+        damage=damage,
+    )
+
+
+def unreadable(key: MemoryKey, count: int, after: LoggedEvent | None) -> LoggedEvent:
+    """The record that stands for `count` messages of `key` the store holds but cannot read back."""
+    where = (
+        f"after seq {after.seq} (log position {after.position})" if after is not None else "from its start"
+    )
+    first = (after.seq or 0) + 1 if after is not None else 1
+    return LoggedEvent(
+        key=key,
+        seq=first,
+        position=0,
+        data=b"",
+        damage=(
+            f"the store holds {count} more message(s) of this session {where} that it cannot read "
+            f"back (damaged on disk; the first would be seq {first})"
+        ),
     )
 
 

@@ -65,7 +65,13 @@ class Sealing:
             return record
         data = self.plain(message, key, record.seq)
         return LoggedEvent(
-            key=key, seq=record.seq, position=record.position, data=data, event_id=record.event_id
+            key=key,
+            seq=record.seq,
+            position=record.position,
+            data=data,
+            event_id=record.event_id,
+            intact=record.intact,  # the checksum covers the bytes as stored (sealed)
+            damage=record.damage,
         )
 
     def message_data(self, message: StoredMessage, key: MemoryKey | None) -> bytes:

@@ -23,6 +23,13 @@ with the data key of the session's user before they are split, so every part
 holds ciphertext; the key, seq and state hash stay in clear. A snapshot
 whose key was shredded, or whose sealed bytes fail authentication, loads as
 None: the session is rebuilt from the log (where such events read as erased).
+
+Every message (the snapshot and each part) carries a ``Convmem-Sum`` header,
+the CRC-32 of its subject and bytes (`convmem.adapters._checksum`), checked
+on every load: a snapshot whose message or part fails it, or that the server
+counts but cannot serve (damaged on disk), loads as None (a longer replay)
+and `check` says what failed, for `verify`. Snapshots saved before the
+header existed are loaded unchecked (their state hash still guards them).
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ import msgspec
 import nats.js.errors
 
 from convmem.actors import Snapshot
+from convmem.adapters._checksum import SUM_HEADER, seal
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
 from convmem.adapters.keys import Keyring, is_sealed
-from convmem.errors import InvalidConfig, LogUnavailable, SealBroken, SessionClosed, StoreNotFound
+from convmem.errors import InvalidConfig, InvalidKey, LogUnavailable, SealBroken, SessionClosed, StoreNotFound
 from convmem.events import MemoryKey
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamSnapshotStore"]
@@ -164,8 +172,11 @@ class JetStreamSnapshotStore:
         return None if data is None else msgspec.structs.replace(snapshot, data=data)
 
     async def _read(self, subject: str) -> StoredMessage | None:
-        """The key's message, with the bytes of a split snapshot joined back (None if a part is missing)."""
+        """The key's message, with the bytes of a split snapshot joined back (None if a part is missing
+        or a message fails its checksum)."""
         head = await self._get(subject)
+        if head is not None and _damaged(head) is not None:
+            return None
         count = _part_count(head)
         if head is None or not count:
             return head
@@ -175,7 +186,7 @@ class JetStreamSnapshotStore:
         parts = []
         for i in range(count):
             part = await self._get(f"{subject}.part.{i}")
-            if part is None:
+            if part is None or _damaged(part) is not None:
                 return None
             parts.append(part.data)
         whole = msgspec.structs.replace(snapshot, data=b"".join(parts))
@@ -208,6 +219,7 @@ class JetStreamSnapshotStore:
             parts = [snapshot.data[i : i + limit] for i in range(0, len(snapshot.data), limit)]
             data = _encoder.encode(msgspec.structs.replace(snapshot, data=b""))
             headers[_PARTS] = str(len(parts))
+        headers[SUM_HEADER] = seal("", subject, data)
 
         async def put() -> None:
             for _ in range(10):
@@ -238,7 +250,9 @@ class JetStreamSnapshotStore:
             if current is not None:
                 await self._erase(current.seq)
             try:
-                await self._conn.js.publish(subject, data, headers={_EXPECTED: "0"})
+                await self._conn.js.publish(
+                    subject, data, headers={_EXPECTED: "0", SUM_HEADER: seal("", subject, data)}
+                )
                 return
             except nats.js.errors.APIError as exc:
                 if exc.err_code not in (10071, 10164):
@@ -279,6 +293,71 @@ class JetStreamSnapshotStore:
     async def _get(self, subject: str) -> StoredMessage | None:
         return await self._conn.get_message(self._stream, {"last_by_subj": subject})
 
+    def keys(self) -> list[MemoryKey]:
+        """The sessions that have a snapshot message in the bucket (read or not), in key order."""
+        self._check_open()
+        prefix = f"$KV.{self._bucket}."
+        subjects = self._conn.call(lambda: self._subjects(prefix + "*.*.*"), what="list snapshot keys")
+        keys = []
+        for subject in sorted(subjects):
+            tokens = subject[len(prefix) :].split(".")
+            try:
+                keys.append(MemoryKey.from_tokens(*tokens))
+            except (InvalidKey, TypeError):
+                continue  # not a session's key (convmem could not have written it)
+        return sorted(keys, key=MemoryKey.composite)
+
+    async def _subjects(self, subject_filter: str) -> dict[str, int]:
+        subjects: dict[str, int] = {}
+        while True:
+            info = await self._conn.api(
+                f"$JS.API.STREAM.INFO.{self._stream}",
+                {"subjects_filter": subject_filter, "offset": len(subjects)},
+            )
+            page = info["state"].get("subjects") or {}
+            subjects.update(page)
+            if not page or len(subjects) >= int(info.get("total", 0)):
+                return subjects
+
+    def check(self, key: MemoryKey) -> str | None:
+        """Why the session's stored snapshot cannot be read back whole (a message or part fails its
+        checksum, is held but unreadable, or is missing), or None: what `verify` reports as damage.
+        (Whether its state matches its hash and the log, `verify` checks itself.)"""
+        self._check_open()
+        subject = self.subject(key)
+        return self._conn.call(lambda: self._check(subject), what=f"check snapshot of {key}")
+
+    async def _check(self, subject: str) -> str | None:
+        held = await self._subjects(subject + ".>")
+        held.update(await self._subjects(subject))
+        head = await self._get(subject)
+        if head is None:
+            if held.get(subject):
+                return "the snapshot is stored but the server cannot read it back (damaged on disk)"
+            return None
+        problem = _damaged(head)
+        if problem is not None:
+            return f"the snapshot message {problem}"
+        snapshot = _decode(head)
+        if snapshot is None:
+            return (
+                None if head.headers.get(_OPERATION) in ("DEL", "PURGE") else "the snapshot does not decode"
+            )
+        count = _part_count(head)
+        for i in range(count):
+            name = f"{subject}.part.{i}"
+            part = await self._get(name)
+            if part is None:
+                if held.get(name):
+                    return (
+                        f"part {i} of {count} is stored but the server cannot read it back (damaged on disk)"
+                    )
+                return f"part {i} of {count} is missing"
+            problem = _damaged(part)
+            if problem is not None:
+                return f"part {i} of {count} {problem}"
+        return None
+
     def close(self) -> None:
         """See `SnapshotStore.close`. Releases this store's share of the connection."""
         with self._close_lock:
@@ -292,6 +371,17 @@ def _part_count(message: StoredMessage | None) -> int:
     """How many parts hold the bytes of the snapshot in `message` (0: it holds them itself)."""
     value = message.headers.get(_PARTS) if message is not None else None
     return int(value) if value is not None and value.isdigit() else 0
+
+
+def _damaged(message: StoredMessage) -> str | None:
+    """Why `message` fails its checksum, or None (also for messages saved before it existed)."""
+    stored = message.headers.get(SUM_HEADER)
+    if stored is None:
+        return None
+    computed = seal("", message.subject, message.data)
+    if stored == computed:
+        return None
+    return f"fails its checksum (stored {stored[:16]!r}, the bytes read give {computed})"
 
 
 def _decode(message: StoredMessage | None) -> Snapshot | None:

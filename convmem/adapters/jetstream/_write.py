@@ -1,7 +1,8 @@
 """The loop side of the JetStream log: conditional appends, the last-message cache, erasure.
 
-Every message carries ``Nats-Msg-Id`` (the event id) and ``Convmem-Seq``
-(its session seq); the first of an append carries
+Every message carries ``Nats-Msg-Id`` (the event id), ``Convmem-Seq``
+(its session seq) and ``Convmem-Sum`` (its checksum, `convmem.adapters._checksum`);
+the first of an append carries
 ``Nats-Expected-Last-Subject-Sequence``, the stream sequence of the session's
 last message, cached from acks and reads. An append of several events is one
 atomic batch, stored whole or not at all.
@@ -15,6 +16,14 @@ gets `ConcurrencyConflict` with the session's real last seq.
 All of this runs on the connection's loop thread only, so the cache and the
 per-session locks need no thread locks. Sessions do not wait for each other:
 only one session's appends are serialised.
+
+A whole read of a session that finds damage (a message failing its checksum,
+events missing between intact ones, messages the server holds but cannot
+serve) not followed by a repair or an erasure fence marks the session
+damaged: its appends are refused with `SessionDamaged` (never a
+`ConcurrencyConflict`, which would send the caller rereading forever) until a
+`SessionRepaired` is stored, which is published on the subject's last message
+as the server sees it.
 
 `start_append` is the hot path. When the session's last message is cached,
 matches the expected seq, and nothing else is writing the session, one event
@@ -36,12 +45,35 @@ import nats.errors
 import nats.js.errors
 
 from convmem.actors import SessionSequence
+from convmem.adapters._checksum import SUM_HEADER, check, seal
 from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends
-from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, fetch_subject, session_seq, tail_start
-from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, LogUnavailable, SessionClosed
-from convmem.events import Event, HistoryCompacted, MemoryKey, SessionErased, decode_event, encode_event
+from convmem.adapters.jetstream._read import (
+    MSG_ID,
+    SEQ_HEADER,
+    fetch_subject,
+    fetch_subject_counted,
+    session_seq,
+    tail_start,
+)
+from convmem.errors import (
+    ConcurrencyConflict,
+    EventDecodeError,
+    InvalidInput,
+    LogUnavailable,
+    SessionClosed,
+    SessionDamaged,
+)
+from convmem.events import (
+    Event,
+    HistoryCompacted,
+    MemoryKey,
+    SessionErased,
+    SessionRepaired,
+    decode_event,
+    encode_event,
+)
 
 __all__ = ["PendingAppend", "SessionWriter"]
 
@@ -68,6 +100,8 @@ class SessionWriter:
         self._stream = stream
         self._last: OrderedDict[str, Last] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._damaged: dict[str, tuple[int | None, int | None, str]] = {}
+        """Sessions whose last whole read found damage: (seq, position, problem) of the first."""
         self._fast = FastAppends(conn, self)
         self.opener: Opener = _plain
         """How a message's bytes are read when a walk must decode one (sealed ones opened)."""
@@ -122,10 +156,17 @@ class SessionWriter:
         """Store `events` after session seq `expected`; returns the session's last seq."""
         async with self._session(subject):
             try:
+                repair = isinstance(events[0], SessionRepaired)
+                if repair:
+                    await self.read(subject)  # the whole subject: is it damaged, as the repair found?
                 last = self._last.get(subject)
                 if last is None or last.seq != expected:
                     last = await self.load_last(subject)
+                self._refuse_damaged(key, subject, repair=repair)
                 done = 0
+                on_top = repair and subject in self._damaged
+                if on_top:
+                    last = await self._server_last(subject, expected)
                 if last.seq != expected:
                     done = await self._stored_prefix(key, subject, events, expected, last)
                 for _ in range(_ATTEMPTS):
@@ -134,22 +175,46 @@ class SessionWriter:
                     try:
                         return await self._publish(subject, events[done:], payloads[done:], last)
                     except Refused:
+                        if on_top:
+                            last = await self._server_last(subject, expected)
+                            continue
                         fresh = await self.load_last(subject)
                     if fresh.seq != last.seq or fresh.stream_seq == last.stream_seq:
                         done = await self._stored_prefix(key, subject, events, expected, fresh)
                     last = fresh  # else only foreign messages (no session seq) came in between
                 raise LogUnavailable(f"append to {key} kept losing races on its subject; retry")
-            except (ConcurrencyConflict, InvalidInput):
+            except (ConcurrencyConflict, InvalidInput, SessionDamaged):
                 raise
             except BaseException:
                 self._last.pop(subject, None)  # the outcome is unknown: ask the server next time
                 raise
 
+    async def _server_last(self, subject: str, expected: int) -> Last:
+        """Where a repair of a damaged session goes: on top of the subject's last message as the
+        server sees it (none, when it cannot read its last one), whatever the damage left of the
+        session's sequence."""
+        message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+        return Last(expected, message.seq if message is not None else 0, None)
+
+    def _refuse_damaged(self, key: MemoryKey, subject: str, *, repair: bool) -> None:
+        """`SessionDamaged` when the session's last whole read found damage (unless this is its repair)."""
+        found = self._damaged.get(subject)
+        if found is not None and not repair:
+            seq, position, problem = found
+            raise SessionDamaged(key=key.composite(), seq=seq, position=position, problem=problem)
+
     async def _stored_prefix(
         self, key: MemoryKey, subject: str, events: tuple[Event, ...], expected: int, last: Last
     ) -> int:
-        """How many of `events` are stored already (a retry); `ConcurrencyConflict` if another writer won."""
+        """How many of `events` are stored already (a retry); `ConcurrencyConflict` if another writer won.
+
+        When the log holds less than the writer expects, the session is read whole first: if the
+        store lost or cannot serve some of it, that is `SessionDamaged`, not a conflict.
+        """
         ahead = last.seq - expected
+        if ahead < 0 and not isinstance(events[0], SessionRepaired):
+            await self.read(subject)
+            self._refuse_damaged(key, subject, repair=False)
         if 0 < ahead <= len(events) and last.event_id == events[ahead - 1].event_id:
             return ahead  # an atomic batch ending in our event: the events before it are ours too
         if ahead > len(events):  # others wrote after us, or instead of us
@@ -165,7 +230,11 @@ class SessionWriter:
         batch = uuid.uuid4().hex if len(events) > 1 else None
         reply = None
         for index, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
-            headers = {MSG_ID: event.event_id, SEQ_HEADER: str(event.seq)}
+            headers = {
+                MSG_ID: event.event_id,
+                SEQ_HEADER: str(event.seq),
+                SUM_HEADER: seal(event.seq, event.event_id, payload),
+            }
             if index == 1:
                 headers[EXPECTED] = str(last.stream_seq)
             if batch is not None:
@@ -190,18 +259,30 @@ class SessionWriter:
         ack = parse_ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
             return (await self.load_last(subject)).seq
+        if isinstance(events[0], SessionRepaired):
+            self._damaged.pop(subject, None)
         self.remember(subject, Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
         return events[-1].seq
 
-    async def append_raw(self, subject: str, data: bytes, seq: int | None) -> int:
+    async def append_raw(
+        self, subject: str, data: bytes, seq: int | None, headers: dict[str, str] | None = None
+    ) -> int:
         """Publish bytes as they are, unconditionally; returns their stream sequence."""
         async with self._session(subject):
             self._last.pop(subject, None)
-            headers = {SEQ_HEADER: str(seq)} if seq is not None else None
-            reply = await self._conn.nc.request(subject, data, timeout=self._conn.timeout, headers=headers)
+            headers = dict(headers or {})
+            if seq is not None:
+                headers[SEQ_HEADER] = str(seq)
+            reply = await self._conn.nc.request(
+                subject, data, timeout=self._conn.timeout, headers=headers or None
+            )
             return int(parse_ack(reply.data)["seq"])
 
     async def read(self, subject: str, after_seq: int = 0) -> list[StoredMessage]:
+        """`read_counted`'s messages."""
+        return (await self.read_counted(subject, after_seq))[0]
+
+    async def read_counted(self, subject: str, after_seq: int = 0) -> tuple[list[StoredMessage], int]:
         """Every message of a session's subject, at least up to what the stream leader holds.
 
         With `after_seq`, the read starts where the events above it start
@@ -212,14 +293,19 @@ class SessionWriter:
         leader; a read that ends before the leader's last message of the
         subject is made again (a few times, backing off), so that a session
         rebuilt after a write always includes that write.
+
+        Also returns how many messages the server holds after the last one
+        read but cannot serve (`fetch_subject_counted`). A whole read records
+        whether the session is damaged (`SessionDamaged` for its appends).
         """
+        unread = 0
         for attempt in range(_READ_ATTEMPTS):
             start = 1
             if after_seq > 0:
                 last = await self._conn.get_message(self._stream, {"last_by_subj": subject})
                 if last is not None:
                     start = await tail_start(self._conn, self._stream, subject, after_seq, last)
-            messages = await fetch_subject(self._conn, self._stream, subject, start=start)
+            messages, unread = await fetch_subject_counted(self._conn, self._stream, subject, start=start)
             leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
             if leader is None or leader.seq < start or (messages and messages[-1].seq >= leader.seq):
                 break
@@ -228,9 +314,17 @@ class SessionWriter:
             raise LogUnavailable(
                 f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
             )
-        if messages and start == 1:  # a tail read does not say the session's seq: nothing learnt
-            self.remember(subject, _walk(messages, EMPTY, self.opener))
-        return messages
+        if unread:  # those a repair counted are known (they stay in the store, unreadable)
+            unread = max(unread - _repaired_unreadable(messages, self.opener), 0)
+        if start == 1:  # a tail read does not say the session's seq: nothing learnt
+            found = _first_damage(messages, unread, self.opener)
+            if found is None:
+                self._damaged.pop(subject, None)
+            else:
+                self._damaged[subject] = found
+            if messages:
+                self.remember(subject, _walk(messages, EMPTY, self.opener))
+        return messages, unread
 
     async def load_last(self, subject: str) -> Last:
         """The session's last seq and its subject's last message, from the stream leader.
@@ -354,16 +448,6 @@ class SessionWriter:
                 self._locks[subject] = (lock, users - 1)
 
 
-def _take(walk: SessionSequence, message: StoredMessage, opener: Opener) -> bool:
-    """Whether `message` is the session's next event (`SessionSequence.take`, its bytes opened
-    only when the walk must decode them: a seq that skips)."""
-    seq = session_seq(message.headers)
-    data = message.data
-    if seq is not None and seq > walk.version + 1:
-        data = opener(message)
-    return walk.take(seq, data) is None
-
-
 def _walk(messages: list[StoredMessage], known: Last, opener: Opener = _plain) -> Last:
     """What the writer knows of a session after `messages` (the next of its subject after `known`).
 
@@ -377,6 +461,82 @@ def _walk(messages: list[StoredMessage], known: Last, opener: Opener = _plain) -
         if _take(walk, message, opener):
             event_id = message.headers.get(MSG_ID)
     return Last(walk.version, messages[-1].seq, event_id)
+
+
+def _take(walk: SessionSequence, message: StoredMessage, opener: Opener = _plain) -> bool:
+    """Whether `message` is the session's next event, as the fold counts (`decode_logged`): its
+    checksum checked, its bytes opened only when the walk must decode them (a seq that skips).
+
+    A message failing its checksum takes its seq only when that is the next one.
+    """
+    seq = session_seq(message.headers)
+    intact, damage = check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)
+    if damage is not None:
+        if seq is not None and seq == walk.version + 1:
+            walk.version = seq
+            return True
+        return False
+    data = message.data
+    if seq is not None and seq > walk.version + 1:
+        data = opener(message)
+    return walk.take(seq, data, intact=intact) is None
+
+
+def _first_damage(
+    messages: list[StoredMessage], unread: int, opener: Opener = _plain
+) -> tuple[int | None, int | None, str] | None:
+    """The first damage in a session's whole subject that no later repair, erasure fence or
+    compaction covers: (seq, position, problem)."""
+    walk = SessionSequence()
+    found: tuple[int | None, int | None, str] | None = None
+    for message in messages:
+        seq = session_seq(message.headers)
+        intact, damage = check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)
+        if damage is not None:
+            found = found or (seq, message.seq, f"the event at log position {message.seq}: {damage}")
+            if seq is not None and seq == walk.version + 1:
+                walk.version = seq
+            continue
+        data = message.data
+        if seq is not None and seq > walk.version + 1:
+            data = opener(message)
+        if walk.take(seq, data, intact=intact) is not None:
+            continue
+        if walk.gap is not None and found is None:
+            first, last = walk.gap
+            found = (first, message.seq, f"events seq {first}-{last} are missing: the store lost them")
+        elif found is not None and _clears(opener(message)):
+            found = None
+    if unread and found is None:
+        last_seq = walk.version
+        found = (
+            last_seq + 1,
+            None,
+            f"the store holds {unread} more message(s) after seq {last_seq} that it cannot read back "
+            "(damaged on disk)",
+        )
+    return found
+
+
+def _repaired_unreadable(messages: list[StoredMessage], opener: Opener = _plain) -> int:
+    """How many unreadable messages the last repair among `messages` counted (0: none)."""
+    for message in reversed(messages):
+        if message.headers.get(MSG_ID, "").startswith("repaired/"):
+            try:
+                event = decode_event(opener(message))
+            except EventDecodeError:
+                continue
+            if isinstance(event, SessionRepaired):
+                return event.unreadable
+    return 0
+
+
+def _clears(data: bytes) -> bool:
+    """Whether `data` is a repair, an erasure fence or a compaction (damage before it is covered)."""
+    try:
+        return isinstance(decode_event(data), SessionRepaired | SessionErased | HistoryCompacted)
+    except EventDecodeError:
+        return False
 
 
 def _is_compaction(data: bytes, seq: int) -> bool:

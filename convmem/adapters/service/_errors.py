@@ -39,6 +39,7 @@ from convmem.errors import (
     PermissionDenied,
     ReplayError,
     SessionClosed,
+    SessionDamaged,
     StoreFull,
     SummarizerError,
     UnknownEventType,
@@ -105,6 +106,7 @@ class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: int | None = None
     subject: str | None = None
     err_code: int | None = None
+    position: int | None = None
 
 
 _KNOWN: dict[str, type[ConvmemError]] = {
@@ -123,6 +125,7 @@ _KNOWN: dict[str, type[ConvmemError]] = {
         LogUnavailable,
         StoreFull,
         SessionClosed,
+        SessionDamaged,
         OperationTimeout,
         SummarizerError,
         NotBuilt,
@@ -144,6 +147,7 @@ _ATTRIBUTES: dict[type[ConvmemError], tuple[str, ...]] = {
     SummarizerError: ("status",),
     PermissionDenied: ("subject",),
     StoreFull: ("err_code",),
+    SessionDamaged: ("key", "seq", "position", "problem"),
 }
 
 

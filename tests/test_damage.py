@@ -1,0 +1,318 @@
+"""Damage is detected, reported and contained: byte flips inside a real nats-server's store files.
+
+Each case writes a few sessions whose turns carry marker strings, stops the
+server (cleanly, or with kill -9: a crash), flips one byte of a marker inside
+the store's block files (found by searching for the marker, never at a fixed
+offset), restarts it on the same folder, and checks that
+
+* `convmem verify --all` exits 7 and names the damaged or missing seq;
+* the damaged session raises `SessionDamaged` (never `ConcurrencyConflict`);
+* every other session still reads and writes;
+* `convmem repair` restores the session, recorded as a `SessionRepaired`,
+  and verify passes again.
+
+nats-server checks its own per-message hash when it loads a block: after a
+clean stop it skips the damaged message (convmem sees a gap between intact
+events, or messages the server counts but cannot serve); after a crash its
+recovery drops the rest of the block (convmem sees a snapshot beyond the log,
+or a session with a snapshot and no events). convmem's own checksum
+(``Convmem-Sum``) is checked directly by publishing bytes whose checksum does
+not match.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import convmem
+from convmem.actors import MemorySystem, verify
+from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters._checksum import seal
+from convmem.adapters.cli._main import main
+from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.adapters.jetstream._log import JetStreamEventLog
+from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.errors import ConcurrencyConflict, SessionDamaged
+from convmem.events import (
+    ConversationTurn,
+    MemoryKey,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    encode_event,
+)
+
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+FIRST = MemoryKey("acme", "alice", "first")  # written before the damaged one: same block, earlier
+HURT = MemoryKey("acme", "alice", "hurt")
+LATER = MemoryKey("acme", "bob", "later")  # written after it: a crash's recovery drops it
+TURNS = 3
+
+
+def marker(key: MemoryKey, turn: int) -> str:
+    return f"MARK-{key.session_id}-{turn}-"
+
+
+def turn(key: MemoryKey, i: int) -> ConversationTurn:
+    return ConversationTurn(user_message=f"{marker(key, i)} question", assistant_response=f"answer {i}")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "nats"
+
+
+def seed(server: EmbeddedNatsServer, *, snapshot_every: int = 1000) -> None:
+    """Three sessions of three turns (seqs 1-4 each), one after the other."""
+    with convmem.connect(server.url, config=CONFIG, snapshot_every=snapshot_every) as memory:
+        for key in (FIRST, HURT, LATER):
+            session = memory.session(key)
+            for i in range(TURNS):
+                session.add_turn(turn(key, i), timeout=10)
+
+
+def flip(store: Path, text: str, *, stream: str = "CONVMEM_EVENTS") -> None:
+    """Flip one byte of `text` where it is stored in `stream`'s block files (exactly one place)."""
+    found = []
+    for block in sorted((store / "jetstream" / "$G" / "streams" / stream / "msgs").glob("*.blk")):
+        data = bytearray(block.read_bytes())
+        at = data.find(text.encode())
+        if at >= 0:
+            found.append((block, data, at))
+    assert len(found) == 1, f"{text!r} is stored in {len(found)} blocks of {stream}"
+    block, data, at = found[0]
+    assert data.find(text.encode(), at + 1) < 0, f"{text!r} is stored twice in {block}"
+    data[at + len(text) // 2] ^= 0x20
+    block.write_bytes(bytes(data))
+
+
+def cli(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, str]:
+    code = main(["--nats", url, *argv])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def assert_usable(memory: MemorySystem, key: MemoryKey, turns: int) -> None:
+    """The session reads its turns and takes a new one."""
+    session = memory.session(key)
+    assert len(session.get_llm_context()["conversation_memory"]["recent_turns"]) == min(turns, 5)
+    session.add_turn(ConversationTurn(user_message="after the damage", assistant_response="ok"), timeout=10)
+
+
+def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_repaired(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server)
+        server.stop()
+        flip(store, marker(HURT, 1))  # HURT's second turn: seq 3
+        server.start()
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 7, out
+        assert "acme:alice:hurt: DAMAGED seq 3" in out
+        assert "missing" in out
+        assert out.count("DAMAGED") == 2
+        assert "2/3 sessions verified" in out
+
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            with pytest.raises(SessionDamaged) as caught:
+                memory.session(HURT).add_turn(turn(HURT, 9), timeout=10)
+            assert caught.value.seq == 3
+            assert caught.value.key == HURT.composite()
+            with pytest.raises(SessionDamaged):
+                memory.session(HURT).get_llm_context()
+            assert_usable(memory, FIRST, TURNS)
+            assert_usable(memory, LATER, TURNS)
+
+        code, out = cli(capsys, server.url, "repair", "--dry-run", HURT.composite())
+        assert code == 0, out
+        assert "would repair" in out
+        assert "up to seq 2" in out
+        code, out = cli(
+            capsys, server.url, "repair", "--tenant", "acme", "--user", "alice", "--session", "hurt", "--yes"
+        )
+        assert code == 0, out
+        assert "repaired session acme:alice:hurt" in out
+        assert "the events up to seq 2" in out
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 0, out
+        code, out = cli(capsys, server.url, "inspect", HURT.composite(), "--json")
+        assert "session.repaired" in out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            assert_usable(memory, HURT, 1)  # cut at seq 2: the first turn; seq 4 is not trusted
+    finally:
+        server.stop()
+
+
+def test_a_damaged_last_event_is_damage_not_a_conflict(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: the session's last message cannot be read back, its snapshot covers it.
+
+    Every write used to fail with ConcurrencyConflict; now it is SessionDamaged naming seq 4, and a
+    repair restores the snapshot (which holds the damaged turn).
+    """
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server, snapshot_every=1)
+        server.stop()
+        flip(store, marker(HURT, 2))  # HURT's last turn, seq 4
+        server.start()
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            with pytest.raises(SessionDamaged) as caught:
+                memory.session(HURT).add_turn(turn(HURT, 9), timeout=10)
+            assert not isinstance(caught.value, ConcurrencyConflict)
+            assert caught.value.seq == 4, caught.value
+            assert_usable(memory, LATER, TURNS)
+        code, out = cli(capsys, server.url, "verify", HURT.composite(), "--json")
+        assert code == 7
+        (check,) = json.loads(out)["checks"]
+        assert [d["seq"] for d in check["damage"]] == [4]
+        code, out = cli(capsys, server.url, "repair", HURT.composite(), "--yes", "--json")
+        assert code == 0, out
+        done = json.loads(out)
+        assert done["method"] == "snapshot"
+        assert done["restored_seq"] == 4
+        assert done["applied"]
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 0, out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            recent = memory.session(HURT).get_llm_context()["conversation_memory"]["recent_turns"]
+            assert marker(HURT, 2) in json.dumps(recent)  # the snapshot kept the damaged turn
+            assert_usable(memory, HURT, TURNS)
+    finally:
+        server.stop()
+
+
+def test_a_flip_before_a_crash_loses_the_block_tail_and_verify_names_what_is_missing(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server, snapshot_every=1)
+        server.kill()  # kill -9
+        flip(store, marker(HURT, 1))
+        server.start()  # recovery drops the block from the damaged message on
+        code, out = cli(capsys, server.url, "verify", "--all", "--json")
+        assert code == 7, out
+        checks = {c["key"]: c for c in json.loads(out)["checks"]}
+        assert checks[FIRST.composite()]["ok"]
+        assert [d["seq"] for d in checks[HURT.composite()]["damage"]] == [3]
+        assert "seqs 3-4 missing" in checks[HURT.composite()]["damage"][0]["problem"]
+        assert [d["seq"] for d in checks[LATER.composite()]["damage"]] == [1]  # every event gone
+        for key in (HURT, LATER):
+            code, out = cli(capsys, server.url, "repair", key.composite(), "--yes")
+            assert code == 0, out
+            assert "the snapshot" in out
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 0, out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            assert_usable(memory, FIRST, TURNS)
+            assert_usable(memory, HURT, TURNS)  # restored from its snapshot: every turn
+            assert_usable(memory, LATER, TURNS)
+    finally:
+        server.stop()
+
+
+def test_a_flipped_snapshot_part_is_reported_and_the_session_still_loads(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = EmbeddedNatsServer(store).start()
+    try:
+        connection = NatsConnection.connect(server.url)
+        log = JetStreamEventLog(connection)
+        snapshots = JetStreamSnapshotStore(connection, part_bytes=200)  # the state spans several parts
+        connection.release()
+        with MemorySystem(CONFIG, log=log, snapshots=snapshots, snapshot_every=1) as memory:
+            for i in range(TURNS):
+                memory.session(HURT).add_turn(turn(HURT, i), timeout=10)
+        assert snapshots.load(HURT) is not None
+        assert snapshots.check(HURT) is None
+        log.close()
+        snapshots.close()
+        server.stop()
+        flip(store, marker(HURT, 1), stream="KV_CONVMEM_SNAPSHOTS")
+        server.start()
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 7, out
+        assert "acme:alice:hurt: DAMAGED snapshot: snapshot: part" in out
+        assert "cannot read it back" in out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            assert_usable(memory, HURT, TURNS)  # a lost snapshot costs a longer replay, nothing else
+        code, out = cli(capsys, server.url, "repair", HURT.composite(), "--yes")
+        assert code == 0, out
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 0, out
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["jetstream", "memory"])
+def log_and_snapshots(
+    request: pytest.FixtureRequest, nats_server: EmbeddedNatsServer
+) -> Iterator[tuple[JetStreamEventLog | InMemoryEventLog, object]]:
+    if request.param == "memory":
+        yield InMemoryEventLog(), InMemorySnapshotStore()
+        return
+    log = JetStreamEventLog.connect(nats_server.url)
+    try:
+        yield log, None
+    finally:
+        log.close()
+
+
+def test_bytes_that_fail_their_checksum_are_damage_named_by_position(
+    log_and_snapshots: tuple[JetStreamEventLog | InMemoryEventLog, object],
+) -> None:
+    log, _ = log_and_snapshots
+    started = SessionStarted(seq=1, event_id="s/1", at=1.0, key=HURT, config=CONFIG)
+    first = SessionStarted(seq=1, event_id="f/1", at=1.0, key=FIRST, config=CONFIG)
+    log.append(FIRST, [first], expected_seq=0)
+    log.append(HURT, [started], expected_seq=0)
+    event = TurnAdded(seq=2, event_id="s/2", at=2.0, index=1, turn=turn(HURT, 0))
+    data = encode_event(event)
+    checksum = seal(2, event.event_id, data)
+    bad = bytearray(data)
+    bad[data.find(b"MARK") + 2] ^= 0x20
+    position = log.append_raw(HURT, bytes(bad), seq=2, checksum=checksum, event_id=event.event_id)
+    (record,) = [r for r in log.read(HURT) if r.seq == 2]
+    assert record.damage is not None
+    assert "checksum does not match" in record.damage
+    assert not record.intact
+    assert all(r.intact for r in log.read(FIRST))
+    with MemorySystem(CONFIG, log=log) as memory:
+        with pytest.raises(SessionDamaged) as caught:
+            memory.session(HURT).get_llm_context()
+        assert caught.value.position == position
+        assert caught.value.seq == 2
+        memory.session(FIRST).add_turn(turn(FIRST, 0), timeout=10)  # the batch read of others is intact
+    checks = {c.key: c for c in verify(log)}
+    assert checks[FIRST].ok
+    assert [d.position for d in checks[HURT].damage] == [position]
+    with MemorySystem(CONFIG, log=log) as memory:
+        plan = memory.repair(HURT)
+        assert plan.applied
+        assert plan.method == "cut"
+        assert plan.restored_seq == 1
+        memory.session(HURT).add_turn(turn(HURT, 1), timeout=10)
+    assert all(c.ok for c in verify(log))
+
+
+def test_events_stored_without_a_checksum_are_read_unchecked(
+    log_and_snapshots: tuple[JetStreamEventLog | InMemoryEventLog, object],
+) -> None:
+    """Events written before convmem checksummed them: readable, not damage; a gap among them stays poison."""
+    log, _ = log_and_snapshots
+    started = SessionStarted(seq=1, event_id="s/1", at=1.0, key=HURT, config=CONFIG)
+    log.append_raw(HURT, encode_event(started), seq=1, event_id=started.event_id)
+    added = TurnAdded(seq=2, event_id="s/2", at=2.0, index=1, turn=turn(HURT, 0))
+    log.append_raw(HURT, encode_event(added), seq=2, event_id=added.event_id)
+    assert not any(r.intact or r.damage for r in log.read(HURT))
+    with MemorySystem(CONFIG, log=log) as memory:
+        assert_usable(memory, HURT, 1)
+    assert all(c.ok for c in verify(log))
