@@ -34,6 +34,7 @@ from convmem.events import (
     MessageItem,
     SessionCleared,
     SessionErased,
+    SessionRepaired,
     SessionRestored,
     SessionStarted,
     ShortTermMemoryConfig,
@@ -365,6 +366,15 @@ events_by_type: dict[type, st.SearchStrategy[Any]] = {
         first_index=st.integers(1, 2**40),
     ),
     SessionErased: _event(SessionErased, reason=texts),
+    SessionRepaired: _event(
+        SessionRepaired,
+        state=st.binary(max_size=64),
+        method=st.sampled_from(["snapshot", "cut"]),
+        restored_seq=st.integers(min_value=0, max_value=10_000),
+        damage=st.lists(texts, max_size=2).map(tuple),
+        unreadable=st.integers(min_value=0, max_value=5),
+        reason=texts,
+    ),
     ItemsAdded: _event(
         ItemsAdded,
         items=st.lists(sdk_items, min_size=1, max_size=3).map(tuple),
