@@ -24,10 +24,13 @@ from convmem.events import (
     ConversationMemoryConfig,
     ConversationTurn,
     EntityMention,
+    EntityTally,
     HealthChanged,
     HealthPolicy,
+    HistoryCompacted,
     ItemPopped,
     ItemsAdded,
+    KeptTurn,
     MemoryBudget,
     MemoryHealth,
     MemoryKey,
@@ -331,6 +334,8 @@ def _event(cls: type, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any
     return st.builds(cls, seq=seqs, event_id=event_ids, at=times, **fields)
 
 
+kept_turns = st.builds(KeptTurn, index=st.integers(1, 2**40), at=times, turn=turns)
+
 events_by_type: dict[type, st.SearchStrategy[Any]] = {
     SessionStarted: _event(
         SessionStarted,
@@ -381,6 +386,41 @@ events_by_type: dict[type, st.SearchStrategy[Any]] = {
         first_index=st.integers(1, 2**40),
     ),
     ItemPopped: _event(ItemPopped, item=sdk_items),
+    HistoryCompacted: _event(
+        HistoryCompacted,
+        key=keys,
+        config=full_configs,
+        turns=st.lists(
+            st.builds(KeptTurn, index=st.integers(1, 2**40), at=times, turn=turns), max_size=3
+        ).map(tuple),
+        next_index=st.integers(1, 2**40),
+        summary=texts,
+        summary_through=st.integers(0, 2**40),
+        dropped_through=st.integers(0, 2**40),
+        health=healths,
+        attempt=st.integers(0, 9),
+        health_since=times,
+        injected_summary=st.none() | texts,
+        injected_from=st.none() | keys,
+        last_at=times,
+        idempotency_keys=st.lists(texts, max_size=3).map(tuple),
+        retired_through=st.integers(0, 2**40),
+        entities=st.lists(
+            st.builds(
+                EntityTally,
+                name=texts.filter(str.strip),
+                kind=st.none() | texts,
+                attributes=st.dictionaries(texts, texts, max_size=2),
+                mentions=st.integers(0, 99),
+                last_mention=st.integers(0, 99),
+            ),
+            max_size=2,
+        ).map(tuple),
+        entity_mentions=st.integers(0, 999),
+        dropped_events=st.integers(0, 2**40),
+        dropped_turns=st.integers(0, 2**40),
+        reason=texts,
+    ),
 }
 """One strategy per event type, covering every field (not a valid history)."""
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import (
     ESTIMATORS,
@@ -34,6 +35,7 @@ from convmem.events import (
 )
 from convmem.projections import (
     SessionState,
+    compaction,
     decode_state,
     default_token_estimator,
     encode_state,
@@ -99,6 +101,24 @@ def test_a_snapshot_plus_the_rest_equals_the_full_replay(history: History, data:
     resumed = replay(history.events[cut:], state=snapshot)
     assert resumed == history.state
     assert state_hash(resumed) == state_hash(history.state)
+
+
+@given(histories(), st.data())
+@settings(max_examples=30)
+def test_a_compaction_that_keeps_every_turn_replays_to_the_same_state(
+    history: History, data: st.DataObject
+) -> None:
+    """Compacting any started prefix to all its turns, then the rest (one seq later), replays to the
+    full replay's state but for the version: the compaction carries everything the fold needs."""
+    cut = data.draw(st.integers(0, len(history.events)))
+    prefix = replay(history.events[:cut])
+    assume(prefix.started)
+    compacted = compaction(prefix, prefix.turns, event_id="retention/law", at=data.draw(st.floats(0, 4e9)))
+    assert decode_event(encode_event(compacted)) == compacted
+    rest = [msgspec.structs.replace(e, seq=e.seq + 1) for e in history.events[cut:]]
+    resumed = replay([compacted, *rest])
+    assert resumed == msgspec.structs.replace(history.state, version=history.state.version + 1)
+    assert replay(rest, state=evolve(prefix, compacted)) == resumed
 
 
 @given(histories())

@@ -7,6 +7,9 @@ against the in-memory log and a JetStream stream on a real nats-server.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -597,6 +600,20 @@ def test_the_cli_dry_run_lists_and_writes_nothing_then_apply_does_it(
         assert seqs_of(log, key("long", tenant="big")) == [7]
     finally:
         log.close()
+    # The auditor's commands read a log that begins with a compaction like any other.
+    long = "big:u@example.com:long"
+    code, out, _ = run(capsys, "-s", url, "inspect", long, "--type", "history.compacted", "--json")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert "6 earlier events dropped (3 turns), turns #4-#5 kept" in row["detail"]
+    code, out, _ = run(capsys, "-s", url, "replay", long, "--json")
+    assert code == 0
+    assert [t["user"] for t in json.loads(out)["context"]["conversation_memory"]["recent_turns"]] == [
+        "long 3",
+        "long 4",
+    ]
+    assert run(capsys, "-s", url, "verify", "--all")[0] == 0
+    assert run(capsys, "-s", url, "timeline", long, "-o", str(policy.parent / "long.html"))[0] == 0
 
 
 def seqs_of(log: EventLog, k: MemoryKey) -> list[int | None]:
@@ -650,3 +667,52 @@ def test_the_cli_needs_a_policy_and_as_of_only_with_a_dry_run(
         run(capsys, "-s", "memory://", "retention", "--apply", "--policy", str(policy), "--as-of", "0")[0]
         == 2
     )
+
+
+# convmem serve ------------------------------------------------------------------------------
+
+
+def test_serve_sweeps_with_its_retention_policies(deployment: tuple[str, Path], tmp_path: Path) -> None:
+    """`convmem serve --retention FILE` erases the idle session and compacts the long one by itself
+    (worker 0 sweeps every sweep_every), keeping the fresh one; stopping it is clean."""
+    url, policy = deployment
+    policy.write_text('sweep_every = "1s"\n' + policy.read_text(encoding="utf-8"), encoding="utf-8")
+    ready, err_path = tmp_path / "ready", tmp_path / "serve.err"
+    log = JetStreamEventLog.connect(url)
+    with open(err_path, "wb") as err:
+        serve = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "convmem", "--nats", url, "serve", "--workers", "2"),
+                *("--retention", str(policy), "--ready-file", str(ready)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        wait_until(lambda: swept(log), timeout=60.0, message="serve swept")
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(60.0)
+        log.close()
+    assert code == 0, err_path.read_text(encoding="utf-8")
+    assert "retention: 3 session(s) examined; did erase 1, compact 1" in err_path.read_text(encoding="utf-8")
+
+
+def swept(log: EventLog) -> bool:
+    """The deployment's idle session is erased and its long one compacted; the fresh one is kept."""
+    left = log.keys()
+    return sorted(k.session_id for k in left) == ["fresh", "long"] and seqs_of(
+        log, key("long", tenant="big")
+    ) == [7]
+
+
+def test_serve_refuses_a_hostile_policy_file_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --retention file stops serve at once with exit 5, naming the key (no server is started)."""
+    policy = tmp_path / "retention.toml"
+    policy.write_text("[tenants.acme]\nidle = 5\nmax_turns = true\n", encoding="utf-8")
+    code, _, err = run(capsys, "--data-dir", str(tmp_path / "store"), "serve", "--retention", str(policy))
+    assert code == 5, err
+    assert "retention.tenants.acme.max_turns" in err
+    assert not (tmp_path / "store").exists()

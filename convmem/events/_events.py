@@ -225,12 +225,24 @@ class ItemPopped(Event, frozen=True, gc=False, tag="item.popped"):
     item: MessageItem
 
 
+def _as_time(holder: msgspec.Struct, name: str) -> None:
+    """`holder.name` as a finite float (an int time encodes differently from the equal float)."""
+    value = getattr(holder, name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        msgspec.structs.force_setattr(holder, name, float(value))
+    elif not (isinstance(value, float) and math.isfinite(value)):
+        raise InvalidInput(name, f"must be a finite epoch time, got {value!r}")
+
+
 class KeptTurn(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A turn a `HistoryCompacted` keeps: its number, when it was stored, the turn."""
 
     index: int
     at: float
     turn: ConversationTurn
+
+    def __post_init__(self) -> None:
+        _as_time(self, "at")
 
 
 class EntityTally(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
@@ -276,6 +288,11 @@ class HistoryCompacted(Event, frozen=True, gc=False, tag="history.compacted"):
     dropped_events: int = 0
     dropped_turns: int = 0
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _as_time(self, "last_at")
+        _as_time(self, "health_since")
 
     @property
     def first_index(self) -> int:

@@ -26,23 +26,13 @@ from convmem.adapters.cli._common import (
     table,
 )
 from convmem.adapters.cli._safe import json_text
+from convmem.events import EVENT_TYPES as ALL_EVENT_TYPES
 from convmem.events import MemoryKey
 
 __all__ = ["add_inspect_commands", "records_from_file", "stamp"]
 
-EVENT_TYPES = (
-    "session.started",
-    "turn.added",
-    "summary.produced",
-    "health.changed",
-    "backlog.trimmed",
-    "session.cleared",
-    "session.restored",
-    "session.erased",
-    "items.added",
-    "item.popped",
-    "POISON",
-)
+EVENT_TYPES = (*(str(t.__struct_config__.tag) for t in ALL_EVENT_TYPES), "POISON")
+"""What `inspect --type` picks from: every event tag the codec knows, and poison."""
 
 
 def add_inspect_commands(commands: Any, common: argparse.ArgumentParser) -> None:

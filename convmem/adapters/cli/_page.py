@@ -67,7 +67,7 @@ script-src 'unsafe-inline'; img-src data:">
   <div id="legend">
     <span><i class="healthy"></i>healthy</span><span><i class="retry"></i>retry</span>
     <span><i class="degraded"></i>degraded</span><span><i class="recovering"></i>recovering</span>
-    <span>&#9670; summary</span><span>&#10005; eviction (backlog trimmed, cleared)</span>
+    <span>&#9670; summary</span><span>&#10005; eviction (backlog trimmed, cleared, compacted)</span>
   </div>
   <div id="event"></div>
   <div class="panes">
@@ -97,7 +97,8 @@ script-src 'unsafe-inline'; img-src data:">
   const marks = events.map((ev, i) => {
     const mark = document.createElement("div");
     mark.className = "mark " + ev.health + (ev.type === "summary.produced" ? " summary" : "") +
-      (ev.type === "backlog.trimmed" || ev.type === "session.cleared" ? " eviction" : "");
+      (ev.type === "backlog.trimmed" || ev.type === "session.cleared" || ev.type === "history.compacted"
+        ? " eviction" : "");
     mark.style.left = place(i) + "%";
     mark.title = "position " + ev.position + ": " + ev.type;
     mark.dataset.index = String(i);

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -143,6 +144,8 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
         loop.stop()
         print(f"convmem serve worker {spec.index}: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
+    if spec.index == 0 and spec.retention is not None:
+        _report_sweeps(spec.index)
     try:
         system = MemorySystem(
             spec.config,
@@ -174,6 +177,15 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     finally:
         opened.close()
         loop.stop()
+
+
+def _report_sweeps(index: int) -> None:
+    """The retention sweeps' summaries on stderr (a spawned worker has no logging set up)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"convmem serve: worker {index}: %(levelname)s %(message)s"))
+    sweeps = logging.getLogger("convmem.retention")
+    sweeps.addHandler(handler)
+    sweeps.setLevel(logging.INFO)
 
 
 def _stop_with_parent(stop: threading.Event) -> None:
