@@ -147,3 +147,65 @@ def test_timeline_of_an_unknown_key_is_exit_3(nats_server: EmbeddedNatsServer, t
         )
     assert main(["-s", nats_server.url, "timeline", "a:b:nobody", "-o", str(tmp_path / "p.html")]) == 3
     assert not (tmp_path / "p.html").exists()
+
+
+HOSTILE_KEY = MemoryKey(
+    "acme", 'mallory<b>&"__DATA__', "s</title><script>window.pwned='title'</script>__TITLE__"
+)
+HOSTILE_TURNS = [
+    ("<!-- a comment opens here", "and stays open"),
+    ("<script>window.pwned = 'script'</script>", "later, a script element"),
+    ("</script><script>window.pwned = 'closed'</script>", "closes the data element"),
+    ("<img src=x onerror=\"window.pwned = 'img'\">", "<svg onload=\"window.pwned='svg'\">"),
+    ("<!--<script>", "</script>-->"),
+    ("line\u2028separator\u2029 and ]]> <![CDATA[ x", "&lt;b&gt; &amp; __DATA__ __TITLE__"),
+]
+
+
+def test_no_stored_text_can_break_the_page_or_run_a_script(
+    nats_server: EmbeddedNatsServer, browser: Browser, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile turns and ids: every event drawn, the text shown as text, no injected script run."""
+    config = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=10))
+    with convmem.connect(nats_server.url, config=config) as memory:
+        session = memory.session(HOSTILE_KEY)
+        for user, assistant in HOSTILE_TURNS:
+            session.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+        events = memory.log.last_seq(HOSTILE_KEY)
+    page_file = tmp_path / "hostile.html"
+    assert main(["-s", nats_server.url, "timeline", HOSTILE_KEY.composite(), "-o", str(page_file)]) == 0
+    capsys.readouterr()
+    html = page_file.read_text(encoding="utf-8")
+    assert html.count("<script") == 2  # the data element and the page's own script, nothing stored
+    assert "<!--" not in html
+
+    problems: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("dialog", lambda dialog: problems.append(dialog.message))
+    page.goto(page_file.as_uri())
+    assert page.locator(".mark").count() == events  # every event drawn: the page's script ran to the end
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("img, svg, body script:not(#data) ~ script").count() == 0
+    assert page.inner_text("#key") == HOSTILE_KEY.composite()
+    assert HOSTILE_KEY.composite() in page.title()
+    position, context = shown(page)
+    assert (
+        main(
+            ["-s", nats_server.url, "replay", HOSTILE_KEY.composite(), "--position", str(position), "--json"]
+        )
+        == 0
+    )
+    assert context == json.loads(capsys.readouterr()[0])["context"]
+    said = json.dumps(context, ensure_ascii=False)
+    for user, assistant in HOSTILE_TURNS:  # shown as the very text stored
+        assert json.dumps(user, ensure_ascii=False)[1:-1] in said
+        assert json.dumps(assistant, ensure_ascii=False)[1:-1] in said
+    for i in range(events):
+        page.locator(".mark").nth(i).click()
+        assert page.evaluate("window.pwned") is None
+    page.locator(".mark").nth(1).click()  # the first turn's event
+    assert HOSTILE_TURNS[0][0] in page.inner_text("#event")
+    page.screenshot(path=str(tmp_path / "hostile.png"), full_page=True)
+    assert problems == []
+    page.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,26 @@ def page_data(records: Iterable[LoggedEvent], key: MemoryKey) -> dict[str, Any]:
     }
 
 
+_SCRIPT_SAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+"""JSON escapes for what could end, comment out or re-open markup inside a script element."""
+_SLOTS = re.compile("__TITLE__|__DATA__")
+
+
 def timeline_page(records: Iterable[LoggedEvent], key: MemoryKey) -> str:
-    """The whole HTML page of `key`'s events."""
-    data = json.dumps(page_data(records, key), ensure_ascii=False).replace("</", "<\\/")
-    return PAGE.replace("__TITLE__", _html(key.composite())).replace("__DATA__", data)
+    """The whole HTML page of `key`'s events.
+
+    The data is JSON in a ``type="application/json"`` script element with every
+    ``<``, ``>`` and ``&`` (and U+2028/2029) escaped, so no stored text can
+    close it, open a comment or a script in it, or end the page's markup; the
+    script reads it with ``JSON.parse`` and shows it only as text
+    (``textContent``). Both slots are filled in one pass, so a key or a turn
+    that holds a slot's name fills nothing.
+    """
+    data = json.dumps(page_data(records, key), ensure_ascii=False).translate(_SCRIPT_SAFE)
+    filled = {"__TITLE__": _html(key.composite()), "__DATA__": data}
+    return _SLOTS.sub(lambda slot: filled[slot.group()], PAGE)
 
 
 def _html(text: str) -> str:
