@@ -36,6 +36,7 @@ from convmem.adapters.cli._main import main
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.adapters.jetstream._log import JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.adapters.service._errors import error_info, exception_of
 from convmem.errors import ConcurrencyConflict, SessionDamaged
 from convmem.events import (
     ConversationTurn,
@@ -316,3 +317,53 @@ def test_events_stored_without_a_checksum_are_read_unchecked(
     with MemorySystem(CONFIG, log=log) as memory:
         assert_usable(memory, HURT, 1)
     assert all(c.ok for c in verify(log))
+
+
+def test_damage_in_an_encrypted_store_is_found_in_the_ciphertext(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With encryption at rest (the embedded default) the checksum covers the sealed bytes.
+
+    No turn text is on disk to search for: the byte to flip is found after the damaged event's
+    subject and its ``Convmem-Seq: 3`` header, inside its sealed payload.
+    """
+    data = tmp_path / "data"
+    with convmem.connect(data_dir=data, config=CONFIG) as memory:
+        for key in (FIRST, HURT):
+            for i in range(TURNS):
+                memory.session(key).add_turn(turn(key, i), timeout=10)
+    (block,) = (data / "jetstream" / "$G" / "streams" / "CONVMEM_EVENTS" / "msgs").glob("*.blk")
+    raw = bytearray(block.read_bytes())
+    assert marker(HURT, 1).encode() not in raw  # sealed: no turn text on disk
+    subject = b"convmem.ev.acme.alice.hurt"
+    starts = [n for n in range(len(raw)) if raw.startswith(subject, n)]
+    (header,) = [n for n in starts if b"Convmem-Seq: 3\r\n" in raw[n : raw.index(b"\r\n\r\n", n)]]
+    payload = raw.index(b"\r\n\r\n", header) + 4
+    raw[payload + 20] ^= 0x01
+    block.write_bytes(bytes(raw))
+    code = main(["--data-dir", str(data), "verify", "--all"])
+    out = capsys.readouterr().out
+    assert code == 7, out
+    assert "acme:alice:hurt: DAMAGED seq 3" in out
+    with convmem.connect(data_dir=data, config=CONFIG) as memory:
+        with pytest.raises(SessionDamaged):
+            memory.session(HURT).add_turn(turn(HURT, 9), timeout=10)
+        assert_usable(memory, FIRST, TURNS)
+        assert memory.repair(HURT).applied
+        assert_usable(memory, HURT, 1)
+    code = main(["--data-dir", str(data), "verify", "--all"])
+    assert code == 0, capsys.readouterr().out
+
+
+def test_session_damaged_crosses_the_service_with_its_fields() -> None:
+    """A remote caller catches the same `SessionDamaged`, naming the same key, seq and position."""
+    sent = SessionDamaged(key=HURT.composite(), seq=3, position=7, problem="event seq 3 missing")
+    got = exception_of(error_info(sent))
+    assert isinstance(got, SessionDamaged)
+    assert (got.key, got.seq, got.position, got.problem, str(got)) == (
+        sent.key,
+        3,
+        7,
+        "event seq 3 missing",
+        str(sent),
+    )
