@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import convmem
-from convmem.actors import MemorySystem, verify
+from convmem.actors import MemorySystem, sweep_retention, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters._checksum import seal
 from convmem.adapters.cli._main import main
@@ -41,6 +41,8 @@ from convmem.errors import ConcurrencyConflict, SessionDamaged
 from convmem.events import (
     ConversationTurn,
     MemoryKey,
+    RetentionPolicies,
+    RetentionPolicy,
     SessionStarted,
     ShortTermMemoryConfig,
     TurnAdded,
@@ -295,6 +297,10 @@ def test_bytes_that_fail_their_checksum_are_damage_named_by_position(
     checks = {c.key: c for c in verify(log)}
     assert checks[FIRST].ok
     assert [d.position for d in checks[HURT].damage] == [position]
+    swept = sweep_retention(log, RetentionPolicies(default=RetentionPolicy(idle=1.0)), now=1e11, dry_run=True)
+    assert [p.key for p in swept.problems] == [HURT]  # a damaged session is left for its repair
+    assert "damaged: seq 2" in swept.problems[0].problem
+    assert FIRST in [o.key for o in swept.outcomes]
     with MemorySystem(CONFIG, log=log) as memory:
         plan = memory.repair(HURT)
         assert plan.applied

@@ -21,7 +21,7 @@ import msgspec
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, ReplayError, SessionDamaged
-from convmem.events import AnyEvent, MemoryKey, SessionErased, SessionRepaired, decode_event
+from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, SessionErased, SessionRepaired, decode_event
 from convmem.projections import (
     SessionState,
     SkippedEvent,
@@ -131,8 +131,8 @@ def decode_logged(
             _poison(record, seq, problem, on_poison, report)
             yield SkippedEvent(seq, problem)
             continue
-        if isinstance(event, SessionRepaired | SessionErased) and report.damage:
-            report.repaired.extend(report.damage)  # what came before is restored, or erased
+        if isinstance(event, SessionRepaired | SessionErased | HistoryCompacted) and report.damage:
+            report.repaired.extend(report.damage)  # what came before is restored, erased or compacted
             report.damage.clear()
         report.events_applied += 1
         yield event

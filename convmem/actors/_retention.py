@@ -185,6 +185,16 @@ def _sweep_one(
             )
         )
         return None
+    if loaded.damage:  # damaged or missing events: a repair decides what stays, not a sweep
+        first = loaded.damage[0]
+        report.problems.append(
+            RetentionProblem(
+                key=key,
+                problem=f"damaged: seq {first.seq}: {first.problem}; left as it is: run convmem verify, "
+                "then convmem repair",
+            )
+        )
+        return None
     events = [e for e in decoded if not isinstance(e, SkippedEvent)]
     try:
         state = replay(events)
