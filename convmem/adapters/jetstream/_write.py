@@ -317,13 +317,13 @@ class SessionWriter:
         if unread:  # those a repair counted are known (they stay in the store, unreadable)
             unread = max(unread - _repaired_unreadable(messages, self.opener), 0)
         if start == 1:  # a tail read does not say the session's seq: nothing learnt
-            found = _first_damage(messages, unread, self.opener)
+            walked, found = _scan(messages, unread, self.opener)
             if found is None:
                 self._damaged.pop(subject, None)
             else:
                 self._damaged[subject] = found
             if messages:
-                self.remember(subject, _walk(messages, EMPTY, self.opener))
+                self.remember(subject, walked)
         return messages, unread
 
     async def load_last(self, subject: str) -> Last:
@@ -482,12 +482,13 @@ def _take(walk: SessionSequence, message: StoredMessage, opener: Opener = _plain
     return walk.take(seq, data, intact=intact) is None
 
 
-def _first_damage(
+def _scan(
     messages: list[StoredMessage], unread: int, opener: Opener = _plain
-) -> tuple[int | None, int | None, str] | None:
-    """The first damage in a session's whole subject that no later repair, erasure fence or
-    compaction covers: (seq, position, problem)."""
+) -> tuple[Last, tuple[int | None, int | None, str] | None]:
+    """One walk of a session's whole subject: what `_walk` learns, and the first damage that no
+    later repair, erasure fence or compaction covers: (seq, position, problem), or None."""
     walk = SessionSequence()
+    event_id: str | None = None
     found: tuple[int | None, int | None, str] | None = None
     for message in messages:
         seq = session_seq(message.headers)
@@ -496,12 +497,14 @@ def _first_damage(
             found = found or (seq, message.seq, f"the event at log position {message.seq}: {damage}")
             if seq is not None and seq == walk.version + 1:
                 walk.version = seq
+                event_id = message.headers.get(MSG_ID)
             continue
         data = message.data
         if seq is not None and seq > walk.version + 1:
             data = opener(message)
         if walk.take(seq, data, intact=intact) is not None:
             continue
+        event_id = message.headers.get(MSG_ID)
         if walk.gap is not None and found is None:
             first, last = walk.gap
             found = (first, message.seq, f"events seq {first}-{last} are missing: the store lost them")
@@ -515,7 +518,7 @@ def _first_damage(
             f"the store holds {unread} more message(s) after seq {last_seq} that it cannot read back "
             "(damaged on disk)",
         )
-    return found
+    return Last(walk.version, messages[-1].seq if messages else 0, event_id), found
 
 
 def _repaired_unreadable(messages: list[StoredMessage], opener: Opener = _plain) -> int:
