@@ -37,7 +37,11 @@ from convmem.events import (
     MessageItem,
     ShortTermMemoryConfig,
     TrajectoryDigest,
+    TurnAdded,
+    decode_event,
+    encode_event,
 )
+from convmem.events._checks import as_stored
 
 KEY = MemoryKey("acme", "alice", "limits")
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation")
@@ -115,6 +119,25 @@ def test_the_parts_of_a_turn_are_checked_by_type_too(build: Any, field: str) -> 
     with pytest.raises(InvalidTurn) as raised:
         build()
     assert raised.value.field == field
+
+
+def test_a_number_json_cannot_carry_stored_by_an_older_version_still_decodes() -> None:
+    """NaN is refused in a new turn, but an event stored before that rule replays (no turn lost)."""
+    with pytest.raises(InvalidTurn):
+        ConversationTurn(user_message="a", assistant_response="b", artifacts_shown={"x": float("nan")})
+    with as_stored():  # how a version before the rule built and stored it
+        old = ConversationTurn(
+            user_message="a",
+            assistant_response="b",
+            artifacts_shown={"x": float("inf")},
+            items=(MessageItem(kind="other", raw="[1]"),),
+        )
+        stored = encode_event(TurnAdded(turn=old, index=1, seq=2, at=1.0, event_id="e"))
+    decoded = decode_event(stored)
+    assert isinstance(decoded, TurnAdded)
+    assert decoded.turn.artifacts_shown == {"x": float("inf")}
+    with pytest.raises(InvalidTurn):  # the rule is back once the decode is over
+        ConversationTurn(user_message="a", assistant_response="b", artifacts_shown={"x": float("inf")})
 
 
 def test_lists_given_for_tuples_are_kept_as_the_tuples_a_replay_decodes() -> None:

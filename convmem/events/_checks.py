@@ -9,7 +9,9 @@ never a bare `TypeError` from deeper in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import msgspec
 
@@ -17,6 +19,7 @@ from convmem.errors import InvalidTurn
 
 __all__ = [
     "MAX_TEXT_LENGTH",
+    "as_stored",
     "check_finite",
     "check_items_of",
     "check_json",
@@ -26,6 +29,7 @@ __all__ = [
     "has_lone_surrogate",
     "kind_of",
     "optional_text",
+    "storing",
     "text_tuple",
 ]
 
@@ -47,6 +51,31 @@ def has_lone_surrogate(value: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+_STORED: ContextVar[bool] = ContextVar("convmem_stored_values", default=False)
+"""True while decoding values already stored: rules added later than them are not applied (`as_stored`)."""
+
+
+@contextmanager
+def as_stored() -> Iterator[None]:
+    """Decode values that were stored before a rule about numbers JSON cannot carry existed.
+
+    NaN and the infinities in a turn's artifacts, and an item's `raw` that is
+    not the JSON of an object, are refused when a turn is built; an event that
+    a version before that rule stored holding one still decodes (replay never
+    loses a stored turn). The codec uses this only after a strict decode failed.
+    """
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
+def storing() -> bool:
+    """Whether the rules for new values apply (False inside `as_stored`)."""
+    return not _STORED.get()
 
 
 _JSON_DEPTH = 64
@@ -119,7 +148,7 @@ def check_json(field: str, value: object, depth: int = 0) -> None:
     elif value is None or isinstance(value, bool):
         return
     elif isinstance(value, float):
-        if not math.isfinite(value):
+        if not math.isfinite(value) and storing():
             raise InvalidTurn(
                 field, f"is the number {value!r}, which JSON cannot carry (finite numbers only)"
             )

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from convmem.errors import EventDecodeError, SealBroken, UnknownEventType
+from convmem.events._checks import as_stored
 from convmem.events._events import (
     BacklogTrimmed,
     Event,
@@ -157,6 +158,11 @@ def _decode(
     except (msgspec.DecodeError, UnicodeDecodeError, ValueError, OverflowError) as exc:
         # Malformed bytes: msgspec reports bad UTF-8 inside a string as UnicodeDecodeError.
         raise EventDecodeError(f"not a valid encoded event ({exc})", path="$", seq=seq) from None
+    try:  # stored before a rule on new values existed (a NaN artifact): it still decodes
+        with as_stored():
+            return decoder.decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
+        pass
     try:
         head = envelope.decode(data)
     except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):

@@ -31,6 +31,7 @@ from convmem.events._checks import (
     has_lone_surrogate,
     kind_of,
     optional_text,
+    storing,
     text_tuple,
 )
 from convmem.events._dates import date_text
@@ -110,7 +111,7 @@ class MessageItem(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defa
         check_text("content", self.content)
         for field in ("call_id", "name", "arguments", "output", "raw"):
             optional_text(field, getattr(self, field))
-        if self.raw is not None:
+        if self.raw is not None and storing():
             _check_raw(self.raw)
         if self.kind == "other" and self.raw is None:
             raise InvalidTurn("raw", "an item of kind 'other' keeps the SDK item in raw")
