@@ -629,8 +629,12 @@ def test_a_dry_run_never_creates_the_stream(
     code, _, err = run(capsys, "-s", nats_server.url, "retention", "--dry-run", "--policy", str(policy))
     assert code == 3
     assert "no stream" in err
-    with pytest.raises(StoreNotFound):
-        JetStreamEventLog(NatsConnection.connect(nats_server.url), create=False)
+    connection = NatsConnection.connect(nats_server.url)
+    try:
+        with pytest.raises(StoreNotFound):
+            JetStreamEventLog(connection, create=False)
+    finally:
+        connection.release()
 
 
 @pytest.mark.parametrize(
