@@ -18,6 +18,9 @@ ConvmemError
 │   └── StoreFull                          the JetStream store is full (disk, max_file_store, max_bytes)
 ├── StoreNotFound                         the event stream or snapshot bucket does not exist (read-only use)
 ├── PermissionDenied                      the NATS server refused a subject to these credentials; names it
+├── TenantLimitReached                    a tenant is at one of its limits in the service; names it
+│   ├── Busy                               the tenant has its most requests in flight: retry shortly
+│   └── QuotaExceeded                      a write past the tenant's stored-bytes quota: nothing was stored
 ├── SessionClosed                         the memory system or session was closed
 ├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout
 ├── SummarizerError                       a summarizer failed: HTTP error, timeout, malformed reply
@@ -31,6 +34,7 @@ that callers need not parse messages.
 from __future__ import annotations
 
 __all__ = [
+    "Busy",
     "ConcurrencyConflict",
     "ConvmemError",
     "EncryptionKeyError",
@@ -44,6 +48,7 @@ __all__ = [
     "NotBuilt",
     "OperationTimeout",
     "PermissionDenied",
+    "QuotaExceeded",
     "ReplayError",
     "SealBroken",
     "SessionClosed",
@@ -51,6 +56,7 @@ __all__ = [
     "StoreFull",
     "StoreNotFound",
     "SummarizerError",
+    "TenantLimitReached",
     "UnknownEventType",
 ]
 
@@ -236,6 +242,58 @@ class PermissionDenied(ConvmemError):
     def __init__(self, message: str, *, subject: str | None = None) -> None:
         self.subject = subject
         super().__init__(message)
+
+
+class TenantLimitReached(ConvmemError):
+    """A tenant reached one of the limits the service keeps per tenant (see `Busy`, `QuotaExceeded`).
+
+    `tenant_id` is the tenant; `limit` names the limit (``max_in_flight``,
+    ``max_bytes``), `allowed` is its value for this tenant, and `usage` what the
+    tenant uses now.
+    """
+
+    def __init__(self, message: str, *, tenant_id: str, limit: str, allowed: int, usage: int) -> None:
+        self.tenant_id = tenant_id
+        self.limit = limit
+        self.allowed = allowed
+        self.usage = usage
+        super().__init__(message)
+
+
+class Busy(TenantLimitReached):
+    """The service already holds the tenant's most requests in flight; this one was refused at once.
+
+    Nothing was done: retry after a short pause (the other requests finish
+    first). Other tenants are served meanwhile.
+    """
+
+    def __init__(self, *, tenant_id: str, allowed: int, usage: int) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} has {usage} requests in flight in this service, its max_in_flight "
+            f"is {allowed}; nothing was done: retry once some of them are answered",
+            tenant_id=tenant_id,
+            limit="max_in_flight",
+            allowed=allowed,
+            usage=usage,
+        )
+
+
+class QuotaExceeded(TenantLimitReached):
+    """A write refused because the tenant's stored events reached its byte quota; nothing was stored.
+
+    Reads and erasure still work: erasing sessions (or a larger quota from the
+    operator) makes room.
+    """
+
+    def __init__(self, *, tenant_id: str, allowed: int, usage: int) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} stores {usage:,} bytes of events, its max_bytes quota is {allowed:,}; "
+            "nothing was stored: erase sessions or ask the operator for a larger quota",
+            tenant_id=tenant_id,
+            limit="max_bytes",
+            allowed=allowed,
+            usage=usage,
+        )
 
 
 class SessionClosed(ConvmemError):

@@ -2,7 +2,8 @@
 
 Configuration comes from flags, each with an environment variable (listed in
 `ENVIRONMENT`, which the docker files are checked against), and optionally a
-JSON or TOML file holding a `ShortTermMemoryConfig`.
+JSON or TOML file holding a `ShortTermMemoryConfig` and, in its ``quotas``
+table, the tenants' limits (`Quotas`).
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ from convmem.adapters.cli._workers import Supervisor, WorkerSpec, default_worker
 from convmem.adapters.jetstream import JetStreamBackend
 from convmem.adapters.jetstream._embedded import default_store_dir
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix
+from convmem.adapters.service._quotas import Quotas
 from convmem.adapters.service._status import service_status
 from convmem.adapters.summarizers import recommended
 from convmem.errors import InvalidConfig
 from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
-__all__ = ["ENVIRONMENT", "add_serve_command", "load_config"]
+__all__ = ["ENVIRONMENT", "add_serve_command", "load_config", "load_quotas"]
 
 ENVIRONMENT = {
     "CONVMEM_NATS_URL": "--nats: NATS URL(s) of an existing server or cluster (default: embedded server)",
@@ -187,6 +189,26 @@ def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryC
             return recommended(total_tokens=total_tokens).config
         except InvalidConfig as exc:
             raise CliError(f"--total-tokens: {exc.problem}", EXIT_USAGE) from None
+    data = _read_config(path)
+    try:
+        return msgspec.convert(data, ShortTermMemoryConfig)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise CliError(f"config {path}: {exc}") from None
+
+
+def load_quotas(path: Path | None) -> Quotas:
+    """The tenants' limits in the ``quotas`` table of the configuration file `path` (the defaults
+    without one); an error names the key (``quotas.tenants.acme.max_bytes``)."""
+    data = _read_config(path) if path is not None else {}
+    if not isinstance(data, dict) or "quotas" not in data:
+        return Quotas()
+    try:
+        return Quotas.from_mapping(data["quotas"])
+    except InvalidConfig as exc:
+        raise CliError(f"config {path}: {exc}") from None
+
+
+def _read_config(path: Path) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -197,10 +219,7 @@ def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryC
         raise CliError(
             f"config {path} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}"
         ) from None
-    try:
-        return msgspec.convert(data, ShortTermMemoryConfig)
-    except (msgspec.ValidationError, ValueError) as exc:
-        raise CliError(f"config {path}: {exc}") from None
+    return data
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -213,6 +232,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     process stops them in order (workers first, each answering what it received).
     """
     config = load_config(args.config, args.total_tokens)
+    quotas = load_quotas(args.config)
     retention = load_retention(Path(args.retention)) if args.retention else None
     workers = default_workers() if args.workers is None else args.workers
     if args.port is not None and args.nats:
@@ -226,7 +246,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _serve(args, config, workers, stop, received, retention=retention)
+        return _serve(args, config, workers, stop, received, retention=retention, quotas=quotas)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -240,6 +260,7 @@ def _serve(
     received: list[int],
     *,
     retention: RetentionPolicies | None = None,
+    quotas: Quotas | None = None,
 ) -> int:
     opened = open_backend(  # the embedded server if no URL; the stream and the bucket, made once
         args.nats,
@@ -278,6 +299,7 @@ def _serve(
         index=0,
         workers=workers,
         retention=retention,
+        quotas=quotas or Quotas(),
     )
     supervisor = Supervisor(spec, workers)
     try:

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -47,6 +47,7 @@ from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.cli._safe import SafeStream
 from convmem.adapters.keys import KeySettings
+from convmem.adapters.service._quotas import Quotas
 from convmem.adapters.service._service import MemoryService
 from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.errors import ConvmemError
@@ -94,6 +95,8 @@ class WorkerSpec:
     workers: int
     retention: RetentionPolicies | None = None
     """Retention policies: worker 0 of each serve sweeps with them (sweeps are safe concurrently)."""
+    quotas: Quotas = field(default_factory=Quotas)
+    """Each tenant's limits in each worker's service."""
 
     @property
     def instance(self) -> str:
@@ -168,6 +171,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
                 instance=spec.instance,
                 worker={"serve": spec.serve, "index": spec.index, "of": spec.workers, "pid": os.getpid()},
                 loop=loop,
+                quotas=spec.quotas,
             )
             service.start()
             report.send(("ready", spec.instance))

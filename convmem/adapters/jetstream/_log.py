@@ -21,7 +21,8 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -36,6 +37,7 @@ from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, Nat
 from convmem.adapters.jetstream._read import MSG_ID, SubjectKeys, read_range, unreadable
 from convmem.adapters.jetstream._sealing import Sealing
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
+from convmem.adapters.jetstream._usage import count_bytes
 from convmem.adapters.jetstream._write import PendingAppend, SessionWriter
 from convmem.adapters.keys import Keyring
 from convmem.errors import (
@@ -334,6 +336,29 @@ class JetStreamEventLog:
         subjects = self._conn.call(lambda: self._subjects(subject_filter), what="list session subjects")
         counted = ((self._keys.key(s), n) for s, n in sorted(subjects.items()))
         return {k: n for k, n in counted if k is not None}
+
+    def stored_bytes(self, tenant_id: str, *, after_position: int = 0) -> tuple[int, int]:
+        """(bytes the tenant's events past `after_position` take in the stream, the last position read).
+
+        Counted as JetStream counts a message against ``max_bytes`` (see `_usage`);
+        reads the messages, so a tally is kept up to date from the last position.
+        """
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        subject_filter = self._keys.filter(tenant_id, None)
+        if subject_filter is None:
+            return 0, after_position
+        conn, stream = self._conn, self._stream
+
+        def batch(after: int) -> Callable[[], Coroutine[Any, Any, tuple[int, int, bool]]]:
+            return lambda: count_bytes(conn, stream, subject_filter, after=after)
+
+        total, position, done = 0, after_position, False
+        while not done:  # one batch a call: a large tenant takes several timeouts' worth
+            what = f"count the stored bytes of tenant {tenant_id!r}"
+            counted, position, done = conn.call(batch(position), what=what)
+            total += counted
+        return total, position
 
     async def _stream_last_seq(self) -> int:
         info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")

@@ -2,7 +2,8 @@
 
 `_protocol` and `_errors` define subjects, payloads and the error wire form;
 `_service` answers requests, each handled by `_operations` against a
-`MemorySystem`; `_partitions` deals the session partitions over the
+`MemorySystem`, each tenant's share and quota kept by `_shares`, `_usage`
+and `_quotas`; `_partitions` deals the session partitions over the
 workers of `convmem serve --workers`; `_requests`, `_remote` and `_exchange` are the clients
 (`AsyncRemoteSession`, and `RemoteSession` derived from its operations on a
 `RemoteMemory`'s loop) that planners in other processes use.
@@ -19,6 +20,7 @@ from convmem.adapters.service._errors import (
 )
 from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, operator_subject, session_subject
+from convmem.adapters.service._quotas import Quotas, TenantLimits
 from convmem.adapters.service._remote import AsyncRemoteSession, RemoteMemory, RemoteSession
 from convmem.adapters.service._service import MemoryService
 
@@ -30,10 +32,12 @@ __all__ = [
     "MalformedRequest",
     "MemoryService",
     "PermissionDenied",
+    "Quotas",
     "RemoteError",
     "RemoteMemory",
     "RemoteSession",
     "ServiceUnavailable",
+    "TenantLimits",
     "UnknownOperation",
     "UnsupportedVersion",
     "operator_subject",

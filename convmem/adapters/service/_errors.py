@@ -16,6 +16,7 @@ The errors added to the tree of `convmem.errors`::
     ├── OperationTimeout
     │   └── ServiceUnavailable    no service answered (none subscribed, or none in time)
     ├── PermissionDenied          (defined in convmem.errors) a subject refused to these credentials
+    ├── TenantLimitReached        (defined in convmem.errors) Busy, QuotaExceeded: a tenant's limit
     ├── InternalError             the service failed unexpectedly (its log has the traceback)
     └── RemoteError               an error reply of a type this client does not know
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import msgspec
 
 from convmem.errors import (
+    Busy,
     ConcurrencyConflict,
     ConvmemError,
     EventDecodeError,
@@ -37,11 +39,13 @@ from convmem.errors import (
     NotBuilt,
     OperationTimeout,
     PermissionDenied,
+    QuotaExceeded,
     ReplayError,
     SessionClosed,
     SessionDamaged,
     StoreFull,
     SummarizerError,
+    TenantLimitReached,
     UnknownEventType,
 )
 
@@ -107,6 +111,10 @@ class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     subject: str | None = None
     err_code: int | None = None
     position: int | None = None
+    tenant_id: str | None = None
+    limit: str | None = None
+    allowed: int | None = None
+    usage: int | None = None
 
 
 _KNOWN: dict[str, type[ConvmemError]] = {
@@ -135,6 +143,9 @@ _KNOWN: dict[str, type[ConvmemError]] = {
         ServiceUnavailable,
         PermissionDenied,
         InternalError,
+        TenantLimitReached,
+        Busy,
+        QuotaExceeded,
     )
 }
 _FIELDS = tuple(f for f in ErrorInfo.__struct_fields__ if f not in ("type", "message"))
@@ -148,6 +159,7 @@ _ATTRIBUTES: dict[type[ConvmemError], tuple[str, ...]] = {
     PermissionDenied: ("subject",),
     StoreFull: ("err_code",),
     SessionDamaged: ("key", "seq", "position", "problem"),
+    TenantLimitReached: ("tenant_id", "limit", "allowed", "usage"),
 }
 
 

@@ -19,8 +19,11 @@ instance (no queue group). Each instance is also a NATS micro-service named
 and ``{api_prefix}.ops.status.{instance}`` asks one of them.
 
 nats-py runs on the service's own loop thread. The blocking `MemorySystem`
-calls run on a bounded thread pool, never on the loop: when every worker is
-busy, further requests wait in the subscription's queue. `stop()` drains:
+calls run on a bounded thread pool, never on the loop. `FairShares` admits
+each request into its tenant's queue, or refuses it at once with `Busy` past
+the tenant's ``max_in_flight``, and tenants take turns at the free places; a
+write of a tenant at its ``max_bytes`` quota is refused with `QuotaExceeded`
+(`TenantUsage` keeps the tally; `Quotas` holds the limits). `stop()` drains:
 it unsubscribes, answers every request already received, then closes.
 """
 
@@ -33,10 +36,10 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -52,22 +55,31 @@ from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.jetstream._connection import server_list
-from convmem.adapters.service._errors import ErrorInfo
-from convmem.adapters.service._operations import ApiOperations
+from convmem.adapters.service._errors import ErrorInfo, error_info
+from convmem.adapters.service._operations import Answer, ApiOperations
 from convmem.adapters.service._partitions import Partitions
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
     MICRO_NAME,
     check_api_prefix,
     encode_error,
+    parse_subject,
     status_subject,
     wants_msgpack,
 )
-from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
+from convmem.adapters.service._quotas import Quotas
+from convmem.adapters.service._shares import FairShares, tenant_token
+from convmem.adapters.service._usage import TenantUsage, counter_of
+from convmem.errors import Busy, ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
 
-__all__ = ["MemoryService"]
+__all__ = ["WRITES", "MemoryService"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("convmem.service")
+
+WRITES = frozenset({"add_turn", "add_items", "pop_item", "clear", "restore", "fork", "agents_start"})
+"""Operations that store events: refused with `QuotaExceeded` past the tenant's ``max_bytes``."""
 
 
 class MemoryService:
@@ -83,7 +95,9 @@ class MemoryService:
     (default: random); `worker` is shown in its status. `loop` (the loop the system's log runs on,
     left running by `stop()`) makes the service run there and await each ``add_turn`` on it, no
     thread in between. `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options` go
-    to nats-py's ``connect`` as they are. The service never closes `system` (its owner does, after).
+    to nats-py's ``connect`` as they are. `quotas` bounds each tenant's requests in flight and
+    running, and its stored bytes (`Quotas`; default: `TenantLimits`' defaults for every tenant).
+    The service never closes `system` (its owner does, after).
     """
 
     def __init__(
@@ -106,6 +120,7 @@ class MemoryService:
         instance: str | None = None,
         worker: Mapping[str, Any] | None = None,
         loop: EventLoopThread | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -146,7 +161,14 @@ class MemoryService:
         self._nc: Client | None = None
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slots: asyncio.Semaphore | None = None
+        self.quotas = quotas if quotas is not None else Quotas()
+        if not isinstance(self.quotas, Quotas):
+            raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
+        self._shares = FairShares(self.quotas, max_concurrency)
+        self._usage = TenantUsage(
+            counter_of(system.log), recount_every=self.quotas.recount_every, run=self._off_loop
+        )
+        self._unwatch: Callable[[], None] | None = None
         self._micro: nats.micro.service.Service | None = None
         self._partitions: Partitions | None = None
 
@@ -270,7 +292,6 @@ class MemoryService:
             ) from None
         nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
         self._nc = nc
-        self._slots = asyncio.Semaphore(self.max_concurrency)
         try:
             sessions, operators = self.subjects
             self._subs = [
@@ -298,37 +319,91 @@ class MemoryService:
                 )
                 await self._partitions.start()
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
+            self._watch_erasures(asyncio.get_running_loop())
         except BaseException:
             await nc.close()
             raise
 
+    def _watch_erasures(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have any process's erasure make the tenants' next byte counts full ones (a notice names none)."""
+        watch = getattr(self.system.log, "watch_erasures", None)
+        if watch is not None:
+            self._unwatch = watch(lambda _notice: loop.call_soon_threadsafe(self._usage.erased_everywhere))
+
+    async def _off_loop(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
     async def _on_message(self, msg: Msg) -> None:
-        assert self._slots is not None
-        await self._slots.acquire()  # a full pool holds the rest in the subscription's queue
+        """Admit the request into its tenant's turn (`FairShares`), or refuse it at once with `Busy`."""
+        token = tenant_token(self.api_prefix, msg.subject)
+        try:
+            self._shares.admit(token, lambda: self._start(msg, token))
+        except Busy as exc:
+            self._ops.stats.begin()
+            self._ops.stats.end(_op_of(self.api_prefix, msg.subject), type(exc).__name__)
+            assert self._nc is not None
+            if msg.reply:
+                await self._respond(
+                    self._nc, msg, encode_error(error_info(exc), msgpack=wants_msgpack(msg.data))
+                )
+            return
         self._ops.stats.begin()
+
+    def _start(self, msg: Msg, token: str) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._finished(done, token))
+
+    def _finished(self, task: asyncio.Task[None], token: str) -> None:
+        self._tasks.discard(task)
+        self._shares.done(token)
+
+    async def _over_quota(self, msg: Msg) -> tuple[str, str] | Answer | None:
+        """(tenant id, op) of a request within its quota, or its refusal; None: no tenant's request."""
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, msg.subject)
+        except ConvmemError:
+            return None  # answered as it deserves by the operation itself
+        if tenant_id is None:
+            return None
+        allowed = self.quotas.of_token(tenant_token(self.api_prefix, msg.subject)).max_bytes
+        if op in WRITES and allowed is not None:
+            try:
+                await self._usage.check(tenant_id, allowed)
+            except ConvmemError as exc:
+                info = error_info(exc)
+                return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
+        return tenant_id, op
 
     async def _serve(self, msg: Msg) -> None:
-        assert self._slots is not None
         assert self._nc is not None
         op, error = "unknown", None
         try:
-            if self._given_loop is not None and self._ops.on_loop(msg.subject):
+            request = await self._over_quota(msg)
+            if isinstance(request, Answer):
+                answer = request
+            elif self._given_loop is not None and self._ops.on_loop(msg.subject):
                 answer = await self._ops.add_turn_here(msg.subject, msg.data)
             else:
                 answer = await asyncio.get_running_loop().run_in_executor(
                     self._pool, self._ops.answer, msg.subject, msg.data
                 )
             op, error = answer.op, answer.error
+            if isinstance(request, tuple) and error is None:
+                self._used(*request, len(msg.data))
             if msg.reply:
                 await self._respond(self._nc, msg, answer.reply)
         except Exception:
             _log.exception("convmem service: request on %s not answered", msg.subject)
         finally:
             self._ops.stats.end(op, error)
-            self._slots.release()
+
+    def _used(self, tenant_id: str, op: str, size: int) -> None:
+        """Note what a request that succeeded did to its tenant's stored bytes."""
+        if op in WRITES:
+            self._usage.wrote(tenant_id, size)
+        elif op == "erase":
+            self._usage.erased(tenant_id)
 
     @staticmethod
     async def _respond(nc: Client, msg: Msg, reply: bytes) -> None:
@@ -377,10 +452,24 @@ class MemoryService:
         for sub in subs:
             with contextlib.suppress(nats.errors.Error):
                 await sub.drain()  # type: ignore[no-untyped-call]  # no new requests; received ones are handled
+        idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def now_idle() -> None:
+            if not idle.done():
+                idle.set_result(None)
+
+        self._shares.when_idle(now_idle)
+        try:
+            await asyncio.wait_for(idle, self.drain_timeout)  # the admitted ones, queued too, answered
+        except TimeoutError:
+            _log.warning(
+                "%d requests were still in flight after %ss", self._shares.in_flight, self.drain_timeout
+            )
         if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=self.drain_timeout)
-            if pending:
-                _log.warning("%d requests were still running after %ss", len(pending), self.drain_timeout)
+            await asyncio.wait(set(self._tasks), timeout=1.0)  # their last callbacks
+        if self._unwatch is not None:
+            self._unwatch()
+        await self._usage.close()
         nc = self._nc
         if nc is not None and not nc.is_closed:
             try:
@@ -398,3 +487,10 @@ class MemoryService:
 
     async def _on_error(self, exc: Exception) -> None:
         _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
+
+
+def _op_of(api_prefix: str, subject: str) -> str:
+    try:
+        return parse_subject(api_prefix, subject)[1]
+    except ConvmemError:
+        return "unknown"

@@ -1,0 +1,178 @@
+"""`TenantUsage`: what a service instance knows of each tenant's stored bytes, to hold its quota.
+
+Counting the log is exact and restart-safe, but reads the tenant's events;
+so each instance keeps a tally per tenant:
+
+* the first write of a tenant after the instance starts waits for a full
+  count of its events in the log (as JetStream counts them against
+  ``max_bytes``: subject, headers, payload and its record framing);
+* each write answered through this instance adds its request's size (an
+  estimate of what it stored) until the next count;
+* a write more than `recount_every` seconds after the last count starts a
+  count in the background of only what was appended since (any process's
+  writes), which replaces the estimates; a write that the tally would refuse
+  waits for that count first, so a refusal rests on a count at most
+  `recount_every` seconds old;
+* an erasure (through this instance, or any process's erasure notice, which
+  does not say whose) makes the tenant's next count a full one, and a
+  refusal waits for it: erased bytes stay in the tally (on the safe side)
+  until then.
+
+So a tenant can pass its quota by at most one request, plus what other
+instances write for it between two counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
+
+from convmem.actors import EventLog
+from convmem.errors import ConvmemError, QuotaExceeded
+
+__all__ = ["ByteCounter", "TenantUsage", "counter_of"]
+
+_log = logging.getLogger("convmem.service")
+
+ByteCounter = Callable[[str, int], tuple[int, int]]
+"""(tenant id, after position) -> (bytes of its events past that position, the last position counted)."""
+
+
+@runtime_checkable
+class _CountsBytes(Protocol):
+    def stored_bytes(self, tenant_id: str, *, after_position: int = 0) -> tuple[int, int]: ...
+
+
+def counter_of(log: EventLog) -> ByteCounter:
+    """How to count a tenant's stored bytes in `log`: its own count (JetStream), else its events' sizes."""
+    if isinstance(log, _CountsBytes):
+        counts = log
+        return lambda tenant_id, after: counts.stored_bytes(tenant_id, after_position=after)
+
+    def by_reading(tenant_id: str, after: int) -> tuple[int, int]:
+        total, last = 0, after
+        for record in log.read_all(tenant_id=tenant_id):
+            if record.position > after:
+                total += len(record.data)
+                last = max(last, record.position)
+        return total, last
+
+    return by_reading
+
+
+class _Tally:
+    __slots__ = ("counted", "counted_at", "counting", "estimate", "position", "stale")
+
+    def __init__(self) -> None:
+        self.counted = 0  # bytes as of the last count, through log position `position`
+        self.position = 0
+        self.estimate = 0  # request bytes written through this instance since the last count
+        self.counted_at: float | None = None  # None: never counted
+        self.stale = False  # erased since the last count: the next count is a full one
+        self.counting: asyncio.Future[None] | None = None
+
+    @property
+    def total(self) -> int:
+        return self.counted + self.estimate
+
+
+class TenantUsage:
+    """Per-tenant stored bytes for quota checks, on the service's loop (see the module docstring).
+
+    `run` runs a blocking call off the loop (the service's thread pool);
+    `clock` is monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        counter: ByteCounter,
+        *,
+        recount_every: float,
+        run: Callable[[Callable[[], tuple[int, int]]], Awaitable[tuple[int, int]]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._counter = counter
+        self._every = recount_every
+        self._run = run
+        self._clock = clock
+        self._tallies: dict[str, _Tally] = {}
+        self._background: set[asyncio.Future[None]] = set()
+
+    def usage(self, tenant_id: str) -> int | None:
+        """The tally of `tenant_id` (None before its first count)."""
+        tally = self._tallies.get(tenant_id)
+        return None if tally is None or tally.counted_at is None else tally.total
+
+    async def check(self, tenant_id: str, allowed: int) -> None:
+        """Raise `QuotaExceeded` if `tenant_id` stores `allowed` bytes or more (counting first if due)."""
+        tally = self._tallies.setdefault(tenant_id, _Tally())
+        if tally.counted_at is None:
+            await self._count(tenant_id, tally)
+        elif tally.total >= allowed and (tally.stale or self._clock() - tally.counted_at >= self._every):
+            await self._count(tenant_id, tally)  # refuse on a fresh count only
+        elif self._clock() - tally.counted_at >= self._every:
+            self._count_later(tenant_id, tally)
+        if tally.total >= allowed:
+            raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=tally.total)
+
+    def wrote(self, tenant_id: str, size: int) -> None:
+        """A write of `size` request bytes for `tenant_id` was answered through this instance."""
+        tally = self._tallies.get(tenant_id)
+        if tally is not None:
+            tally.estimate += size
+
+    def erased(self, tenant_id: str) -> None:
+        """Some of `tenant_id`'s events were erased: its next count, and any refusal, count it in full."""
+        tally = self._tallies.get(tenant_id)
+        if tally is not None:
+            tally.stale = True
+
+    def erased_everywhere(self) -> None:
+        """An erasure of an unnamed tenant (notices name none): as `erased`, for every tenant."""
+        for tally in self._tallies.values():
+            tally.stale = True
+
+    async def close(self) -> None:
+        """Wait for the counts in the background (on stop)."""
+        for future in list(self._background):
+            with contextlib.suppress(Exception):
+                await future
+
+    def _count_later(self, tenant_id: str, tally: _Tally) -> None:
+        if tally.counting is not None:
+            return
+        future = asyncio.ensure_future(self._count(tenant_id, tally))
+        self._background.add(future)
+        future.add_done_callback(self._counted_later)
+
+    def _counted_later(self, future: asyncio.Future[None]) -> None:
+        self._background.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            _log.warning("convmem service: counting a tenant's stored bytes failed: %s", future.exception())
+
+    async def _count(self, tenant_id: str, tally: _Tally) -> None:
+        if tally.counting is None:
+            tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally))
+        await asyncio.shield(tally.counting)
+
+    async def _recount(self, tenant_id: str, tally: _Tally) -> None:
+        try:
+            full = tally.stale or tally.counted_at is None
+            after = 0 if full else tally.position
+            tally.stale = False  # an erasure from here on sets it again
+            estimate, started = tally.estimate, self._clock()
+            try:
+                counted, position = await self._run(lambda: self._counter(tenant_id, after))
+            except ConvmemError:
+                tally.stale = tally.stale or full
+                raise
+            tally.counted = counted if full else tally.counted + counted
+            tally.position = position
+            tally.estimate = max(0, tally.estimate - estimate)  # writes during the count may count twice
+            tally.counted_at = started
+        finally:
+            tally.counting = None

@@ -1,0 +1,267 @@
+"""Fair shares and quotas per tenant: `Busy` past a tenant's requests in flight, `QuotaExceeded` past its
+stored bytes, other tenants served meanwhile; on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn
+
+import convmem
+from convmem.actors import MemorySystem
+from convmem.adapters import (
+    AsyncRemoteSession,
+    EmbeddedNatsServer,
+    MemoryService,
+    Quotas,
+    RemoteMemory,
+    TenantLimits,
+)
+from convmem.adapters.cli._common import CliError
+from convmem.adapters.cli._serve import load_quotas
+from convmem.adapters.service._shares import FairShares
+from convmem.errors import Busy, InvalidConfig, QuotaExceeded, TenantLimitReached
+from convmem.events import MemoryKey
+
+
+@pytest.fixture
+def api_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}.api"
+
+
+@pytest.fixture
+def url(nats_server_shared: EmbeddedNatsServer) -> str:
+    return nats_server_shared.url
+
+
+def _system(url: str, names: Any, **options: Any) -> MemorySystem:
+    return convmem.connect(
+        url, stream=names.stream, prefix=names.prefix, bucket=names.bucket, snapshot_every=1, **options
+    )
+
+
+# Fair shares -------------------------------------------------------------------------------
+
+
+def test_tenants_take_turns_at_the_free_places_and_wait_behind_their_own_requests() -> None:
+    """With one place, a tenant's queued requests alternate with another tenant's, oldest first."""
+    shares = FairShares(Quotas(default=TenantLimits(max_in_flight=10, max_running=1)), capacity=1)
+    started: list[str] = []
+    for n in range(4):
+        shares.admit("flood", lambda n=n: started.append(f"flood{n}"))
+    for n in range(2):
+        shares.admit("calm", lambda n=n: started.append(f"calm{n}"))
+    assert started == ["flood0"]
+    while shares.running:
+        token = started[-1].rstrip("0123456789")
+        shares.done(token)
+    # flood was in line before calm came: from there on they alternate
+    assert started == ["flood0", "flood1", "calm0", "flood2", "calm1", "flood3"]
+    assert shares.in_flight == 0
+
+
+def test_a_tenant_never_runs_more_than_its_share_while_places_are_free() -> None:
+    """A tenant at max_running waits for its own requests even with places free; Busy past max_in_flight."""
+    shares = FairShares(Quotas(default=TenantLimits(max_in_flight=3, max_running=2)), capacity=8)
+    started: list[int] = []
+    for n in range(3):
+        shares.admit("acme", lambda n=n: started.append(n))
+    assert started == [0, 1]
+    assert shares.of("acme") == (3, 2)
+    with pytest.raises(Busy) as refused:
+        shares.admit("acme", lambda: started.append(99))
+    assert (refused.value.limit, refused.value.allowed, refused.value.usage) == ("max_in_flight", 3, 3)
+    assert refused.value.tenant_id == "acme"
+    shares.admit("globex", lambda: started.append(10))  # another tenant starts at once
+    assert started == [0, 1, 10]
+    shares.done("acme")
+    assert started == [0, 1, 10, 2]
+
+
+# Busy ----------------------------------------------------------------------------------------
+
+
+def test_a_flooding_tenant_gets_busy_while_another_tenants_writes_all_succeed(
+    url: str, api_prefix: str, jetstream_names: Any
+) -> None:
+    """acme's requests held at its bound: the rest are Busy at once; globex's writes all succeed meanwhile."""
+    summarizer = PlannedSummarizer(default="hang")  # acme's flushes wait on it: requests held in flight
+    system = _system(url, jetstream_names, config=summarizing_config(), summarizer=summarizer)
+    quotas = Quotas(default=TenantLimits(max_in_flight=6, max_running=2))
+    acme, globex = MemoryKey("acme", "u", "held"), MemoryKey("globex", "v", "calm")
+    try:
+        with MemoryService(system, url, api_prefix=api_prefix, max_concurrency=4, quotas=quotas) as service:
+
+            async def scenario() -> tuple[list[Any], list[int]]:
+                async with (
+                    AsyncRemoteSession(url, acme, api_prefix=api_prefix, timeout=WAIT * 2) as flood,
+                    AsyncRemoteSession(url, globex, api_prefix=api_prefix, timeout=WAIT) as calm,
+                ):
+                    for n in range(3):
+                        await flood.add_turn(turn(f"a{n}"))
+                    await asyncio.to_thread(summarizer.wait_calls, 1)
+                    tasks = [asyncio.ensure_future(flood.flush()) for _ in range(16)]
+                    async with asyncio.timeout(WAIT):
+                        while sum(t.done() for t in tasks) < 10:  # the refused answer at once
+                            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    written = [await calm.add_turn(turn(f"g{n}")) for n in range(5)]
+                    assert sum(t.done() for t in tasks) == 10  # acme's six are still held
+                    summarizer.release()
+                    return list(await asyncio.gather(*tasks, return_exceptions=True)), written
+
+            outcomes, written = asyncio.run(scenario())
+            refused = [o for o in outcomes if isinstance(o, Busy)]
+            assert len(refused) == 10
+            assert outcomes.count(None) == 6
+            assert all(isinstance(o, TenantLimitReached) for o in refused)
+            assert {(b.tenant_id, b.limit, b.allowed, b.usage) for b in refused} == {
+                ("acme", "max_in_flight", 6, 6)
+            }
+            assert "max_in_flight" in str(refused[0])
+            assert written == [1, 2, 3, 4, 5]
+            assert service.metrics()["service"]["errors_by_type"].get("Busy") == 10
+    finally:
+        summarizer.release()
+        system.close()
+
+
+# Stored bytes ----------------------------------------------------------------------------------
+
+
+def _write_until_refused(session: Any, label: str, most: int = 200) -> QuotaExceeded:
+    for n in range(most):
+        try:
+            session.add_turn(turn(f"{label}{n} " + "x" * 200))
+        except QuotaExceeded as exc:
+            return exc
+    raise AssertionError(f"no QuotaExceeded after {most} writes")
+
+
+def test_a_tenant_over_its_byte_quota_gets_quota_exceeded_and_others_still_write(
+    url: str, api_prefix: str, jetstream_names: Any
+) -> None:
+    """Past max_bytes acme's writes are refused, its reads work; globex writes; erasing makes room;
+    a new service on the same log knows acme's bytes from its first write."""
+    quota = 6_000
+    quotas = Quotas(tenants={"acme": TenantLimits(max_bytes=quota)})
+    acme, globex = MemoryKey("acme", "u", "big"), MemoryKey("globex", "v", "small")
+    system = _system(url, jetstream_names)
+    try:
+        with (
+            MemoryService(system, url, api_prefix=api_prefix, quotas=quotas),
+            RemoteMemory(url, api_prefix=api_prefix, timeout=WAIT) as remote,
+        ):
+            session = remote.session(acme)
+            refused = _write_until_refused(session, "a")
+            assert (refused.tenant_id, refused.limit, refused.allowed) == ("acme", "max_bytes", quota)
+            assert refused.usage >= quota
+            assert f"{quota:,}" in str(refused)
+            stored = system.log.stored_bytes("acme")[0]  # type: ignore[attr-defined]
+            assert stored >= quota  # refused on the log's count, not on a guess
+            assert session.to_dict()["turns"]  # reads still work
+            assert [remote.session(globex).add_turn(turn(f"g{n}")) for n in range(3)] == [1, 2, 3]
+        with (
+            MemoryService(system, url, api_prefix=api_prefix, quotas=quotas),
+            RemoteMemory(url, api_prefix=api_prefix, timeout=WAIT) as remote,
+        ):
+            with pytest.raises(QuotaExceeded):  # counted from the stream: a restart forgets nothing
+                remote.session(acme).add_turn(turn("after restart"))
+            remote.session(acme).erase()  # erasure still works, and makes room
+            assert remote.session(acme).add_turn(turn("after erasure")) == 1
+    finally:
+        system.close()
+
+
+def test_the_byte_count_is_what_jetstream_counts(url: str, jetstream_names: Any) -> None:
+    """A tenant's count equals the stream's bytes (its only tenant); counted from a position, the rest."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(4):
+            system.session(MemoryKey("acme", "u", f"s{n % 2}")).add_turn(turn(f"t{n}"))
+        log: Any = system.log
+        total, position = log.stored_bytes("acme")
+        for n in range(3):
+            system.session(MemoryKey("acme", "u", "s2")).add_turn(turn(f"more{n}"))
+        more, last = log.stored_bytes("acme", after_position=position)
+        info = log._conn.call(lambda: log._conn.api(f"$JS.API.STREAM.INFO.{log.stream}"), what="info")
+        assert total + more == info["state"]["bytes"]
+        assert last == info["state"]["last_seq"]
+        assert more > 0
+        assert log.stored_bytes("globex") == (0, 0)
+    finally:
+        system.close()
+
+
+# Configuration ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"default": {"max_in_flight": 0}}, "quotas.default.max_in_flight"),
+        ({"default": {"max_in_flight": "many"}}, "quotas.default.max_in_flight"),
+        ({"default": {"max_running": 9, "max_in_flight": 4}}, "quotas.default.max_running"),
+        ({"default": {"max_bytes": True}}, "quotas.default.max_bytes"),
+        ({"default": {"max_bytes": 2**70}}, "quotas.default.max_bytes"),
+        ({"default": {"max_bytes": -5}}, "quotas.default.max_bytes"),
+        ({"default": {"max_bytes": "12 parsecs"}}, "quotas.default.max_bytes"),
+        ({"default": []}, "quotas.default"),
+        ({"tenants": {"acme": {"max_bytes": "lots"}}}, "quotas.tenants.acme.max_bytes"),
+        ({"tenants": {"acme": {"max_byte": 1}}}, "quotas.tenants.acme.max_byte"),
+        ({"tenants": {"": {}}}, "quotas.tenants."),
+        ({"tenants": {"a\x00b": {}}}, "quotas.tenants.a\x00b"),
+        ({"tenants": ["acme"]}, "quotas.tenants"),
+        ({"recount_every": "soon"}, "quotas.recount_every"),
+        ({"recount_every": 0}, "quotas.recount_every"),
+        ({"max_bytes": 5}, "quotas.max_bytes"),
+        ("all of it", "quotas"),
+    ],
+)
+def test_a_bad_quotas_table_is_refused_naming_the_key(table: object, key: str) -> None:
+    """Every hostile or mistyped quotas setting is an InvalidConfig naming its key, never a traceback."""
+    with pytest.raises(InvalidConfig) as refused:
+        Quotas.from_mapping(table)
+    assert refused.value.field == key
+
+
+def test_the_serve_configuration_file_sets_each_tenants_limits(tmp_path: Path) -> None:
+    """A tenant's table inherits what it does not give from [quotas.default]; sizes take units."""
+    path = tmp_path / "convmem.toml"
+    path.write_text(
+        'strategy = "truncation"\n'
+        '[quotas.default]\nmax_in_flight = 20\nmax_bytes = "1MiB"\n'
+        '[quotas.tenants.acme]\nmax_bytes = "unlimited"\n'
+        '[quotas.tenants."globex corp"]\nmax_running = 3\n',
+        encoding="utf-8",
+    )
+    quotas = load_quotas(path)
+    assert quotas.default == TenantLimits(max_in_flight=20, max_running=8, max_bytes=1 << 20)
+    assert quotas.tenants["acme"] == TenantLimits(max_in_flight=20, max_running=8, max_bytes=None)
+    assert quotas.tenants["globex corp"] == TenantLimits(max_in_flight=20, max_running=3, max_bytes=1 << 20)
+    assert quotas.of_token("globex=20corp").max_running == 3
+    assert load_quotas(None) == Quotas()
+
+
+def test_a_bad_quota_in_the_serve_configuration_file_names_the_file_and_key(tmp_path: Path) -> None:
+    """`convmem serve --config` with a bad quota stops with an error naming the file and the key."""
+    path = tmp_path / "convmem.toml"
+    path.write_text('[quotas.tenants.acme]\nmax_bytes = "a lot"\n', encoding="utf-8")
+    with pytest.raises(CliError) as refused:
+        load_quotas(path)
+    assert str(path) in str(refused.value)
+    assert "quotas.tenants.acme.max_bytes" in str(refused.value)
+
+
+def test_a_service_refuses_quotas_of_the_wrong_kind(url: str, jetstream_names: Any) -> None:
+    """MemoryService(quotas=...) takes a Quotas only."""
+    system = _system(url, jetstream_names)
+    try:
+        with pytest.raises(InvalidConfig) as refused:
+            MemoryService(system, url, quotas={"default": {}})  # type: ignore[arg-type]
+        assert refused.value.field == "quotas"
+    finally:
+        system.close()
