@@ -33,6 +33,7 @@ MEASURES = (
     "workers",
     "summarizer_latency",
     "history",
+    "fairness",
 )
 ON_DEMAND = ("chaos",)
 """Measures run only when named in ``--only`` (minutes long, they kill processes): not in the default run."""

@@ -24,6 +24,7 @@ from convmem.adapters import (
 from convmem.adapters.cli._common import CliError
 from convmem.adapters.cli._serve import load_quotas
 from convmem.adapters.service._shares import FairShares
+from convmem.adapters.service._usage import TenantUsage
 from convmem.errors import Busy, InvalidConfig, QuotaExceeded, TenantLimitReached
 from convmem.events import MemoryKey
 
@@ -265,3 +266,56 @@ def test_a_service_refuses_quotas_of_the_wrong_kind(url: str, jetstream_names: A
         assert refused.value.field == "quotas"
     finally:
         system.close()
+
+
+# The tally -------------------------------------------------------------------------------------
+
+
+class _Log:
+    """Stored sizes by position, as the counter sees the stream (a list the test appends to)."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {}
+        self.counts: list[int] = []  # the position each count started after
+
+    def append(self, size: int) -> None:
+        self.sizes[max(self.sizes, default=0) + 1] = size
+
+    def erase_all(self) -> None:
+        self.sizes.clear()
+
+    async def count(self, _tenant: str, after: int) -> tuple[int, int]:
+        self.counts.append(after)
+        past = {p: s for p, s in self.sizes.items() if p > after}
+        return sum(past.values()), max(past, default=after)
+
+
+def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_fresh_count() -> None:
+    """First write: a full count; then request sizes; a refusal waits for a count of what was appended
+    since; after an erasure the count before a refusal is a full one."""
+    log, now = _Log(), [0.0]
+    usage = TenantUsage(log.count, recount_every=5.0, clock=lambda: now[0])
+
+    async def scenario() -> None:
+        log.append(400)
+        await usage.check("acme", 1000)  # counted in full: 400
+        assert (log.counts, usage.usage("acme")) == ([0], 400)
+        log.append(300)
+        usage.wrote("acme", 350)  # the request's size stands for it until the next count
+        await usage.check("acme", 1000)
+        assert (log.counts, usage.usage("acme")) == ([0], 750)
+        log.append(300)
+        usage.wrote("acme", 350)
+        with pytest.raises(QuotaExceeded) as refused:  # 1100 by the tally, the count too recent to redo
+            await usage.check("acme", 1000)
+        assert (refused.value.usage, log.counts) == (1100, [0])
+        now[0] = 5.0
+        with pytest.raises(QuotaExceeded) as refused:  # refused on a count of what was appended since
+            await usage.check("acme", 1000)
+        assert (refused.value.usage, log.counts) == (1000, [0, 1])
+        log.erase_all()
+        usage.erased_everywhere()
+        await usage.check("acme", 1000)  # a full count before refusing: room again
+        assert (log.counts, usage.usage("acme")) == ([0, 1, 0], 0)
+
+    asyncio.run(scenario())

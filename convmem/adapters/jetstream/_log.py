@@ -33,7 +33,7 @@ from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
 from convmem.adapters._checksum import SUM_HEADER
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
-from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection
+from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
 from convmem.adapters.jetstream._read import MSG_ID, SubjectKeys, read_range, unreadable
 from convmem.adapters.jetstream._sealing import Sealing
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
@@ -343,22 +343,39 @@ class JetStreamEventLog:
         Counted as JetStream counts a message against ``max_bytes`` (see `_usage`);
         reads the messages, so a tally is kept up to date from the last position.
         """
-        if self._closed:
-            raise SessionClosed("the JetStream event log is closed")
-        subject_filter = self._keys.filter(tenant_id, None)
-        if subject_filter is None:
-            return 0, after_position
-        conn, stream = self._conn, self._stream
-
-        def batch(after: int) -> Callable[[], Coroutine[Any, Any, tuple[int, int, bool]]]:
-            return lambda: count_bytes(conn, stream, subject_filter, after=after)
-
+        subject_filter = self._tenant_filter(tenant_id)
         total, position, done = 0, after_position, False
-        while not done:  # one batch a call: a large tenant takes several timeouts' worth
-            what = f"count the stored bytes of tenant {tenant_id!r}"
-            counted, position, done = conn.call(batch(position), what=what)
+        while subject_filter is not None and not done:  # one batch a call: a large tenant takes longer
+            counted, position, done = self._conn.call(
+                self._count_batch(subject_filter, position), what=f"count the bytes of tenant {tenant_id!r}"
+            )
             total += counted
         return total, position
+
+    async def stored_bytes_here(self, tenant_id: str, *, after_position: int = 0) -> tuple[int, int]:
+        """`stored_bytes`, awaited on the connection's own loop (`on_loop_thread`)."""
+        subject_filter = self._tenant_filter(tenant_id)
+        total, position, done = 0, after_position, False
+        while subject_filter is not None and not done:
+            try:
+                counted, position, done = await self._count_batch(subject_filter, position)()
+            except Exception as exc:  # nats-py's failures as `call` reports them: LogUnavailable
+                error = log_error(exc, f"count the bytes of tenant {tenant_id!r}")
+                if error is exc:
+                    raise
+                raise error from None
+            total += counted
+        return total, position
+
+    def _tenant_filter(self, tenant_id: str) -> str | None:
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        return self._keys.filter(tenant_id, None)
+
+    def _count_batch(
+        self, subject_filter: str, after: int
+    ) -> Callable[[], Coroutine[Any, Any, tuple[int, int, bool]]]:
+        return lambda: count_bytes(self._conn, self._stream, subject_filter, after=after)
 
     async def _stream_last_seq(self) -> int:
         info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")

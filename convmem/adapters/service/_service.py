@@ -166,7 +166,7 @@ class MemoryService:
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
         self._shares = FairShares(self.quotas, max_concurrency)
         self._usage = TenantUsage(
-            counter_of(system.log), recount_every=self.quotas.recount_every, run=self._off_loop
+            counter_of(system.log, self._off_loop), recount_every=self.quotas.recount_every
         )
         self._unwatch: Callable[[], None] | None = None
         self._micro: nats.micro.service.Service | None = None

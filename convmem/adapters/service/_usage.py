@@ -14,9 +14,8 @@ so each instance keeps a tally per tenant:
   waits for that count first, so a refusal rests on a count at most
   `recount_every` seconds old;
 * an erasure (through this instance, or any process's erasure notice, which
-  does not say whose) makes the tenant's next count a full one, and a
-  refusal waits for it: erased bytes stay in the tally (on the safe side)
-  until then.
+  does not say whose) makes the count before the tenant's next refusal a
+  full one: erased bytes stay in the tally (on the safe side) until then.
 
 So a tenant can pass its quota by at most one request, plus what other
 instances write for it between two counts.
@@ -38,20 +37,32 @@ __all__ = ["ByteCounter", "TenantUsage", "counter_of"]
 
 _log = logging.getLogger("convmem.service")
 
-ByteCounter = Callable[[str, int], tuple[int, int]]
+ByteCounter = Callable[[str, int], Awaitable[tuple[int, int]]]
 """(tenant id, after position) -> (bytes of its events past that position, the last position counted)."""
+Blocking = Callable[[], tuple[int, int]]
 
 
 @runtime_checkable
 class _CountsBytes(Protocol):
     def stored_bytes(self, tenant_id: str, *, after_position: int = 0) -> tuple[int, int]: ...
 
+    async def stored_bytes_here(self, tenant_id: str, *, after_position: int = 0) -> tuple[int, int]: ...
 
-def counter_of(log: EventLog) -> ByteCounter:
-    """How to count a tenant's stored bytes in `log`: its own count (JetStream), else its events' sizes."""
+    def on_loop_thread(self) -> bool: ...
+
+
+def counter_of(log: EventLog, off_loop: Callable[[Blocking], Awaitable[tuple[int, int]]]) -> ByteCounter:
+    """How to count a tenant's stored bytes in `log`: its own count (JetStream: awaited right here when
+    its connection runs on this loop, else on a thread by `off_loop`), else the sizes of its events."""
     if isinstance(log, _CountsBytes):
         counts = log
-        return lambda tenant_id, after: counts.stored_bytes(tenant_id, after_position=after)
+
+        async def count(tenant_id: str, after: int) -> tuple[int, int]:
+            if counts.on_loop_thread():
+                return await counts.stored_bytes_here(tenant_id, after_position=after)
+            return await off_loop(lambda: counts.stored_bytes(tenant_id, after_position=after))
+
+        return count
 
     def by_reading(tenant_id: str, after: int) -> tuple[int, int]:
         total, last = 0, after
@@ -61,7 +72,7 @@ def counter_of(log: EventLog) -> ByteCounter:
                 last = max(last, record.position)
         return total, last
 
-    return by_reading
+    return lambda tenant_id, after: off_loop(lambda: by_reading(tenant_id, after))
 
 
 class _Tally:
@@ -83,21 +94,14 @@ class _Tally:
 class TenantUsage:
     """Per-tenant stored bytes for quota checks, on the service's loop (see the module docstring).
 
-    `run` runs a blocking call off the loop (the service's thread pool);
-    `clock` is monotonic seconds.
+    `counter` counts a tenant's bytes in the log (`counter_of`); `clock` is monotonic seconds.
     """
 
     def __init__(
-        self,
-        counter: ByteCounter,
-        *,
-        recount_every: float,
-        run: Callable[[Callable[[], tuple[int, int]]], Awaitable[tuple[int, int]]],
-        clock: Callable[[], float] = time.monotonic,
+        self, counter: ByteCounter, *, recount_every: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._counter = counter
         self._every = recount_every
-        self._run = run
         self._clock = clock
         self._tallies: dict[str, _Tally] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -111,9 +115,9 @@ class TenantUsage:
         """Raise `QuotaExceeded` if `tenant_id` stores `allowed` bytes or more (counting first if due)."""
         tally = self._tallies.setdefault(tenant_id, _Tally())
         if tally.counted_at is None:
-            await self._count(tenant_id, tally)
+            await self._count(tenant_id, tally, full=True)
         elif tally.total >= allowed and (tally.stale or self._clock() - tally.counted_at >= self._every):
-            await self._count(tenant_id, tally)  # refuse on a fresh count only
+            await self._count(tenant_id, tally, full=tally.stale)  # refuse on a fresh count only
         elif self._clock() - tally.counted_at >= self._every:
             self._count_later(tenant_id, tally)
         if tally.total >= allowed:
@@ -126,7 +130,7 @@ class TenantUsage:
             tally.estimate += size
 
     def erased(self, tenant_id: str) -> None:
-        """Some of `tenant_id`'s events were erased: its next count, and any refusal, count it in full."""
+        """Some of `tenant_id`'s events were erased: count it in full before refusing it a write."""
         tally = self._tallies.get(tenant_id)
         if tally is not None:
             tally.stale = True
@@ -145,7 +149,7 @@ class TenantUsage:
     def _count_later(self, tenant_id: str, tally: _Tally) -> None:
         if tally.counting is not None:
             return
-        future = asyncio.ensure_future(self._count(tenant_id, tally))
+        future = asyncio.ensure_future(self._count(tenant_id, tally, full=False))
         self._background.add(future)
         future.add_done_callback(self._counted_later)
 
@@ -154,19 +158,23 @@ class TenantUsage:
         if not future.cancelled() and future.exception() is not None:
             _log.warning("convmem service: counting a tenant's stored bytes failed: %s", future.exception())
 
-    async def _count(self, tenant_id: str, tally: _Tally) -> None:
-        if tally.counting is None:
-            tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally))
+    async def _count(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
+        """Bring the tally up to date (`full`: count every event again), one count at a time."""
+        while tally.counting is not None:  # another count runs: wait for it, then see if it did enough
+            await asyncio.shield(tally.counting)
+            if not (full and tally.stale):
+                return
+        tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally, full=full))
         await asyncio.shield(tally.counting)
 
-    async def _recount(self, tenant_id: str, tally: _Tally) -> None:
+    async def _recount(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
         try:
-            full = tally.stale or tally.counted_at is None
             after = 0 if full else tally.position
-            tally.stale = False  # an erasure from here on sets it again
+            if full:
+                tally.stale = False  # an erasure from here on sets it again
             estimate, started = tally.estimate, self._clock()
             try:
-                counted, position = await self._run(lambda: self._counter(tenant_id, after))
+                counted, position = await self._counter(tenant_id, after)
             except ConvmemError:
                 tally.stale = tally.stale or full
                 raise

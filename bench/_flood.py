@@ -1,0 +1,80 @@
+"""The flooding tenant of the `fairness` measure, a process of its own (its CPU is not the victim's).
+
+    python -m bench._flood URL TENANT WINDOW
+
+A plain nats-py client, as a hostile program would use: WINDOW asyncio tasks
+each send a cheap request (``context`` of one of the tenant's sessions, on
+its routed subject, msgpack) and send the next as soon as its reply comes, so
+WINDOW requests are always in flight, at the fastest rate the replies allow.
+Prints ``{"phase": "flooding"}`` once the first replies came back, then floods
+until a line arrives on stdin; then prints the counts of replies by kind
+(``ok``, the error types, ``timeout``), the seconds and the rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from collections import Counter
+
+import msgspec
+import nats
+import nats.errors
+
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+async def _flood(url: str, tenant: str, window: int, stop: threading.Event) -> dict[str, object]:
+    nc = await nats.connect(url, allow_reconnect=False, pending_size=64 << 20)
+    counts: Counter[str] = Counter()
+    first = asyncio.Event()
+    requests = []
+    for n in range(16):
+        body = {"user_id": "flooder", "session_id": f"s{n}", "timeout": 5.0}
+        subject = routed_subject(DEFAULT_API_PREFIX, tenant, "flooder", f"s{n}", "context")
+        requests.append((subject, _encode(body)))
+
+    async def sender(index: int) -> None:
+        n = index
+        while not stop.is_set():
+            subject, payload = requests[n % len(requests)]
+            n += 1
+            try:
+                reply = decode_reply((await nc.request(subject, payload, timeout=10.0)).data)
+                counts["ok" if reply.ok else (reply.error.type if reply.error else "error")] += 1
+            except nats.errors.TimeoutError:
+                counts["timeout"] += 1
+            first.set()
+
+    tasks = [asyncio.ensure_future(sender(i)) for i in range(window)]
+    await first.wait()
+    print(json.dumps({"phase": "flooding"}), flush=True)
+    began, at_start = time.perf_counter(), sum(counts.values())
+    await asyncio.to_thread(stop.wait)
+    seconds = time.perf_counter() - began
+    answered = sum(counts.values()) - at_start
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await nc.close()
+    return {"phase": "done", "counts": dict(counts), "seconds": seconds, "per_s": answered / seconds}
+
+
+def main() -> int:
+    url, tenant, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    stop = threading.Event()
+
+    def wait_for_stop() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_for_stop, daemon=True).start()
+    print(json.dumps(asyncio.run(_flood(url, tenant, window, stop))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

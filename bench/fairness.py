@@ -1,0 +1,167 @@
+"""13. Fair shares: another tenant's writes while one tenant floods the service (issue 23, item 2).
+
+One nats-server (default flush, its store on tmpfs when there is room) and
+one `convmem serve --workers 1` with the default quotas (each tenant at most
+32 requests in flight, 8 running, in one worker). The victim, tenant
+``victim`` in this process, writes turns one after another through a
+`RemoteSession` (each acknowledged by JetStream) and times each. The flood
+is tenant ``flood`` in a process of its own (`bench._flood`): a plain nats-py
+client keeping WINDOW cheap requests (``context``) in flight at all times, so
+it sends as fast as the service answers, far past its share: most of its
+requests are refused with `Busy` at once.
+
+Rounds alternate: the victim's writes without the flood, then the same
+number under the flood (started and seen answered before the victim's first
+write, stopped after its last), and so on. The figures: the victim's write
+p99 under the flood against its p99 without (pooled over the rounds; target
+within 3x), and the victim's writes that failed (target 0). The details hold
+each round's p50/p99, the flood's replies per second and their kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import Figure, Result, Sizes, Target, memory_store_root, nats_server, percentile, sample_turn
+from bench.workers import _Serve
+from convmem.adapters import RemoteMemory
+from convmem.events import MemoryKey
+
+__all__ = ["run"]
+
+_WINDOW = 512
+"""The flood's requests in flight: 16 times the default max_in_flight."""
+
+
+class _Flood:
+    """The flooding tenant's process: floods from `start` until `stop`, which returns its counts."""
+
+    def __init__(self, url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench._flood", url, "flood", str(_WINDOW)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line or json.loads(line)["phase"] != "flooding":
+            self.proc.kill()
+            raise RuntimeError(f"the flood did not start: {line!r}")
+
+    def stop(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        done: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        self.proc.wait(60)
+        return done
+
+
+def _writes(remote: RemoteMemory, key: MemoryKey, count: int, first: int) -> tuple[list[float], list[str]]:
+    """Seconds of each of `count` writes to `key`, and the errors of those that failed."""
+    session = remote.session(key)
+    took: list[float] = []
+    failed: list[str] = []
+    for n in range(first, first + count):
+        began = time.perf_counter()
+        try:
+            session.add_turn(sample_turn(n))
+        except Exception as exc:  # a failed write is a figure here, not a crash
+            failed.append(type(exc).__name__)
+            continue
+        took.append(time.perf_counter() - began)
+    return took, failed
+
+
+def run(sizes: Sizes) -> Result:
+    result = Result()
+    rounds, writes = (1, 20) if sizes.smoke else (4, 250)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    quiet: list[float] = []
+    flooded: list[float] = []
+    failed: list[str] = []
+    per_round: list[dict[str, Any]] = []
+    with (
+        nats_server(None, store_root=memory_store_root()) as server,
+        tempfile.TemporaryDirectory(prefix="convmem-fairness-") as folder,
+    ):
+        serve = _Serve(server.url, 1, Path(folder))
+        try:
+            with RemoteMemory(server.url, timeout=30.0) as remote:
+                key = MemoryKey("victim", "u", "chat")
+                _writes(remote, key, 20, 0)  # warm-up: the session live, the connections made
+                done = 20
+                for r in range(rounds):
+                    took, lost = _writes(remote, key, writes, done)
+                    done += writes
+                    quiet += took
+                    failed_quiet = len(lost)
+                    flood = _Flood(server.url)
+                    try:
+                        took_flooded, lost = _writes(remote, key, writes, done)
+                    finally:
+                        counts = flood.stop()
+                    done += writes
+                    flooded += took_flooded
+                    failed += lost
+                    per_round.append(
+                        {
+                            "round": r,
+                            "quiet_p50_ms": round(percentile(took, 50) * 1000, 3),
+                            "quiet_p99_ms": round(percentile(took, 99) * 1000, 3),
+                            "quiet_failed": failed_quiet,
+                            "flood_p50_ms": round(percentile(took_flooded, 50) * 1000, 3),
+                            "flood_p99_ms": round(percentile(took_flooded, 99) * 1000, 3),
+                            "flood_failed": lost,
+                            "flood_replies_per_s": round(counts["per_s"]),
+                            "flood_replies": counts["counts"],
+                        }
+                    )
+        finally:
+            serve.stop()
+    p99_quiet, p99_flood = percentile(quiet, 99) * 1000, percentile(flooded, 99) * 1000
+    busy = sum(r["flood_replies"].get("Busy", 0) for r in per_round)
+    replies = sum(sum(r["flood_replies"].values()) for r in per_round)
+    rate = sum(r["flood_replies_per_s"] for r in per_round) / len(per_round)
+    result.add(
+        Figure(
+            "victim add_turn p99 under one tenant's flood vs without",
+            p99_flood,
+            "ms",
+            reference=p99_quiet,
+            reference_label="p99 without the flood",
+            target=Target("ratio", "<=", 3.0),
+            note=f"{rounds} alternating rounds of {writes} writes each way; p50 "
+            f"{percentile(flooded, 50) * 1000:.2f} vs {percentile(quiet, 50) * 1000:.2f} ms",
+        )
+    )
+    result.add(
+        Figure(
+            "victim writes failed under the flood",
+            len(failed),
+            "writes",
+            target=Target("value", "<=", 0),
+            note=f"of {rounds * writes}; the flood: {rate:,.0f} replies/s, {busy / max(replies, 1):.0%} Busy, "
+            f"{_WINDOW} requests in flight",
+        )
+    )
+    result.details = {
+        "rounds": per_round,
+        "failed": failed,
+        "window": _WINDOW,
+        "load_at_start": load_at_start,
+        "load_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    result.notes.append(
+        "victim: tenant 'victim', sequential RemoteSession.add_turn; flood: tenant 'flood', "
+        f"{_WINDOW} context requests always in flight from another process; one serve worker, default quotas"
+    )
+    return result
