@@ -29,7 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Figure, Result, Sizes, Target, memory_store_root, nats_server, percentile, sample_turn
+from bench._common import (
+    Figure,
+    Result,
+    Sizes,
+    Target,
+    memory_store_root,
+    nats_server,
+    percentile,
+    sample_turn,
+)
 from bench.workers import _Serve
 from convmem.adapters import RemoteMemory
 from convmem.events import MemoryKey
@@ -57,7 +66,8 @@ class _Flood:
             raise RuntimeError(f"the flood did not start: {line!r}")
 
     def stop(self) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write("stop\n")
         self.proc.stdin.flush()
         done: dict[str, Any] = json.loads(self.proc.stdout.readline())
@@ -149,8 +159,8 @@ def run(sizes: Sizes) -> Result:
             len(failed),
             "writes",
             target=Target("value", "<=", 0),
-            note=f"of {rounds * writes}; the flood: {rate:,.0f} replies/s, {busy / max(replies, 1):.0%} Busy, "
-            f"{_WINDOW} requests in flight",
+            note=f"of {rounds * writes}; the flood: {rate:,.0f} replies/s, "
+            f"{busy / max(replies, 1):.0%} Busy, {_WINDOW} requests in flight",
         )
     )
     result.details = {

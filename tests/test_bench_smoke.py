@@ -39,7 +39,10 @@ EXPECTED = {
         "median burst p99 @ 1000/s, extractive in a worker process",
     ],
     "history": ["snapshot_bytes at 400 turns", "add_turn_p99_ms at 400 turns", "rss_mb at 400 turns"],
-    "fairness": ["victim add_turn p99 under one tenant's flood vs without", "victim writes failed under the flood"],
+    "fairness": [
+        "victim add_turn p99 under one tenant's flood vs without",
+        "victim writes failed under the flood",
+    ],
 }
 
 

@@ -276,10 +276,12 @@ class _Log:
 
     def __init__(self) -> None:
         self.sizes: dict[int, int] = {}
+        self.last = 0
         self.counts: list[int] = []  # the position each count started after
 
     def append(self, size: int) -> None:
-        self.sizes[max(self.sizes, default=0) + 1] = size
+        self.last += 1
+        self.sizes[self.last] = size
 
     def erase_all(self) -> None:
         self.sizes.clear()
@@ -292,7 +294,8 @@ class _Log:
 
 def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_fresh_count() -> None:
     """First write: a full count; then request sizes; a refusal waits for a count of what was appended
-    since; after an erasure the count before a refusal is a full one."""
+    since; after an erasure notice the count before a refusal is a full one, and without a notice
+    a refusal still needs a full count at most full_every seconds old."""
     log, now = _Log(), [0.0]
     usage = TenantUsage(log.count, recount_every=5.0, clock=lambda: now[0])
 
@@ -317,5 +320,17 @@ def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_
         usage.erased_everywhere()
         await usage.check("acme", 1000)  # a full count before refusing: room again
         assert (log.counts, usage.usage("acme")) == ([0, 1, 0], 0)
+        log.append(1200)
+        now[0] = 11.0
+        await usage.check("acme", 1000)  # under the quota by the tally: a count in the background
+        await usage.close()
+        assert (log.counts, usage.usage("acme")) == ([0, 1, 0, 0], 1200)  # after the last position seen
+        log.erase_all()  # deleted with no notice (retention's compaction, an operator's purge)
+        now[0] = 12.0
+        with pytest.raises(QuotaExceeded):
+            await usage.check("acme", 1000)
+        now[0] = 65.0
+        await usage.check("acme", 1000)  # the last full count is a minute old: counted in full again
+        assert (log.counts[-1], usage.usage("acme")) == (0, 0)
 
     asyncio.run(scenario())

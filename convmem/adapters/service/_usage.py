@@ -15,7 +15,10 @@ so each instance keeps a tally per tenant:
   `recount_every` seconds old;
 * an erasure (through this instance, or any process's erasure notice, which
   does not say whose) makes the count before the tenant's next refusal a
-  full one: erased bytes stay in the tally (on the safe side) until then.
+  full one: erased bytes stay in the tally (on the safe side) until then;
+  deletions no notice tells (retention's compaction, an operator's purge)
+  are seen because a refusal also needs a full count at most `full_every`
+  seconds old.
 
 So a tenant can pass its quota by at most one request, plus what other
 instances write for it between two counts.
@@ -76,13 +79,14 @@ def counter_of(log: EventLog, off_loop: Callable[[Blocking], Awaitable[tuple[int
 
 
 class _Tally:
-    __slots__ = ("counted", "counted_at", "counting", "estimate", "position", "stale")
+    __slots__ = ("counted", "counted_at", "counting", "estimate", "full_at", "position", "stale")
 
     def __init__(self) -> None:
         self.counted = 0  # bytes as of the last count, through log position `position`
         self.position = 0
         self.estimate = 0  # request bytes written through this instance since the last count
         self.counted_at: float | None = None  # None: never counted
+        self.full_at = 0.0  # when the last full count began
         self.stale = False  # erased since the last count: the next count is a full one
         self.counting: asyncio.Future[None] | None = None
 
@@ -98,10 +102,16 @@ class TenantUsage:
     """
 
     def __init__(
-        self, counter: ByteCounter, *, recount_every: float, clock: Callable[[], float] = time.monotonic
+        self,
+        counter: ByteCounter,
+        *,
+        recount_every: float,
+        full_every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._counter = counter
         self._every = recount_every
+        self._full_every = max(full_every, recount_every)
         self._clock = clock
         self._tallies: dict[str, _Tally] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -114,11 +124,15 @@ class TenantUsage:
     async def check(self, tenant_id: str, allowed: int) -> None:
         """Raise `QuotaExceeded` if `tenant_id` stores `allowed` bytes or more (counting first if due)."""
         tally = self._tallies.setdefault(tenant_id, _Tally())
+        now = self._clock()
         if tally.counted_at is None:
             await self._count(tenant_id, tally, full=True)
-        elif tally.total >= allowed and (tally.stale or self._clock() - tally.counted_at >= self._every):
-            await self._count(tenant_id, tally, full=tally.stale)  # refuse on a fresh count only
-        elif self._clock() - tally.counted_at >= self._every:
+        elif tally.total >= allowed:  # refuse on fresh counts only
+            if tally.stale or now - tally.full_at >= self._full_every:
+                await self._count(tenant_id, tally, full=True)
+            elif now - tally.counted_at >= self._every:
+                await self._count(tenant_id, tally, full=False)
+        elif now - tally.counted_at >= self._every:
             self._count_later(tenant_id, tally)
         if tally.total >= allowed:
             raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=tally.total)
@@ -162,7 +176,7 @@ class TenantUsage:
         """Bring the tally up to date (`full`: count every event again), one count at a time."""
         while tally.counting is not None:  # another count runs: wait for it, then see if it did enough
             await asyncio.shield(tally.counting)
-            if not (full and tally.stale):
+            if not full or tally.full_at >= self._clock() - self._every:
                 return
         tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally, full=full))
         await asyncio.shield(tally.counting)
@@ -170,9 +184,10 @@ class TenantUsage:
     async def _recount(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
         try:
             after = 0 if full else tally.position
+            estimate, started = tally.estimate, self._clock()
             if full:
                 tally.stale = False  # an erasure from here on sets it again
-            estimate, started = tally.estimate, self._clock()
+                tally.full_at = started
             try:
                 counted, position = await self._counter(tenant_id, after)
             except ConvmemError:
