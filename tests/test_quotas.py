@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn
@@ -25,8 +25,10 @@ from convmem.adapters.cli._common import CliError
 from convmem.adapters.cli._serve import load_quotas
 from convmem.adapters.service._shares import FairShares
 from convmem.adapters.service._usage import TenantUsage
-from convmem.errors import Busy, InvalidConfig, QuotaExceeded, TenantLimitReached
+from convmem.errors import Busy, InvalidConfig, QuotaExceeded, StoreFull, TenantLimitReached
 from convmem.events import MemoryKey
+
+E = TypeVar("E", bound=Exception)
 
 
 @pytest.fixture
@@ -133,13 +135,14 @@ def test_a_flooding_tenant_gets_busy_while_another_tenants_writes_all_succeed(
 # Stored bytes ----------------------------------------------------------------------------------
 
 
-def _write_until_refused(session: Any, label: str, most: int = 200) -> QuotaExceeded:
+def _write_until_refused(session: Any, label: str, refusal: type[E], most: int = 200) -> E:
+    """Write turns of 200-odd bytes until one is refused with `refusal` (at most `most`)."""
     for n in range(most):
         try:
             session.add_turn(turn(f"{label}{n} " + "x" * 200))
-        except QuotaExceeded as exc:
+        except refusal as exc:
             return exc
-    raise AssertionError(f"no QuotaExceeded after {most} writes")
+    raise AssertionError(f"no {refusal.__name__} after {most} writes")
 
 
 def test_a_tenant_over_its_byte_quota_gets_quota_exceeded_and_others_still_write(
@@ -157,7 +160,7 @@ def test_a_tenant_over_its_byte_quota_gets_quota_exceeded_and_others_still_write
             RemoteMemory(url, api_prefix=api_prefix, timeout=WAIT) as remote,
         ):
             session = remote.session(acme)
-            refused = _write_until_refused(session, "a")
+            refused = _write_until_refused(session, "a", QuotaExceeded)
             assert (refused.tenant_id, refused.limit, refused.allowed) == ("acme", "max_bytes", quota)
             assert refused.usage >= quota
             assert f"{quota:,}" in str(refused)
@@ -334,3 +337,33 @@ def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_
         assert (log.counts[-1], usage.usage("acme")) == (0, 0)
 
     asyncio.run(scenario())
+
+
+# The stream's own cap ------------------------------------------------------------------------
+
+
+def _cap_stream(system: MemorySystem, max_bytes: int, discard: str) -> None:
+    """Set the events stream's max_bytes and discard policy, as an operator would (nats stream edit)."""
+    log: Any = system.log
+    conn = log._conn
+    info = conn.call(lambda: conn.api(f"$JS.API.STREAM.INFO.{log.stream}"), what="info")
+    config = {**info["config"], "max_bytes": max_bytes, "discard": discard}
+    conn.call(lambda: conn.api(f"$JS.API.STREAM.UPDATE.{log.stream}", config), what="update")
+
+
+def test_a_stream_capped_with_discard_new_is_used_and_refuses_writes_past_the_cap(
+    url: str, jetstream_names: Any
+) -> None:
+    """The operator's safety net (max_bytes, discard new) is accepted: past it StoreFull, nothing
+    dropped; a cap that would drop old events (discard old) is refused naming max_bytes."""
+    key = MemoryKey("acme", "u", "capped")
+    with _system(url, jetstream_names) as system:
+        system.session(key).add_turn(turn("first"))
+        _cap_stream(system, 8_000, "new")
+    with _system(url, jetstream_names) as system:
+        session = system.session(key)
+        _write_until_refused(session, "t", StoreFull)
+        assert system.log.read(key)[1].seq == 2  # nothing dropped: the first turn is still there
+        _cap_stream(system, 8_000, "old")
+    with pytest.raises(InvalidConfig, match="max_bytes"):
+        _system(url, jetstream_names)

@@ -92,6 +92,10 @@ async def ensure_stream(
                 raise
         found = await stream_config_of(conn, name)
         assert found is not None
+    if found.get("discard") == "new" and int(found.get("max_bytes", -1)) > 0:
+        # An operator's cap on the whole stream: past it writes are refused (`StoreFull`), no
+        # event is ever dropped to make room (discard "old" would drop the oldest: refused below).
+        wanted = {**wanted, "max_bytes": found["max_bytes"], "discard": "new"}
     _compare(f"stream {name!r}", wanted, found, ignore={"name"})
 
 
