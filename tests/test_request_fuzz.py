@@ -283,6 +283,32 @@ def test_random_bytes_get_a_typed_error(ops: ApiOperations, op: str, data: bytes
     _assert_refused(ops, op, data, reads_may_answer=True)
 
 
+_TOKENS = st.sampled_from(
+    ["v1", "v2", "acme", "ops", "p3", "p64", "add_turn", "health", "metrics", "*", ">", ""]
+)
+
+
+@given(
+    tokens=st.lists(st.one_of(_TOKENS, st.text(max_size=6)), max_size=5),
+    data=st.one_of(st.binary(max_size=60), st.just(b'{"user_id": "alice"}')),
+)
+@example(tokens=["ops", "v1", "health"], data=b"\xff")
+@example(tokens=["ops", "v1", "metrics"], data=b'{"v": "1"}')
+@example(tokens=["v1", "a=zz", "clear"], data=b'{"user_id": "alice"}')
+def test_any_subject_gets_an_answer_or_a_typed_error(
+    ops: ApiOperations, tokens: list[str], data: bytes
+) -> None:
+    """Any subject under the prefix, operator ones too, any body: never InternalError, nothing changes."""
+    before = _stored(ops)
+    reply = decode_reply(ops.answer(".".join([PREFIX, *tokens]), data).reply)
+    if not reply.ok:
+        assert reply.error is not None
+        error = exception_of(reply.error)
+        assert type(error).__name__ != "InternalError", (tokens, data, error)
+        assert isinstance(error, InvalidInput), (tokens, data, error)
+    assert _stored(ops) == before
+
+
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
