@@ -31,8 +31,8 @@ from convmem.events import MemoryKey
 
 __all__ = ["add_inspect_commands", "records_from_file", "stamp"]
 
-EVENT_TYPES = (*(str(t.__struct_config__.tag) for t in ALL_EVENT_TYPES), "POISON")
-"""What `inspect --type` picks from: every event tag the codec knows, and poison."""
+EVENT_TYPES = (*(str(t.__struct_config__.tag) for t in ALL_EVENT_TYPES), "POISON", "DAMAGED")
+"""What `inspect --type` picks from: every event tag the codec knows, poison, and damage."""
 
 
 def add_inspect_commands(commands: Any, common: argparse.ArgumentParser) -> None:

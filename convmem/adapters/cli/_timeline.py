@@ -54,13 +54,13 @@ def page_data(records: Iterable[LoggedEvent], key: MemoryKey) -> dict[str, Any]:
     state = SessionState()
     previous = _context_text(state)
     events: list[dict[str, Any]] = []
-    by_position: dict[int, AnyEvent | SkippedEvent] = {}
+    by_position: dict[int, list[AnyEvent | SkippedEvent]] = {}
     unfit: dict[int, str] = {}
     walk = SessionSequence()  # one walk of the session's records, as a replay makes it
     for record in records:
         report = LoadReport()
         for decoded in decode_logged([record], on_poison="skip", report=report, sequence=walk):
-            by_position[record.position] = decoded
+            by_position.setdefault(record.position, []).append(decoded)  # a gap's stand-in, then it
         if record.position not in by_position and report.poison:
             unfit[record.position] = report.poison[0].problem
     for listed in rows:
@@ -68,9 +68,9 @@ def page_data(records: Iterable[LoggedEvent], key: MemoryKey) -> dict[str, Any]:
         found = by_position.get(row.position)
         if row.position in unfit:
             row = msgspec.structs.replace(row, type="POISON", detail=unfit[row.position])
-        if found is not None:
+        for each in found or ():
             try:
-                state = evolve(state, found)
+                state = evolve(state, each)
             except ReplayError as exc:
                 row = msgspec.structs.replace(row, type="POISON", detail=str(exc))
         context = _context_text(state)
