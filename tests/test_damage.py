@@ -243,7 +243,7 @@ def test_a_flipped_snapshot_part_is_reported_and_the_session_still_loads(
         server.start()
         code, out = cli(capsys, server.url, "verify", "--all")
         assert code == 7, out
-        assert "acme:alice:hurt: DAMAGED snapshot: snapshot: part" in out
+        assert "acme:alice:hurt: DAMAGED: snapshot: part" in out
         assert "cannot read it back" in out
         with convmem.connect(server.url, config=CONFIG) as memory:
             assert_usable(memory, HURT, TURNS)  # a lost snapshot costs a longer replay, nothing else

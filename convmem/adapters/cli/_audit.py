@@ -235,7 +235,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     f"{check.key}: poison at position {poison.position} (seq {poison.seq}): {poison.problem}"
                 )
             for damage in check.damage:
-                print(f"{check.key}: DAMAGED {_where(damage.seq, damage.position)}: {damage.problem}")
+                print(f"{check.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
         )
@@ -247,8 +247,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _where(seq: int | None, position: int | None) -> str:
+    """ " seq 3, position 12" (what is known of where a damage is), or "" (a snapshot's)."""
     parts = [f"seq {seq}" if seq is not None else "", f"position {position}" if position else ""]
-    return ", ".join(p for p in parts if p) or "snapshot"
+    where = ", ".join(p for p in parts if p)
+    return f" {where}" if where else ""
 
 
 def _repair_key(args: argparse.Namespace) -> MemoryKey:
@@ -325,7 +327,7 @@ def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
         )
         return
     for damage in plan.damage:
-        print(f"{plan.key}: DAMAGED {_where(damage.seq, damage.position)}: {damage.problem}")
+        print(f"{plan.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
     print(message)
 
 
