@@ -117,7 +117,7 @@ def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_r
         server.start()
         code, out = cli(capsys, server.url, "verify", "--all")
         assert code == 7, out
-        assert "acme:alice:hurt: DAMAGED seq 3" in out
+        assert "acme:alice:hurt: DAMAGED seq 3: event seq 3 missing" in out
         assert "missing" in out
         assert out.count("DAMAGED") == 2
         assert "2/3 sessions verified" in out
@@ -132,6 +132,9 @@ def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_r
             assert_usable(memory, FIRST, TURNS)
             assert_usable(memory, LATER, TURNS)
 
+        code, out = cli(capsys, server.url, "replay", HURT.composite())
+        assert code == 0  # the replay is shown, with the damage under it
+        assert "acme:alice:hurt: DAMAGED seq 3: event seq 3 missing" in out
         code, out = cli(capsys, server.url, "repair", "--dry-run", HURT.composite())
         assert code == 0, out
         assert "would repair" in out

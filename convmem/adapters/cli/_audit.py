@@ -151,6 +151,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "context": context,
         "agent_items": agent_items(state) if state.config.agents.strategy != "none" else None,
         "poison": [msgspec.to_builtins(p) for p in report.poison],
+        "damage": [msgspec.to_builtins(d) for d in report.damage],
     }
     if args.json:
         emit_json(result)
@@ -161,6 +162,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         emit_json(context)
         for poison in report.poison:
             print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
+        for damage in report.damage:
+            print(f"{key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -314,8 +314,8 @@ class SessionWriter:
             raise LogUnavailable(
                 f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
             )
-        if unread:  # those a repair counted are known (they stay in the store, unreadable)
-            unread = max(unread - _repaired_unreadable(messages, self.opener), 0)
+        if unread:  # not those a gap names already, nor those a repair counted (they stay, unreadable)
+            unread = max(unread - _missing(messages) - _repaired_unreadable(messages, self.opener), 0)
         if start == 1:  # a tail read does not say the session's seq: nothing learnt
             walked, found = _scan(messages, unread, self.opener)
             if found is None:
@@ -507,7 +507,12 @@ def _scan(
         event_id = message.headers.get(MSG_ID)
         if walk.gap is not None and found is None:
             first, last = walk.gap
-            found = (first, message.seq, f"events seq {first}-{last} are missing: the store lost them")
+            found = (
+                first,
+                None,
+                f"events seq {first}-{last} are missing: the store lost them (the next one kept, seq "
+                f"{seq}, is at log position {message.seq})",
+            )
         elif found is not None and _clears(opener(message)):
             found = None
     if unread and found is None:
@@ -519,6 +524,23 @@ def _scan(
             "(damaged on disk)",
         )
     return Last(walk.version, messages[-1].seq if messages else 0, event_id), found
+
+
+def _missing(messages: list[StoredMessage]) -> int:
+    """How many seqs are missing between the intact messages of `messages` (the gaps' lengths)."""
+    previous: int | None = None
+    missing = 0
+    for message in messages:
+        seq = session_seq(message.headers)
+        if (
+            seq is None
+            or not check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)[0]
+        ):
+            continue
+        if previous is not None and seq > previous + 1:
+            missing += seq - previous - 1
+        previous = seq if previous is None else max(previous, seq)
+    return missing
 
 
 def _repaired_unreadable(messages: list[StoredMessage], opener: Opener = _plain) -> int:
