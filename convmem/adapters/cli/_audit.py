@@ -365,7 +365,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _confirm(what: str, token: str) -> bool:
     if not sys.stdin.isatty():
         raise CliError(f"refusing to erase {what} without confirmation: pass --yes", EXIT_USAGE)
-    answer = input(f"Erase {what}? This cannot be undone. Type {token} to confirm: ")
+    try:
+        answer = input(f"Erase {what}? This cannot be undone. Type {token} to confirm: ")
+    except EOFError:  # Ctrl-D: no answer is not a yes
+        print(file=sys.stderr)
+        return False
     return answer.strip() == token
 
 

@@ -37,6 +37,7 @@ from convmem.adapters.cli._common import (
     CliError,
     Progress,
     emit_json,
+    positive_int,
     session_counts,
     table,
 )
@@ -62,17 +63,32 @@ def add_demo_command(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="play real conversations through convmem, then audit them (the main job)",
     )
-    p.add_argument("--sessions", type=int, default=40, help="conversations to play (default 40)")
-    p.add_argument("--max-turns", type=int, default=30, help="turns per conversation at most (default 30)")
-    p.add_argument("--planners", type=int, default=8, help="concurrent planner threads (default 8)")
+    p.add_argument("--sessions", type=positive_int, default=40, help="conversations to play (default 40)")
+    p.add_argument(
+        "--max-turns",
+        type=_max_turns,
+        default=30,
+        help="turns per conversation at most, 2 or more (default 30)",
+    )
+    p.add_argument("--planners", type=positive_int, default=8, help="concurrent planner threads (default 8)")
     p.add_argument("--seed", type=int, default=7, help="which conversations to pick (default 7)")
     p.add_argument("--keep", action="store_true", help="keep the demo's data folder (printed at the end)")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
     p.set_defaults(run=cmd_demo)
 
 
+def _max_turns(text: str) -> int:
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 2 or more (a summary needs turns to cover)")
+    return value
+
+
 def load_conversations(count: int, max_turns: int, seed: int) -> list[list[ConversationTurn]]:
-    """`count` chitchat conversations as turn pairs (first speaker as user, second as assistant)."""
+    """`count` chitchat conversations as turn pairs (first speaker as user, second as assistant).
+
+    Each has at least 8 turns (or `max_turns`, when fewer are asked for), at most `max_turns`.
+    """
     try:
         import chitchat_dataset  # type: ignore[import-untyped]  # noqa: PLC0415 - optional extra, loaded on use
     except ImportError:
@@ -85,9 +101,10 @@ def load_conversations(count: int, max_turns: int, seed: int) -> list[list[Conve
     ids = sorted(data)
     random.Random(seed).shuffle(ids)
     conversations = []
+    shortest = min(8, max_turns)
     for conversation_id in ids:
         turns = _turns(data[conversation_id]["messages"], max_turns)
-        if len(turns) >= 8:
+        if len(turns) >= shortest:
             conversations.append(turns)
         if len(conversations) == count:
             break
@@ -134,9 +151,9 @@ class _FlakySummarizer:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.sessions < 1 or args.max_turns < 2 or args.planners < 1:
-        raise CliError("--sessions, --planners must be >= 1 and --max-turns >= 2", 2)
     conversations = load_conversations(args.sessions, args.max_turns, args.seed)
+    if not conversations:
+        raise CliError(f"no conversation of the dataset has {min(8, args.max_turns)} turns", 2)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="convmem-demo-"))
     setup = recommended(total_tokens=DEMO_TOTAL_TOKENS)
     # Short health timers, so that the injected failures heal while the demo runs.

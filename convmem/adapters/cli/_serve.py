@@ -35,14 +35,20 @@ from convmem.adapters.cli._common import (
     table,
 )
 from convmem.adapters.cli._retention import load_retention
-from convmem.adapters.cli._workers import Supervisor, WorkerSpec, default_workers, new_serve_id
+from convmem.adapters.cli._workers import (
+    Supervisor,
+    WorkerSpec,
+    default_workers,
+    new_serve_id,
+    summarizer_named,
+)
 from convmem.adapters.jetstream import JetStreamBackend
 from convmem.adapters.jetstream._embedded import default_store_dir
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix
 from convmem.adapters.service._quotas import Quotas
 from convmem.adapters.service._status import service_status
 from convmem.adapters.summarizers import recommended
-from convmem.errors import InvalidConfig
+from convmem.errors import ConvmemError, InvalidConfig
 from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
 __all__ = ["ENVIRONMENT", "add_serve_command", "load_config", "load_quotas"]
@@ -82,6 +88,33 @@ def _env_int(name: str, default: int) -> int:
         raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
 
 
+def _env_positive(name: str, default: int) -> int:
+    """A whole number above zero from `name`, checked as its flag is (a bad one: one line, exit 2)."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return positive_int(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
+
+
+def replica_count(text: str) -> int:
+    """An argparse type: stream replicas, 1 to 5 (JetStream's limit)."""
+    value = positive_int(text)
+    if value > 5:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 to 5 (JetStream keeps at most 5 replicas)")
+    return value
+
+
+def api_prefix(text: str) -> str:
+    """An argparse type: a subject prefix the service can answer under."""
+    try:
+        return check_api_prefix(text)
+    except ConvmemError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _env_workers() -> int | None:
     raw = os.environ.get("CONVMEM_WORKERS")
     if not raw:
@@ -90,6 +123,16 @@ def _env_workers() -> int | None:
         return positive_int(raw)
     except argparse.ArgumentTypeError as exc:
         raise CliError(f"CONVMEM_WORKERS={raw!r}: {exc}", EXIT_USAGE) from None
+
+
+def _env_replicas() -> int:
+    raw = os.environ.get("CONVMEM_REPLICAS")
+    if not raw:
+        return 1
+    try:
+        return replica_count(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"CONVMEM_REPLICAS={raw!r}: {exc}", EXIT_USAGE) from None
 
 
 def port_number(text: str) -> int:
@@ -116,7 +159,7 @@ def _env_port() -> int | None:
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register `serve` and `status` on the CLI's subparsers (`common`: the global options)."""
     p = commands.add_parser("serve", parents=[common], help="run the memory service (NATS request/reply API)")
-    p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
+    p.add_argument("--api-prefix", type=api_prefix, default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
     p.add_argument("--queue-group", default=_env("CONVMEM_QUEUE_GROUP", "convmem"))
     p.add_argument(
         "--config", type=Path, default=_env("CONVMEM_CONFIG"), help="JSON or TOML ShortTermMemoryConfig"
@@ -130,10 +173,14 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
     )
-    p.add_argument("--max-live-sessions", type=int, default=_env_int("CONVMEM_MAX_LIVE_SESSIONS", 256))
-    p.add_argument("--actor-threads", type=int, default=_env_int("CONVMEM_ACTOR_THREADS", 64))
-    p.add_argument("--summarizer-workers", type=int, default=_env_int("CONVMEM_SUMMARIZER_WORKERS", 4))
-    p.add_argument("--replicas", type=int, default=_env_int("CONVMEM_REPLICAS", 1))
+    p.add_argument(
+        "--max-live-sessions", type=positive_int, default=_env_positive("CONVMEM_MAX_LIVE_SESSIONS", 256)
+    )
+    p.add_argument("--actor-threads", type=positive_int, default=_env_positive("CONVMEM_ACTOR_THREADS", 64))
+    p.add_argument(
+        "--summarizer-workers", type=positive_int, default=_env_positive("CONVMEM_SUMMARIZER_WORKERS", 4)
+    )
+    p.add_argument("--replicas", type=replica_count, default=_env_replicas())
     p.add_argument(
         "--workers",
         type=positive_int,
@@ -237,6 +284,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = default_workers() if args.workers is None else args.workers
     if args.port is not None and args.nats:
         raise CliError("--port is the embedded server's port: drop --nats (or --port)", EXIT_USAGE)
+    try:  # what each worker will build, built once here: a bad setting is one line, before any start
+        summarizer = summarizer_named(args.summarizer, config)
+    except ConvmemError as exc:
+        raise CliError(f"--summarizer {args.summarizer}: {exc}", EXIT_USAGE) from None
+    close = getattr(summarizer, "close", None)
+    if close is not None:
+        close()
     stop = threading.Event()
     received: list[int] = []
 

@@ -130,6 +130,27 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     _stop_with_parent(stop)
     if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
         return
+    try:
+        _serve(spec, report, stop)
+    except (ConvmemError, ValueError) as exc:  # a setting or the log: one line, and the supervisor says more
+        print(f"convmem serve worker {spec.index}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except Exception as exc:  # a bug: still one line, and the exit code says so
+        print(
+            f"convmem serve worker {spec.index}: internal error ({type(exc).__name__}: {_one_line(exc)}); "
+            "please report it",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(70)
+
+
+def _one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+
+
+def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
+    """Open the log, build the system and the service, and serve until `stop`."""
     options: dict[str, Any] = {
         "replicas": spec.replicas,
         "timeout": spec.timeout,
@@ -143,10 +164,9 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     try:
         wait = spec.timeout + 30.0
         opened = loop.call(lambda: open_backend_here(spec.url, **options), timeout=wait, what="the log")
-    except ConvmemError as exc:
+    except BaseException:
         loop.stop()
-        print(f"convmem serve worker {spec.index}: {exc}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        raise
     if spec.index == 0 and spec.retention is not None:
         _report_sweeps(spec.index)
     try:

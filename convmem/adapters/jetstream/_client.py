@@ -17,9 +17,21 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
-__all__ = ["DirectHandler", "NatsClient", "parse_headers"]
+__all__ = ["DirectHandler", "NatsClient", "close_quietly", "parse_headers"]
 
 _log = logging.getLogger("convmem.nats")
+
+
+async def close_quietly(nc: Client) -> None:
+    """Close `nc` whatever state its connection is in: a dead socket's error on the way out is no news.
+
+    nats-py's close flushes what is pending to the server; when the server died that
+    raises (``ConnectionResetError``), which would hide the error that led here.
+    """
+    try:
+        await nc.close()
+    except (OSError, nats.errors.Error) as exc:
+        _log.debug("closing a NATS connection whose server is gone: %s", exc)
 
 
 def parse_headers(raw: bytes) -> dict[str, str]:

@@ -25,7 +25,7 @@ from nats.js import JetStreamContext
 from convmem.actors import Settle
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread, Start
-from convmem.adapters.jetstream._client import NatsClient, parse_headers
+from convmem.adapters.jetstream._client import NatsClient, close_quietly, parse_headers
 from convmem.adapters.jetstream._watch import ConnectionWatch, describe, request_denied
 from convmem.errors import ConvmemError, InvalidInput, InvalidKey, LogUnavailable, SessionClosed, StoreFull
 
@@ -259,7 +259,7 @@ class NatsConnection:
             try:
                 await asyncio.wait_for(self.nc.drain(), self.timeout)
             except Exception:  # a dead server: close without draining
-                await self.nc.close()
+                await close_quietly(self.nc)
             for hook in self._closing:
                 try:
                     hook()
@@ -345,7 +345,7 @@ async def _open(
             timeout,
         )
     except (TimeoutError, nats.errors.Error, OSError) as exc:
-        await nc.close()
+        await close_quietly(nc)
         raise LogUnavailable(
             f"cannot connect to NATS at {shown} ({scrub(_describe(exc), watch.secrets)}); check the URL "
             "and the credentials, and that nats-server runs with JetStream"
@@ -368,7 +368,7 @@ async def _open(
                 "jetstream block in its config)"
             ) from None
     except BaseException:
-        await nc.close()
+        await close_quietly(nc)
         raise
     return nc, js
 

@@ -21,6 +21,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
+from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.service._protocol import decode_reply, unrouted
@@ -120,7 +121,7 @@ class Exchange:
         try:
             await asyncio.wait_for(self.nc.drain(), timeout)
         except Exception:
-            await self.nc.close()
+            await close_quietly(self.nc)
 
     async def on_error(self, exc: Exception) -> None:
         """nats-py's error callback: a refused subject fails the requests it concerns at once."""

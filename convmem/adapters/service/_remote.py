@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
@@ -49,6 +50,8 @@ from convmem.errors import ConvmemError, InvalidInput, SessionClosed
 from convmem.events import MemoryHealth, MemoryKey
 
 __all__ = ["AsyncRemoteSession", "OnConnection", "RemoteMemory", "RemoteSession", "awaiting", "blocking"]
+
+_log = logging.getLogger("convmem.service")
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -184,12 +187,16 @@ class RemoteMemory:
         return result
 
     def close(self) -> None:
-        """Drain the connection and stop its loop thread. Idempotent."""
+        """Drain the connection and stop its loop thread. Idempotent, and quiet whatever the
+        connection's state (a server gone, a drain that times out): a ``with`` block's own
+        error is never masked by its close."""
         if self._closed:
             return
         self._closed = True
         try:
             self.run(lambda: self._exchange.close(self.timeout), wait=self.timeout, what="close")
+        except ConvmemError as exc:
+            _log.debug("closing the service connection: %s", exc)
         finally:
             self._loop.stop()
 

@@ -54,6 +54,7 @@ from convmem import __version__
 from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo, error_info
 from convmem.adapters.service._operations import Answer, ApiOperations
@@ -321,7 +322,7 @@ class MemoryService:
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
             self._watch_erasures(asyncio.get_running_loop())
         except BaseException:
-            await nc.close()
+            await close_quietly(nc)
             raise
 
     def _watch_erasures(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -475,7 +476,7 @@ class MemoryService:
             try:
                 await asyncio.wait_for(nc.drain(), self.drain_timeout)
             except Exception:  # a dead server: close without draining
-                await nc.close()
+                await close_quietly(nc)
 
     def health(self) -> dict[str, Any]:
         """What ``ops.v1.health`` answers (whether the log answers, live sessions, load)."""

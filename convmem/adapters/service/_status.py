@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
+from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._protocol import MICRO_NAME, status_subject
 from convmem.errors import LogUnavailable
@@ -72,7 +73,7 @@ async def service_status(
         instances = list(only) if only is not None else await _ping(nc, discover)
         return list(await asyncio.gather(*(_ask(nc, api_prefix, i, timeout) for i in sorted(instances))))
     finally:
-        await nc.close()
+        await close_quietly(nc)
 
 
 async def _ping(nc: Client, wait: float) -> list[str]:
