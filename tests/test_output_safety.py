@@ -31,7 +31,8 @@ from convmem.adapters._auth import NatsAuth, scrub, url_secrets
 from convmem.adapters.cli._main import main
 from convmem.adapters.cli._safe import SafeStream, json_text, visible
 from convmem.adapters.service._status import service_status
-from convmem.errors import ConvmemError
+from convmem.adapters.summarizers import OpenAIChatSummarizer
+from convmem.errors import ConvmemError, SummarizerError
 from convmem.events import ConversationTurn, EntityMention, MemoryKey, ShortTermMemoryConfig, TrajectoryDigest
 
 WAIT = 60.0
@@ -210,6 +211,20 @@ def test_the_one_redaction_hides_credentials_whole() -> None:
     assert redact_url(f"nats://convmem:{SECRET}@host:4222") == "nats://convmem:***@host:4222"
     assert redact_url("nats://host:4222") == "nats://host:4222"
     assert_secret_free(repr(NatsAuth(user="convmem", password=SLASHED, token="t0ken-s3cret")), "NatsAuth")
+
+
+def test_a_summarizer_url_with_a_password_is_never_shown() -> None:
+    """The OpenAI-compatible summarizer's repr and errors show its URL with the password hidden."""
+    summarizer = OpenAIChatSummarizer(
+        base_url=f"http://convmem:{SECRET}@127.0.0.1:1/v1", api_key="sk-t0ken-s3cret-key", timeout=1
+    )
+    shown = [repr(summarizer)]
+    with pytest.raises(SummarizerError) as failed:
+        summarizer({"turns": [{"user": "q", "assistant": "a"}], "previous_summary": ""})
+    shown.append(str(failed.value))
+    for text in shown:
+        assert_secret_free(text, text)
+        assert "convmem:***@127.0.0.1:1" in text
 
 
 def test_creds_contents_are_hidden(tmp_path: Path) -> None:

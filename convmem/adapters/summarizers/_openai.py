@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import httpx
 
+from convmem.adapters._auth import redact_url, scrub, url_secrets
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import date_text
 from convmem.projections import TokenEstimator, default_token_estimator, trim_summary
@@ -128,6 +129,9 @@ class OpenAIChatSummarizer:
         self.max_tokens = max_tokens
         self._endpoint = f"{self.base_url}/chat/completions"
         self._key = key or ""
+        self._secrets = (self._key, *url_secrets(self.base_url))
+        self._shown = redact_url(self.base_url)  # what messages show: never a password in the URL
+        self._shown_endpoint = f"{self._shown}/chat/completions"
         self._estimator = estimator
         self._system_prompt = _SYSTEM_PROMPT.format(max_tokens=max_tokens, max_chars=max_tokens * 4)
         headers = {"Accept": "application/json"}
@@ -136,7 +140,7 @@ class OpenAIChatSummarizer:
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
 
     def __repr__(self) -> str:
-        return f"OpenAIChatSummarizer(base_url={self.base_url!r}, model={self.model!r})"
+        return f"OpenAIChatSummarizer(base_url={self._shown!r}, model={self.model!r})"
 
     def __enter__(self) -> Self:
         return self
@@ -174,21 +178,21 @@ class OpenAIChatSummarizer:
 
     def __call__(self, request: Mapping[str, Any], /) -> dict[str, str]:
         if self._client.is_closed:
-            raise SummarizerError(f"summarizer for {self.base_url} is closed")
+            raise SummarizerError(f"summarizer for {self._shown} is closed")
         body = self.request_body(request)
         try:
             response = self._client.post(self._endpoint, json=body)
         except httpx.TimeoutException:
             raise SummarizerError(
-                f"summarizer at {self._endpoint} did not answer within {self.timeout}s"
+                f"summarizer at {self._shown_endpoint} did not answer within {self.timeout}s"
             ) from None
         except httpx.HTTPError as exc:
             raise SummarizerError(
-                f"cannot reach the summarizer at {self._endpoint}: {self._redact(str(exc))}"
+                f"cannot reach the summarizer at {self._shown_endpoint}: {self._redact(str(exc))}"
             ) from None
         if response.status_code >= 400:
             raise SummarizerError(
-                f"summarizer at {self._endpoint} answered HTTP {response.status_code}: "
+                f"summarizer at {self._shown_endpoint} answered HTTP {response.status_code}: "
                 f"{self._snippet(response.text)}",
                 status=response.status_code,
             )
@@ -232,7 +236,7 @@ class OpenAIChatSummarizer:
         return trimmed
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+        return scrub(text, self._secrets)
 
     def _snippet(self, text: str) -> str:
         text = self._redact(" ".join(text.split()))
