@@ -868,5 +868,9 @@ def test_remote_session_checks_its_arguments_like_the_local_handle(url: str) -> 
             session.add_items({"role": "user", "content": "x"})  # type: ignore[arg-type]
         with pytest.raises(InvalidInput, match="state"):
             session.from_dict([])  # type: ignore[arg-type]
+        for at_time in (math.nan, math.inf, 1e20, -1e20):  # JSON would send NaN as null: a fork as of now
+            with pytest.raises(MalformedRequest) as error:
+                session.fork("copy", at_time=at_time)
+            assert error.value.field == "at_time"
     with pytest.raises(ConvmemError):
         RemoteSession(url, "acme:u:s")  # type: ignore[arg-type]

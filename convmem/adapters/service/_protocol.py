@@ -71,6 +71,7 @@ __all__ = [
     "SessionsRequest",
     "ViewRequest",
     "check_api_prefix",
+    "check_at_time",
     "decode_reply",
     "decode_request",
     "encode_error",
@@ -355,13 +356,24 @@ def _check_numbers(request: Request) -> None:
     if request.timeout is not None and not math.isfinite(request.timeout):
         raise MalformedRequest("timeout", f"must be a finite number of seconds, got {request.timeout!r}")
     if isinstance(request, ForkRequest) and request.at_time is not None:
-        at = request.at_time
-        if not math.isfinite(at) or not _EARLIEST <= at <= _LATEST:
-            raise MalformedRequest(
-                "at_time",
-                f"must be a finite epoch time in seconds between {_EARLIEST:.0f} and {_LATEST:.0f} "
-                f"(years 1 to 9999), got {at!r}",
-            )
+        check_at_time(request.at_time)
+
+
+def check_at_time(at: object) -> None:
+    """A fork's `at_time`: epoch seconds inside the calendar (years 1 to 9999); `MalformedRequest` else.
+
+    The client checks it before sending too: JSON would carry NaN as ``null``, a fork as of now.
+    """
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        ok = False
+    else:
+        ok = _EARLIEST <= at <= _LATEST
+    if not ok:
+        raise MalformedRequest(
+            "at_time",
+            f"must be a finite epoch time in seconds between {_EARLIEST:.0f} and {_LATEST:.0f} "
+            f"(years 1 to 9999), got {at!r}",
+        )
 
 
 def _malformed(message: str) -> InvalidInput:

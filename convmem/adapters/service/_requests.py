@@ -26,7 +26,12 @@ from convmem.adapters.service._exchange import (
     state_fields,
     turn_fields,
 )
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, check_api_prefix, routed_subject
+from convmem.adapters.service._protocol import (
+    DEFAULT_API_PREFIX,
+    check_api_prefix,
+    check_at_time,
+    routed_subject,
+)
 from convmem.errors import InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
 
@@ -115,6 +120,8 @@ class SessionRequests:
         timeout: float | None = None,
     ) -> dict[str, int]:
         """Start another session of this tenant as this one was (see `MemorySystem.fork`)."""
+        if at_time is not None:
+            check_at_time(at_time)
         result: dict[str, int] = await self._call(
             "fork",
             timeout,
