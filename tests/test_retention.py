@@ -57,6 +57,7 @@ from convmem.events import (
     MemoryKey,
     RetentionPolicies,
     RetentionPolicy,
+    SessionRepaired,
     SessionStarted,
     ShortTermMemoryConfig,
     TurnAdded,
@@ -67,6 +68,7 @@ from convmem.events import (
 from convmem.projections import (
     compacted_state,
     compaction,
+    encode_state,
     evolve,
     history_facts,
     plan_retention,
@@ -238,6 +240,32 @@ def test_the_plan_follows_the_policy() -> None:
     assert by_age is not None
     assert [r.turn.user_message for r in by_age.keep] == ["t4", "t5"]
     assert plan_retention(state, facts, RetentionPolicy(max_events=7, max_turns=6), now) is None
+
+
+def test_a_history_opened_by_a_repair_counts_from_the_turns_it_restored() -> None:
+    """After an operator's repair, the stored turns are those of the restored state and what follows."""
+    log, clock = InMemoryEventLog(), ManualClock(START)
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        for n in range(6):
+            system.session(key()).add_turn(turn(f"t{n}"))
+            clock.advance(DAY)
+        state = live_state(system, key())
+    kept = msgspec.structs.replace(state, turns=state.turns[-2:])
+    repaired = SessionRepaired(
+        seq=state.version + 1,
+        event_id="repair/1",
+        at=clock.now(),
+        state=encode_state(kept),
+        method="cut",
+        restored_seq=state.version,
+    )
+    facts = history_facts([decode_event(r.data) for r in log.read(key())] + [repaired])
+    assert (facts.events, facts.first_index, facts.oldest_at, facts.unfinished) == (
+        1,
+        5,
+        START + 4 * DAY,
+        None,
+    )
 
 
 # Sweeping a real log ---------------------------------------------------------------------

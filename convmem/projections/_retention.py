@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from convmem.errors import InvalidInput
+from convmem.errors import EventDecodeError, InvalidInput
 from convmem.events import (
     AnyEvent,
     EntityTally,
@@ -29,10 +29,12 @@ from convmem.events import (
     KeptTurn,
     RetentionPolicy,
     SessionErased,
+    SessionRepaired,
     format_duration,
 )
 from convmem.projections._entities import EntityRecord, EntityTable, track_entities
 from convmem.projections._horizon import bound
+from convmem.projections._serial import decode_state
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 
 __all__ = [
@@ -93,36 +95,51 @@ RetentionAction = EraseIdle | Compact | FinishCompaction
 
 
 def history_facts(events: Sequence[AnyEvent]) -> HistoryFacts:
-    """The facts of one session's decoded events, in order (see `HistoryFacts`)."""
+    """The facts of one session's decoded events, in order (see `HistoryFacts`).
+
+    The history counted starts at the latest event that opens one: a
+    compaction, an erasure fence (after it), or an operator's repair (whose
+    restored state holds the turns it kept).
+    """
     opening = 0
-    unfinished: int | None = None
     for i, event in enumerate(events):
-        if isinstance(event, HistoryCompacted | SessionErased):
+        if isinstance(event, HistoryCompacted | SessionErased | SessionRepaired):
             opening = i
-    if opening and isinstance(events[opening], HistoryCompacted):
-        unfinished = events[opening].seq
-    stale = opening if unfinished is not None else 0
-    tail = events[opening:]
-    if tail and isinstance(tail[0], SessionErased):
-        tail = tail[1:]
-    first = tail[0] if tail else None
-    first_index = first.first_index if isinstance(first, HistoryCompacted) else 1
+    opener = events[opening] if events else None
+    unfinished = opener.seq if opening and isinstance(opener, HistoryCompacted) else None
+    tail = events[opening + 1 :] if isinstance(opener, SessionErased) else events[opening:]
+    first_index = 1
     oldest: float | None = None
-    for event in tail:
+    for n, event in enumerate(tail):
+        times: list[float]
         if isinstance(event, HistoryCompacted):
             times = [t.at for t in event.turns]
-            at = min(times) if times else None
+            first_index = event.first_index if n == 0 else first_index
+        elif isinstance(event, SessionRepaired):
+            restored = _restored(event)
+            times = [r.at for r in restored.turns] if restored is not None else [event.at]
+            if n == 0 and restored is not None:
+                first_index = restored.turns[0].index if restored.turns else restored.next_index
         else:
-            at = event.at
-        if at is not None and (oldest is None or at < oldest):
-            oldest = at
+            times = [event.at]
+        for at in times:
+            if oldest is None or at < oldest:
+                oldest = at
     return HistoryFacts(
         events=len(tail),
         oldest_at=oldest,
         first_index=first_index,
         unfinished=unfinished,
-        stale_events=stale,
+        stale_events=opening if unfinished is not None else 0,
     )
+
+
+def _restored(event: SessionRepaired) -> SessionState | None:
+    """The state a repair restored (None when it does not decode: the fold reports that)."""
+    try:
+        return decode_state(event.state)
+    except EventDecodeError:
+        return None
 
 
 def plan_retention(
