@@ -334,11 +334,21 @@ def test_drop_before_removes_what_a_compaction_replaced(open_log: OpenLog) -> No
     assert log.drop_before(KEY, seq=4) == 0  # again: nothing left to drop
 
 
+def test_drop_before_an_erasure_fence_keeps_a_session_begun_again_over_it(log: EventLog) -> None:
+    """What came before a fence is not the session's: dropping it keeps the fence and what followed."""
+    log.append(KEY, events(1, 2), expected_seq=0)
+    log.append(KEY, [SessionErased(seq=3, event_id=f"erased/{uuid.uuid4().hex}", at=1.0)], expected_seq=2)
+    log.append(KEY, events(4, 2), expected_seq=3)
+    assert log.drop_before(KEY, seq=3) == 2
+    assert seqs(log) == [3, 4, 5]
+    assert log.last_seq(KEY) == 5
+
+
 def test_drop_before_refuses_anything_but_a_compaction(log: EventLog) -> None:
-    """Only a stored compaction may open a history: another seq is refused and nothing is removed."""
+    """Only a stored compaction or fence may open a history: another seq is refused, nothing removed."""
     log.append(KEY, events(1, 3), expected_seq=0)
     for seq in (2, 3, 9):
-        with pytest.raises(InvalidInput, match="no stored compaction"):
+        with pytest.raises(InvalidInput, match="no stored compaction or erasure fence"):
             log.drop_before(KEY, seq=seq)
     assert seqs(log) == [1, 2, 3]
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +54,12 @@ from convmem.errors import InvalidConfig, InvalidInput, StoreNotFound
 from convmem.events import (
     ConversationTurn,
     EntityMention,
+    Event,
     HistoryCompacted,
     MemoryKey,
     RetentionPolicies,
     RetentionPolicy,
+    SessionErased,
     SessionRepaired,
     SessionStarted,
     ShortTermMemoryConfig,
@@ -371,6 +373,52 @@ def test_a_session_written_after_the_decision_is_kept() -> None:
             "back after a month",
         ]
         assert load_state(log, None, key())[0] == live_state(writer, key())
+
+
+def test_a_session_begun_again_over_the_fence_is_kept_and_its_idle_history_dropped() -> None:
+    """A planner that writes right after the sweep's fence begins the session again above it: the
+    sweep then drops only the idle history before the fence, never the new turn."""
+    clock = ManualClock(START)
+
+    class BegunAgain(InMemoryEventLog):
+        """Right after the sweep's fence is stored, the planner writes a turn."""
+
+        def append(self, k: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
+            last = super().append(k, events, expected_seq=expected_seq)
+            if any(e.event_id.startswith("erased/retention/") for e in events):
+                writer.session(k).add_turn(turn("back after a month"))
+            return last
+
+    log = BegunAgain()
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as writer:
+        writer.session(key()).add_turn(turn("idle secret ZQX"))
+        clock.advance(40 * DAY)
+        (outcome,) = sweep_retention(log, IDLE, now=clock.now(), dry_run=False).outcomes
+        assert outcome.skipped is not None
+        assert outcome.skipped.startswith("begun again meanwhile")
+        assert outcome.events_removed == 2
+        assert [type(decode_event(r.data)).__name__ for r in log.read(key())] == [
+            "SessionErased",
+            "SessionStarted",
+            "TurnAdded",
+        ]
+        assert b"ZQX" not in texts(log, key())
+        assert [r.turn.user_message for r in live_state(writer, key()).turns] == ["back after a month"]
+
+
+def test_an_erasure_cut_short_after_its_fence_is_finished(store: Store) -> None:
+    """A fence stored over a session's events (the sweeper died before erasing): the next sweep of
+    that tenant erases them."""
+    clock = ManualClock(START)
+    with MemorySystem(TRUNCATION, log=store.log, clock=clock) as system:
+        system.session(key()).add_turn(turn("cut short"))
+    fence = SessionErased(seq=3, event_id="erased/retention/cut-short", at=clock.now())
+    store.log.append(key(), [fence], expected_seq=2)
+    report = sweep_retention(
+        store.log, RetentionPolicies(default=RetentionPolicy(max_turns=9)), now=clock.now(), dry_run=False
+    )
+    assert [(o.action, o.done) for o in report.outcomes] == [("erase", True)]
+    assert store.log.read(key()) == []
 
 
 def test_a_capped_history_is_compacted_and_replays_to_the_live_state(store: Store) -> None:

@@ -120,14 +120,15 @@ class EventLog(Protocol):
         ...
 
     def drop_before(self, key: MemoryKey, *, seq: int) -> int:
-        """Remove the session's stored messages before its `HistoryCompacted` event at `seq`.
+        """Remove the session's stored messages before the event at `seq` that opens its history.
 
-        The compaction (retention's, see `convmem.events.HistoryCompacted`)
-        carries what the fold needs, so the history then begins with it and
-        replays to the same state. Their bytes are erased as `erase` erases
-        them. Returns how many messages were removed (0 when none is left:
-        it may be run again). `InvalidInput` when the session has no
-        compaction at `seq`: nothing else may open a history.
+        That event is retention's `HistoryCompacted` (it carries what the fold
+        needs, so the history then begins with it and replays to the same
+        state) or a `SessionErased` fence (what came before it is no longer
+        the session's). Their bytes are erased as `erase` erases them.
+        Returns how many messages were removed (0 when none is left: it may
+        be run again). `InvalidInput` when the session has no such event at
+        `seq`: nothing else may open a history.
         """
         ...
 

@@ -7,13 +7,17 @@ to do at the clock's `now`:
 * **erase** an idle session: a `SessionErased` fence is appended after the
   very event the decision was made on (so a turn written meanwhile makes
   the fence conflict, and the session is kept), then the normal erasure
-  runs (`MemorySystem.erase`: events, snapshot, live copies);
+  runs (`MemorySystem.erase`: events, snapshot, live copies); a session a
+  planner began again over the fence meanwhile is kept, and only the idle
+  history before the fence is dropped (`EventLog.drop_before`);
 * **compact** a history over a cap: a `HistoryCompacted` carrying the state
   is appended after that same event (a conflict: skipped until the next
   sweep), the session's live copy here is dropped, a snapshot of the
   compacted state replaces the old one, and the events before the
   compaction are erased from the log (`EventLog.drop_before`);
-* **finish** a compaction whose earlier events a cut-short sweep left.
+* **finish** what a cut-short sweep left: the events before a stored
+  compaction (or before a fence a session was begun again over), or the
+  events under a fence whose erasure did not run.
 
 Every change is conditional on the session's seq, and dropping events
 before a stored compaction can be done again: sweeps are idempotent and
@@ -211,6 +215,9 @@ def _sweep_one(
             )
             if dry_run:
                 return outcome
+            if not state.started:  # a fence is stored already: finish that erasure
+                removed = erase(key) if erase is not None else log.erase(key, at=now)
+                return msgspec.structs.replace(outcome, done=True, events_removed=removed)
             fence = SessionErased(
                 seq=state.version + 1,
                 event_id=f"erased/retention/{os.urandom(8).hex()}",
@@ -221,6 +228,10 @@ def _sweep_one(
                 log.append(key, [fence], expected_seq=state.version)
             except ConcurrencyConflict:
                 return msgspec.structs.replace(outcome, skipped="written meanwhile: kept")
+            if log.last_seq(key) != fence.seq:  # a session begun again over the fence since: kept
+                removed = _drop(log, None, passivate, key, fence.seq)
+                skipped = "begun again meanwhile: the new session is kept, the idle history before it dropped"
+                return msgspec.structs.replace(outcome, events_removed=removed, skipped=skipped)
             removed = erase(key) if erase is not None else log.erase(key, at=now)
             return msgspec.structs.replace(outcome, done=True, events_removed=removed)
         case Compact():
@@ -247,7 +258,7 @@ def _sweep_one(
                 log.append(key, [event], expected_seq=state.version)
             except ConcurrencyConflict:
                 return msgspec.structs.replace(outcome, skipped="written meanwhile: left for the next sweep")
-            removed = _drop(log, snapshots, passivate, key, event)
+            removed = _drop(log, snapshots, passivate, key, event.seq, event)
             return msgspec.structs.replace(outcome, done=True, events_removed=removed)
         case FinishCompaction():
             outcome = RetentionOutcome(
@@ -255,8 +266,10 @@ def _sweep_one(
             )
             if dry_run:
                 return outcome
-            stored = next(e for e in events if isinstance(e, HistoryCompacted) and e.seq == action.seq)
-            removed = _drop(log, snapshots, passivate, key, stored)
+            stored = next(
+                (e for e in events if isinstance(e, HistoryCompacted) and e.seq == action.seq), None
+            )
+            removed = _drop(log, snapshots, passivate, key, action.seq, stored)
             return msgspec.structs.replace(outcome, done=True, events_removed=removed)
 
 
@@ -265,23 +278,25 @@ def _drop(
     snapshots: SnapshotStore | None,
     passivate: Callable[[MemoryKey], object] | None,
     key: MemoryKey,
-    event: HistoryCompacted,
+    seq: int,
+    compacted: HistoryCompacted | None = None,
 ) -> int:
-    """After a stored compaction: drop the live copy, replace the snapshot, drop the events before it."""
+    """Drop the events before the stored event at `seq` that opens the history (a compaction, or a
+    fence): the live copy here first, then (a compaction) the snapshot is replaced by its state."""
     if passivate is not None:
         passivate(key)  # no live state here keeps (or snapshots) the dropped turns
-    if snapshots is not None:
-        state = compacted_state(event)
+    if snapshots is not None and compacted is not None:
+        state = compacted_state(compacted)
         snapshots.save(
             Snapshot(
                 key=key,
                 seq=state.version,
                 state_hash=state_hash(state),
                 data=encode_state(state),
-                event_id=event.event_id,
+                event_id=compacted.event_id,
             )
         )
-    return log.drop_before(key, seq=event.seq)
+    return log.drop_before(key, seq=seq)
 
 
 class RetentionSweeper:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from convmem.actors import ErasureNotice, LoggedEvent, SessionSequence, Snapshot, Unwatch
 from convmem.adapters._checksum import check
 from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, SessionClosed
-from convmem.events import Event, HistoryCompacted, MemoryKey, decode_event, encode_event
+from convmem.events import Event, HistoryCompacted, MemoryKey, SessionErased, decode_event, encode_event
 
 __all__ = ["MEMORY_URL", "InMemoryBackend", "InMemoryEventLog", "InMemorySnapshotStore"]
 
@@ -209,9 +209,9 @@ class InMemoryEventLog:
         with self._lock:
             self._check_open()
             records = self._sessions.get(key, [])
-            at = next((r for r in records if r.seq == seq and _is_compaction(r.data, seq)), None)
+            at = next((r for r in records if r.seq == seq and _opens_history(r.data, seq)), None)
             if at is None:
-                raise InvalidInput("seq", f"{key} has no stored compaction at seq {seq}")
+                raise InvalidInput("seq", f"{key} has no stored compaction or erasure fence at seq {seq}")
             below = [r for r in records if r.position < at.position]
             for record in below:
                 self._all[record.position - 1] = None
@@ -247,13 +247,13 @@ class InMemoryEventLog:
             self._closed = True
 
 
-def _is_compaction(data: bytes, seq: int) -> bool:
-    """Whether `data` is the `HistoryCompacted` event at `seq`."""
+def _opens_history(data: bytes, seq: int) -> bool:
+    """Whether `data` is a `HistoryCompacted` or a `SessionErased` fence at `seq` (see `drop_before`)."""
     try:
         event = decode_event(data)
     except EventDecodeError:
         return False
-    return isinstance(event, HistoryCompacted) and event.seq == seq
+    return isinstance(event, HistoryCompacted | SessionErased) and event.seq == seq
 
 
 def _is_fence(record: LoggedEvent) -> bool:

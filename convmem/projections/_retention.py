@@ -65,6 +65,10 @@ class HistoryFacts(msgspec.Struct, frozen=True, kw_only=True):
     """The seq of a compaction whose earlier events are still stored (its sweep was cut short)."""
     stale_events: int = 0
     """How many events come before that compaction."""
+    erasure_unfinished: int = 0
+    """Events still stored before an erasure fence that ends the history (an erasure cut short)."""
+    first_is_fence: bool = False
+    """The history opens with an erasure fence (`unfinished` is then that fence's seq)."""
 
 
 class EraseIdle(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,7 +88,8 @@ class Compact(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FinishCompaction(msgspec.Struct, frozen=True, kw_only=True):
-    """Delete the events a stored compaction at `seq` replaced (a sweep stopped before it did)."""
+    """Delete the events stored before the compaction (or erasure fence) at `seq` that opens the
+    history: a sweep stopped before it did, or a session was begun again over a fence."""
 
     seq: int
     dropped_events: int
@@ -106,8 +111,14 @@ def history_facts(events: Sequence[AnyEvent]) -> HistoryFacts:
         if isinstance(event, HistoryCompacted | SessionErased | SessionRepaired):
             opening = i
     opener = events[opening] if events else None
-    unfinished = opener.seq if opening and isinstance(opener, HistoryCompacted) else None
     tail = events[opening + 1 :] if isinstance(opener, SessionErased) else events[opening:]
+    unfinished = None
+    if (
+        opener is not None
+        and opening
+        and (isinstance(opener, HistoryCompacted) or (isinstance(opener, SessionErased) and tail))
+    ):
+        unfinished = opener.seq
     first_index = 1
     oldest: float | None = None
     for n, event in enumerate(tail):
@@ -131,6 +142,8 @@ def history_facts(events: Sequence[AnyEvent]) -> HistoryFacts:
         first_index=first_index,
         unfinished=unfinished,
         stale_events=opening if unfinished is not None else 0,
+        erasure_unfinished=opening if isinstance(opener, SessionErased) and not tail else 0,
+        first_is_fence=isinstance(opener, SessionErased),
     )
 
 
@@ -147,15 +160,21 @@ def plan_retention(
 ) -> RetentionAction | None:
     """What `policy` asks of the session at `now`; None: keep it as it is.
 
-    An unfinished compaction is finished first, whatever the policy. A session
+    An unfinished compaction, or an erasure whose fence was stored but whose
+    events were not erased, is finished first, whatever the policy. A session
     idle past `policy.idle` is erased. Otherwise a history over a cap (more
     events than `max_events`, more turns stored than `max_turns`, data older
     than `max_age`) is compacted to the summary and the newest turns within
     the caps. A session that has not started (or was erased) is left alone.
     """
     if not state.started:
+        if facts.erasure_unfinished:
+            return EraseIdle(idle_for=0.0, reason="finishing an erasure cut short (its fence is stored)")
         return None
     if facts.unfinished is not None:
+        if facts.first_is_fence:
+            reason = "dropping a history erased under a session begun again over its fence"
+            return FinishCompaction(seq=facts.unfinished, dropped_events=facts.stale_events, reason=reason)
         return FinishCompaction(seq=facts.unfinished, dropped_events=facts.stale_events)
     if policy.idle is not None and now - state.last_at > policy.idle:
         idle_for = now - state.last_at

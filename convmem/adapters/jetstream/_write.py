@@ -385,7 +385,7 @@ class SessionWriter:
             return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
 
     async def drop_before(self, key: MemoryKey, subject: str, seq: int) -> int:
-        """Erase the session's messages before its `HistoryCompacted` at session seq `seq`.
+        """Erase the session's messages before its `HistoryCompacted` (or fence) at session seq `seq`.
 
         The messages are erased as `erase` erases them (``STREAM.MSG.DELETE``,
         their bytes overwritten), not purged: a purge only forgets them. The
@@ -397,12 +397,12 @@ class SessionWriter:
                 (
                     m
                     for m in messages
-                    if session_seq(m.headers) == seq and _is_compaction(self.opener(m), seq)
+                    if session_seq(m.headers) == seq and _opens_history(self.opener(m), seq)
                 ),
                 None,
             )
             if at is None:
-                raise InvalidInput("seq", f"{key} has no stored compaction at seq {seq}")
+                raise InvalidInput("seq", f"{key} has no stored compaction or erasure fence at seq {seq}")
             below = [m.seq for m in messages if m.seq < at.seq]
             await self.erase_messages(below)
             return len(below)
@@ -564,13 +564,13 @@ def _clears(data: bytes) -> bool:
         return False
 
 
-def _is_compaction(data: bytes, seq: int) -> bool:
-    """Whether `data` is the `HistoryCompacted` event at `seq`."""
+def _opens_history(data: bytes, seq: int) -> bool:
+    """Whether `data` is a `HistoryCompacted` or a `SessionErased` fence at `seq` (see `drop_before`)."""
     try:
         event = decode_event(data)
     except EventDecodeError:
         return False
-    return isinstance(event, HistoryCompacted) and event.seq == seq
+    return isinstance(event, HistoryCompacted | SessionErased) and event.seq == seq
 
 
 def _events_by_seq(messages: list[StoredMessage], opener: Opener = _plain) -> dict[int, str | None]:
