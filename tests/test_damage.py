@@ -155,6 +155,34 @@ def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_r
         server.stop()
 
 
+def test_damage_below_the_snapshot_refuses_every_write_not_only_the_first(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session activates from its snapshot (the tail after it is intact), but its log lost seq 2:
+    the writer reads the whole subject and refuses each write (the fast path never takes it)."""
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server, snapshot_every=1)
+        server.stop()
+        flip(store, marker(HURT, 0))  # seq 2, below the snapshot at seq 4
+        server.start()
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            session = memory.session(HURT)
+            assert len(session.get_llm_context()["conversation_memory"]["recent_turns"]) == TURNS
+            for attempt in range(3):
+                with pytest.raises(SessionDamaged) as caught:
+                    session.add_turn(turn(HURT, 10 + attempt), timeout=10)
+                assert caught.value.seq == 2
+            assert_usable(memory, LATER, TURNS)
+        code, out = cli(capsys, server.url, "repair", HURT.composite(), "--yes")
+        assert code == 0, out
+        assert "the snapshot up to seq 4" in out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            assert_usable(memory, HURT, TURNS)
+    finally:
+        server.stop()
+
+
 def test_a_damaged_last_event_is_damage_not_a_conflict(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -320,10 +320,11 @@ class SessionWriter:
             walked, found = _scan(messages, unread, self.opener)
             if found is None:
                 self._damaged.pop(subject, None)
-            else:
+                if messages:
+                    self.remember(subject, walked)
+            else:  # not cached either: every append of it takes the full path, which refuses it
                 self._damaged[subject] = found
-            if messages:
-                self.remember(subject, walked)
+                self._last.pop(subject, None)
         return messages, unread
 
     async def load_last(self, subject: str) -> Last:
