@@ -253,14 +253,19 @@ def test_a_flip_before_a_crash_loses_the_block_tail_and_verify_names_what_is_mis
         server.stop()
 
 
+@pytest.mark.parametrize(
+    ("part_bytes", "reported"),
+    [(200, "snapshot: part"), (None, "snapshot: the snapshot is stored")],
+    ids=["in-parts", "whole"],
+)
 def test_a_flipped_snapshot_part_is_reported_and_the_session_still_loads(
-    store: Path, capsys: pytest.CaptureFixture[str]
+    store: Path, capsys: pytest.CaptureFixture[str], part_bytes: int | None, reported: str
 ) -> None:
     server = EmbeddedNatsServer(store).start()
     try:
         connection = NatsConnection.connect(server.url)
         log = JetStreamEventLog(connection)
-        snapshots = JetStreamSnapshotStore(connection, part_bytes=200)  # the state spans several parts
+        snapshots = JetStreamSnapshotStore(connection, part_bytes=part_bytes)  # 200: several parts
         connection.release()
         with MemorySystem(CONFIG, log=log, snapshots=snapshots, snapshot_every=1) as memory:
             for i in range(TURNS):
@@ -274,7 +279,7 @@ def test_a_flipped_snapshot_part_is_reported_and_the_session_still_loads(
         server.start()
         code, out = cli(capsys, server.url, "verify", "--all")
         assert code == 7, out
-        assert "acme:alice:hurt: DAMAGED: snapshot: part" in out
+        assert f"acme:alice:hurt: DAMAGED: {reported}" in out
         assert "cannot read it back" in out
         with convmem.connect(server.url, config=CONFIG) as memory:
             assert_usable(memory, HURT, TURNS)  # a lost snapshot costs a longer replay, nothing else

@@ -25,6 +25,7 @@ restored.
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 import msgspec
@@ -33,13 +34,15 @@ from convmem.actors._audit import _erased, verify
 from convmem.actors._ids import new_command_id
 from convmem.actors._load import LoadReport, PoisonEvent, applied
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
-from convmem.errors import EventDecodeError, InvalidInput
+from convmem.errors import ConvmemError, EventDecodeError, InvalidInput
 from convmem.events import MemoryKey, SessionRepaired
 from convmem.projections import SessionState, decode_state, encode_state, evolve, state_hash
 
 __all__ = ["RepairPlan", "plan_repair", "repair_session"]
 
 Method = Literal["auto", "snapshot", "cut"]
+
+_log = logging.getLogger("convmem.repair")
 
 
 class RepairPlan(msgspec.Struct, kw_only=True):
@@ -62,6 +65,8 @@ class RepairPlan(msgspec.Struct, kw_only=True):
     seq: int = 0
     """The repair event's seq (once applied)."""
     applied: bool = False
+    snapshot_problem: str = ""
+    """Why the repaired state's snapshot was not saved (empty: it was); the repair stands without it."""
 
     @property
     def needed(self) -> bool:
@@ -133,17 +138,21 @@ def repair_session(
     plan.seq = event.seq
     plan.applied = True
     if snapshots is not None:
-        snapshots.delete(key)  # it may stand above the repair (a log that lost its tail)
         state = evolve(SessionState(key=key), event)  # what the fold makes of the repair
-        snapshots.save(
-            Snapshot(
-                key=key,
-                seq=event.seq,
-                state_hash=state_hash(state),
-                data=encode_state(state),
-                event_id=event.event_id,
+        try:
+            snapshots.delete(key)  # it may stand above the repair (a log that lost its tail)
+            snapshots.save(
+                Snapshot(
+                    key=key,
+                    seq=event.seq,
+                    state_hash=state_hash(state),
+                    data=encode_state(state),
+                    event_id=event.event_id,
+                )
             )
-        )
+        except ConvmemError as exc:  # the repair is stored: without a snapshot, loads replay the log
+            _log.warning("repair of %s: its new snapshot was not saved: %s", key, exc)
+            plan.snapshot_problem = str(exc)
     return plan
 
 

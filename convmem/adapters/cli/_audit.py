@@ -303,7 +303,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
             return EXIT_DECLINED
         with MemorySystem(log=log, snapshots=snapshots) as system:
             plan = system.repair(key, method=args.method, reason="convmem repair")
-    _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}")
+    note = f" (its new snapshot was not saved: {plan.snapshot_problem})" if plan.snapshot_problem else ""
+    _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}{note}")
     return EXIT_OK
 
 
@@ -326,6 +327,7 @@ def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
                 "seq": plan.seq or None,
                 "turns": plan.turns,
                 "damage": [msgspec.to_builtins(d) for d in plan.damage],
+                "snapshot_problem": plan.snapshot_problem or None,
             }
         )
         return
