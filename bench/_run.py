@@ -34,6 +34,7 @@ MEASURES = (
     "summarizer_latency",
     "history",
     "fairness",
+    "encryption",
 )
 ON_DEMAND = ("chaos",)
 """Measures run only when named in ``--only`` (minutes long, they kill processes): not in the default run."""

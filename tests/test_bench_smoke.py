@@ -43,6 +43,11 @@ EXPECTED = {
         "victim add_turn p99 under one tenant's flood vs without",
         "victim writes failed under the flood",
     ],
+    "encryption": [
+        "durable add_turn, encrypted against plain",
+        "log read_all + decode, encrypted against plain",
+        "seal one TurnAdded",
+    ],
 }
 
 

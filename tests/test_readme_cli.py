@@ -20,6 +20,7 @@ import convmem
 from convmem.actors import ManualClock
 from convmem.adapters import EmbeddedNatsServer, MemoryService
 from convmem.adapters.cli._main import main
+from convmem.adapters.keys import generate_key_text
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -68,10 +69,19 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 yield server.url
 
 
+@pytest.fixture(scope="module")
+def master_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The deployment's master key, in a file (the embedded default keeps its own in its folder)."""
+    path = tmp_path_factory.mktemp("readme-keys") / "master.key"
+    path.write_text(generate_key_text(), encoding="ascii")
+    return path
+
+
 @pytest.mark.parametrize("command", runnable())
 def test_every_example_runs_as_written(
     command: str,
     deployment: str,
+    master_key_file: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -90,6 +100,8 @@ def test_every_example_runs_as_written(
         (tmp_path / "retention.toml").write_text(policy.group(1), encoding="utf-8")
     if argv[0] == "fork":
         main(["erase", "--key", "acme:alice:chat-1-retry", "--yes"])  # a fork needs a new session
+    if argv[0] == "keys":
+        monkeypatch.setenv("CONVMEM_MASTER_KEY_FILE", str(master_key_file))
     code = main(argv)
     _, err = capsys.readouterr()
     assert code == 0, (command, err)

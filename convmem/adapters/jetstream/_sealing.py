@@ -92,11 +92,9 @@ class Sealing:
                 source=f"no master key given ({MASTER_KEY_ENV} is not set)",
             )
         try:
+            # (`where` is not formatted per event: a failure is reported by the decoder, by position.)
             plain = keyring.open(
-                message.data,
-                keyring.context(key) + str(seq).encode(),
-                where=f"event at position {message.seq} of {key}",
-                position=message.seq,
+                message.data, keyring.context(key) + str(seq).encode(), where="an event", position=message.seq
             )
         except SealBroken:
             return message.data  # the decoder reports it as SealBroken at its position
