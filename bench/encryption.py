@@ -78,12 +78,11 @@ def _read(system: MemorySystem) -> float:
     return events / (time.perf_counter() - started)
 
 
-def _per_event_micros(keyring: Keyring) -> tuple[float, float]:
+def _per_event_micros(keyring: Keyring, count: int) -> tuple[float, float]:
     key = MemoryKey("bench", "user-0", "micro")
     event = TurnAdded(seq=2, event_id="e" * 32, at=1.7e9, index=1, turn=sample_turn(1))
     data = encode_event(event)
     context = keyring.context(key) + b"2"
-    count = 20_000
     started = time.perf_counter()
     for _ in range(count):
         sealed = keyring.seal(key, data, context)
@@ -96,9 +95,9 @@ def _per_event_micros(keyring: Keyring) -> tuple[float, float]:
 
 def run(sizes: Sizes) -> Result:
     rounds = 1 if sizes.smoke else 7
-    sessions = 40 if sizes.smoke else 300
-    callers = 8 if sizes.smoke else 32
-    turns = 200 if sizes.smoke else 3000
+    sessions = 20 if sizes.smoke else 300
+    callers = 4 if sizes.smoke else 32
+    turns = 80 if sizes.smoke else 3000
     result = Result()
     rates: dict[str, dict[str, list[float]]] = {v: {"write": [], "read": []} for v in ("plain", "sealed")}
     with tempfile.TemporaryDirectory(prefix="convmem-bench-keys-") as folder, nats_server("always") as server:
@@ -129,7 +128,7 @@ def run(sizes: Sizes) -> Result:
         ):
             systems = {"plain": on_plain, "sealed": on_sealed}
             for variant, system in systems.items():  # warm-up: connections, data keys of every user
-                _write(system, _keys(f"warm-{variant}", _USERS), min(callers, _USERS), _USERS * 2)
+                _write(system, _keys(f"warm-{variant}", _USERS), min(callers, _USERS), _USERS)
             for n in range(rounds):
                 order = ("plain", "sealed") if n % 2 == 0 else ("sealed", "plain")
                 for variant in order:
@@ -142,7 +141,7 @@ def run(sizes: Sizes) -> Result:
                     read[variant].append(_read(systems[variant]))
                 for variant, pair in read.items():
                     rates[variant]["read"].append(statistics.mean(pair))
-        seal_us, open_us = _per_event_micros(keyring)
+        seal_us, open_us = _per_event_micros(keyring, 2_000 if sizes.smoke else 20_000)
         keyring.close()
     for what, unit, label in (
         ("write", "turns/s", "durable add_turn"),
