@@ -868,6 +868,13 @@ def test_remote_session_checks_its_arguments_like_the_local_handle(url: str) -> 
             session.add_items({"role": "user", "content": "x"})  # type: ignore[arg-type]
         with pytest.raises(InvalidInput, match="state"):
             session.from_dict([])  # type: ignore[arg-type]
+        with pytest.raises(InvalidTurn) as error:  # JSON would send NaN as null: refused before it is sent
+            session.add_items([{"role": "user", "content": "x", "score": math.nan}])
+        assert error.value.field == "items[0].score"
+        nan_turn = {"user_message": "q", "assistant_response": "a", "artifacts_shown": {"x": math.inf}}
+        with pytest.raises(InvalidInput) as error:
+            session.from_dict({"version": 1, "health": "healthy", "turns": [nan_turn]})
+        assert error.value.field == "turns[0]"
         for at_time in (math.nan, math.inf, 1e20, -1e20):  # JSON would send NaN as null: a fork as of now
             with pytest.raises(MalformedRequest) as error:
                 session.fork("copy", at_time=at_time)

@@ -27,6 +27,7 @@ from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailabl
 from convmem.adapters.service._protocol import decode_reply, unrouted
 from convmem.errors import InvalidInput, InvalidTurn, SessionClosed
 from convmem.events import ConversationTurn, MessageItem
+from convmem.projections import parse_export
 
 __all__ = [
     "GRACE",
@@ -260,10 +261,14 @@ def turn_fields(turn: object, idempotency_key: str | None) -> dict[str, Any]:
 def items_fields(items: Sequence[Mapping[str, Any] | MessageItem]) -> dict[str, Any]:
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
         raise InvalidTurn("items", f"must be a list of items, got {type(items).__name__}")
+    for i, item in enumerate(items):  # the checks the service makes, before JSON turns a NaN into null
+        if not isinstance(item, MessageItem):
+            MessageItem.from_agents(item, field=f"items[{i}]")
     return {"items": [item.to_agents() if isinstance(item, MessageItem) else item for item in items]}
 
 
 def state_fields(state: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(state, Mapping):
         raise InvalidInput("state", f"must be a mapping, got {type(state).__name__}")
+    parse_export(state)  # the service's checks, before JSON turns a NaN into null
     return {"state": dict(state)}
