@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,3 +44,13 @@ def test_event_shaped_maps_raise_only_event_decode_error(fields: dict[str, objec
             assert exc.path is None or exc.path.startswith("$")  # noqa: PT017 - raising is optional here
         except msgspec.EncodeError:
             pass
+
+
+def test_a_value_nested_too_deep_to_read_is_event_decode_error() -> None:
+    """Stored bytes nesting deeper than the decoder can read, even in a field it skips: EventDecodeError."""
+    deep_json = b'{"type": "turn.added", "extra": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+    deep_msgpack = b"\x82\xa4type\xaaturn.added\xa5extra" + b"\x91" * 5_000 + b"\x90"
+    for decode, data in ((decode_event_json, deep_json), (decode_event, deep_msgpack)):
+        with pytest.raises(EventDecodeError) as raised:
+            decode(data, seq=3)
+        assert raised.value.seq == 3

@@ -131,7 +131,7 @@ def decode_event(data: bytes, *, seq: int | None = None) -> AnyEvent:
     """Decode log bytes; raises `EventDecodeError` / `UnknownEventType` with the bad path."""
     try:  # a replay decodes every stored event here: a valid one returns without another call
         return _msgpack_decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError):
         pass  # `_decode` decodes it again to say why, or to upcast it
     if data[:1] == _SEALED:  # no msgpack value starts so: sealed bytes its log could not open
         raise SealBroken("an encrypted event", seq=seq)
@@ -155,17 +155,18 @@ def _decode(
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
         error: msgspec.MsgspecError = exc
-    except (msgspec.DecodeError, UnicodeDecodeError, ValueError, OverflowError) as exc:
-        # Malformed bytes: msgspec reports bad UTF-8 inside a string as UnicodeDecodeError.
+    except (msgspec.DecodeError, UnicodeDecodeError, ValueError, OverflowError, RecursionError) as exc:
+        # Malformed bytes: msgspec reports bad UTF-8 inside a string as UnicodeDecodeError,
+        # and a value nested deeper than it can read as RecursionError.
         raise EventDecodeError(f"not a valid encoded event ({exc})", path="$", seq=seq) from None
     try:  # stored before a rule on new values existed (a NaN artifact): it still decodes
         with as_stored():
             return decoder.decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError):
         pass
     try:
         head = envelope.decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError):
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError):
         raise _validation_error(error, seq) from None
     if head.type in UPCASTERS:
         mapping = UPCASTERS[head.type](raw.decode(data))
