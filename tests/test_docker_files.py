@@ -324,8 +324,10 @@ def test_the_compose_configuration_makes_the_readmes_context_request_return_turn
         with RemoteSession(nats_server.url, MemoryKey("acme", "alice@example.com", "chat-1")) as session:
             session.add_turn(ConversationTurn(user_message="Hi, I'm Alice.", assistant_response="Hello!"))
 
-        async def nats_req() -> Any:  # what `nats req convmem.api.v1.acme.context '{...}'` sends
-            client = await nats.connect(nats_server.url)
+        async def nats_req() -> (
+            Any
+        ):  # `nats --inbox-prefix _INBOX_acme req convmem.api.v1.acme.context '{...}'`
+            client = await nats.connect(nats_server.url, inbox_prefix="_INBOX_acme")
             try:
                 payload = b'{"user_id": "alice@example.com", "session_id": "chat-1"}'
                 reply = await client.request("convmem.api.v1.acme.context", payload, timeout=10)

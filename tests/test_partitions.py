@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 import time
 import uuid
@@ -26,7 +25,7 @@ from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop import EventLoopThread
-from convmem.adapters.service._partitions import Partitions, owners
+from convmem.adapters.service._partitions import Partitions, members_subject, owners, signed
 from convmem.adapters.service._protocol import (
     SLOTS,
     parse_subject,
@@ -35,11 +34,18 @@ from convmem.adapters.service._protocol import (
     slot_of,
     unrouted,
 )
-from convmem.errors import InvalidKey
+from convmem.errors import InvalidConfig, InvalidKey
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 WAIT = 30.0
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
+SECRET = b"test-members-secret-0123456789"
+"""What the workers of these tests sign their membership with (`serve` draws one per run)."""
+
+
+def announcement(instance: str, *, leaving: bool = False) -> bytes:
+    """A member announcement signed as the workers sign theirs."""
+    return signed(SECRET, {"instance": instance, "queue_group": "convmem", "leaving": leaving})
 
 
 def wait_until(fact: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -105,7 +111,9 @@ def stores(nats_server: EmbeddedNatsServer) -> Iterator[Callable[[], MemorySyste
 
 
 def partitioned(system: MemorySystem, url: str, api_prefix: str, name: str) -> MemoryService:
-    return MemoryService(system, url, api_prefix=api_prefix, partitioned=True, instance=name).start()
+    return MemoryService(
+        system, url, api_prefix=api_prefix, partitioned=True, members_secret=SECRET, instance=name
+    ).start()
 
 
 def shares(*services: MemoryService) -> list[tuple[int, int]]:
@@ -158,9 +166,9 @@ def test_a_partition_without_an_owner_is_answered_on_the_plain_subject(
     async def ghost() -> None:  # a member that announces itself and never subscribes to anything
         nc = await nats.connect(nats_server.url)
         try:
-            body = json.dumps({"instance": "w-zz", "queue_group": "convmem", "leaving": False}).encode()
+            body = announcement("w-zz")
             while not ghost_beats.is_set():
-                await nc.publish(f"{prefix}.ops.members", body)
+                await nc.publish(members_subject(prefix), body)
                 await nc.flush()
                 await asyncio.to_thread(ghost_beats.wait, 0.2)
         finally:
@@ -191,7 +199,9 @@ def test_a_worker_answers_add_turn_on_its_loop_with_the_same_replies(nats_server
     loop = EventLoopThread(name="test-worker-loop")
     backend = loop.call(lambda: open_backend_here(nats_server.url), timeout=WAIT, what="the log")
     system = MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots)
-    service = MemoryService(system, nats_server.url, api_prefix=prefix, partitioned=True, loop=loop)
+    service = MemoryService(
+        system, nats_server.url, api_prefix=prefix, partitioned=True, members_secret=SECRET, loop=loop
+    )
     try:
         service.start()
         with RemoteMemory(nats_server.url, api_prefix=prefix, timeout=WAIT) as remote:
@@ -229,16 +239,17 @@ def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: Embed
             queue_group="convmem",
             instance="w-a",
             on_message=ignore,
+            secret=SECRET,
             beat=0.05,
             expiry=3.0,
             clock=lambda: now[0],
         )
-        body = json.dumps({"instance": "w-zz", "queue_group": "convmem", "leaving": False}).encode()
+        body = announcement("w-zz")
         try:
             joining = asyncio.ensure_future(mine.start())
             async with asyncio.timeout(WAIT):
                 while len(mine.owned) != SLOTS // 2:  # the ghost beats until it is counted
-                    await ghost.publish(f"{prefix}.ops.members", body)
+                    await ghost.publish(members_subject(prefix), body)
                     await ghost.flush()
                     await asyncio.wait([joining], timeout=0.02)
             shared = len(mine.owned)
@@ -260,3 +271,101 @@ def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: Embed
             await nc.close()
 
     assert asyncio.run(scenario()) == (SLOTS // 2, SLOTS // 2, SLOTS)
+
+
+def test_a_flood_of_unsigned_or_missigned_announcements_changes_no_owner(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """Anyone who reaches the control subject (every client of an embedded server without auth) may
+    send made-up announcements: joins and leaves, unsigned, signed with another secret, or not JSON.
+    Each is dropped and counted; the worker keeps every partition and counts no other member."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    flood = 3000
+
+    async def ignore(_msg: Any) -> None:
+        return None
+
+    async def scenario() -> tuple[list[int], list[str], int, int]:
+        nc, hostile = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
+        mine = Partitions(
+            nc, api_prefix=prefix, queue_group="convmem", instance="w-a", on_message=ignore, secret=SECRET
+        )
+        try:
+            await mine.start()
+            before = mine.changes
+            forged = [
+                lambda n: json_body(f"fake-{n}", leaving=n % 2 == 1),  # no signature at all
+                lambda n: signed(
+                    b"another-secret-0123456789",
+                    {"instance": f"fake-{n}", "queue_group": "convmem", "leaving": False},
+                ),
+                lambda n: b"0" * 64 + b" " + json_body(f"fake-{n}"),  # a signature of the wrong body
+                lambda n: announcement("w-a")[:-3] + b"!!!",  # a real signature, the body changed
+                lambda n: bytes([n % 256]) * 40,  # not an announcement at all
+            ]
+            for n in range(flood):
+                await hostile.publish(members_subject(prefix), forged[n % len(forged)](n))
+            await hostile.flush()
+            async with asyncio.timeout(WAIT):
+                while mine.rejected < flood:  # every one of them has been read (and dropped)
+                    await nc.flush()
+            return mine.owned, mine.members, mine.changes - before, mine.rejected
+        finally:
+            for sub in await mine.leave():
+                await sub.unsubscribe()
+            await hostile.close()
+            await nc.close()
+
+    owned, members, changes, rejected = asyncio.run(scenario())
+    assert owned == list(range(SLOTS))
+    assert members == ["w-a"]
+    assert changes == 0
+    assert rejected == flood
+
+
+def json_body(instance: str, *, leaving: bool = False) -> bytes:
+    return (
+        f'{{"instance": "{instance}", "queue_group": "convmem", "leaving": {str(leaving).lower()}}}'.encode()
+    )
+
+
+def test_a_worker_counts_at_most_max_members_others(nats_server: EmbeddedNatsServer) -> None:
+    """Even announcements signed with the secret cannot grow a worker's table past its bound."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+
+    async def ignore(_msg: Any) -> None:
+        return None
+
+    async def scenario() -> tuple[int, int]:
+        nc = await nats.connect(nats_server.url)
+        mine = Partitions(
+            nc,
+            api_prefix=prefix,
+            queue_group="convmem",
+            instance="w-a",
+            on_message=ignore,
+            secret=SECRET,
+            max_members=4,
+        )
+        try:
+            await mine.start()
+            for n in range(20):
+                await nc.publish(members_subject(prefix), announcement(f"w-{n:02d}"))
+            async with asyncio.timeout(WAIT):
+                while mine.rejected < 16:
+                    await nc.flush()
+            return len(mine.members), mine.rejected
+        finally:
+            for sub in await mine.leave():
+                await sub.unsubscribe()
+            await nc.close()
+
+    assert asyncio.run(scenario()) == (5, 16)  # itself and four others; the other sixteen dropped
+
+
+def test_a_partitioned_service_needs_the_workers_secret(nats_server: EmbeddedNatsServer) -> None:
+    with convmem.connect(nats_server.url, config=CONFIG) as system:
+        for secret in (None, b"short"):
+            with pytest.raises(InvalidConfig) as refused:
+                MemoryService(system, nats_server.url, partitioned=True, members_secret=secret)
+            assert refused.value.field == "members_secret"

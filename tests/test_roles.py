@@ -16,7 +16,6 @@ from test_service import tenants_server  # noqa: F401  # the fixture: the shippe
 import convmem
 from convmem.adapters import MemoryService, PermissionDenied, RemoteSession
 from convmem.adapters.cli._main import main
-from convmem.adapters.service._protocol import routed_subject
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -29,7 +28,7 @@ def url(port: int, user: str) -> str:
 
 
 def cli(capsys: pytest.CaptureFixture[str], port: int, role: str, *argv: str) -> tuple[int, str, str]:
-    inbox = {"auditor": "_INBOX_audit", "operator": "_INBOX_ops"}.get(role)
+    inbox = {"auditor": "_AUDIT_INBOX", "operator": "_OPS_INBOX"}.get(role)
     flags = ["-s", url(port, role), "--timeout", "3", *(["--inbox-prefix", inbox] if inbox else [])]
     code = main([*argv, *flags])
     out, err = capsys.readouterr()
@@ -38,13 +37,14 @@ def cli(capsys: pytest.CaptureFixture[str], port: int, role: str, *argv: str) ->
 
 @pytest.fixture
 def deployed(tenants_server: int) -> Iterator[int]:  # noqa: F811
-    """The service user serving, with one session of each tenant stored."""
-    service_url = url(tenants_server, "convmem").replace("convmem-secret", "convmem-service-secret")
-    with convmem.connect(service_url, config=CONFIG) as memory, MemoryService(memory, service_url):
+    """The service's two users serving (the store and the responder), one session of each tenant stored."""
+    store_url = url(tenants_server, "convmem").replace("convmem-secret", "convmem-service-secret")
+    with (
+        convmem.connect(store_url, config=CONFIG) as memory,
+        MemoryService(memory, url(tenants_server, "convmem-api")),
+    ):
         for key in (ACME, GLOBEX):
-            with RemoteSession(
-                url(tenants_server, key.tenant_id), key, inbox_prefix=f"_INBOX_{key.tenant_id}"
-            ) as s:
+            with RemoteSession(url(tenants_server, key.tenant_id), key) as s:
                 s.add_turn(ConversationTurn(user_message=f"{key.tenant_id} says hi", assistant_response="ok"))
         yield tenants_server
 
@@ -85,14 +85,19 @@ def test_the_operator_sees_status_and_no_session(deployed: int, capsys: pytest.C
 
 
 def test_a_tenant_still_cannot_reach_another_tenants_session(deployed: int) -> None:
-    """acme's credentials address only acme's sessions; globex's session is refused and untouched."""
+    """acme's credentials address only acme's sessions: globex's session is refused, the refused subject
+    named (globex's inbox, where the reply would come: the server refuses it to acme before the request)."""
     with (
-        RemoteSession(url(deployed, "acme"), GLOBEX, inbox_prefix="_INBOX_acme", timeout=3) as session,
+        RemoteSession(url(deployed, "acme"), GLOBEX, timeout=3) as session,
         pytest.raises(PermissionDenied) as refused,
     ):
         session.get_llm_context()
-    routed = routed_subject("convmem.api", "globex", GLOBEX.user_id, GLOBEX.session_id, "context")
-    assert refused.value.subject == routed  # convmem.api.v1.globex.context.p<N>: the session's partition
+    assert refused.value.subject.startswith("_INBOX_globex.")
+    with (
+        RemoteSession(url(deployed, "acme"), GLOBEX, inbox_prefix="_INBOX_acme", timeout=3) as session,
+        pytest.raises(PermissionDenied, match="_INBOX_globex"),
+    ):
+        session.get_llm_context()
 
 
 def test_the_cli_of_a_tenant_cannot_read_the_log(deployed: int, capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,6 +41,7 @@ from convmem.adapters import (
 )
 from convmem.adapters.jetstream._embedded import find_nats_server
 from convmem.adapters.service._errors import exception_of
+from convmem.adapters.service._inboxes import reply_inbox
 from convmem.adapters.service._protocol import decode_reply
 from convmem.adapters.service._remote import OnConnection, awaiting, blocking
 from convmem.adapters.service._requests import SessionRequests
@@ -117,10 +118,12 @@ def stored_users(system: MemorySystem, key: MemoryKey) -> list[str]:
 
 
 def raw_request(url: str, subject: str, payload: bytes) -> bytes:
-    """A request from a plain nats-py client, as a program in another language would send it."""
+    """A request from a plain nats-py client, as a program in another language would send it: its
+    reply inbox is the requester's own (``_INBOX_<tenant token>``, or ``_OPS_INBOX`` for an operator)."""
+    inbox = reply_inbox(subject.split(".v1.")[0].removesuffix(".ops"), subject)
 
     async def run() -> bytes:
-        nc = await nats.connect(url)
+        nc = await nats.connect(url, inbox_prefix=inbox)
         try:
             return (await nc.request(subject, payload, timeout=WAIT)).data
         finally:
@@ -779,10 +782,10 @@ def _user(port: int, user: str) -> str:
 
 @pytest.fixture
 def tenants_service(tenants_server: int) -> Iterator[tuple[int, MemorySystem]]:
-    service_url = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
-    memory = convmem.connect(service_url, config=CONFIG)
+    store_url = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
+    memory = convmem.connect(store_url, config=CONFIG)
     try:
-        with MemoryService(memory, service_url):
+        with MemoryService(memory, _user(tenants_server, "convmem-api")):
             yield tenants_server, memory
     finally:
         memory.close()
@@ -797,7 +800,7 @@ def test_a_tenant_cannot_read_or_write_another_tenants_sessions(
     with (
         RemoteMemory(_user(port, "acme"), inbox_prefix="_INBOX_acme", timeout=WAIT) as acme,
         RemoteMemory(_user(port, "globex"), inbox_prefix="_INBOX_globex", timeout=WAIT) as globex,
-        RemoteMemory(_user(port, "operator"), inbox_prefix="_INBOX_ops", timeout=WAIT) as operator,
+        RemoteMemory(_user(port, "operator"), timeout=WAIT) as operator,
     ):
         assert globex.session(theirs).add_turn(turn("globex secret")) == 1
         assert acme.session(MemoryKey("acme", "alice", "s1")).add_turn(turn("acme own")) == 1
@@ -814,11 +817,8 @@ def test_a_tenant_cannot_read_or_write_another_tenants_sessions(
         assert operator.service_health()["status"] == "ok"
         with pytest.raises(PermissionDenied):
             operator.session(theirs).get_llm_context()
-    with (
-        RemoteMemory(_user(port, "acme"), timeout=WAIT) as careless,  # no inbox_prefix: replies refused
-        pytest.raises(PermissionDenied, match="inbox_prefix"),
-    ):
-        careless.session(MemoryKey("acme", "alice", "s1")).get_llm_context()
+    with RemoteMemory(_user(port, "acme"), timeout=WAIT) as plain:  # no inbox_prefix: acme's inbox anyway
+        assert plain.session(MemoryKey("acme", "alice", "s1")).get_llm_context()["conversation_memory"]
 
 
 @pytest.mark.usefixtures("tenants_service")

@@ -19,6 +19,7 @@ import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, MemoryService
 from convmem.adapters.cli._main import main
+from convmem.adapters.service._inboxes import OPERATOR_INBOX
 from convmem.events import MemoryKey
 
 WAIT = 60.0
@@ -86,11 +87,12 @@ def test_status_shows_every_replica_and_a_hung_one_as_such(
 
 
 def test_the_replicas_are_nats_micro_services(replicas: tuple[str, HangingLog]) -> None:
-    """$SRV.PING.convmem and $SRV.STATS.convmem answer for each replica (what `nats micro ls` asks)."""
+    """$SRV.PING.convmem and $SRV.STATS.convmem answer for each replica on the operators' inbox (what
+    `nats --inbox-prefix _OPS_INBOX micro ls` asks)."""
     url, _ = replicas
 
     async def ask(subject: str) -> list[dict[str, object]]:
-        client = await nats.connect(url)
+        client = await nats.connect(url, inbox_prefix=OPERATOR_INBOX)
         answers: list[dict[str, object]] = []
         done = asyncio.Event()
 

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -71,6 +72,8 @@ ENVIRONMENT = {
     "CONVMEM_WORKERS": "--workers: service processes sharing the sessions (default: the machine's cores)",
     "CONVMEM_PORT": "--port: the embedded nats-server's port (default: a free one; not with --nats)",
     "CONVMEM_RETENTION": "--retention: TOML or JSON file of retention policies (default: keep everything)",
+    "CONVMEM_API_NATS_URL": "--api-nats: NATS URL(s) the API answers on, with the responder's credentials",
+    "CONVMEM_MEMBERS_SECRET": "--members-secret: what the workers sign their membership with (default: new)",
 }
 
 
@@ -200,6 +203,16 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         default=_env("CONVMEM_RETENTION"),
         help="TOML or JSON file of retention policies, swept every sweep_every by worker 0 "
         "(default: keep everything)",
+        "--api-nats",
+        default=_env("CONVMEM_API_NATS_URL"),
+        help="NATS URL(s) of the API connection, with the credentials that answer requests (the responder "
+        "of docker/nats-tenants.conf); default: the log's URL and credentials",
+    )
+    p.add_argument(
+        "--members-secret",
+        default=_env("CONVMEM_MEMBERS_SECRET"),
+        help="the secret the workers sign their membership announcements with: the same for every serve "
+        "sharing the partitions (default: one drawn per serve; prefer the variable, argv is visible)",
     )
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
@@ -280,6 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """
     config = load_config(args.config, args.total_tokens)
     quotas = load_quotas(args.config)
+    members_secret = _members_secret(args.members_secret)
     retention = load_retention(Path(args.retention)) if args.retention else None
     workers = default_workers() if args.workers is None else args.workers
     if args.port is not None and args.nats:
@@ -300,7 +314,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _serve(args, config, workers, stop, received, retention=retention, quotas=quotas)
+        return _serve(
+            args, config, workers, stop, received, retention=retention, quotas=quotas, members_secret=members_secret
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -315,6 +331,7 @@ def _serve(
     *,
     retention: RetentionPolicies | None = None,
     quotas: Quotas | None = None,
+    members_secret: bytes = b"",
 ) -> int:
     opened = open_backend(  # the embedded server if no URL; the stream and the bucket, made once
         args.nats,
@@ -354,6 +371,8 @@ def _serve(
         workers=workers,
         retention=retention,
         quotas=quotas or Quotas(),
+        api_url=args.api_nats if opened.server is None else None,
+        members_secret=members_secret,
     )
     supervisor = Supervisor(spec, workers)
     try:
@@ -389,6 +408,18 @@ def _serve(
         return 1
     print("convmem serve: stopped; every acknowledged turn is in the log", file=sys.stderr)
     return EXIT_OK
+
+
+def _members_secret(given: str | None) -> bytes:
+    """What the workers sign their announcements with: `given` (``--members-secret``), else one drawn now.
+
+    Workers of several `convmem serve` (several machines) share partitions only with the same secret.
+    """
+    if not given:
+        return secrets.token_bytes(32)
+    if len(given.encode()) < 16:
+        raise CliError("--members-secret (CONVMEM_MEMBERS_SECRET) must be 16 bytes or more", EXIT_USAGE)
+    return given.encode()
 
 
 _SERVE_FILE = "convmem-serve.json"

@@ -97,6 +97,10 @@ class WorkerSpec:
     """Retention policies: worker 0 of each serve sweeps with them (sweeps are safe concurrently)."""
     quotas: Quotas = field(default_factory=Quotas)
     """Each tenant's limits in each worker's service."""
+    api_url: str | None = None
+    """The API connection's URL (its credentials: the responder's); None: `url`."""
+    members_secret: bytes = b""
+    """What the workers sign their membership announcements with (shared by every worker)."""
 
     @property
     def instance(self) -> str:
@@ -183,11 +187,12 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
         try:
             service = MemoryService(
                 system,
-                spec.url,
+                spec.api_url or spec.url,
                 api_prefix=spec.api_prefix,
                 queue_group=spec.queue_group,
                 auth=spec.auth,
                 partitioned=True,
+                members_secret=spec.members_secret,
                 instance=spec.instance,
                 worker={"serve": spec.serve, "index": spec.index, "of": spec.workers, "pid": os.getpid()},
                 loop=loop,

@@ -5,6 +5,12 @@ the client's error callback: the NATS server answers a subject these
 credentials may not publish to (or a reply inbox they may not subscribe to)
 with an asynchronous permissions error rather than a reply, and the requests
 it concerns fail at once with `PermissionDenied` instead of timing out.
+
+Replies come back on the inbox the service answers on (`_inboxes`): a
+session request of tenant T on ``_INBOX_{token of T}.…``, an operator
+request on ``_OPS_INBOX.…``, whatever the connection's own ``inbox_prefix``.
+One wildcard subscription per inbox (`_Inbox`, made on first use) takes every
+reply that comes there.
 """
 
 from __future__ import annotations
@@ -19,12 +25,16 @@ import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.nuid import NUID
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import PermissionDenied, ServiceUnavailable, exception_of
-from convmem.adapters.service._protocol import decode_reply, unrouted
+from convmem.adapters.service._inboxes import reply_inbox
+from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, unrouted
 from convmem.errors import InvalidInput, InvalidTurn, SessionClosed
 from convmem.events import ConversationTurn, MessageItem
 from convmem.projections import parse_export
@@ -51,7 +61,8 @@ class ClientOptions(TypedDict, total=False):
     api_prefix: str
     """The service's subject prefix (default ``convmem.api``)."""
     inbox_prefix: str | None
-    """Where replies come back (say ``_INBOX_acme``, for credentials confined to a tenant's subjects)."""
+    """The connection's own inbox prefix (nats-py's); the service's replies come back on the requester's
+    inbox whatever it is (``_INBOX_<tenant>`` for a session, ``_OPS_INBOX`` for an operator request)."""
     encoding: Encoding
     """``json`` (default) or ``msgpack`` requests."""
     connect_options: Mapping[str, Any] | None
@@ -69,6 +80,38 @@ def nats_options(options: ClientOptions) -> dict[str, Any]:
 GRACE = 0.5
 """Seconds between the service's deadline and the client's, so the service's answer arrives first."""
 
+_NO_RESPONDERS = "503"
+
+
+class _Inbox:
+    """One reply inbox: a wildcard subscription ``{prefix}.{nuid}.*``, a future per request."""
+
+    def __init__(self, prefix: str, nuid: NUID) -> None:
+        self.prefix = f"{prefix}.{nuid.next().decode()}."
+        self.waiting: dict[str, asyncio.Future[Msg]] = {}
+        self.sub: Subscription | None = None
+        self.denied: str | None = None
+        self._nuid = nuid
+        self._count = 0
+
+    async def open(self, nc: Client) -> None:
+        if self.sub is None:
+            self.sub = await nc.subscribe(self.prefix + "*", cb=self._on_reply)
+
+    def expect(self) -> tuple[str, asyncio.Future[Msg]]:
+        self._count += 1
+        token = f"{self._count:x}"
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self.waiting[token] = future
+        future.add_done_callback(lambda _f: self.waiting.pop(token, None))
+        return self.prefix + token, future
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self.waiting.get(msg.subject[len(self.prefix) :])
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+
 _DENIED = re.compile(r'permissions violation for (publish|subscription) to "([^"]+)"', re.IGNORECASE)
 _encoders: dict[str, Callable[[Any], bytes]] = {
     "json": msgspec.json.Encoder().encode,
@@ -79,14 +122,16 @@ _encoders: dict[str, Callable[[Any], bytes]] = {
 class Exchange:
     """Requests and replies over one nats-py client, on the loop that runs it."""
 
-    def __init__(self, nc: Client, *, encoding: Encoding) -> None:
+    def __init__(self, nc: Client, *, encoding: Encoding, api_prefix: str = DEFAULT_API_PREFIX) -> None:
         if encoding not in _encoders:
             raise InvalidInput("encoding", f"must be 'json' or 'msgpack', got {encoding!r}")
         self.nc = nc
+        self.api_prefix = api_prefix
         self._encode = _encoders[encoding]
         # Subjects the server refused, by lowercased subject (nats-py lowercases the error).
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
-        self._inbox_denied: str | None = None
+        self._inboxes: dict[str, _Inbox] = {}
+        self._nuid = NUID()
 
     @classmethod
     async def connect(
@@ -98,6 +143,7 @@ class Exchange:
         inbox_prefix: str | None = None,
         timeout: float,
         connect_options: Mapping[str, Any],
+        api_prefix: str = DEFAULT_API_PREFIX,
     ) -> Exchange:
         """Connect to `url`, the client's error callback feeding the new exchange's `on_error`."""
         made: list[Exchange] = []
@@ -114,7 +160,7 @@ class Exchange:
             exchange_errors=on_error,
             connect_options=connect_options,
         )
-        made.append(cls(nc, encoding=encoding))
+        made.append(cls(nc, encoding=encoding, api_prefix=api_prefix))
         return made[0]
 
     async def close(self, timeout: float) -> None:
@@ -130,27 +176,56 @@ class Exchange:
         if match is None:
             return
         kind, subject = match.group(1).lower(), match.group(2)
+        waiters: list[asyncio.Future[Any]]
         if kind == "publish":
             waiters = list(self._waiting.get(subject.lower(), ()))
             message = (
                 f"the NATS server refused to let these credentials publish to {subject!r}; "
                 "a tenant's credentials may only address its own sessions"
             )
-        else:  # the only subscription of a client is its reply inbox
-            waiters = [w for group in self._waiting.values() for w in group]
+        else:  # a client subscribes to its reply inboxes only
+            denied = subject.lower()
+            inbox = next((i for i in self._inboxes.values() if (i.prefix + "*").lower() == denied), None)
+            if inbox is None:
+                return
+            subject = inbox.prefix + "*"  # as sent (the server's error may have lowercased it)
+            waiters = list(inbox.waiting.values())
             message = (
-                f"the NATS server refused to let these credentials subscribe to {subject!r}, where "
-                "replies come back; connect with an inbox_prefix they may subscribe to (say _INBOX_<tenant>)"
+                f"the NATS server refused to let these credentials subscribe to {subject!r}, where the "
+                f"service's replies come back; allow them to subscribe to {inbox.prefix.split('.')[0]}.> "
+                "(a tenant's credentials: _INBOX_<tenant token>.>, an operator's: _OPS_INBOX.>)"
             )
-            self._inbox_denied = message
+            inbox.denied = message
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(PermissionDenied(message, subject=subject))
 
+    async def _inbox(self, prefix: str) -> _Inbox:
+        inbox = self._inboxes.get(prefix)
+        if inbox is None:
+            inbox = self._inboxes[prefix] = _Inbox(prefix, self._nuid)
+        await inbox.open(self.nc)
+        return inbox
+
+    async def _request(self, inbox: _Inbox, subject: str, payload: bytes, wait: float) -> Msg:
+        """nats-py's request, replies on `inbox`: the reply, `NoRespondersError` or `TimeoutError`."""
+        reply, future = inbox.expect()
+        try:
+            await self.nc.publish(subject, payload, reply=reply)
+            msg = await asyncio.wait_for(future, wait)
+        except TimeoutError:
+            raise nats.errors.TimeoutError from None
+        finally:
+            future.cancel()
+        if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
+            raise nats.errors.NoRespondersError
+        return msg
+
     async def call(self, subject: str, fields: Mapping[str, Any], wait: float) -> Any:
         """Send one request and return the reply's result, or raise what the reply stands for."""
-        if self._inbox_denied is not None:
-            raise PermissionDenied(self._inbox_denied)
+        inbox = await self._inbox(reply_inbox(self.api_prefix, subject))
+        if inbox.denied is not None:
+            raise PermissionDenied(inbox.denied)
         try:
             payload = self._encode(fields)
         except (TypeError, msgspec.EncodeError) as exc:
@@ -158,7 +233,7 @@ class Exchange:
         denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         watchers = self._waiting.setdefault(subject.lower(), set())
         watchers.add(denied)
-        request = asyncio.ensure_future(self.nc.request(subject, payload, timeout=wait))
+        request = asyncio.ensure_future(self._request(inbox, subject, payload, wait))
         waits: set[asyncio.Future[Any]] = {request, denied}
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

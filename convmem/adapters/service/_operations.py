@@ -118,6 +118,7 @@ class ApiOperations:
         max_timeout: float,
         fresh_reads: bool,
         running: Callable[[], bool],
+        replies: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.system = system
         self.api_prefix = api_prefix
@@ -127,6 +128,7 @@ class ApiOperations:
         self.stats = RequestStats()
         self.started_at = time.monotonic()
         self._running = running
+        self._replies = replies
 
     def answer(self, subject: str, data: bytes) -> Answer:
         """The reply to one request (in the request's encoding)."""
@@ -307,7 +309,10 @@ class ApiOperations:
             "live_sessions": self.system.live_sessions(),
             "append_ms": snapshot.get("append_ms"),
             "counts": counts,
-            "service": self.stats.snapshot(),
+            "service": {
+                **self.stats.snapshot(),
+                **({"replies": self._replies()} if self._replies is not None else {}),
+            },
         }
 
 

@@ -2,9 +2,20 @@
 
 A service started with `partitioned=True` (each `convmem serve --workers`
 process is one) takes part in a membership: every `beat` seconds it publishes
-its instance id on ``{api_prefix}.ops.members``, and it counts as a member
+its instance id on ``{api_prefix}.ctl.members``, and it counts as a member
 every worker of its queue group heard within `expiry` seconds (a worker
-that stops says so, and is dropped at once). The `SLOTS` partitions are dealt
+that stops says so, and is dropped at once).
+
+Only the service may announce: each announcement carries an HMAC-SHA256 of
+its body under the `secret` the workers share (`convmem serve` draws one per
+run and hands it to its workers; ``CONVMEM_MEMBERS_SECRET`` gives the
+processes of several machines the same one), and an announcement without
+the right one is dropped (counted in `rejected`, logged at the 1st, 2nd, 4th,
+... one). At most `max_members` other workers are counted; more are ignored.
+The shipped NATS configuration also lets only the service's identity publish
+or subscribe on ``{api_prefix}.ctl.>`` (operators read status under
+``{api_prefix}.ops``, which is not it): a flood of made-up announcements,
+from whoever can reach the subject, changes no owner. The `SLOTS` partitions are dealt
 over the members in the order of their ids (`owners`), so every member that
 heard the same members computes the same owners, on one machine or across a
 NATS cluster; a member subscribes to the partitions it owns
@@ -22,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import time
@@ -34,8 +47,35 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from convmem.adapters.service._protocol import SLOTS, partition_subject
+from convmem.errors import InvalidConfig
 
-__all__ = ["Partitions", "owners"]
+__all__ = ["MAX_MEMBERS", "Partitions", "members_subject", "owners", "signed"]
+
+MAX_MEMBERS = 256
+"""Other workers a worker counts at most (each with the shared secret)."""
+
+
+def members_subject(api_prefix: str) -> str:
+    """Where the workers announce themselves: a control subject only the service's identity may use."""
+    return f"{api_prefix}.ctl.members"
+
+
+def signed(secret: bytes, body: dict[str, Any]) -> bytes:
+    """An announcement: the HMAC-SHA256 of the JSON `body` under `secret` (hex), a space, the body."""
+    data = json.dumps(body, sort_keys=True).encode()
+    return hmac.new(secret, data, hashlib.sha256).hexdigest().encode() + b" " + data
+
+
+def _verified(secret: bytes, payload: bytes) -> dict[str, Any] | None:
+    mac, _, data = payload.partition(b" ")
+    if not hmac.compare_digest(mac, hmac.new(secret, data, hashlib.sha256).hexdigest().encode()):
+        return None
+    try:
+        said = json.loads(data)
+    except ValueError:
+        return None
+    return said if isinstance(said, dict) else None
+
 
 _log = logging.getLogger("convmem.service")
 
@@ -59,10 +99,16 @@ class Partitions:
         queue_group: str,
         instance: str,
         on_message: Callable[[Msg], Awaitable[None]],
+        secret: bytes,
         beat: float = 0.5,
         expiry: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
+        max_members: int = MAX_MEMBERS,
     ) -> None:
+        if not isinstance(secret, bytes) or len(secret) < 16:
+            raise InvalidConfig(
+                "members_secret", "partitioned workers need a shared secret of at least 16 bytes"
+            )
         self.nc = nc
         self.api_prefix = api_prefix
         self.queue_group = queue_group
@@ -73,6 +119,10 @@ class Partitions:
         """How many times this worker's share changed (the first deal counts)."""
         self.beats = 0
         """How many times this worker announced itself."""
+        self.rejected = 0
+        """Announcements dropped: not signed with the workers' secret, not one, or past `max_members`."""
+        self.max_members = max_members
+        self._secret = secret
         self._clock = clock
         self._on_message = on_message
         self._seen: dict[str, float] = {}
@@ -84,7 +134,7 @@ class Partitions:
 
     @property
     def subject(self) -> str:
-        return f"{self.api_prefix}.ops.members"
+        return members_subject(self.api_prefix)
 
     @property
     def members(self) -> list[str]:
@@ -123,25 +173,48 @@ class Partitions:
 
     async def _say(self, *, leaving: bool) -> None:
         body = {"instance": self.instance, "queue_group": self.queue_group, "leaving": leaving}
-        await self.nc.publish(self.subject, json.dumps(body).encode())
+        await self.nc.publish(self.subject, signed(self._secret, body))
         self.beats += 1
 
+    def _reject(self, why: str) -> None:
+        self.rejected += 1
+        if self.rejected & (self.rejected - 1) == 0:
+            _log.warning(
+                "convmem service %s: dropped a member announcement on %s (%s); %d dropped so far",
+                self.instance,
+                self.subject,
+                why,
+                self.rejected,
+            )
+
     async def _on_member(self, msg: Msg) -> None:
-        try:
-            said: dict[str, Any] = json.loads(msg.data)
-            instance, group, leaving = str(said["instance"]), said["queue_group"], bool(said["leaving"])
-        except (ValueError, KeyError, TypeError):
-            _log.warning("convmem service: a member announcement that is not one on %s", msg.subject)
+        said = _verified(self._secret, msg.data)
+        if said is None:
+            self._reject("not signed with the workers' secret")
+            return
+        instance, group, leaving = said.get("instance"), said.get("queue_group"), said.get("leaving")
+        if not isinstance(instance, str) or not isinstance(leaving, bool) or len(instance) > 200:
+            self._reject("not an announcement")
             return
         if group != self.queue_group or instance == self.instance:
             return
         known = instance in self.members
         if leaving:
             self._seen.pop(instance, None)
-        else:
+        elif instance in self._seen or self._forget_expired() < self.max_members:
             self._seen[instance] = self._clock()
+        else:
+            self._reject(f"over {self.max_members} members")
+            return
         if known == leaving and self._ticker is not None:  # joined or left: deal again now
             await self._deal()
+
+    def _forget_expired(self) -> int:
+        """Drop the workers not heard within `expiry`; how many others are left."""
+        now = self._clock()
+        for instance in [i for i, at in self._seen.items() if now - at > self.expiry]:
+            del self._seen[instance]
+        return len(self._seen)
 
     async def _tick(self) -> None:
         while True:

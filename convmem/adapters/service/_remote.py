@@ -21,8 +21,10 @@ with RemoteSession("nats://127.0.0.1:4222", MemoryKey("acme", "alice", "chat-1")
   `PermissionDenied`, as soon as the server says so.
 * `timeout` is how long a call waits; the service is told to give up a
   little earlier, so a slow write comes back as a structured `OperationTimeout`.
-* `inbox_prefix` (say ``_INBOX_acme``) makes replies come back on subjects a
-  tenant's credentials may be confined to.
+* Replies come back on the requester's own inbox (``_INBOX_<tenant token>``
+  for a session, ``_OPS_INBOX`` for an operator request; `_inboxes`), the only
+  inboxes the service answers on: a tenant's credentials need subscribe
+  permission there and nowhere else.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class RemoteMemory:
                     inbox_prefix=options.get("inbox_prefix"),
                     timeout=self.timeout,
                     connect_options=connect_options,
+                    api_prefix=self.api_prefix,
                 ),
                 wait=self.timeout,
                 what="connect",

@@ -150,9 +150,9 @@ class AsyncRemoteSession(SessionRequests):
     """An asyncio handle on one session served by a convmem service.
 
     `target` is a NATS URL (connected on first use, closed by `aclose`) or a
-    connected nats-py `Client` on the running loop (the caller's; its own
-    ``inbox_prefix`` applies). Reads that a local handle answers from memory
-    (`health`, `estimate_tokens`, `to_dict`) are coroutines here.
+    connected nats-py `Client` on the running loop (the caller's). Replies come back on the
+    tenant's inbox ``_INBOX_<tenant token>`` whatever the client's ``inbox_prefix``. Reads that a
+    local handle answers from memory (`health`, `estimate_tokens`, `to_dict`) are coroutines here.
     """
 
     def __init__(
@@ -167,7 +167,11 @@ class AsyncRemoteSession(SessionRequests):
         self._encoding: Encoding = options.get("encoding", "json")
         self._inbox_prefix = options.get("inbox_prefix")
         self._connect_options = nats_options(options)
-        self._exchange = None if isinstance(target, str) else Exchange(target, encoding=self._encoding)
+        self._exchange = (
+            None
+            if isinstance(target, str)
+            else Exchange(target, encoding=self._encoding, api_prefix=self.api_prefix)
+        )
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -186,6 +190,7 @@ class AsyncRemoteSession(SessionRequests):
                     inbox_prefix=self._inbox_prefix,
                     timeout=self.timeout,
                     connect_options=self._connect_options,
+                    api_prefix=self.api_prefix,
                 )
             return self._exchange
 

@@ -57,6 +57,7 @@ from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo, error_info
+from convmem.adapters.service._inboxes import ReplyGuard
 from convmem.adapters.service._operations import Answer, ApiOperations
 from convmem.adapters.service._partitions import Partitions
 from convmem.adapters.service._protocol import (
@@ -92,7 +93,8 @@ class MemoryService:
     bounds how long `stop()` waits for requests in flight; `status_timeout` how long this replica's
     status may take before it reports itself unhealthy. `partitioned` makes it one of the workers
     that share the session partitions (`convmem serve --workers`; see `_partitions`): it answers the
-    sessions of the partitions it owns, and any request on the plain subjects. `instance` names it
+    sessions of the partitions it owns, and any request on the plain subjects; `members_secret` (at
+    least 16 bytes, shared by the workers) signs its membership announcements. `instance` names it
     (default: random); `worker` is shown in its status. `loop` (the loop the system's log runs on,
     left running by `stop()`) makes the service run there and await each ``add_turn`` on it, no
     thread in between. `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options` go
@@ -118,6 +120,7 @@ class MemoryService:
         auth: NatsAuth | None = None,
         status_timeout: float = 5.0,
         partitioned: bool = False,
+        members_secret: bytes | None = None,
         instance: str | None = None,
         worker: Mapping[str, Any] | None = None,
         loop: EventLoopThread | None = None,
@@ -140,12 +143,20 @@ class MemoryService:
         self.name = name
         self.status_timeout = status_timeout
         self.partitioned = partitioned
+        if partitioned and (not isinstance(members_secret, bytes) or len(members_secret) < 16):
+            raise InvalidConfig(
+                "members_secret",
+                "a partitioned service needs the secret its fellow workers share (16 bytes or more): "
+                "membership announcements without it are dropped",
+            )
+        self._members_secret = members_secret or b""
         self.instance = instance or uuid.uuid4().hex[:12]
         self._worker = dict(worker or {})
         self._given_loop = loop
         self._auth = auth or NatsAuth()
         self._connect_options = {**self._auth.options(), **(connect_options or {})}
         self._secrets = (*url_secrets(url), *self._auth.secrets)
+        self._guard = ReplyGuard(self.api_prefix)
         self._ops = ApiOperations(
             system,
             api_prefix=self.api_prefix,
@@ -153,6 +164,7 @@ class MemoryService:
             max_timeout=max_timeout,
             fresh_reads=fresh_reads,
             running=lambda: self.running,
+            replies=self._guard.snapshot,
         )
         self._lock = threading.Lock()
         self._state = "new"
@@ -300,7 +312,7 @@ class MemoryService:
                 await nc.subscribe(operators, cb=self._on_message),
             ]
             self._micro = await nats.micro.add_service(
-                nc,
+                _Guarded(nc, self._guard),  # type: ignore[arg-type]  # a Client in all it uses
                 name=MICRO_NAME,
                 version=__version__,
                 description="convmem: short-term conversation memory (session API on NATS)",
@@ -317,6 +329,7 @@ class MemoryService:
                     queue_group=self.queue_group,
                     instance=self.instance,
                     on_message=self._on_message,
+                    secret=self._members_secret,
                 )
                 await self._partitions.start()
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
@@ -336,6 +349,8 @@ class MemoryService:
 
     async def _on_message(self, msg: Msg) -> None:
         """Admit the request into its tenant's turn (`FairShares`), or refuse it at once with `Busy`."""
+        if msg.reply and not self._guard.allows(msg.subject, msg.reply):
+            return  # a reply subject its requester may not listen on: not run, not answered
         token = tenant_token(self.api_prefix, msg.subject)
         try:
             self._shares.admit(token, lambda: self._start(msg, token))
@@ -406,8 +421,9 @@ class MemoryService:
         elif op == "erase":
             self._usage.erased(tenant_id)
 
-    @staticmethod
-    async def _respond(nc: Client, msg: Msg, reply: bytes) -> None:
+    async def _respond(self, nc: Client, msg: Msg, reply: bytes) -> None:
+        if not self._guard.allows(msg.subject, msg.reply):  # checked on receipt too: every answer passes here
+            return
         try:
             await nc.publish(msg.reply, reply)
         except nats.errors.MaxPayloadError:
@@ -421,12 +437,16 @@ class MemoryService:
     def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
         """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
         worker = {"worker": self.worker()} if self._worker or self._partitions else {}
-        return {"live_sessions": self.system.live_sessions(), **self._ops.stats.snapshot(), **worker}
+        stats = {**self._ops.stats.snapshot(), "replies": self._guard.snapshot()}
+        return {"live_sessions": self.system.live_sessions(), **stats, **worker}
 
     def worker(self) -> dict[str, Any]:
         """What this worker says of itself in its status: its `worker` mapping, its partitions, its peers."""
         shares = self._partitions
-        more = {} if shares is None else {"partitions": len(shares.owned), "members": len(shares.members)}
+        more: dict[str, int] = {}
+        if shares is not None:
+            more = {"partitions": len(shares.owned), "members": len(shares.members)}
+            more["rejected"] = shares.rejected
         return {**self._worker, **more}
 
     async def _status(self, request: MicroRequest) -> None:
@@ -495,3 +515,32 @@ def _op_of(api_prefix: str, subject: str) -> str:
         return parse_subject(api_prefix, subject)[1]
     except ConvmemError:
         return "unknown"
+
+
+class _Guarded:
+    """The service's client as NATS micro sees it: each of its subscriptions passes `ReplyGuard` first.
+
+    nats-py's micro-service answers ``$SRV.PING/INFO/STATS`` and its
+    endpoints (the replica's status) on whatever reply subject a request
+    carries; through this, a request whose reply subject its requester may
+    not listen on never reaches micro's handlers.
+    """
+
+    def __init__(self, nc: Client, guard: ReplyGuard) -> None:
+        self._nc = nc
+        self._guard = guard
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._nc, name)
+
+    async def subscribe(self, subject: str, queue: str = "", cb: Any = None, **kwargs: Any) -> Subscription:
+        if cb is None:
+            raise InvalidConfig("subscribe", "the service subscribes with a callback only")
+        handler = cb
+
+        async def guarded(msg: Msg) -> None:
+            if msg.reply and not self._guard.allows(msg.subject, msg.reply):
+                return
+            await handler(msg)
+
+        return await self._nc.subscribe(subject, queue=queue, cb=guarded, **kwargs)

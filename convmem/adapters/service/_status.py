@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
+from convmem.adapters.service._inboxes import OPERATOR_INBOX
 from convmem.adapters.service._protocol import MICRO_NAME, status_subject
 from convmem.errors import LogUnavailable
 
@@ -62,7 +63,7 @@ async def service_status(
                 servers=server_list(url),
                 connect_timeout=max(1, int(timeout)),
                 allow_reconnect=False,
-                **auth.options(),
+                **{**auth.options(), "inbox_prefix": OPERATOR_INBOX},  # where the service answers operators
             ),
             timeout + 1.0,
         )
