@@ -232,6 +232,10 @@ def serve_env(url: str, data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
     env.update(compose_environment(SERVICE))
     env["CONVMEM_NATS_URL"] = url
+    # compose's responder identity, on the same node(s) as `url`
+    env["CONVMEM_API_NATS_URL"] = url.replace(
+        "convmem:convmem-service-secret@", "convmem-api:convmem-api-secret@"
+    )
     env["CONVMEM_DATA_DIR"] = str(data_dir)
     return env
 

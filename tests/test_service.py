@@ -120,7 +120,7 @@ def stored_users(system: MemorySystem, key: MemoryKey) -> list[str]:
 def raw_request(url: str, subject: str, payload: bytes) -> bytes:
     """A request from a plain nats-py client, as a program in another language would send it: its
     reply inbox is the requester's own (``_INBOX_<tenant token>``, or ``_OPS_INBOX`` for an operator)."""
-    inbox = reply_inbox(subject.split(".v1.")[0].removesuffix(".ops"), subject)
+    inbox = reply_inbox(subject.split(".v1.", maxsplit=1)[0].removesuffix(".ops"), subject)
 
     async def run() -> bytes:
         nc = await nats.connect(url, inbox_prefix=inbox)
