@@ -24,13 +24,16 @@ import msgspec
 import nats
 import nats.errors
 
+from convmem.adapters.service._inboxes import tenant_inbox
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
+from convmem.events import encode_token
 
 _encode = msgspec.msgpack.Encoder().encode
 
 
 async def _flood(url: str, tenant: str, window: int, stop: threading.Event) -> dict[str, object]:
-    nc = await nats.connect(url, allow_reconnect=False, pending_size=64 << 20)
+    inbox = tenant_inbox(encode_token(tenant))  # the service answers a tenant on its own inbox only
+    nc = await nats.connect(url, allow_reconnect=False, pending_size=64 << 20, inbox_prefix=inbox)
     counts: Counter[str] = Counter()
     first = asyncio.Event()
     requests = []

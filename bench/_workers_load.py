@@ -26,8 +26,9 @@ import nats
 
 from bench._common import sample_turn, session_keys
 from convmem.adapters import RemoteMemory
+from convmem.adapters.service._inboxes import tenant_inbox
 from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
-from convmem.events import MemoryKey
+from convmem.events import MemoryKey, encode_token
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -45,7 +46,8 @@ def _request(key: MemoryKey, n: int) -> tuple[str, bytes]:
 
 
 async def _async_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> float:
-    nc = await nats.connect(url, allow_reconnect=False)
+    [tenant] = {key.tenant_id for key in keys}  # one connection, one inbox: the tenant's own
+    nc = await nats.connect(url, allow_reconnect=False, inbox_prefix=tenant_inbox(encode_token(tenant)))
     try:
         requests = [_request(key, n) for n, key in enumerate(keys)]
 

@@ -203,6 +203,8 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         default=_env("CONVMEM_RETENTION"),
         help="TOML or JSON file of retention policies, swept every sweep_every by worker 0 "
         "(default: keep everything)",
+    )
+    p.add_argument(
         "--api-nats",
         default=_env("CONVMEM_API_NATS_URL"),
         help="NATS URL(s) of the API connection, with the credentials that answer requests (the responder "
@@ -315,7 +317,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _serve(
-            args, config, workers, stop, received, retention=retention, quotas=quotas, members_secret=members_secret
+            args,
+            config,
+            workers,
+            stop,
+            received,
+            retention=retention,
+            quotas=quotas,
+            members_secret=members_secret,
         )
     finally:
         for sig, handler in previous.items():
