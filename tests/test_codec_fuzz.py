@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from convmem.errors import EventDecodeError
 from convmem.events import decode_event, decode_event_json
+from convmem.projections import SessionState, decode_state, encode_state
 
 # Integers as msgpack and JSON can carry them (msgspec refuses to encode others, so such a map
 # could never be in the log); hypothesis reaches for -2**63 - 1 once other modules' constants join its pool.
@@ -54,3 +55,11 @@ def test_a_value_nested_too_deep_to_read_is_event_decode_error() -> None:
         with pytest.raises(EventDecodeError) as raised:
             decode(data, seq=3)
         assert raised.value.seq == 3
+
+
+def test_snapshot_bytes_that_cannot_be_read_are_event_decode_error() -> None:
+    """A snapshot with bad UTF-8 or nesting too deep is EventDecodeError (then rebuilt from the log)."""
+    good = encode_state(SessionState())
+    for data in (good.replace(b"healthy", b"health\xff"), b"\x81\xa4junk" + b"\x91" * 5_000 + b"\x90"):
+        with pytest.raises(EventDecodeError):
+            decode_state(data)

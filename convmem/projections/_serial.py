@@ -135,7 +135,8 @@ def decode_state(data: bytes) -> SessionState:
     """A state from snapshot bytes; raises `EventDecodeError` with the bad field's path."""
     try:
         return _state_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError) as exc:
+        # Bad UTF-8 in a string and nesting deeper than msgspec reads are not MsgspecErrors.
         raise EventDecodeError(f"not a session snapshot: {exc}") from None
 
 
