@@ -6,11 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from convmem import ConversationTurn, connect
 from convmem.actors import MemorySystem, export_jsonl, replay_session, timeline, verify
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
+from convmem.adapters._checksum import seal as crc
 from convmem.adapters.cli import main
 from convmem.adapters.jetstream._read import fetch_subject
 from convmem.adapters.jetstream._sealing import SHREDDED
@@ -21,7 +23,7 @@ from convmem.adapters.keys import (
     master_key_from_file,
     rotate_master_file,
 )
-from convmem.errors import EncryptionKeyError, SealBroken
+from convmem.errors import EncryptionKeyError, SealBroken, SessionDamaged
 from convmem.events import MemoryKey, SessionErased, TurnAdded, decode_event
 
 ALICE = MemoryKey("acme", "alice", "chat-1")
@@ -167,26 +169,33 @@ def test_wrong_or_missing_master_key_is_a_typed_error_naming_its_source(
         backend.log.read(ALICE)
 
 
-def test_a_flipped_byte_is_reported_at_its_position(tmp_path: Path) -> None:
+def test_a_flipped_byte_is_damage_named_by_its_position(tmp_path: Path) -> None:
+    """Sealed bytes that do not authenticate are damage even when their checksum was recomputed."""
     data = tmp_path / "data"
     with connect(data_dir=data) as system:
         _write(system, ALICE, 2)
     with JetStreamBackend.embedded(data) as backend:
         log = backend.log
-        sealed = log._sealing.payloads(ALICE, [decode_event(log.read(ALICE)[-1].data)])[0]  # type: ignore[attr-defined]
-        broken = bytearray(sealed)
+        event = decode_event(log.read(ALICE)[-1].data)
+        fourth = msgspec.structs.replace(event, seq=4, event_id="tampered-4")
+        broken = bytearray(log._sealing.payloads(ALICE, [fourth])[0])  # type: ignore[attr-defined]
         broken[-5] ^= 0x01
-        position = log.append_raw(ALICE, bytes(broken), seq=4)  # type: ignore[attr-defined]
-        records = log.read(ALICE)
+        checksum = crc(4, "tampered-4", bytes(broken))  # a writer that recomputes the checksum
+        position = log.append_raw(  # type: ignore[attr-defined]
+            ALICE, bytes(broken), seq=4, checksum=checksum, event_id="tampered-4"
+        )
+        last = log.read(ALICE)[-1]
+        assert last.position == position
+        assert last.damage is not None
+        assert "fail authentication" in last.damage
         with pytest.raises(SealBroken) as caught:
-            decode_event(records[-1].data, seq=records[-1].position)
+            decode_event(last.data, seq=last.position)
         assert caught.value.seq == position
-        _, report = replay_session(records, ALICE)
-        assert [p.position for p in report.poison] == [position]
-        assert "fail authentication" in report.poison[0].problem
         (check,) = verify(log, None, key=ALICE)
-        assert not check.ok
-        assert check.poison[0].position == position
+        assert [d.position for d in check.damage] == [position]
+        with MemorySystem(log=log, snapshots=None) as system, pytest.raises(SessionDamaged) as damaged:
+            system.load(ALICE)
+        assert f"log position {position}" in str(damaged.value)
 
 
 def test_a_log_written_plain_then_encrypted_reads_whole(tmp_path: Path) -> None:

@@ -14,8 +14,11 @@ runtime decodes, so nothing above the adapters knows of keys:
   and this is a copy that erasure did not reach) becomes a `SessionErased`
   at its seq, with the reason `SHREDDED`: replays, verify, export and the
   timeline show it as erased;
-* sealed bytes that fail authentication are passed on as they are: the
-  decoder reports them as `SealBroken` poison at their position;
+* sealed bytes that fail authentication are damage, as a failed checksum
+  is (`LoggedEvent.damage`): readers refuse the session with
+  `SessionDamaged` naming the position, `verify` lists it, and a repair
+  cuts or restores past it; bytes met elsewhere (a writer's walk) are
+  passed on, and the decoder reports them as `SealBroken`;
 * sealed bytes read without a keyring raise `EncryptionKeyError` (the store
   needs its master key), never garbage.
 
@@ -35,10 +38,16 @@ from convmem.adapters.keys import MASTER_KEY_ENV, Keyring
 from convmem.errors import EncryptionKeyError, SealBroken
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
 
-__all__ = ["SHREDDED", "Sealing"]
+__all__ = ["BROKEN_SEAL", "SHREDDED", "Sealing"]
 
 SHREDDED = "crypto-shredded: the data key of this user was deleted by an erasure"
 """The reason of the `SessionErased` shown for an event whose data key is gone."""
+
+BROKEN_SEAL = (
+    "its encrypted bytes fail authentication with their data key (damaged, or tampered with by a "
+    "writer that recomputed the checksum); nothing was read from them"
+)
+"""The `LoggedEvent.damage` of a sealed event that does not open."""
 
 
 class Sealing:
@@ -59,11 +68,28 @@ class Sealing:
         return tuple(seal(key, encode_event(e), context + str(e.seq).encode()) for e in events)
 
     def record(self, message: StoredMessage, key: MemoryKey) -> LoggedEvent:
-        """A stored message as the port returns it, its bytes opened."""
+        """A stored message as the port returns it, its bytes opened.
+
+        Sealed bytes that fail authentication (while their checksum, if any,
+        matched: a writer that recomputed it) are damage, as a failed checksum
+        is: the record keeps its bytes and says so in `damage`, so readers
+        refuse the session with `SessionDamaged` naming the position, and
+        `verify` lists it.
+        """
         record = to_logged(message, key)
-        if record.data[:1] != b"\xc1":
+        if record.data[:1] != b"\xc1" or record.damage is not None:
             return record
-        data = self.plain(message, key, record.seq)
+        try:
+            data = self.plain(message, key, record.seq, broken=True)
+        except SealBroken:
+            return LoggedEvent(
+                key=key,
+                seq=record.seq,
+                position=record.position,
+                data=record.data,
+                event_id=record.event_id,
+                damage=BROKEN_SEAL,
+            )
         return LoggedEvent(
             key=key,
             seq=record.seq,
@@ -71,7 +97,6 @@ class Sealing:
             data=data,
             event_id=record.event_id,
             intact=record.intact,  # the checksum covers the bytes as stored (sealed)
-            damage=record.damage,
         )
 
     def message_data(self, message: StoredMessage, key: MemoryKey | None) -> bytes:
@@ -80,7 +105,14 @@ class Sealing:
             return message.data
         return self.plain(message, key, session_seq(message.headers))
 
-    def plain(self, message: StoredMessage, key: MemoryKey, seq: int | None) -> bytes:
+    def plain(
+        self, message: StoredMessage, key: MemoryKey, seq: int | None, *, broken: bool = False
+    ) -> bytes:
+        """The plain bytes of sealed `message` (a `SessionErased` for a shredded key).
+
+        Bytes that fail authentication are returned as they are (the decoder
+        reports them), or raise `SealBroken` with `broken`.
+        """
         if seq is None:
             return message.data  # not written by convmem: the reader reports it as poison
         keyring = self.keyring
@@ -97,6 +129,8 @@ class Sealing:
                 message.data, keyring.context(key) + str(seq).encode(), where="an event", position=message.seq
             )
         except SealBroken:
+            if broken:
+                raise
             return message.data  # the decoder reports it as SealBroken at its position
         if plain is not None:
             return plain
