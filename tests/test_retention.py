@@ -50,6 +50,7 @@ from convmem.adapters import (
 )
 from convmem.adapters.cli._main import main
 from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.adapters.keys import KeySettings
 from convmem.errors import InvalidConfig, InvalidInput, StoreNotFound
 from convmem.events import (
     ConversationTurn,
@@ -803,3 +804,50 @@ def test_serve_refuses_a_hostile_policy_file_before_it_starts(
     assert code == 5, err
     assert "retention.tenants.acme.max_turns" in err
     assert not (tmp_path / "store").exists()
+
+
+# Bytes on disk, and sealed stores ----------------------------------------------------------------
+
+
+def test_no_byte_of_a_dropped_turn_stays_in_the_store(tmp_path: Path) -> None:
+    """Compacted away, the server stopped: no file of its store holds the dropped turns (their
+    messages and the old snapshot were erased, not only forgotten); the kept ones are there."""
+    data = tmp_path / "data"
+    clock = ManualClock(START)
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=2))
+    with convmem.connect(
+        data_dir=data, keys=KeySettings(encrypt=False), config=TRUNCATION, clock=clock, snapshot_every=2
+    ) as memory:
+        for n in range(6):
+            memory.session(key()).add_turn(turn(f"dropped-ZQX{n}" if n < 4 else f"kept-ZQX{n}"))
+        assert [o.done for o in memory.sweep_retention(policies=policies).outcomes] == [True]
+    files = [p for p in (data / "jetstream").rglob("*") if p.is_file()]
+    dropped = [p for p in files for n in range(4) if f"dropped-ZQX{n}".encode() in p.read_bytes()]
+    assert dropped == []
+    assert any(b"kept-ZQX5" in p.read_bytes() for p in files)  # the scan can find what is there
+
+
+def test_retention_on_a_sealed_store(tmp_path: Path) -> None:
+    """With encryption at rest (the embedded default), compaction and idle erasure work the same and a
+    new process rebuilds the compacted session exactly."""
+    data = tmp_path / "data"
+    clock = ManualClock(START)
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=2, idle="30d"))
+    with convmem.connect(data_dir=data, config=TRUNCATION, clock=clock) as memory:
+        for n in range(5):
+            memory.session(key("long")).add_turn(turn(f"long {n}"))
+        memory.session(key("idle")).add_turn(turn("idle"))
+        clock.advance(10 * DAY)
+        memory.session(key("long")).add_turn(turn("long 5"))
+        clock.advance(25 * DAY)
+        report = memory.sweep_retention(policies=policies)
+        assert sorted((o.key.session_id, o.action, o.done) for o in report.outcomes) == [
+            ("idle", "erase", True),
+            ("long", "compact", True),
+        ]
+        live = live_state(memory, key("long"))
+    assert (data / "master.key").is_file()
+    with convmem.connect(data_dir=data, config=TRUNCATION, clock=clock) as again:
+        assert again.load(key("long"))[0] == live
+        assert [r.turn.user_message for r in live.turns] == ["long 4", "long 5"]
+        assert again.log.keys() == [key("long")]
