@@ -74,6 +74,10 @@ ENVIRONMENT = {
     "CONVMEM_RETENTION": "--retention: TOML or JSON file of retention policies (default: keep everything)",
     "CONVMEM_API_NATS_URL": "--api-nats: NATS URL(s) the API answers on, with the responder's credentials",
     "CONVMEM_MEMBERS_SECRET": "--members-secret: what the workers sign their membership with (default: new)",
+    "CONVMEM_MASTER_KEY_FILE": "--master-key-file: the master key of encryption at rest (default: "
+    "DATA_DIR/master.key, made on first use; mount it as a secret, apart from the data)",
+    "CONVMEM_KEY_STORE": "--key-store: where the data keys are, a folder or nats[:BUCKET] (default: "
+    "DATA_DIR/keys, or a bucket of their own on --nats)",
 }
 
 
