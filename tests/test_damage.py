@@ -183,6 +183,34 @@ def test_damage_below_the_snapshot_refuses_every_write_not_only_the_first(
         server.stop()
 
 
+def test_a_session_whose_only_event_is_damaged_is_still_named(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing of the session can be read back, and it has no snapshot: the store's count names it."""
+    server = EmbeddedNatsServer(store).start()
+    try:
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            memory.session(FIRST).add_turn(turn(FIRST, 0), timeout=10)
+            started = SessionStarted(
+                seq=1, event_id="only/1", at=1.0, key=HURT, config=CONFIG, injected_summary="ONLY-MARKER"
+            )
+            memory.log.append(HURT, [started], expected_seq=0)
+        server.stop()
+        flip(store, "ONLY-MARKER")
+        server.start()
+        code, out = cli(capsys, server.url, "verify", "--all", "--json")
+        assert code == 7, out
+        checks = {c["key"]: c for c in json.loads(out)["checks"]}
+        assert [d["seq"] for d in checks[HURT.composite()]["damage"]] == [1]
+        assert checks[FIRST.composite()]["ok"]
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            with pytest.raises(SessionDamaged) as caught:
+                memory.session(HURT).get_llm_context()
+            assert caught.value.seq == 1
+    finally:
+        server.stop()
+
+
 def test_a_damaged_last_event_is_damage_not_a_conflict(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

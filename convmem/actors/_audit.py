@@ -150,6 +150,9 @@ def verify(
         if progress is not None and n % 1000 == 0:
             progress(n)
     counts = _counts(log, tenant_id, user_id, key)
+    for held in counts or {}:  # a session none of whose messages the store could read back
+        if counts and counts[held]:
+            by_key.setdefault(held, [])
     for stored in _snapshot_keys(snapshots, tenant_id, user_id, key):
         by_key.setdefault(stored, [])
     checks = []

@@ -115,16 +115,18 @@ async def fetch_subject_counted(
     read but cannot serve (damaged on disk: a nats-server skips a message that fails its own
     checksum); 0 when none.
 
-    A batch that says messages remain, followed by one that finds none, is the sign; it is
+    A batch that says messages remain, followed by one that finds none, is the sign; so is a
+    whole read that finds nothing (a new session's first read: one count more). Either is
     confirmed against the subject's message count before it is believed (an erasure deleting
     messages meanwhile gives the same sign).
     """
     out: list[StoredMessage] = []
     claimed = 0
+    whole = start == 1
     while True:
         batch = await fetch_batch(conn, stream, subject, start=start, batch=10_000)
         out.extend(batch.messages)
-        if not batch.messages and claimed:
+        if not batch.messages and (claimed or (whole and not out)):  # (or is every message unreadable?)
             return out, await _unservable(conn, stream, subject)
         if batch.pending == 0 or not batch.messages:
             return out, 0
@@ -136,6 +138,8 @@ async def _unservable(conn: NatsConnection, stream: str, subject: str) -> int:
     """How many messages the server counts on `subject` beyond those it serves."""
     info = await conn.api(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subject})
     counted = int((info["state"].get("subjects") or {}).get(subject, 0))
+    if not counted:
+        return 0
     served = 0
     position = 1
     while True:
