@@ -153,11 +153,13 @@ def verify(
     for held in counts or {}:  # a session none of whose messages the store could read back
         if counts and counts[held]:
             by_key.setdefault(held, [])
-    for stored in _snapshot_keys(snapshots, tenant_id, user_id, key):
+    listed = _snapshot_keys(snapshots, tenant_id, user_id, key)
+    for stored in listed or ():
         by_key.setdefault(stored, [])
+    stored_keys = set(listed) if listed is not None and key is None else None
     checks = []
     for session_key in sorted(by_key, key=lambda k: k.composite()):
-        check = _check(session_key, by_key[session_key], snapshots, live)
+        check = _check(session_key, by_key[session_key], snapshots, live, stored_keys)
         _count_unreadable(check, by_key[session_key], counts)
         checks.append(check)
     return checks
@@ -179,13 +181,14 @@ def _counts(
 
 def _snapshot_keys(
     snapshots: SnapshotStore | None, tenant_id: str | None, user_id: str | None, key: MemoryKey | None
-) -> list[MemoryKey]:
-    """The sessions in scope that have a snapshot, when the store can list them."""
+) -> list[MemoryKey] | None:
+    """The sessions in scope that have a snapshot (held, if not readable), or None when the store
+    cannot list them."""
     keys = getattr(snapshots, "keys", None) if snapshots is not None else None
     if key is not None:
         return [key] if snapshots is not None and snapshots.load(key) is not None else []
     if keys is None:
-        return []
+        return None
     listed: list[MemoryKey] = keys()
     return [
         k
@@ -236,6 +239,7 @@ def _check(
     records: list[LoggedEvent],
     snapshots: SnapshotStore | None,
     live: Mapping[MemoryKey, SessionState] | None,
+    held: set[MemoryKey] | None = None,
 ) -> SessionCheck:
     check = SessionCheck(key=key)
     report = LoadReport()
@@ -263,7 +267,8 @@ def _check(
     check.repaired = len(report.repaired)
     check.last_seq = state.version
     stored_problem = getattr(snapshots, "check", None)
-    if stored_problem is not None:
+    # A snapshot that loads passed its checks; one that does not is asked why, when one is held.
+    if stored_problem is not None and snapshot is None and (held is None or key in held):
         problem = stored_problem(key)
         if problem is not None:
             check.damage.append(PoisonEvent(key=key, position=0, seq=None, problem=f"snapshot: {problem}"))
