@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from runtime_helpers import wait_until
 
 from convmem import ConversationTurn, connect
 from convmem.actors import MemorySystem, export_jsonl, replay_session, timeline, verify
@@ -274,3 +275,19 @@ def test_reads_make_no_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         assert f"{SECRET} alice message 0" in capsys.readouterr().out
         assert sorted(p.name for p in data.iterdir()) == before  # no master.key or keys/ made by a read
     assert not (plain / "master.key").exists()
+
+
+def test_another_process_drops_an_erased_users_key_and_makes_a_new_one(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONVMEM_MASTER_KEY", generate_key_text())
+    with connect(nats_server.url) as eraser, connect(nats_server.url) as holder:
+        _write(holder, ALICE, 1)
+        old = holder.log.keyring._sealers[("acme", "alice")][0]  # type: ignore[attr-defined]
+        eraser.erase_user("acme", "alice")
+        wait_until(lambda: not holder.is_live(ALICE), message="the holder hears of the erasure")
+        _write(holder, ALICE, 1, first=5)  # a new session of the erased user, in the other process
+        new = holder.log.keyring._sealers[("acme", "alice")][0]  # type: ignore[attr-defined]
+        assert new != old  # sealed with a new key, not the shredded one
+        texts = [t.turn.user_message for t in eraser.load(ALICE)[0].turns]
+        assert texts == [f"{SECRET} alice message 5"]
