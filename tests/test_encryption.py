@@ -233,7 +233,9 @@ def test_keys_command_shows_rotates_and_erase_shreds(
     assert rotated["rewrapped"] == 1
     assert rotated["master_id"] != status["master_id"]
     assert run("keys", "rotate", "--data-keys")["data_keys_made"] == 1
-    assert run("keys", "status")["data_keys"] == 2
+    after = run("keys", "status")
+    assert after["data_keys"] == 2
+    assert after["data_keys_of_other_master_keys"] == 0
     with JetStreamBackend.embedded(data) as backend:
         assert _turn_texts(backend, ALICE) == [f"{SECRET} alice message {n}" for n in range(2)]
 

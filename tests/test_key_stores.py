@@ -96,6 +96,12 @@ def test_keyring_seals_opens_shreds_and_rotates_on_each_store(store: KeyStore) -
 
     new = LocalMasterKeys([b"\x02" * 32], source="test key two")
     assert rotate_master(old, new, store) == 1
+    # A writer still running on the old key makes bob's key after the rotation: running it again fixes it.
+    bob = MemoryKey("acme", "bob", "s1")
+    late = keyring.seal(bob, b"late", keyring.context(bob) + b"1")
+    assert rotate_master(old, new, store) == 1
+    assert rotate_master(old, new, store) == 0
+    assert Keyring(new, store).open(late, keyring.context(bob) + b"1", where="test") == b"late"
     with pytest.raises(EncryptionKeyError, match="is not the master key") as caught:
         Keyring(old, store)  # the store's keys are now wrapped by the new key only
     assert caught.value.source == "test key one"

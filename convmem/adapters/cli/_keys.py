@@ -114,6 +114,9 @@ def cmd_keys_status(args: argparse.Namespace) -> int:
             "key_store": store.source,
             "data_keys": len(keys),
             "users": len({k.subject for k in keys}),
+            # Wrapped by a master key this one is not (a writer that ran on the old key after a
+            # rotation): they cannot be opened with this key; rotate from the old one to fix them.
+            "data_keys_of_other_master_keys": sum(1 for k in keys if not provider.knows(k.master_id)),
         }
     if args.json:
         emit_json(status)

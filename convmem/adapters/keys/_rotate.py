@@ -56,5 +56,35 @@ def rotate_master_file(path: str | os.PathLike[str], store: KeyStore) -> tuple[s
 
 
 def rotate_master(old: KeyProvider, new: KeyProvider, store: KeyStore) -> int:
-    """Rewrap every data key in `store` from `old`'s master key to `new`'s; how many were rewrapped."""
-    return Keyring(old, store).rotate_master(new)
+    """Rewrap every data key in `store` from `old`'s master key to `new`'s; how many were rewrapped.
+
+    The store may be mid-way (some keys under `new` already, its check too): running it
+    again finishes a rotation, and rewraps keys a process still running on `old` made after it.
+    """
+    both = _Both(old, new)
+    return Keyring(both, store).rotate_master(both)
+
+
+class _Both:
+    """A `KeyProvider` that wraps with `new` and unwraps with whichever of the two holds the key."""
+
+    def __init__(self, old: KeyProvider, new: KeyProvider) -> None:
+        self._old, self._new = old, new
+
+    @property
+    def source(self) -> str:
+        return self._new.source
+
+    @property
+    def master_id(self) -> str:
+        return self._new.master_id
+
+    def knows(self, master_id: str) -> bool:
+        return self._new.knows(master_id) or self._old.knows(master_id)
+
+    def wrap(self, data_key: bytes, context: bytes) -> bytes:
+        return self._new.wrap(data_key, context)
+
+    def unwrap(self, master_id: str, wrapped: bytes, context: bytes) -> bytes:
+        holder = self._new if self._new.knows(master_id) else self._old
+        return holder.unwrap(master_id, wrapped, context)
