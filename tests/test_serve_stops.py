@@ -196,3 +196,46 @@ def test_the_readme_serve_here_plan_there_runs_as_written(tmp_path: Path) -> Non
     )
     assert audit.returncode == 0, audit.stderr
     assert "acme:alice:chat-1" in audit.stdout
+
+
+def test_a_program_interrupted_before_it_closed_its_embedded_server_leaves_none_running(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (SIGINT to the group) on a planner holding an embedded server: the server ends with it.
+
+    The server no longer gets the terminal's SIGINT itself (its own process group); the
+    program's exit stops what it left running.
+    """
+    script = (
+        "import sys\n"
+        "from convmem.adapters import EmbeddedNatsServer\n"
+        f"server = EmbeddedNatsServer({str(tmp_path / 'store')!r}).start()\n"
+        "print(server.pid, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    planner = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    server = 0
+    try:
+        assert planner.stdout is not None
+        server = int(planner.stdout.readline())
+        assert alive(server)
+        assert os.getpgid(server) == server  # a process group of its own
+        os.killpg(planner.pid, signal.SIGINT)
+        planner.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while alive(server):
+            assert time.monotonic() < deadline, "the embedded server outlived the program that started it"
+            threading.Event().wait(0.05)
+    finally:
+        if planner.poll() is None:
+            planner.kill()
+        planner.communicate(timeout=WAIT)
+        if server and alive(server):
+            os.kill(server, signal.SIGKILL)

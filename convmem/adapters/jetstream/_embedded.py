@@ -26,6 +26,7 @@ process that started it dies first.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.client
 import importlib
@@ -237,6 +238,7 @@ class EmbeddedNatsServer:
                     # reaches the Python process, which stops this server after its clients, in order.
                     process_group=0,
                 )
+            _RUNNING.add(self._proc)
         finally:
             if lock is not None:
                 os.close(lock)
@@ -311,6 +313,7 @@ class EmbeddedNatsServer:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         proc.wait()
+        _RUNNING.discard(proc)
         self._proc = None
         if self._copy is None:
             with contextlib.suppress(OSError):
@@ -332,6 +335,29 @@ class EmbeddedNatsServer:
     def __repr__(self) -> str:
         state = f"running pid {self.pid} at {self.url}" if self.running else "stopped"
         return f"EmbeddedNatsServer({str(self.store_dir)!r}, {state})"
+
+
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+"""Servers this process started and has not stopped."""
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop at exit the servers a program left running (say, interrupted before it closed them).
+
+    In their own process group, a terminal's Ctrl-C no longer stops them with the program;
+    this does, once the program ends. A process killed outright (SIGKILL) leaves its server
+    running, holding its store's lock, and the next start on the folder joins it.
+    """
+    for proc in list(_RUNNING):
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    _RUNNING.clear()
 
 
 def _healthy(host: str, port: int) -> bool:
