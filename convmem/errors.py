@@ -11,6 +11,7 @@ ConvmemError
 │   └── SealBroken                         encrypted bytes failed authentication (damaged or tampered)
 ├── EncryptionKeyError                    a master key or data key is missing or wrong; names its source
 ├── ReplayError                           events do not fold: a gap, a foreign key
+├── SessionLost                           the log lost events a snapshot covers, with no erasure record
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
 ├── SessionDamaged                        a stored event failed its check or is missing; names where
@@ -53,6 +54,7 @@ __all__ = [
     "SealBroken",
     "SessionClosed",
     "SessionDamaged",
+    "SessionLost",
     "StoreFull",
     "StoreNotFound",
     "SummarizerError",
@@ -154,6 +156,27 @@ class EncryptionKeyError(ConvmemError):
 
 class ReplayError(ConvmemError):
     """Events that do not fold into a state (a gap, a foreign key, a bad order)."""
+
+
+class SessionLost(ConvmemError):
+    """The log no longer holds events that the session's snapshot covers, and nothing erased them.
+
+    The snapshot is kept (it is the last copy of those turns): restore it with
+    `convmem.actors.restore_lost` or ``convmem restore KEY``. `key` is the
+    session (``tenant:user:session``), `snapshot_seq` the snapshot's seq,
+    `log_seq` the session's last seq in the log (0: none left).
+    """
+
+    def __init__(self, *, key: str, snapshot_seq: int, log_seq: int, problem: str) -> None:
+        self.key = key
+        self.snapshot_seq = snapshot_seq
+        self.log_seq = log_seq
+        self.problem = problem
+        super().__init__(
+            f"session {key} is lost from the log: its snapshot covers seq {snapshot_seq}, the log "
+            f"has seq {log_seq} ({problem}); no erasure was recorded, so the snapshot is kept: restore "
+            f"it with `convmem restore {key}` (or convmem.actors.restore_lost)"
+        )
 
 
 class MemoryBudgetExceeded(ConvmemError):

@@ -24,6 +24,21 @@ settings.register_profile("dev", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _export_registry_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Exports the tests write are recorded in a registry of the run's own, not the user's."""
+    path = tmp_path_factory.mktemp("exports") / "exports.json"
+    previous = os.environ.get("CONVMEM_EXPORTS")
+    os.environ["CONVMEM_EXPORTS"] = str(path)  # child processes inherit it
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("CONVMEM_EXPORTS", None)
+        else:
+            os.environ["CONVMEM_EXPORTS"] = previous
+
+
 @pytest.fixture
 def harness() -> Iterator[Harness]:
     """A `Harness` (one log, snapshot store and manual clock) closed after the test, also on failure."""

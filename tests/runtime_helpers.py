@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from convmem.actors import ManualClock, MemorySystem, load_state
-from convmem.adapters import InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters import InMemoryErasureJournal, InMemoryEventLog, InMemorySnapshotStore
 from convmem.events import (
     AnyEvent,
     ConversationTurn,
@@ -302,6 +302,7 @@ class Harness:
     def __init__(self) -> None:
         self.log = InMemoryEventLog()
         self.snapshots = InMemorySnapshotStore()
+        self.journal = InMemoryErasureJournal()
         self.clock = ManualClock()
         self._systems: list[MemorySystem] = []
         self._releasable: list[Any] = []
@@ -316,6 +317,7 @@ class Harness:
     ) -> MemorySystem:
         """A `MemorySystem` on the harness's log, snapshots and clock (unless overridden)."""
         kwargs.setdefault("snapshots", self.snapshots)
+        kwargs.setdefault("journal", self.journal)
         kwargs.setdefault("clock", self.clock)
         kwargs.setdefault("timeout", WAIT)
         if summarizer is not None and hasattr(summarizer, "release"):

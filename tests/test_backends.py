@@ -152,6 +152,12 @@ def test_serve_refuses_a_backend_without_nats(capsys: pytest.CaptureFixture[str]
 def test_connect_takes_every_keyword_of_the_system() -> None:
     """`ConnectOptions` lists each `MemorySystem` keyword that `connect` passes on, and no other."""
     system = set(inspect.signature(MemorySystem).parameters)
-    owned = {"log", "snapshots", "on_close", "timeout"}  # what connect sets itself; timeout is the backend's
+    owned = {
+        "log",
+        "snapshots",
+        "journal",
+        "on_close",
+        "timeout",
+    }  # connect sets these; timeout: the backend's
     passed = set(ConnectOptions.__optional_keys__) - set(BackendOptions.__optional_keys__)
     assert passed == system - owned

@@ -226,6 +226,7 @@ BAD_INPUT = {
     "retention": ["--dry-run", "--policy", "/nonexistent.toml"],
     "keys": ["rotate", "--new-master-key-file", "/nonexistent.key"],
     "repair": ["a:b"],
+    "restore": ["a:b"],
 }
 
 

@@ -8,11 +8,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from store_scan import markers, scan
 
 import convmem
 from convmem.actors import MemorySystem, Snapshot
-from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore, JetStreamBackend
-from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig, encode_token
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemoryErasureJournal,
+    InMemoryEventLog,
+    InMemorySnapshotStore,
+    JetStreamBackend,
+)
+from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import encode_state, state_hash
 
 WAIT = 10.0
@@ -24,24 +31,6 @@ ERASED = MemoryKey("acme", "alice.erasure@example.com", "chat-ZQXJ7-erase")
 KEPT = MemoryKey("acme", "bob.kept@example.com", "chat-ZQXJ7-kept")
 SECRET = "card 4111-1111-ZQXJ7-1111 of alice"
 KEPT_TEXT = "bob's note ZQXJ7-KEPT-MARK"
-
-
-def markers(key: MemoryKey, text: str) -> list[bytes]:
-    """Byte strings that betray `key` or `text` in a file: the ids in clear and as subject tokens."""
-    found = [text.encode(), key.user_id.encode(), key.session_id.encode()]
-    found += [encode_token(key.user_id).encode(), encode_token(key.session_id).encode()]
-    return found
-
-
-def scan(store: Path, needles: list[bytes]) -> dict[bytes, list[str]]:
-    """Every needle found in any file under `store`, with the files that hold it."""
-    hits: dict[bytes, list[str]] = {}
-    for path in sorted(p for p in store.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        for needle in needles:
-            if needle in data:
-                hits.setdefault(needle, []).append(str(path.relative_to(store)))
-    return hits
 
 
 def write(memory: MemorySystem, key: MemoryKey, text: str, turns: int = 6) -> None:
@@ -157,7 +146,7 @@ def test_a_stale_writer_starts_afresh_instead_of_writing_erased_turns_back(
 def test_a_snapshot_saved_by_a_stale_process_after_erasure_is_deleted_not_used() -> None:
     """A snapshot of the erased history that lands after the erasure is refused and deleted on load."""
     log, snapshots = InMemoryEventLog(), InMemorySnapshotStore()
-    with MemorySystem(CONFIG, log=log, snapshots=snapshots) as memory:
+    with MemorySystem(CONFIG, log=log, snapshots=snapshots, journal=InMemoryErasureJournal()) as memory:
         write(memory, ERASED, SECRET, turns=3)
         stale = memory.session(ERASED).snapshot_state()
         memory.erase(ERASED)
@@ -182,8 +171,11 @@ def test_a_snapshot_saved_by_a_stale_process_after_erasure_is_deleted_not_used()
 
 def test_in_memory_systems_sharing_a_log_drop_erased_sessions_too() -> None:
     """The in-memory log tells every system on it, as the JetStream log tells every process."""
-    log = InMemoryEventLog()
-    with MemorySystem(CONFIG, log=log) as eraser, MemorySystem(CONFIG, log=log) as holder:
+    log, journal = InMemoryEventLog(), InMemoryErasureJournal()
+    with (
+        MemorySystem(CONFIG, log=log, journal=journal) as eraser,
+        MemorySystem(CONFIG, log=log, journal=journal) as holder,
+    ):
         write(holder, ERASED, SECRET)
         eraser.erase(ERASED)
         wait_for(lambda: not holder.is_live(ERASED), "the other system drops the session")

@@ -23,7 +23,7 @@ from convmem import MemorySystem
 from convmem.actors import LoggedEvent
 from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES, idle_bytes
 from convmem.actors._session import SessionActor, StateCell
-from convmem.adapters import InMemoryEventLog
+from convmem.adapters import InMemoryErasureJournal, InMemoryEventLog
 from convmem.errors import InvalidConfig
 from convmem.events import ConversationTurn, Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import decode_state, encode_state, llm_context
@@ -195,10 +195,10 @@ def test_erase_drops_the_cached_session(harness: Harness) -> None:
 
 def test_an_erasure_by_another_system_drops_the_cached_session() -> None:
     """The erasure watch reaches the cache: the holder forgets its cached copy, then reads the log."""
-    log = InMemoryEventLog()
+    log, journal = InMemoryEventLog(), InMemoryErasureJournal()
     with (
-        MemorySystem(TRUNCATION, log=log) as eraser,
-        MemorySystem(TRUNCATION, log=log, max_live_sessions=1) as holder,
+        MemorySystem(TRUNCATION, log=log, journal=journal) as eraser,
+        MemorySystem(TRUNCATION, log=log, journal=journal, max_live_sessions=1) as holder,
     ):
         holder.session(A).add_turn(turn("secret"))
         holder.session(B).add_turn(turn("kept"))

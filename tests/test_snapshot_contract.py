@@ -302,3 +302,45 @@ def test_a_bad_part_size_is_refused(nats_server: EmbeddedNatsServer) -> None:
             JetStreamSnapshotStore(connection, part_bytes=0)
     finally:
         connection.close()
+
+
+def test_keys_lists_each_session_with_a_snapshot_in_scope(store: SnapshotStore) -> None:
+    """keys() lists the sessions holding a snapshot, of a tenant or a user; a deleted one leaves the list."""
+    other_user, other_tenant = MemoryKey("acme", "bob", "s1"), MemoryKey("globex", "alice", "s1")
+    for key in (KEY, MemoryKey("acme", "alice", "s2"), other_user, other_tenant):
+        store.save(snap(1, key=key))
+    assert store.keys(tenant_id="acme", user_id="alice") == [KEY, MemoryKey("acme", "alice", "s2")]
+    assert set(store.keys(tenant_id="acme")) == {KEY, MemoryKey("acme", "alice", "s2"), other_user}
+    assert len(store.keys()) == 4
+    store.delete(KEY)
+    assert store.keys(tenant_id="acme", user_id="alice") == [MemoryKey("acme", "alice", "s2")]
+
+
+def test_parts_without_their_head_are_listed_and_deleted(nats_server: EmbeddedNatsServer) -> None:
+    """A delete killed after the head and a first part leaves a gap: keys() still finds the rest, delete
+    erases them."""
+    store = _split_store(nats_server.url)
+    parts = f"{store.subject(KEY)}.part"
+    try:
+        store.save(snap(1, data=b"x" * 450))
+        connection = NatsConnection.connect(nats_server.url)
+        try:
+
+            async def erase_head_and_first_part() -> None:
+                for subject in (store.subject(KEY), f"{parts}.0"):
+                    stored = await connection.get_message("KV_CONVMEM_SNAPSHOTS", {"last_by_subj": subject})
+                    assert stored is not None
+                    await connection.api(
+                        "$JS.API.STREAM.MSG.DELETE.KV_CONVMEM_SNAPSHOTS", {"seq": stored.seq}
+                    )
+
+            connection.call(erase_head_and_first_part, what="erase the head and part 0")
+        finally:
+            connection.close()
+        assert store.load(KEY) is None
+        assert store.keys(tenant_id="acme", user_id="alice") == [KEY]
+        store.delete(KEY)
+        assert [_stored(nats_server.url, f"{parts}.{i}") for i in range(5)] == [None] * 5
+        assert store.keys() == []
+    finally:
+        store.close()

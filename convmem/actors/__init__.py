@@ -18,8 +18,10 @@
   (`_clock`), `Metrics` (`_metrics`).
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
-  answer handed across threads); erasure notices (`_erasure`); audits
-  (`_audit`), forks (`_fork`) and repairs of damaged sessions (`_repair`).
+  answer handed across threads); erasure notices (`_erasure`), the erasure
+  journal (`_journal`) and the erasure steps (`_eraser`); lost sessions'
+  restore (`_restore`); audits (`_audit`), forks (`_fork`) and repairs of
+  damaged sessions (`_repair`).
 """
 
 from convmem.actors._audit import (
@@ -35,9 +37,18 @@ from convmem.actors._audit import (
 )
 from convmem.actors._calls import SummaryOutcome
 from convmem.actors._clock import ManualClock, SystemClock
+from convmem.actors._eraser import ERASURE_STEPS, Erased, Eraser, ErasureStep, ExportRegistry
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder, Unwatch
 from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
+from convmem.actors._journal import (
+    ErasureJournal,
+    ErasureReceipt,
+    ErasureRecord,
+    ErasureRequest,
+    JournaledLog,
+    find_erasure,
+)
 from convmem.actors._live import SessionActivity
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
 from convmem.actors._metrics import Metrics
@@ -54,6 +65,7 @@ from convmem.actors._ports import (
     Timer,
 )
 from convmem.actors._repair import RepairPlan, plan_repair, repair_session
+from convmem.actors._restore import Restored, restore_lost
 from convmem.actors._retention import (
     RetentionOutcome,
     RetentionProblem,
@@ -63,16 +75,25 @@ from convmem.actors._retention import (
 )
 from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
-from convmem.actors._system import Erased, MemorySystem
+from convmem.actors._system import MemorySystem
 
 __all__ = [
+    "ERASURE_STEPS",
     "AsyncSessionHandle",
     "Clock",
     "Erased",
+    "Eraser",
+    "ErasureJournal",
     "ErasureNotice",
+    "ErasureReceipt",
+    "ErasureRecord",
+    "ErasureRequest",
+    "ErasureStep",
     "ErasureWatch",
     "EventLog",
+    "ExportRegistry",
     "Forked",
+    "JournaledLog",
     "KeyShredder",
     "LoadReport",
     "LoggedEvent",
@@ -82,6 +103,7 @@ __all__ = [
     "Metrics",
     "PoisonEvent",
     "RepairPlan",
+    "Restored",
     "RetentionOutcome",
     "RetentionProblem",
     "RetentionReport",
@@ -104,6 +126,7 @@ __all__ = [
     "Unwatch",
     "decode_logged",
     "export_jsonl",
+    "find_erasure",
     "fork_events",
     "list_sessions",
     "load_state",
@@ -111,6 +134,7 @@ __all__ = [
     "read_jsonl",
     "repair_session",
     "replay_session",
+    "restore_lost",
     "sweep_retention",
     "timeline",
     "verify",

@@ -27,7 +27,7 @@ import msgspec
 from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
-from convmem.errors import EventDecodeError, InvalidInput, ReplayError
+from convmem.errors import EventDecodeError, InvalidInput, ReplayError, SessionLost
 from convmem.events import (
     AnyEvent,
     BacklogTrimmed,
@@ -358,6 +358,9 @@ class _ReadOnlySnapshots:
     def delete(self, key: MemoryKey) -> None:
         """A reader deletes nothing (a stale snapshot is only skipped)."""
 
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        return self._store.keys(tenant_id=tenant_id, user_id=user_id)
+
     def close(self) -> None:
         """The store is its owner's to close."""
 
@@ -376,7 +379,8 @@ def list_sessions(
     is activated: a long session is not replayed whole. Nothing is written (a
     stale snapshot is skipped, not deleted). The event counts come from a log that
     counts without reading (JetStream's per-subject counts), else from the reads.
-    A session whose events do not fold shows health ``unreadable``.
+    A session whose events do not fold shows health ``unreadable``; one whose
+    snapshot the log no longer continues (`SessionLost`) shows ``lost``.
     """
     counter = getattr(log, "counts", None)
     counts: dict[MemoryKey, int] | None = (
@@ -392,6 +396,8 @@ def list_sessions(
             turns, live = state.next_index - 1, len(state.turns)
         except ReplayError:
             health, last_seq, last_at, turns, live = "unreadable", log.last_seq(key), None, 0, 0
+        except SessionLost:  # the log lost events its snapshot covers: `convmem restore` brings them back
+            health, last_seq, last_at, turns, live = "lost", log.last_seq(key), None, 0, 0
         rows.append(
             SessionRow(
                 key=key,

@@ -99,6 +99,12 @@ class ErasureWatch(Protocol):
     treat every session it holds as possibly erased. `on_notice` must be
     quick and must not block (it may run on the log's event loop). Returns a
     function that stops the watch.
+
+    `announce(notice)` tells every watcher of an erasure made outside the
+    log's own `erase` (the erasure steps repeat it, so a process killed
+    before the log told anyone is made up for when the erasure is finished).
     """
 
     def watch_erasures(self, on_notice: Callable[[ErasureNotice | None], None]) -> Unwatch: ...
+
+    def announce(self, notice: ErasureNotice) -> None: ...

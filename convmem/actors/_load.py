@@ -8,6 +8,14 @@ session that failed its checksum, events its intact successors say are
 missing, or messages the store holds but cannot read. A load that meets
 damage not followed by a `SessionRepaired` (or an erasure fence) raises
 `SessionDamaged`: the session is neither read nor written until repaired.
+
+A snapshot the log does not continue (the log holds no event, or another
+one, at the snapshot's seq; or an erasure's fence stands above it) is
+deleted only when the erasure journal has a record of an erasure of that
+session (`find_erasure`): it holds erased data; or when the log records a
+retention compaction (`HistoryCompacted`) past it, which stands for it. Without a record the log
+lost the session's events: the snapshot, the last copy of its turns, is kept
+and the load raises `SessionLost` (restore it with `restore_lost`).
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from typing import Literal
 
 import msgspec
 
+from convmem.actors._journal import ErasureJournal, ErasureReceipt, find_erasure
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
-from convmem.errors import EventDecodeError, ReplayError, SessionDamaged
+from convmem.errors import EventDecodeError, ReplayError, SessionDamaged, SessionLost
 from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, SessionErased, SessionRepaired, decode_event
 from convmem.projections import (
     SessionState,
@@ -212,15 +221,21 @@ def load_state(
     key: MemoryKey,
     *,
     on_poison: OnPoison = "skip",
+    journal: ErasureJournal | None = None,
 ) -> tuple[SessionState, LoadReport]:
-    """The session's current state: its snapshot (when valid) plus the events after it."""
+    """The session's current state: its snapshot (when valid) plus the events after it.
+
+    Raises `SessionLost` (keeping the snapshot) when the log lost events the
+    snapshot covers and `journal` has no record of their erasure.
+    """
     report = LoadReport()
     snapshot = snapshots.load(key) if snapshots is not None else None
     start = _usable(snapshot, key, report) if snapshot is not None else None
     if start is not None and snapshot is not None and snapshots is not None:
         # The snapshot stands for the log's events up to its seq only while the log holds the
-        # event at that seq (the very one, when the snapshot names it). Otherwise it outlived an
-        # erasure (a stale process saved it): it holds erased data, so it goes.
+        # event at that seq (the very one, when the snapshot names it). Otherwise either it
+        # outlived an erasure (a stale process saved it: it holds erased data, so it goes), or the
+        # log lost the session's events (it is their last copy, so it stays).
         near = log.read(key, after_seq=start.version - 1)
         # An event the store cannot read, where the snapshot's should be: damage, not an erasure.
         unreadable = next(
@@ -234,12 +249,14 @@ def load_state(
             covered = next(r.position for r in near if r.seq == snapshot.seq and r.damage is None)
             records = [r for r in near if r.position > covered or not r.position]
         else:
-            _log.warning("deleting the snapshot of %s: %s", key, problem)
-            snapshots.delete(key)
+            records = log.read(key)
+            if _compacted_past(records, snapshot.seq):
+                snapshots.delete(key)  # retention compacted the history past it: the log says so
+            else:
+                _drop_erased(log, snapshots, snapshot, start, problem, journal)
             report.snapshot_rejected = problem
             report.snapshot_seq = 0
             start = None
-            records = log.read(key)
     else:
         records = log.read(key)
     try:
@@ -253,18 +270,20 @@ def load_state(
         report.damage.clear()
         report.repaired.clear()
         if start is not None:
-            # The snapshot does not continue into the log (e.g. the session was erased): start over.
+            # The snapshot does not continue into the log: rebuild from the log alone. The
+            # snapshot is kept unless an erasure of the session was recorded.
             report.snapshot_rejected = "snapshot does not continue into the log"
             report.snapshot_seq = 0
-            if snapshots is not None:
-                snapshots.delete(key)  # useless, and maybe erased data
+            if snapshots is not None and _erased(journal, key, start):
+                snapshots.delete(key)  # erased data
             records = log.read(key)
         state = fold_logged(records, on_poison=on_poison, report=report)
     if start is not None and snapshots is not None and state.version > start.version and not state.started:
-        # A tombstone after the snapshot: the snapshot holds erased data (a stale writer saved it
-        # after the erasure); remove it rather than keep personal data the log no longer has.
-        snapshots.delete(key)
+        # A tombstone after the snapshot: an erasure is under way; the snapshot holds erased data
+        # (a stale writer saved it meanwhile). Removed once the erasure is recorded, else kept.
         report.snapshot_rejected = "snapshot predates an erasure"
+        if _erased(journal, key, start):
+            snapshots.delete(key)
     if report.damage:
         raise damaged_error(report.damage[0])
     return state, report
@@ -272,6 +291,53 @@ def load_state(
 
 def _as_damage(record: LoggedEvent) -> PoisonEvent:
     return PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=record.damage or "")
+
+
+def _compacted_past(records: list[LoggedEvent], seq: int) -> bool:
+    """Whether the log records a retention compaction (`HistoryCompacted`) after `seq`: the events
+    a snapshot at `seq` covers were dropped on purpose, and the compaction stands for them."""
+    for record in records:
+        if record.seq is None or record.seq <= seq or record.damage is not None:
+            continue
+        try:
+            event = decode_event(record.data)
+        except EventDecodeError:
+            continue
+        if isinstance(event, HistoryCompacted):
+            return True
+    return False
+
+
+def _erased(journal: ErasureJournal | None, key: MemoryKey, state: SessionState) -> bool:
+    """Whether `state` (a snapshot's) is a copy of data an erasure recorded in `journal` removed.
+
+    A pending erasure covers whatever the session holds; a finished one only
+    what was written before it finished (a session begun afresh after an
+    erasure is not erased data).
+    """
+    record = find_erasure(journal, key)
+    if record is None:
+        return False
+    return not isinstance(record, ErasureReceipt) or state.last_at <= record.completed_at
+
+
+def _drop_erased(
+    log: EventLog,
+    snapshots: SnapshotStore,
+    snapshot: Snapshot,
+    state: SessionState,
+    problem: str,
+    journal: ErasureJournal | None,
+) -> None:
+    """Delete `snapshot` when an erasure of its session is recorded; else raise `SessionLost`, keeping it."""
+    key = snapshot.key
+    if _erased(journal, key, state):
+        _log.warning("deleting the snapshot of erased session %s: %s", key, problem)
+        snapshots.delete(key)
+        return
+    raise SessionLost(
+        key=key.composite(), snapshot_seq=snapshot.seq, log_seq=log.last_seq(key), problem=problem
+    )
 
 
 def _usable(snapshot: Snapshot, key: MemoryKey, report: LoadReport) -> SessionState | None:
@@ -297,10 +363,7 @@ def _stale(records: list[LoggedEvent], snapshot: Snapshot) -> str | None:
     """Why `snapshot` does not belong to the history in `records` (read from its seq on), or None."""
     at = next((r for r in records if r.seq == snapshot.seq and r.damage is None), None)
     if at is None:
-        return (
-            f"the log holds no event at the snapshot's seq {snapshot.seq} "
-            "(the session was erased, or retention compacted its history past it)"
-        )
+        return f"the log holds no event at the snapshot's seq {snapshot.seq}"
     if snapshot.event_id and at.event_id is not None and at.event_id != snapshot.event_id:
-        return f"the log's event at seq {snapshot.seq} is not the one the snapshot covers (erased since)"
+        return f"the log's event at seq {snapshot.seq} is not the one the snapshot covers"
     return None

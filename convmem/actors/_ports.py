@@ -224,7 +224,15 @@ class SnapshotStore(Protocol):
         ...
 
     def delete(self, key: MemoryKey) -> None:
-        """Forget the session's snapshot."""
+        """Forget the session's snapshot, every stored part of it included (even a crashed save's)."""
+        ...
+
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """The keys that hold a snapshot or any part of one (of a tenant, of a user), in key order.
+
+        An erasure lists sessions from here as well as from the log: a snapshot
+        whose events are gone must not be invisible to it. `user_id` needs `tenant_id`.
+        """
         ...
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 
+from convmem.actors._journal import ErasureJournal
 from convmem.actors._load import LoadReport, OnPoison, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, Snapshot, SnapshotStore
 from convmem.events import Event, MemoryKey
@@ -33,8 +34,11 @@ class SessionStorage:
         *,
         on_poison: OnPoison = "skip",
         snapshot_every: int = 50,
+        journal: ErasureJournal | None = None,
     ) -> None:
         self.log = log
+        self.journal = journal
+        """Where erasures are recorded: a snapshot is deleted as erased only when it has a record."""
         self.snapshots = snapshots
         self.on_poison: OnPoison = on_poison
         self.snapshot_every = snapshot_every
@@ -53,7 +57,7 @@ class SessionStorage:
 
     def load(self, key: MemoryKey) -> tuple[SessionState, LoadReport]:
         """Rebuild `key` from its snapshot and the log (what activation does)."""
-        return load_state(self.log, self.snapshots, key, on_poison=self.on_poison)
+        return load_state(self.log, self.snapshots, key, on_poison=self.on_poison, journal=self.journal)
 
     def read(self, key: MemoryKey) -> list[LoggedEvent]:
         """Every stored event of `key`, still encoded."""

@@ -11,6 +11,8 @@ handles; erasure, forks and closing are its own. The parts:
   eviction and idle sweep, on a dispatcher's threads;
 - `RetentionSweeper` (`_retention`): with `retention` policies, a sweep every
   `sweep_every` seconds of the system's clock.
+- `Eraser` (`_eraser`): erasures, recorded in the `ErasureJournal` first and
+  carried out step by step; a system that starts finishes the pending ones.
 """
 
 from __future__ import annotations
@@ -24,20 +26,27 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-import msgspec
-
 from convmem.actors._callbacks import Callbacks, callbacks_of
 from convmem.actors._clock import SystemClock
+from convmem.actors._eraser import Erased, Eraser, ExportRegistry
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
 from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES
+from convmem.actors._journal import (
+    ErasureJournal,
+    ErasureRecord,
+    ErasureRequest,
+    JournaledLog,
+    find_erasure,
+)
 from convmem.actors._live import LiveSessions, SessionActivity
 from convmem.actors._load import LoadReport
 from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer
 from convmem.actors._repair import RepairPlan, repair_session
+from convmem.actors._restore import Restored, restore_lost
 from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
 from convmem.actors._storage import SessionStorage
@@ -48,16 +57,6 @@ from convmem.projections import SessionState, TokenEstimator, default_token_esti
 __all__ = ["Erased", "MemorySystem"]
 
 _log = logging.getLogger("convmem.system")
-
-
-class Erased(msgspec.Struct, frozen=True, kw_only=True):
-    """What an erasure removed: `events_purged` events from `sessions` sessions.
-
-    The service API's ``erase`` reply and ``convmem erase --json`` use the same two names.
-    """
-
-    events_purged: int
-    sessions: int
 
 
 def _check_settings(
@@ -114,6 +113,9 @@ class MemorySystem:
         timeout: float = 30.0,
         on_close: Callable[[], object] | None = None,
         retention: RetentionPolicies | Mapping[str, object] | None = None,
+        journal: ErasureJournal | None = None,
+        exports: ExportRegistry | None = None,
+        erasure_hook: Callable[[str], object] | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
         _check_settings(
@@ -141,7 +143,13 @@ class MemorySystem:
             max_abandoned=summarizer_abandoned,
             loop=summarizer_loop if summarizer_loop is not None else _running_loop(),
         )
-        self._storage = SessionStorage(log, snapshots, on_poison=on_poison, snapshot_every=snapshot_every)
+        if journal is None and isinstance(log, JournaledLog):
+            journal = log.erasure_journal()
+        self.journal = journal
+        """Where erasures are recorded before anything is deleted (the log's own when not given)."""
+        self._storage = SessionStorage(
+            log, snapshots, on_poison=on_poison, snapshot_every=snapshot_every, journal=journal
+        )
         self._callbacks = Callbacks(defaults, self.metrics, self._services.callbacks_for)
         self._sessions = LiveSessions(
             storage=self._storage,
@@ -162,6 +170,21 @@ class MemorySystem:
         # the live sessions they name are dropped on this one thread, off the log's loop.
         self._erasures = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-erasure")
         self._unwatch = log.watch_erasures(self._on_erasure) if isinstance(log, ErasureWatch) else None
+        self._eraser = (
+            Eraser(
+                journal=journal,
+                log=log,
+                snapshots=snapshots,
+                clock=self.clock,
+                drop=self.forget,
+                exports=exports,
+                hook=erasure_hook,
+            )
+            if journal is not None
+            else None
+        )
+        if self._eraser is not None:
+            self._finish_on_start()
         self.retention = checked_retention
         """The retention policies this system sweeps with (None: it keeps everything, never sweeps)."""
         self.retention_sweeper: RetentionSweeper | None = None
@@ -171,6 +194,23 @@ class MemorySystem:
                 policies, self.clock, lambda stop: self.sweep_retention(policies=policies, stop=stop)
             )
             self.retention_sweeper.start()
+
+    def _finish_on_start(self) -> None:
+        """Finish the erasures a crashed process left pending: here, or beside the log's own loop
+        when the system is made on it (a blocking call there would deadlock)."""
+        if self._storage.on_loop_thread():
+            threading.Thread(target=self._finish_logged, name="convmem-erasure-resume", daemon=True).start()
+        else:
+            self._finish_logged()
+
+    def _finish_logged(self) -> None:
+        try:
+            finished = self.finish_erasures()
+        except ConvmemError:
+            _log.warning("pending erasures not finished at start (they stay pending)", exc_info=True)
+            return
+        if finished:
+            _log.warning("finished %d erasure(s) left pending by an earlier process", len(finished))
 
     @property
     def loop_log(self) -> LoopEventLog | None:
@@ -249,45 +289,78 @@ class MemorySystem:
 
     # Erasure and forks --------------------------------------------------------------------
 
-    def erase(self, key: MemoryKey) -> Erased:
+    def erase(self, key: MemoryKey, *, by: str = "") -> Erased:
         """Remove a session's events and snapshot from the store (erasure of personal data).
 
-        When it returns, reads through this system see nothing of the session,
-        and the log has told every other process using it (see `forget`).
-        A stale writer elsewhere conflicts instead of writing the erased
-        history back; the session may start afresh.
+        The erasure is recorded in the journal first (`by`: who asked, kept
+        in the receipt), then carried out step by step (`convmem.actors._eraser`);
+        if this process dies meanwhile, the next system to start on the
+        journal, or ``convmem erase --resume``, finishes it. When it returns,
+        reads through this system see nothing of the session, and the log has
+        told every other process using it (see `forget`). A stale writer
+        elsewhere conflicts instead of writing the erased history back; the
+        session may start afresh.
         """
-        return self._erase([key], lambda at: self.log.erase(key, at=at))
+        if not isinstance(key, MemoryKey):
+            raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
+        return self._erase(key.tenant_id, key.user_id, key.session_id, by)
 
-    def erase_user(self, tenant_id: str, user_id: str) -> Erased:
-        """`erase` every session of one user, after deleting their data keys (`shred_user`)."""
-        self.shred_user(tenant_id, user_id)
-        keys = self.log.keys(tenant_id=tenant_id, user_id=user_id)
-        return self._erase(keys, lambda at: self.log.erase_user(tenant_id, user_id, at=at))
+    def erase_user(self, tenant_id: str, user_id: str, *, by: str = "") -> Erased:
+        """`erase` every session of one user: those with events, a snapshot or a part of one."""
+        MemoryKey(tenant_id, user_id, "-")  # the ids are checked as a key's would be
+        return self._erase(tenant_id, user_id, None, by)
 
     def shred_user(self, tenant_id: str, user_id: str) -> list[str]:
         """Delete the user's data keys when the log encrypts per user (`KeyShredder`); the ids deleted.
 
         From then on no copy of their encrypted events or snapshots can be
         read (replicas, backups, mirrors, old snapshots): each reads as erased.
-        Erasing one session does not shred: the key is the user's.
+        Erasing one session does not shred: the key is the user's. A user's
+        erasure does it as its step right after the record (``shred_key``).
         """
         if isinstance(self.log, KeyShredder):
             return self.log.shred_user(tenant_id, user_id)
         return []
 
-    def _erase(self, keys: list[MemoryKey], purge: Callable[[float], int]) -> Erased:
-        for key in keys:
-            self.passivate(key)  # no live actor keeps (or snapshots) what is being erased
-        events = purge(self.clock.now())
-        erased = set(keys)
-        # Drop any activation or cached read that raced in before the erasure (one that is reading
-        # the log now reads it again).
-        self._sessions.forget(erased.__contains__)
-        for key in keys:
-            if self.snapshots is not None:
-                self.snapshots.delete(key)  # after the events: a stale save has nothing to follow
-        return Erased(events_purged=events, sessions=len(keys))
+    def _erase(self, tenant_id: str, user_id: str, session_id: str | None, by: str) -> Erased:
+        eraser = self._need_eraser()
+        request = ErasureRequest.of(tenant_id, user_id, session_id, by=by, at=self.clock.now())
+        return eraser.erase(request)
+
+    def finish_erasures(self) -> list[Erased]:
+        """Finish every erasure left pending in the journal (by a process that died), oldest first."""
+        return self._need_eraser().finish_pending()
+
+    def pending_erasures(self) -> list[ErasureRequest]:
+        """The erasures recorded and not finished yet (empty without a journal)."""
+        return self.journal.pending() if self.journal is not None else []
+
+    def erasure_record(self, key: MemoryKey) -> ErasureRecord | None:
+        """The journal's record of an erasure that covers `key` (pending or done), or None.
+
+        Nothing is deleted as erased unless this answers with a record.
+        """
+        return find_erasure(self.journal, key)
+
+    def restore_lost(self, key: MemoryKey) -> Restored:
+        """Write the kept snapshot of a lost session (`SessionLost`) back into the log as events.
+
+        See `convmem.actors._restore`: a `SessionRestored` records it; the
+        snapshot is deleted once the log holds its content.
+        """
+        self.passivate(key)
+        return restore_lost(self.log, self.snapshots, key, now=self.clock.now())
+
+    def _need_eraser(self) -> Eraser:
+        if self._eraser is None:
+            raise InvalidConfig(
+                "journal",
+                "erasure needs an erasure journal, recorded before anything is deleted: this log "
+                "keeps none; pass journal=",
+            )
+        if self._closed:
+            raise SessionClosed("the memory system is closed")
+        return self._eraser
 
     def sweep_retention(
         self,
@@ -313,7 +386,7 @@ class MemorySystem:
             now=self.clock.now(),
             dry_run=dry_run,
             snapshots=self.snapshots,
-            erase=lambda key: self.erase(key).events_purged,
+            erase=lambda key: self.erase(key, by="retention").events_purged,
             passivate=self.passivate,
             tenant_id=tenant_id,
             stop=stop,

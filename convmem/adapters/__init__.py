@@ -27,7 +27,13 @@ from convmem.adapters._connect import (
     open_backend,
     open_backend_here,
 )
-from convmem.adapters._memory import InMemoryBackend, InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters._exports import FileExportRegistry, default_export_registry
+from convmem.adapters._memory import (
+    InMemoryBackend,
+    InMemoryErasureJournal,
+    InMemoryEventLog,
+    InMemorySnapshotStore,
+)
 from convmem.adapters.integrations.agents import ConvmemSession
 from convmem.adapters.integrations.penguiflow import (
     ConvmemShortTermMemory,
@@ -37,6 +43,7 @@ from convmem.adapters.integrations.penguiflow import (
 from convmem.adapters.jetstream import (
     EmbeddedNatsServer,
     JetStreamBackend,
+    JetStreamErasureJournal,
     JetStreamEventLog,
     JetStreamSnapshotStore,
 )
@@ -81,11 +88,14 @@ __all__ = [
     "ConvmemShortTermMemory",
     "EmbeddedNatsServer",
     "ExtractiveSummarizer",
+    "FileExportRegistry",
     "InMemoryBackend",
+    "InMemoryErasureJournal",
     "InMemoryEventLog",
     "InMemorySnapshotStore",
     "InternalError",
     "JetStreamBackend",
+    "JetStreamErasureJournal",
     "JetStreamEventLog",
     "JetStreamSnapshotStore",
     "MalformedRequest",
@@ -107,6 +117,7 @@ __all__ = [
     "connect",
     "connect_here",
     "connect_remote",
+    "default_export_registry",
     "open_backend",
     "open_backend_here",
     "operator_subject",

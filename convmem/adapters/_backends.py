@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Protocol, TypedDict, TypeVar
 
-from convmem.actors import EventLog, SnapshotStore
+from convmem.actors import ErasureJournal, EventLog, SnapshotStore
 from convmem.adapters._auth import NatsAuth, redact_url
 from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import EmbeddedOptions, JetStreamBackend, JetStreamOptions
@@ -42,10 +42,12 @@ DEFAULT_SCHEME = "nats"
 
 
 class Backend(Protocol):
-    """A log and a snapshot store, opened together and closed together.
+    """A log, a snapshot store and an erasure journal, opened together and closed together.
 
-    `snapshots` may be None (a reader that found no snapshot store); `url`
+    `snapshots` and `journal` may be None (a reader that found none); `url`
     says where the backend is, as a client would reach it (shown redacted).
+    The journal records each erasure before anything is deleted (see
+    `convmem.actors.ErasureJournal`); a backend keeps it as durable as its log.
     """
 
     @property
@@ -53,6 +55,9 @@ class Backend(Protocol):
 
     @property
     def snapshots(self) -> SnapshotStore | None: ...
+
+    @property
+    def journal(self) -> ErasureJournal | None: ...
 
     @property
     def url(self) -> str: ...
@@ -88,6 +93,8 @@ class BackendOptions(TypedDict, total=False):
     keys: KeySettings | Keyring | None
     """Encryption at rest: the master key and key store (`KeySettings`), or a `Keyring`; None: the
     default (the embedded server's data folder, else ``CONVMEM_MASTER_KEY`` if set, else none)."""
+    journal_bucket: str | None
+    """The erasure journal's bucket (None: the backend's default, ``<stream>_ERASURES``)."""
 
 
 class BackendOpener(Protocol):
@@ -222,6 +229,8 @@ def _named(settings: _S, options: BackendOptions) -> _S:
         settings["prefix"] = prefix
     if (bucket := options.get("bucket")) is not None:
         settings["bucket"] = bucket
+    if (journal := options.get("journal_bucket")) is not None:
+        settings["journal_bucket"] = journal
     return settings
 
 

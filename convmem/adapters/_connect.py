@@ -22,9 +22,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Unpack, cast
 
-from convmem.actors import Clock, MemorySystem, Summarizer
+from convmem.actors import Clock, ExportRegistry, MemorySystem, Summarizer
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
+from convmem.adapters._exports import default_export_registry
 from convmem.adapters._memory import MEMORY_URL
 from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
@@ -68,6 +69,8 @@ class ConnectOptions(BackendOptions, total=False):
     actor_threads: int
     on_poison: Literal["skip", "stop"]
     retention: RetentionPolicies | Mapping[str, object] | None
+    exports: ExportRegistry | None
+    erasure_hook: Callable[[str], object] | None
 
 
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
@@ -125,6 +128,7 @@ def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
     """The system on `backend` that closes it; the offline summarizer unless one is given."""
     config = settings.pop("config", None)
     config = config if config is not None else ShortTermMemoryConfig()
+    settings.setdefault("exports", default_export_registry())  # the export files written here
     summarizer = settings.pop("summarizer", None)
     if summarizer is None:
         summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
@@ -132,6 +136,7 @@ def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
         config,
         log=backend.log,
         snapshots=backend.snapshots,
+        journal=backend.journal,
         summarizer=summarizer,
         on_close=backend.close,
         **settings,

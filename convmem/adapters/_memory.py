@@ -1,4 +1,4 @@
-"""In-memory `EventLog` and `SnapshotStore`: real implementations, not mocks.
+"""In-memory `EventLog`, `SnapshotStore` and `ErasureJournal`: real implementations, not mocks.
 
 They keep the same promises as the JetStream adapters (optimistic
 concurrency, exactly-once by event id, erasure that leaves nothing and tells
@@ -16,12 +16,26 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from convmem.actors import ErasureNotice, LoggedEvent, SessionSequence, Snapshot, Unwatch
+from convmem.actors import (
+    ErasureNotice,
+    ErasureReceipt,
+    ErasureRequest,
+    LoggedEvent,
+    SessionSequence,
+    Snapshot,
+    Unwatch,
+)
 from convmem.adapters._checksum import check
 from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, SessionClosed
 from convmem.events import Event, HistoryCompacted, MemoryKey, SessionErased, decode_event, encode_event
 
-__all__ = ["MEMORY_URL", "InMemoryBackend", "InMemoryEventLog", "InMemorySnapshotStore"]
+__all__ = [
+    "MEMORY_URL",
+    "InMemoryBackend",
+    "InMemoryErasureJournal",
+    "InMemoryEventLog",
+    "InMemorySnapshotStore",
+]
 
 MEMORY_URL = "memory://"
 _log = logging.getLogger("convmem.memory")
@@ -37,11 +51,16 @@ class InMemoryEventLog:
         self._ids: dict[MemoryKey, set[str]] = {}
         self._all: list[LoggedEvent | None] = []
         self._watchers: dict[object, Callable[[ErasureNotice | None], None]] = {}
+        self._journal = InMemoryErasureJournal()
         self._closed = False
 
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed("the in-memory event log is closed")
+
+    def erasure_journal(self) -> InMemoryErasureJournal:
+        """See `JournaledLog`: the log's own journal, shared by every system on this log."""
+        return self._journal
 
     def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
         """See `EventLog.append`."""
@@ -232,6 +251,12 @@ class InMemoryEventLog:
 
         return unwatch
 
+    def announce(self, notice: ErasureNotice) -> None:
+        """See `ErasureWatch.announce`: every watcher is told before this returns."""
+        with self._lock:
+            self._check_open()
+        self._tell(notice)
+
     def _tell(self, notice: ErasureNotice) -> None:
         with self._lock:
             watchers = list(self._watchers.values())
@@ -284,17 +309,73 @@ class InMemorySnapshotStore:
         with self._lock:
             self._snapshots.pop(key, None)
 
-    def keys(self) -> list[MemoryKey]:
-        """The sessions that have a snapshot, in key order."""
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """See `SnapshotStore.keys`."""
+        if user_id is not None and tenant_id is None:
+            raise InvalidInput("user_id", "listing one user's snapshots needs tenant_id too")
         with self._lock:
-            return sorted(self._snapshots, key=MemoryKey.composite)
+            found = list(self._snapshots)
+        return sorted(
+            (
+                k
+                for k in found
+                if (tenant_id is None or k.tenant_id == tenant_id)
+                and (user_id is None or k.user_id == user_id)
+            ),
+            key=MemoryKey.composite,
+        )
 
     def close(self) -> None:
         """Nothing to release."""
 
 
+class InMemoryErasureJournal:
+    """Pending erasures and receipts, held in this process (as long-lived as the in-memory log)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, ErasureRequest] = {}
+        self._done: dict[str, ErasureReceipt] = {}
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("the in-memory erasure journal is closed")
+
+    def record(self, request: ErasureRequest) -> None:
+        """See `ErasureJournal.record`."""
+        with self._lock:
+            self._check_open()
+            if request.id not in self._done:
+                self._pending.setdefault(request.id, request)
+
+    def pending(self) -> list[ErasureRequest]:
+        """See `ErasureJournal.pending`."""
+        with self._lock:
+            self._check_open()
+            return sorted(self._pending.values(), key=lambda r: (r.at, r.id))
+
+    def complete(self, receipt: ErasureReceipt) -> None:
+        """See `ErasureJournal.complete`."""
+        with self._lock:
+            self._check_open()
+            self._done.setdefault(receipt.id, receipt)
+            self._pending.pop(receipt.id, None)
+
+    def receipts(self) -> list[ErasureReceipt]:
+        """See `ErasureJournal.receipts`."""
+        with self._lock:
+            self._check_open()
+            return sorted(self._done.values(), key=lambda r: (r.completed_at, r.id))
+
+    def close(self) -> None:
+        """See `ErasureJournal.close`."""
+        with self._lock:
+            self._closed = True
+
+
 class InMemoryBackend:
-    """The log and snapshot store behind ``memory://``, shaped like `JetStreamBackend`."""
+    """The log, snapshot store and erasure journal behind ``memory://``, shaped like `JetStreamBackend`."""
 
     url = MEMORY_URL
     server = None
@@ -302,8 +383,10 @@ class InMemoryBackend:
     def __init__(self) -> None:
         self.log = InMemoryEventLog()
         self.snapshots = InMemorySnapshotStore()
+        self.journal = self.log.erasure_journal()
 
     def close(self) -> None:
-        """Close the log and the snapshot store."""
+        """Close the log, the snapshot store and the journal."""
         self.log.close()
         self.snapshots.close()
+        self.journal.close()

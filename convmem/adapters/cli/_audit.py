@@ -1,11 +1,13 @@
-"""The auditor's commands: replay, verify, export, erase, repair (inspect and sessions are in `_inspect`)."""
+"""The auditor's commands: replay, verify, export, erase, restore, repair (inspect and sessions are in
+`_inspect`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +17,15 @@ from convmem.actors import (
     EventLog,
     LoggedEvent,
     MemorySystem,
+    SnapshotStore,
     export_jsonl,
     plan_repair,
     read_jsonl,
     replay_session,
+    restore_lost,
     verify,
 )
+from convmem.adapters._exports import default_export_registry
 from convmem.adapters._memory import InMemoryEventLog
 from convmem.adapters.cli._common import (
     EXIT_DAMAGED,
@@ -29,11 +34,13 @@ from convmem.adapters.cli._common import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CliError,
     Progress,
     backend,
     emit_json,
+    open_store,
     parse_key,
     parse_time,
     positive_int,
@@ -41,7 +48,7 @@ from convmem.adapters.cli._common import (
     table,
 )
 from convmem.adapters.cli._safe import json_text
-from convmem.errors import ConvmemError
+from convmem.errors import ConvmemError, StoreNotFound
 from convmem.events import MemoryKey
 from convmem.projections import agent_items, llm_context
 
@@ -85,11 +92,15 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_export)
 
     p = commands.add_parser(
-        "erase", parents=[common], help="erase a session's or a user's events and snapshots"
+        "erase",
+        parents=[common],
+        help="erase a session's or a user's events and snapshots (recorded first; finishes pending ones)",
     )
     p.add_argument("--key", help="one session, tenant:user:session")
     p.add_argument("--tenant", help="the user's tenant")
     p.add_argument("--user", help="every session of this user (needs --tenant)")
+    p.add_argument("--resume", action="store_true", help="only finish the erasures left pending")
+    p.add_argument("--by", help="who asks (kept in the erasure's receipt; default: $USER)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_erase)
@@ -113,6 +124,16 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_repair)
+
+    p = commands.add_parser(
+        "restore",
+        parents=[common],
+        help="write a lost session's kept snapshot back into the log (when the log lost its events)",
+    )
+    p.add_argument("key", help="tenant:user:session")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_restore)
 
 
 def _records_from_file(path: Path) -> list[LoggedEvent]:
@@ -347,9 +368,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise CliError(f"nothing to export: no events for {what}", EXIT_NOT_FOUND)
         out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
         progress = Progress("export: events", total, quiet=not args.output)
+        exported: set[MemoryKey] = set()
         try:
             records = log.read(key) if key is not None else log.read_all(**scope)
-            for line in export_jsonl(records):
+            for line in export_jsonl(_noting_keys(records, exported)):
                 out.write((line if args.output else json_text(line)) + "\n")  # stdout: no raw controls
                 count += 1
                 if count % 200 == 0:
@@ -359,16 +381,24 @@ def cmd_export(args: argparse.Namespace) -> int:
             progress.close()
             if args.output:
                 out.close()
+                # An erasure of any of these sessions rewrites the file without them.
+                default_export_registry().record(args.output, exported)
     if args.output:
         print(f"exported {count} events to {args.output}", file=sys.stderr)
     return EXIT_OK
 
 
-def _confirm(what: str, token: str) -> bool:
+def _noting_keys(records: Iterable[LoggedEvent], keys: set[MemoryKey]) -> Iterator[LoggedEvent]:
+    for record in records:
+        keys.add(record.key)
+        yield record
+
+
+def _confirm(what: str, token: str, verb: str = "erase") -> bool:
     if not sys.stdin.isatty():
-        raise CliError(f"refusing to erase {what} without confirmation: pass --yes", EXIT_USAGE)
+        raise CliError(f"refusing to {verb} {what} without confirmation: pass --yes", EXIT_USAGE)
     try:
-        answer = input(f"Erase {what}? This cannot be undone. Type {token} to confirm: ")
+        answer = input(f"{verb.capitalize()} {what}? This cannot be undone. Type {token} to confirm: ")
     except EOFError:  # Ctrl-D: no answer is not a yes
         print(file=sys.stderr)
         return False
@@ -376,42 +406,108 @@ def _confirm(what: str, token: str) -> bool:
 
 
 def cmd_erase(args: argparse.Namespace) -> int:
-    if bool(args.key) == bool(args.user):
-        raise CliError("say what to erase: --key tenant:user:session, or --tenant T --user U", EXIT_USAGE)
+    if args.resume and (args.key or args.user or args.tenant):
+        raise CliError("--resume finishes what is pending: give no --key, --tenant or --user", EXIT_USAGE)
+    if not args.resume and bool(args.key) == bool(args.user):
+        raise CliError(
+            "say what to erase: --key tenant:user:session, or --tenant T --user U (or --resume)", EXIT_USAGE
+        )
     key = parse_key(args.key) if args.key else None
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant", EXIT_USAGE)
-    with backend(args) as (log, snapshots):
-        keys = [key] if key is not None else log.keys(tenant_id=args.tenant, user_id=args.user)
-        if key is not None and log.last_seq(key) == 0:
-            keys = []
-        if key is not None:
-            what = f"session {key.composite()}"
-        else:
-            what = f"user {args.user} of tenant {args.tenant} ({len(keys)} session(s))"
-        if not keys:
-            raise CliError(f"nothing to erase: no events for {what}", EXIT_NOT_FOUND)
-        token = key.composite() if key else args.user
-        if not args.yes and not _confirm(what, token):
-            print("not erased: the confirmation did not match", file=sys.stderr)
-            return EXIT_DECLINED
-        progress = Progress("erase: sessions", len(keys), quiet=args.json or key is not None)
-        events = sessions = 0
-        try:
-            with MemorySystem(log=log, snapshots=snapshots) as system:
-                if key is None:  # a user: their data keys go first, so no copy of their events opens
-                    system.shred_user(args.tenant, args.user)
-                for done, each in enumerate(keys, start=1):
-                    erased = system.erase(each)
-                    events += erased.events_purged
-                    sessions += erased.sessions
-                    progress.update(done)
-        finally:
-            progress.close()
+    by = args.by if args.by is not None else os.environ.get("USER", "")
+    with open_store(args) as opened:
+        if opened.journal is None:
+            raise CliError(f"{opened.url}: this backend keeps no erasure journal", EXIT_INVALID)
+        pending = len(opened.journal.pending())
+        keys: list[MemoryKey] = []
+        what = ""
+        if not args.resume:
+            keys = _erasable(opened.log, opened.snapshots, key, args.tenant, args.user)
+            if key is not None:
+                what = f"session {key.composite()}"
+            else:
+                what = f"user {args.user} of tenant {args.tenant} ({len(keys)} session(s))"
+            if not keys and not pending:
+                raise CliError(f"nothing to erase: no events or snapshots for {what}", EXIT_NOT_FOUND)
+            token = key.composite() if key else args.user
+            if keys and not args.yes and not _confirm(what, token):
+                print("not erased: the confirmation did not match", file=sys.stderr)
+                return EXIT_DECLINED
+        # The system finishes the pending erasures as it starts (a crashed erase's, or this one's).
+        with MemorySystem(
+            log=opened.log,
+            snapshots=opened.snapshots,
+            journal=opened.journal,
+            exports=default_export_registry(),
+        ) as system:
+            still = len(system.pending_erasures())
+            if still:
+                raise CliError(
+                    f"{still} pending erasure(s) could not be finished (see the log above); "
+                    "run `convmem erase --resume` again",
+                    EXIT_UNAVAILABLE,
+                )
+            erased = None
+            if keys:
+                erased = system.erase(key, by=by) if key else system.erase_user(args.tenant, args.user, by=by)
+    result = {
+        "events_purged": erased.events_purged if erased else 0,
+        "sessions": erased.sessions if erased else 0,
+        "resumed": pending,
+    }
     if args.json:
-        emit_json({"events_purged": events, "sessions": sessions})
+        emit_json(result)
+        return EXIT_OK
+    if pending:
+        print(f"finished {pending} pending erasure(s)")
+    if erased is not None:
+        print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
+    elif args.resume and not pending:
+        print("no pending erasure")
+    return EXIT_OK
+
+
+def _erasable(
+    log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey | None, tenant: str, user: str
+) -> list[MemoryKey]:
+    """What an erase of `key` (or of the user) would find: sessions with events, a snapshot or a part."""
+    if key is not None:
+        tenant, user = key.tenant_id, key.user_id
+    found = set(log.keys(tenant_id=tenant, user_id=user))
+    if snapshots is not None:
+        found.update(snapshots.keys(tenant_id=tenant, user_id=user))
+    if key is not None:
+        return [key] if key in found else []
+    return sorted(found, key=MemoryKey.composite)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    key = parse_key(args.key)
+    with open_store(args) as opened:
+        what = f"session {key.composite()} from its snapshot"
+        if not args.yes and not _confirm(what, key.composite(), "restore"):
+            print("not restored: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        try:
+            restored = restore_lost(opened.log, opened.snapshots, key, now=time.time())
+        except StoreNotFound as exc:
+            raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    if args.json:
+        emit_json(
+            {
+                "key": key.composite(),
+                "snapshot_seq": restored.snapshot_seq,
+                "log_seq": restored.log_seq,
+                "seq": restored.seq,
+                "turns": restored.turns,
+            }
+        )
     else:
-        print(f"erased {what}: {events} events purged from {sessions} session(s)")
+        print(
+            f"restored {key.composite()} from its snapshot at seq {restored.snapshot_seq}: "
+            f"{restored.turns} turn(s), the session is at seq {restored.seq}"
+        )
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.progress import Progress as RichProgress
 
 from convmem.actors import EventLog, SnapshotStore
+from convmem.adapters._backends import Backend
 from convmem.adapters._connect import open_backend
 from convmem.adapters.cli._safe import json_text, raw_stream, visible
 from convmem.adapters.jetstream._embedded import default_store_dir, running_server_url
@@ -41,6 +42,7 @@ __all__ = [
     "emit_json",
     "key_settings",
     "nats_url",
+    "open_store",
     "parse_key",
     "parse_time",
     "positive_int",
@@ -174,8 +176,20 @@ def backend(
     `read_only` (replay, verify, inspect, export, sessions, timeline) never
     creates the stream or the bucket: a missing stream is `StoreNotFound`.
     """
+    with open_store(args, read_only=read_only) as opened:
+        yield opened.log, opened.snapshots
+
+
+@contextmanager
+def open_store(
+    args: argparse.Namespace, *, read_only: bool = False, url: str | None = None
+) -> Iterator[Backend]:
+    """The whole backend the global options name (log, snapshots, erasure journal); closed on exit.
+
+    `url` overrides where the options say the server is.
+    """
     opened = open_backend(
-        nats_url(args),
+        url if url is not None else nats_url(args),
         data_dir=args.data_dir,
         stream=args.stream,
         prefix=args.prefix,
@@ -186,7 +200,7 @@ def backend(
         keys=key_settings(args),
     )
     try:
-        yield opened.log, opened.snapshots
+        yield opened
     finally:
         opened.close()
 

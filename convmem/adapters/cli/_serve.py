@@ -16,6 +16,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from convmem.adapters.cli._common import (
     emit_json,
     key_settings,
     nats_url,
+    open_store,
     positive_int,
     positive_seconds,
     table,
@@ -486,6 +488,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     check_api_prefix(args.api_prefix)
     only = _local_instances(args) if args.local else None
+    erasures = _pending_erasures(args, url)
     replicas = asyncio.run(
         service_status(
             url,
@@ -502,12 +505,48 @@ def cmd_status(args: argparse.Namespace) -> int:
         for _ in range(missing)
     ]
     if args.json:
-        emit_json({"replicas": rows, "answered": sum(r.ok for r in replicas), "expected": args.expect})
+        emit_json(
+            {
+                "replicas": rows,
+                "answered": sum(r.ok for r in replicas),
+                "expected": args.expect,
+                "erasures": erasures,
+            }
+        )
     else:
         _status_tables(rows)
+        _erasures_line(erasures)
     if not replicas:
         raise CliError(f"no convmem service answered on {redact_url(url)} (api prefix {args.api_prefix})", 4)
     return EXIT_OK if missing == 0 and all(r.ok for r in replicas) else 4
+
+
+def _pending_erasures(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """How many erasures are pending in the journal and how old the oldest is (no id: counts only).
+
+    Read-only: nothing is created. A journal these credentials cannot read is
+    reported as unknown, with why.
+    """
+    try:
+        with open_store(args, read_only=True, url=url) as opened:
+            pending = opened.journal.pending() if opened.journal is not None else []
+    except ConvmemError as exc:
+        return {"pending": None, "oldest_age_s": None, "problem": str(exc)}
+    oldest = min((r.at for r in pending), default=None)
+    age = None if oldest is None else round(max(0.0, time.time() - oldest), 1)
+    return {"pending": len(pending), "oldest_age_s": age, "problem": None}
+
+
+def _erasures_line(erasures: dict[str, Any]) -> None:
+    if erasures["pending"] is None:
+        print(f"pending erasures: unknown ({erasures['problem']})")
+    elif erasures["pending"]:
+        print(
+            f"pending erasures: {erasures['pending']} (oldest {erasures['oldest_age_s']:.0f} s old): "
+            "`convmem erase --resume` or any convmem that starts on this store finishes them"
+        )
+    else:
+        print("pending erasures: 0")
 
 
 def _status_tables(rows: list[dict[str, Any]]) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters._connect import open_backend_here
+from convmem.adapters._exports import default_export_registry
 from convmem.adapters._loop import EventLoopThread
 from convmem.adapters.cli._safe import SafeStream
 from convmem.adapters.keys import KeySettings
@@ -178,6 +179,8 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
             spec.config,
             log=opened.log,
             snapshots=opened.snapshots,
+            journal=opened.journal,
+            exports=default_export_registry(),
             summarizer=summarizer_named(spec.summarizer, spec.config),
             max_live_sessions=spec.max_live_sessions,
             actor_threads=spec.actor_threads,

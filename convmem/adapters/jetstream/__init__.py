@@ -15,6 +15,7 @@ rest), and `_keystore` keeps data keys in a key-value bucket of their own
 
 from convmem.adapters.jetstream._backend import JetStreamBackend
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.jetstream._keystore import NatsKeyStore
 from convmem.adapters.jetstream._log import JetStreamEventLog
 from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
@@ -22,6 +23,7 @@ from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
 __all__ = [
     "EmbeddedNatsServer",
     "JetStreamBackend",
+    "JetStreamErasureJournal",
     "JetStreamEventLog",
     "JetStreamSnapshotStore",
     "NatsKeyStore",

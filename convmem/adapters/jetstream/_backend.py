@@ -1,8 +1,8 @@
-"""`JetStreamBackend`: the durable log and snapshot store on one NATS connection.
+"""`JetStreamBackend`: the durable log, snapshot store and erasure journal on one NATS connection.
 
 ```python
 with JetStreamBackend.connect("nats://127.0.0.1:4222") as backend:
-    system = MemorySystem(log=backend.log, snapshots=backend.snapshots, ...)
+    system = MemorySystem(log=backend.log, snapshots=backend.snapshots, journal=backend.journal, ...)
 ```
 
 `embedded()` starts a private nats-server first (see `EmbeddedNatsServer`)
@@ -26,6 +26,7 @@ from convmem.adapters.jetstream._connection import (
     NatsConnection,
 )
 from convmem.adapters.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
 from convmem.adapters.jetstream._setup import check_exists
@@ -46,12 +47,14 @@ class EmbeddedOptions(TypedDict, total=False):
     """The subject prefix (default ``convmem.ev``)."""
     bucket: str
     """The snapshot bucket (default ``CONVMEM_SNAPSHOTS``)."""
+    journal_bucket: str
+    """The erasure journal's bucket (default ``<stream>_ERASURES``)."""
     timeout: float
     """Seconds a connection, a check or a call may take (default 5)."""
     read_only: bool
-    """Never create the stream or the bucket (audits): a missing stream is `StoreNotFound`,
-    a missing bucket leaves `snapshots` None. An embedded server then never creates its
-    folder or store either (see `EmbeddedNatsServer`)."""
+    """Never create the stream or the buckets (audits): a missing stream is `StoreNotFound`,
+    a missing bucket leaves `snapshots` (or `journal`) None. An embedded server then never
+    creates its folder or store either (see `EmbeddedNatsServer`)."""
     keys: KeySettings | Keyring | None
     """Encryption at rest: where the master key and the key store are (`KeySettings`), or a
     `Keyring` made by the caller (kept open: the caller closes it). None: the embedded default's
@@ -87,9 +90,11 @@ class JetStreamBackend:
         url: str,
         server: EmbeddedNatsServer | None = None,
         keyring: Keyring | None = None,
+        journal: JetStreamErasureJournal | None = None,
     ) -> None:
         self.log = log
         self.snapshots = snapshots
+        self.journal = journal
         self.url = url
         self.server = server
         self.keyring = keyring
@@ -132,37 +137,43 @@ class JetStreamBackend:
         except BaseException:
             connection.release()
             raise
+        stream = options.get("stream", DEFAULT_STREAM)
         try:
             log = JetStreamEventLog(
                 connection,
-                stream=options.get("stream", DEFAULT_STREAM),
+                stream=stream,
                 prefix=options.get("prefix", DEFAULT_PREFIX),
                 replicas=replicas,
                 duplicate_window=options.get("duplicate_window", 120.0),
                 create=create,
                 keyring=keyring,
+                journal_bucket=options.get("journal_bucket"),
             )
-            snapshots: JetStreamSnapshotStore | None
+            snapshots: JetStreamSnapshotStore | None = None
             try:
-                snapshots = JetStreamSnapshotStore(
-                    connection,
-                    bucket=options.get("bucket", DEFAULT_BUCKET),
-                    replicas=replicas,
-                    create=create,
-                    keyring=keyring,
-                )
-            except StoreNotFound:
-                snapshots = None  # a reader does without snapshots
+                try:
+                    snapshots = JetStreamSnapshotStore(
+                        connection,
+                        bucket=options.get("bucket", DEFAULT_BUCKET),
+                        replicas=replicas,
+                        create=create,
+                        keyring=keyring,
+                    )
+                except StoreNotFound:
+                    snapshots = None  # a reader does without snapshots
+                journal = log.erasure_journal()  # beside the stream, closed with the log
             except BaseException:
                 log.close()
+                if snapshots is not None:
+                    snapshots.close()
                 raise
         except BaseException:
             if owned is not None:
                 owned.close()
             raise
         finally:
-            connection.release()  # the two adapters hold the connection from here on
-        return cls(log, snapshots, url=url, keyring=owned)
+            connection.release()  # the adapters hold the connection from here on
+        return cls(log, snapshots, url=url, keyring=owned, journal=journal)
 
     @classmethod
     def embedded(
@@ -216,7 +227,7 @@ class JetStreamBackend:
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
-        """Close both adapters (and so the connection), then stop the embedded server if any."""
+        """Close the adapters (and so the connection), then stop the embedded server if any."""
         try:
             self.log.close()
             if self.snapshots is not None:

@@ -34,7 +34,8 @@ from convmem.adapters._checksum import SUM_HEADER
 from convmem.adapters._loop import wait
 from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
-from convmem.adapters.jetstream._read import MSG_ID, SubjectKeys, read_range, unreadable
+from convmem.adapters.jetstream._journal import JetStreamErasureJournal, erasure_bucket
+from convmem.adapters.jetstream._read import MSG_ID, SubjectKeys, list_subjects, read_range, unreadable
 from convmem.adapters.jetstream._sealing import Sealing
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_stream, subject_pattern
 from convmem.adapters.jetstream._usage import count_bytes
@@ -44,6 +45,7 @@ from convmem.errors import (
     ConvmemError,
     InvalidConfig,
     InvalidInput,
+    PermissionDenied,
     SessionClosed,
     StoreNotFound,
 )
@@ -75,6 +77,7 @@ class JetStreamEventLog:
         read_batch: int = 2048,
         create: bool = True,
         keyring: Keyring | None = None,
+        journal_bucket: str | None = None,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the stream.
 
@@ -82,6 +85,8 @@ class JetStreamEventLog:
         (encryption at rest, `convmem.adapters.keys`) and `erase_user` deletes
         the user's keys first; without one, events are stored plain and sealed
         events already stored raise `EncryptionKeyError` when read.
+        `journal_bucket` names the erasure journal's bucket (default ``<stream>_ERASURES``),
+        opened on first use (`erasure_journal`).
 
         `duplicate_window` (seconds) must outlast any retry of an append;
         `read_batch` is how many messages one read request brings back. With
@@ -108,6 +113,11 @@ class JetStreamEventLog:
         self._closed = False
         self._close_lock = threading.Lock()
         self._appending: dict[MemoryKey, tuple[str, str]] = {}
+        self._journal_bucket = journal_bucket if journal_bucket is not None else erasure_bucket(stream)
+        self._journal_settings = (replicas, create)
+        self._journal: JetStreamErasureJournal | None = None
+        self._journal_opened = False
+        self._journal_lock = threading.Lock()
         try:
             if create:
                 connection.call(
@@ -382,16 +392,7 @@ class JetStreamEventLog:
         return int(info["state"]["last_seq"])
 
     async def _subjects(self, subject_filter: str) -> dict[str, int]:
-        subjects: dict[str, int] = {}
-        while True:
-            info = await self._conn.api(
-                f"$JS.API.STREAM.INFO.{self._stream}",
-                {"subjects_filter": subject_filter, "offset": len(subjects)},
-            )
-            page = info["state"].get("subjects") or {}
-            subjects.update(page)
-            if not page or len(subjects) >= int(info.get("total", 0)):
-                return subjects
+        return await list_subjects(self._conn, self._stream, subject_filter)
 
     def erase(self, key: MemoryKey, *, at: float) -> int:
         """See `EventLog.erase`: the messages are erased on disk, then every watcher is told."""
@@ -437,6 +438,12 @@ class JetStreamEventLog:
     def notices(self) -> str:
         """The subject erasure notices travel on (core NATS: nothing of them is stored)."""
         return f"{self._keys.prefix}.erasures"
+
+    def announce(self, notice: ErasureNotice) -> None:
+        """See `ErasureWatch.announce`: published to every process watching this stream."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        self._notify(notice)
 
     def _notify(self, notice: ErasureNotice) -> None:
         data = notice.encode()
@@ -489,10 +496,35 @@ class JetStreamEventLog:
 
         return unwatch
 
+    def erasure_journal(self) -> JetStreamErasureJournal | None:
+        """See `JournaledLog`: the journal bucket beside the stream, opened (made) on first use.
+
+        None for a reader (`create` False) when the bucket is missing or these
+        credentials may not see it.
+        """
+        with self._journal_lock:
+            if not self._journal_opened:
+                if self._closed:
+                    raise SessionClosed("the JetStream event log is closed")
+                replicas, create = self._journal_settings
+                try:
+                    self._journal = JetStreamErasureJournal(
+                        self._conn, bucket=self._journal_bucket, replicas=replicas, create=create
+                    )
+                except (StoreNotFound, PermissionDenied):
+                    if create:
+                        raise
+                    self._journal = None  # a reader of a store where nothing was erased, or not allowed
+                self._journal_opened = True
+            return self._journal
+
     def close(self) -> None:
-        """See `EventLog.close`. Releases this log's share of the connection."""
+        """See `EventLog.close`. Releases this log's share of the connection (and its journal's)."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        with self._journal_lock:
+            if self._journal is not None:
+                self._journal.close()
         self._conn.release()

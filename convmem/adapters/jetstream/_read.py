@@ -35,6 +35,7 @@ __all__ = [
     "fetch_batch",
     "fetch_subject",
     "fetch_subject_counted",
+    "list_subjects",
     "read_range",
     "session_seq",
     "tail_start",
@@ -283,6 +284,19 @@ def unreadable(key: MemoryKey, count: int, after: LoggedEvent | None) -> LoggedE
             f"back (damaged on disk; the first would be seq {first})"
         ),
     )
+
+
+async def list_subjects(conn: NatsConnection, stream: str, subject_filter: str) -> dict[str, int]:
+    """The stream's subjects that match `subject_filter`, with their message counts; none is read."""
+    subjects: dict[str, int] = {}
+    while True:
+        info = await conn.api(
+            f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subject_filter, "offset": len(subjects)}
+        )
+        page = info["state"].get("subjects") or {}
+        subjects.update(page)
+        if not page or len(subjects) >= int(info.get("total", 0)):
+            return subjects
 
 
 class SubjectKeys:

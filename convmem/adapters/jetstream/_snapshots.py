@@ -15,8 +15,10 @@ session's key), written first, and the message on the key holds the snapshot
 without its bytes and a ``Convmem-Parts`` header saying how many parts to
 read. A load joins them; the loader checks the joined bytes against the
 snapshot's hash, so parts mixed by racing savers only cost a longer replay.
-Parts are numbered from 0 without a gap, so saving and deleting erase every
-part they find, from a crashed save's too.
+Parts are numbered from 0 without a gap, so saving erases every part it finds
+from its own count on; deleting lists the key's part subjects and erases every
+one, so a part left by a crashed save or a killed delete (a gap) goes too.
+`keys` lists sessions from the bucket's subjects, heads and parts alike.
 
 With a keyring (encryption at rest), the snapshot's state bytes are sealed
 with the data key of the session's user before they are split, so every part
@@ -43,9 +45,17 @@ import nats.js.errors
 from convmem.actors import Snapshot
 from convmem.adapters._checksum import SUM_HEADER, seal
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
+from convmem.adapters.jetstream._read import SubjectKeys, list_subjects
 from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
 from convmem.adapters.keys import Keyring, is_sealed
-from convmem.errors import InvalidConfig, InvalidKey, LogUnavailable, SealBroken, SessionClosed, StoreNotFound
+from convmem.errors import (
+    InvalidConfig,
+    InvalidInput,
+    LogUnavailable,
+    SealBroken,
+    SessionClosed,
+    StoreNotFound,
+)
 from convmem.events import MemoryKey
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamSnapshotStore"]
@@ -58,7 +68,7 @@ _PARTS = "Convmem-Parts"
 _HEADROOM = 4096
 """Bytes of a message left for its subject and headers when a snapshot is split."""
 _OPERATION = "KV-Operation"
-_NO_MESSAGE = 10057
+_GONE = (10057, 10043)  # "no message found", "sequence not found": erased already
 _log = logging.getLogger("convmem.jetstream")
 
 
@@ -92,6 +102,7 @@ class JetStreamSnapshotStore:
         self._conn = connection
         self._bucket = bucket
         self._stream = f"KV_{bucket}"
+        self._keys = SubjectKeys(f"$KV.{bucket}")
         self._closed = False
         self._close_lock = threading.Lock()
         try:
@@ -267,7 +278,7 @@ class JetStreamSnapshotStore:
             i += 1
 
     def delete(self, key: MemoryKey) -> None:
-        """See `SnapshotStore.delete`. Erases the stored snapshot's bytes; leaves no marker behind."""
+        """See `SnapshotStore.delete`. Erases the stored snapshot's bytes and every part; leaves no marker."""
         self._check_open()
         subject = self.subject(key)
         self._conn.check_subject(subject, key)
@@ -278,34 +289,37 @@ class JetStreamSnapshotStore:
                 if current is None:
                     break
                 await self._erase(current.seq)
-            await self._erase_parts(subject)
+            for part in sorted(await list_subjects(self._conn, self._stream, f"{subject}.part.*")):
+                while (message := await self._get(part)) is not None:
+                    await self._erase(message.seq)
 
         self._conn.call(erase, what=f"delete snapshot of {key}")
+
+    def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
+        """See `SnapshotStore.keys`. From the bucket's subjects (snapshots and parts); none is read."""
+        self._check_open()
+        if user_id is not None and tenant_id is None:
+            raise InvalidInput("user_id", "listing one user's snapshots needs tenant_id too")
+        session_filter = self._keys.filter(tenant_id, user_id)
+        if session_filter is None:
+            return []
+        subject_filter = session_filter[: -len(".*")] + ".>"
+        subjects = self._conn.call(
+            lambda: list_subjects(self._conn, self._stream, subject_filter), what="list snapshot subjects"
+        )
+        keys = {self._keys.key(".".join(s.split(".")[:5])) for s in subjects}
+        return sorted((k for k in keys if k is not None), key=MemoryKey.composite)
 
     async def _erase(self, position: int) -> None:
         """Erase one message of the bucket's stream (``STREAM.MSG.DELETE`` overwrites its bytes)."""
         try:
             await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
         except nats.js.errors.APIError as exc:
-            if exc.err_code != _NO_MESSAGE:  # gone already: another saver or eraser got there first
+            if exc.err_code not in _GONE:  # gone already: another saver or eraser got there first
                 raise
 
     async def _get(self, subject: str) -> StoredMessage | None:
         return await self._conn.get_message(self._stream, {"last_by_subj": subject})
-
-    def keys(self) -> list[MemoryKey]:
-        """The sessions that have a snapshot message in the bucket (read or not), in key order."""
-        self._check_open()
-        prefix = f"$KV.{self._bucket}."
-        subjects = self._conn.call(lambda: self._subjects(prefix + "*.*.*"), what="list snapshot keys")
-        keys = []
-        for subject in sorted(subjects):
-            tokens = subject[len(prefix) :].split(".")
-            try:
-                keys.append(MemoryKey.from_tokens(*tokens))
-            except (InvalidKey, TypeError):
-                continue  # not a session's key (convmem could not have written it)
-        return sorted(keys, key=MemoryKey.composite)
 
     async def _subjects(self, subject_filter: str) -> dict[str, int]:
         subjects: dict[str, int] = {}

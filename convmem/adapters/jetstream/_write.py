@@ -81,7 +81,7 @@ _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is a
 _CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
 _ERASE_WINDOW = 64  # message deletions in flight at once
-_NO_MESSAGE = 10057  # "message delete failed: no message found" (gone already)
+_GONE = (10057, 10043)  # "no message found", "sequence not found": erased already (a racing eraser)
 _log = logging.getLogger("convmem.jetstream")
 
 Opener = Callable[[StoredMessage], bytes]
@@ -417,7 +417,7 @@ class SessionWriter:
         try:
             await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
         except nats.js.errors.APIError as exc:
-            if exc.err_code != _NO_MESSAGE:  # erased meanwhile by another eraser
+            if exc.err_code not in _GONE:  # erased meanwhile by another eraser
                 raise
 
     def remember(self, subject: str, last: Last) -> None:

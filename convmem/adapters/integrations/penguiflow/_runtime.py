@@ -114,7 +114,11 @@ def _open(given: dict[str, Any]) -> MemorySystem:
     backend = open_backend(**backend_settings)
     try:
         system = MemorySystem(
-            log=backend.log, snapshots=backend.snapshots, on_close=backend.close, **settings
+            log=backend.log,
+            snapshots=backend.snapshots,
+            journal=backend.journal,
+            on_close=backend.close,
+            **settings,
         )
     except BaseException:
         backend.close()

@@ -1,0 +1,192 @@
+"""The erasure journal: an erasure is recorded before anything is deleted, and kept as a receipt after.
+
+An `ErasureRequest` (tenant; user, or one session; who asked; when) is
+written to the journal first and stays there, *pending*, while the steps of
+`convmem.actors._eraser` remove every copy. Any process may finish it
+(`finish_erasures`): the request holds everything the steps need. Once every
+step is done the journal keeps an `ErasureReceipt` instead, which says that
+an erasure happened, when and by whom, but holds the erased ids only as a
+BLAKE2b digest keyed with a salt of its own (as `ErasureNotice` does); the
+pending request, the only record with ids in clear, is then erased for good.
+
+`find_erasure(journal, key)` is the one question the rest of convmem asks:
+"was this session erased?" A snapshot or any other data is deleted as
+erased only when it answers with a record; a session whose events vanished
+without one is lost (`SessionLost`), and its snapshot is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from typing import Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from convmem.errors import InvalidInput
+from convmem.events import MemoryKey
+
+__all__ = [
+    "ErasureJournal",
+    "ErasureReceipt",
+    "ErasureRecord",
+    "ErasureRequest",
+    "JournaledLog",
+    "find_erasure",
+]
+
+_SALT_BYTES = 16
+_DIGEST_BYTES = 16
+_encode_parts = msgspec.msgpack.Encoder().encode
+
+
+def _digest(salt: bytes, *parts: str) -> bytes:
+    # Length-prefixed parts (msgpack): no two id tuples hash alike by concatenation.
+    return hashlib.blake2b(_encode_parts(parts), key=salt, digest_size=_DIGEST_BYTES).digest()
+
+
+class ErasureRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """An erasure asked for and not yet finished: every session of a user, or one session.
+
+    `id` is random (it names the request in the journal without naming the
+    user); `by` is who asked (an operator's name, kept in clear in the
+    receipt, so never the erased user's id); `at` is when, in epoch seconds.
+    """
+
+    id: str
+    tenant_id: str
+    user_id: str
+    session_id: str | None = None
+    by: str = ""
+    at: float = 0.0
+
+    @classmethod
+    def of(
+        cls, tenant_id: str, user_id: str, session_id: str | None, *, by: str, at: float
+    ) -> ErasureRequest:
+        """A new request with a fresh id; `InvalidInput` when `by` names the erased user."""
+        if by and by in (user_id, session_id):
+            raise InvalidInput("by", "names the erased user or session: the receipt keeps it in clear")
+        return cls(
+            id=uuid.uuid4().hex, tenant_id=tenant_id, user_id=user_id, session_id=session_id, by=by, at=at
+        )
+
+    @property
+    def scope(self) -> Literal["session", "user"]:
+        return "user" if self.session_id is None else "session"
+
+    @property
+    def key(self) -> MemoryKey | None:
+        """The one session erased, or None for a user's every session."""
+        if self.session_id is None:
+            return None
+        return MemoryKey(self.tenant_id, self.user_id, self.session_id)
+
+    def covers(self, key: MemoryKey) -> bool:
+        """Whether `key` is one of the sessions this request erases."""
+        return (
+            key.tenant_id == self.tenant_id
+            and key.user_id == self.user_id
+            and (self.session_id is None or key.session_id == self.session_id)
+        )
+
+    def receipt(self, *, completed_at: float, sessions: int, events_purged: int) -> ErasureReceipt:
+        """What the journal keeps once the erasure is done: no id in clear."""
+        salt = os.urandom(_SALT_BYTES)
+        ids = (
+            (self.tenant_id, self.user_id)
+            if self.session_id is None
+            else (self.tenant_id, self.user_id, self.session_id)
+        )
+        return ErasureReceipt(
+            id=self.id,
+            salt=salt,
+            digest=_digest(salt, *ids),
+            scope=self.scope,
+            by=self.by,
+            requested_at=self.at,
+            completed_at=completed_at,
+            sessions=sessions,
+            events_purged=events_purged,
+        )
+
+
+class ErasureReceipt(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished erasure: when, by whom, how much; the ids only as a digest keyed with `salt`."""
+
+    id: str
+    salt: bytes
+    digest: bytes
+    scope: Literal["session", "user"]
+    by: str
+    requested_at: float
+    completed_at: float
+    sessions: int
+    events_purged: int
+
+    def covers(self, key: MemoryKey) -> bool:
+        """Whether `key` is one of the sessions this erasure erased."""
+        if self.scope == "user":
+            return _digest(self.salt, key.tenant_id, key.user_id) == self.digest
+        return _digest(self.salt, key.tenant_id, key.user_id, key.session_id) == self.digest
+
+
+ErasureRecord = ErasureRequest | ErasureReceipt
+"""What the journal holds about one erasure: pending (a request) or done (a receipt)."""
+
+
+class ErasureJournal(Protocol):
+    """Durable records of erasures: pending requests, then receipts (a port; see the module's doc).
+
+    Every method is idempotent and safe to call from several processes at once.
+    """
+
+    def record(self, request: ErasureRequest) -> None:
+        """Store `request` as pending, durably, before returning (nothing is deleted before it)."""
+        ...
+
+    def pending(self) -> list[ErasureRequest]:
+        """The requests not finished yet, oldest first."""
+        ...
+
+    def complete(self, receipt: ErasureReceipt) -> None:
+        """Keep `receipt` (once per id), then erase the pending request of the same id for good."""
+        ...
+
+    def receipts(self) -> list[ErasureReceipt]:
+        """The finished erasures, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+@runtime_checkable
+class JournaledLog(Protocol):
+    """An `EventLog` that keeps an erasure journal beside its events (optional capability).
+
+    `erasure_journal()` is that journal, as durable as the log (None: the log
+    keeps none, or a reader cannot see it). A `MemorySystem` given no
+    `journal` uses it, so a system built on a log alone records its erasures
+    where the log is.
+    """
+
+    def erasure_journal(self) -> ErasureJournal | None: ...
+
+
+def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecord | None:
+    """The record of an erasure that covers `key` (pending first), or None: was this session erased?
+
+    With no journal there is no record, so nothing may be deleted as erased.
+    """
+    if journal is None:
+        return None
+    for request in journal.pending():
+        if request.covers(key):
+            return request
+    for receipt in journal.receipts():
+        if receipt.covers(key):
+            return receipt
+    return None

@@ -1,0 +1,83 @@
+"""Restoring a lost session from the snapshot that outlived its events (`restore_lost`).
+
+When the log loses a session's events (a crash took a storage block, an
+operator removed messages) and no erasure was recorded, the session's
+snapshot is kept and loading it raises `SessionLost`. `restore_lost` writes
+the snapshot's content back into the log as events, after whatever the log
+still holds of the session:
+
+- a `SessionStarted` with the snapshot's key and configuration, when the log
+  holds no start of the session any more;
+- a `SessionRestored` with the snapshot's summary and unsummarized turns, its
+  ``origin`` naming the snapshot (``lost-snapshot:seq <n>``), so a replay
+  shows that and when the session was restored, and from what.
+
+The events' ids come from the snapshot, so a restore retried after a crash
+stores them once. The snapshot is deleted only after the log acknowledged
+them (its content is then in the log).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from convmem.actors._load import LoadReport, _stale, _usable, fold_logged
+from convmem.actors._ports import EventLog, SnapshotStore
+from convmem.errors import InvalidInput, StoreNotFound
+from convmem.events import AnyEvent, MemoryKey, SessionRestored, SessionStarted
+
+__all__ = ["Restored", "restore_lost"]
+
+
+class Restored(msgspec.Struct, frozen=True, kw_only=True):
+    """A lost session written back: from the snapshot at `snapshot_seq`, after the log's `log_seq`,
+    up to the session's new last seq `seq`; `turns` restored."""
+
+    key: MemoryKey
+    snapshot_seq: int
+    log_seq: int
+    seq: int
+    turns: int
+
+
+def restore_lost(log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey, *, now: float) -> Restored:
+    """Write the snapshot of the lost session `key` back into `log` as events (see the module's doc).
+
+    `StoreNotFound` when there is no snapshot; `InvalidInput` when the
+    snapshot is unusable or the session is not lost (the log continues it).
+    """
+    snapshot = snapshots.load(key) if snapshots is not None else None
+    if snapshots is None or snapshot is None:
+        raise StoreNotFound(f"session {key} has no snapshot to restore from", name=key.composite())
+    report = LoadReport()
+    saved = _usable(snapshot, key, report)
+    if saved is None:
+        raise InvalidInput("snapshot", f"of session {key} cannot be restored: {report.snapshot_rejected}")
+    records = log.read(key)
+    if _stale(records, snapshot) is None:
+        raise InvalidInput(
+            "key", f"session {key} is not lost: the log holds its snapshot's seq {snapshot.seq}"
+        )
+    base = fold_logged(records, on_poison="skip", report=LoadReport())
+    tag = f"lost-restore/{snapshot.seq}/{snapshot.state_hash[:24]}"
+    events: list[AnyEvent] = []
+    seq = base.version
+    if not base.started:
+        seq += 1
+        events.append(SessionStarted(seq=seq, event_id=f"{tag}/start", at=now, key=key, config=saved.config))
+    seq += 1
+    turns = tuple(record.turn for record in saved.unsummarized())
+    events.append(
+        SessionRestored(
+            seq=seq,
+            event_id=f"{tag}/restored",
+            at=now,
+            summary=saved.summary,
+            turns=turns,
+            first_index=base.next_index if base.started else 1,
+            origin=f"lost-snapshot:seq {snapshot.seq}",
+        )
+    )
+    last = log.append(key, events, expected_seq=base.version)
+    snapshots.delete(key)  # its content is in the log now
+    return Restored(key=key, snapshot_seq=snapshot.seq, log_seq=base.version, seq=last, turns=len(turns))

@@ -1,0 +1,165 @@
+"""`FileExportRegistry`: the export files convmem wrote on this machine, so an erasure reaches them.
+
+``convmem export -o FILE`` records the file it wrote here: its absolute path
+and, for each session and each user it holds, a BLAKE2b digest keyed with a
+salt of the entry's own (no id in clear, as erasure notices and receipts).
+An erasure's ``exports`` step (`ExportRegistry.erase_copies`) then rewrites
+every recorded file that holds the erased sessions without their lines
+(written beside it, then renamed over it), removes a file left empty, and
+forgets an entry whose file is gone.
+
+The registry is one JSON file, ``$CONVMEM_EXPORTS`` or
+``$XDG_STATE_HOME/convmem/exports.json`` (``~/.local/state/convmem/exports.json``):
+a per-user file outside any store, so reading commands never write to a
+store or its data folder. It only knows what was written on this machine by
+this user with ``-o``: an export to stdout, a file copied or moved elsewhere,
+or one written on another machine is outside convmem's reach. Erasing reads
+the registry and never creates it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from convmem.actors import ErasureRequest
+from convmem.errors import InvalidInput
+from convmem.events import MemoryKey
+
+__all__ = ["FileExportRegistry", "default_export_registry"]
+
+_DIGEST_BYTES = 16
+_encode_parts = msgspec.msgpack.Encoder().encode
+_LOCK = threading.Lock()  # one process's writers of a registry (another process: last writer wins)
+
+
+def _digest(salt: bytes, *parts: str) -> str:
+    return hashlib.blake2b(_encode_parts(parts), key=salt, digest_size=_DIGEST_BYTES).hexdigest()
+
+
+def default_export_registry() -> FileExportRegistry:
+    """The registry of this user on this machine (``$CONVMEM_EXPORTS`` overrides where it is)."""
+    given = os.environ.get("CONVMEM_EXPORTS")
+    if given:
+        return FileExportRegistry(Path(given))
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return FileExportRegistry(Path(state) / "convmem" / "exports.json")
+
+
+class _Entry(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    salt: str
+    sessions: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+
+    def holds(self, request: ErasureRequest) -> bool:
+        salt = bytes.fromhex(self.salt)
+        key = request.key
+        if key is None:
+            return _digest(salt, request.tenant_id, request.user_id) in self.users
+        return _digest(salt, key.tenant_id, key.user_id, key.session_id) in self.sessions
+
+
+def _entry(path: Path, keys: Iterable[MemoryKey]) -> _Entry:
+    salt = os.urandom(16)
+    found = set(keys)
+    return _Entry(
+        path=str(path),
+        salt=salt.hex(),
+        sessions=tuple(sorted(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in found)),
+        users=tuple(sorted({_digest(salt, k.tenant_id, k.user_id) for k in found})),
+    )
+
+
+class FileExportRegistry:
+    """The `ExportRegistry` of one JSON file (see the module's doc)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> list[_Entry]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        try:
+            return msgspec.json.decode(raw, type=list[_Entry])
+        except msgspec.DecodeError as exc:
+            raise InvalidInput(str(self.path), f"is not convmem's export registry: {exc}") from None
+
+    def _write(self, entries: list[_Entry]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(msgspec.json.encode(entries))
+        os.replace(temporary, self.path)
+
+    def record(self, path: Path, keys: Iterable[MemoryKey]) -> None:
+        """Remember that the export file `path` holds the sessions `keys`."""
+        entry = _entry(path.resolve(), keys)
+        with _LOCK:
+            entries = [e for e in self._read() if e.path != entry.path]
+            self._write([*entries, entry])
+
+    def files(self) -> list[str]:
+        """The recorded export files (absolute paths)."""
+        with _LOCK:
+            return [e.path for e in self._read()]
+
+    def erase_copies(self, request: ErasureRequest) -> int:
+        """See `ExportRegistry`: the request's sessions leave every recorded file; returns files changed."""
+        with _LOCK:
+            entries = self._read()
+            if not entries:
+                return 0
+            kept: list[_Entry] = []
+            changed = 0
+            for entry in entries:
+                if not entry.holds(request):
+                    kept.append(entry)
+                    continue
+                remaining = _rewrite(Path(entry.path), request)
+                changed += 1
+                if remaining:
+                    kept.append(_entry(Path(entry.path), remaining))
+            if changed:
+                self._write(kept)
+            return changed
+
+
+def _rewrite(path: Path, request: ErasureRequest) -> set[MemoryKey]:
+    """Drop the request's sessions' lines from the export at `path`; the keys left (none: file removed)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except FileNotFoundError:
+        return set()  # moved or removed: out of reach, forgotten
+    left: list[str] = []
+    keys: set[MemoryKey] = set()
+    for line in lines:
+        key = _key_of(line)
+        if key is not None and request.covers(key):
+            continue
+        left.append(line)
+        if key is not None:
+            keys.add(key)
+    if not keys:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return set()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.erasing")
+    temporary.write_text("".join(left), encoding="utf-8")
+    os.replace(temporary, path)
+    return keys
+
+
+def _key_of(line: str) -> MemoryKey | None:
+    try:
+        return msgspec.convert(json.loads(line)["key"], MemoryKey)
+    except (ValueError, KeyError, TypeError, msgspec.ValidationError):
+        return None
