@@ -1,6 +1,7 @@
 """The flooding tenant of the `fairness` measure, a process of its own (its CPU is not the victim's).
 
-    python -m bench._flood URL TENANT WINDOW
+    python -m bench._flood URL TENANT WINDOW [API_PREFIX]
+    python -m bench._flood echo URL API_PREFIX
 
 A plain nats-py client, as a hostile program would use: WINDOW asyncio tasks
 each send a cheap request (``context`` of one of the tenant's sessions, on
@@ -9,6 +10,10 @@ WINDOW requests are always in flight, at the fastest rate the replies allow.
 Prints ``{"phase": "flooding"}`` once the first replies came back, then floods
 until a line arrives on stdin; then prints the counts of replies by kind
 (``ok``, the error types, ``timeout``), the seconds and the rate.
+
+``echo``: a trivial responder on ``API_PREFIX.>`` (answers every request
+with a fixed error reply at once), the control the `fairness` measure
+floods in place of the service: what the flood costs the machine alone.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections import Counter
 
 import msgspec
 import nats
+import nats.aio.msg
 import nats.errors
 
 from convmem.adapters.service._inboxes import tenant_inbox
@@ -31,7 +37,7 @@ from convmem.events import encode_token
 _encode = msgspec.msgpack.Encoder().encode
 
 
-async def _flood(url: str, tenant: str, window: int, stop: threading.Event) -> dict[str, object]:
+async def _flood(url: str, tenant: str, window: int, stop: threading.Event, prefix: str) -> dict[str, object]:
     inbox = tenant_inbox(encode_token(tenant))  # the service answers a tenant on its own inbox only
     nc = await nats.connect(url, allow_reconnect=False, pending_size=64 << 20, inbox_prefix=inbox)
     counts: Counter[str] = Counter()
@@ -39,7 +45,7 @@ async def _flood(url: str, tenant: str, window: int, stop: threading.Event) -> d
     requests = []
     for n in range(16):
         body = {"user_id": "flooder", "session_id": f"s{n}", "timeout": 5.0}
-        subject = routed_subject(DEFAULT_API_PREFIX, tenant, "flooder", f"s{n}", "context")
+        subject = routed_subject(prefix, tenant, "flooder", f"s{n}", "context")
         requests.append((subject, _encode(body)))
 
     async def sender(index: int) -> None:
@@ -66,8 +72,26 @@ async def _flood(url: str, tenant: str, window: int, stop: threading.Event) -> d
     return {"phase": "done", "counts": dict(counts), "seconds": seconds, "per_s": answered / seconds}
 
 
+async def _echo(url: str, prefix: str) -> None:
+    nc = await nats.connect(url, allow_reconnect=False, pending_size=64 << 20)
+    reply = b'{"v": 1, "ok": false, "error": {"type": "Busy", "message": "a fixed reply"}}'
+
+    async def answer(msg: nats.aio.msg.Msg) -> None:
+        await nc.publish(msg.reply, reply)
+
+    await nc.subscribe(f"{prefix}.>", cb=answer)
+    await nc.flush()
+    print(json.dumps({"phase": "echoing"}), flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    await nc.close()
+
+
 def main() -> int:
+    if sys.argv[1] == "echo":
+        asyncio.run(_echo(sys.argv[2], sys.argv[3]))
+        return 0
     url, tenant, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    prefix = sys.argv[4] if len(sys.argv) > 4 else DEFAULT_API_PREFIX
     stop = threading.Event()
 
     def wait_for_stop() -> None:
@@ -75,7 +99,7 @@ def main() -> int:
         stop.set()
 
     threading.Thread(target=wait_for_stop, daemon=True).start()
-    print(json.dumps(asyncio.run(_flood(url, tenant, window, stop))), flush=True)
+    print(json.dumps(asyncio.run(_flood(url, tenant, window, stop, prefix))), flush=True)
     return 0
 
 

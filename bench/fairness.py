@@ -8,14 +8,19 @@ one `convmem serve --workers 1` with the default quotas (each tenant at most
 is tenant ``flood`` in a process of its own (`bench._flood`): a plain nats-py
 client keeping WINDOW cheap requests (``context``) in flight at all times, so
 it sends as fast as the service answers, far past its share: most of its
-requests are refused with `Busy` at once.
+requests are refused with `Busy` at once. WINDOW is 128: the flood's rate
+peaks there (512 in flight gave fewer replies a second on this machine, and
+only a longer queue in front of the service).
 
-Rounds alternate: the victim's writes without the flood, then the same
-number under the flood (started and seen answered before the victim's first
-write, stopped after its last), and so on. The figures: the victim's write
-p99 under the flood against its p99 without (pooled over the rounds; target
-within 3x), and the victim's writes that failed (target 0). The details hold
-each round's p50/p99, the flood's replies per second and their kinds.
+Rounds alternate: the victim's writes without the flood; the same number
+under the flood (started and seen answered before the victim's first write,
+stopped after its last); and, as a control, under the same flood aimed at a
+trivial responder process instead of the service (`bench._flood echo`): what
+the flooding process costs the machine (its cores, nats-server) whatever the
+service does. The figures: the victim's write p99 under the flood against
+its p99 without (pooled over the rounds; target within 3x), the victim's
+writes that failed (target 0), and the control's p99. The details hold each
+round's p50/p99, the flood's replies per second and their kinds.
 """
 
 from __future__ import annotations
@@ -45,16 +50,18 @@ from convmem.events import MemoryKey
 
 __all__ = ["run"]
 
-_WINDOW = 512
-"""The flood's requests in flight: 16 times the default max_in_flight."""
+_WINDOW = 128
+"""The flood's requests in flight: 4 times the default max_in_flight, where its rate peaks."""
+_CONTROL_PREFIX = "control.api"
+"""Where the control flood goes: the trivial responder's subjects, never the service's."""
 
 
 class _Flood:
     """The flooding tenant's process: floods from `start` until `stop`, which returns its counts."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, prefix: str | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._flood", url, "flood", str(_WINDOW)],
+            [sys.executable, "-m", "bench._flood", url, "flood", str(_WINDOW), *([prefix] if prefix else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -91,66 +98,83 @@ def _writes(remote: RemoteMemory, key: MemoryKey, count: int, first: int) -> tup
     return took, failed
 
 
+def _stats(took: list[float], lost: list[str], counts: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "p50_ms": round(percentile(took, 50) * 1000, 3),
+        "p99_ms": round(percentile(took, 99) * 1000, 3),
+        "failed": lost,
+    }
+    if counts is not None:
+        out["flood_replies_per_s"] = round(counts["per_s"])
+        out["flood_replies"] = counts["counts"]
+    return out
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
     rounds, writes = (1, 20) if sizes.smoke else (4, 250)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
-    quiet: list[float] = []
-    flooded: list[float] = []
+    took: dict[str, list[float]] = {"quiet": [], "flood": [], "control": []}
     failed: list[str] = []
     per_round: list[dict[str, Any]] = []
     with (
         nats_server(None, store_root=memory_store_root()) as server,
         tempfile.TemporaryDirectory(prefix="convmem-fairness-") as folder,
     ):
-        serve = _Serve(server.url, 1, Path(folder))
+        quotas = json.loads(os.environ.get("CONVMEM_FAIRNESS_QUOTAS", "null"))  # exploring other limits
+        serve = _Serve(server.url, 1, Path(folder), quotas=quotas)
+        echo = subprocess.Popen(
+            [sys.executable, "-m", "bench._flood", "echo", server.url, _CONTROL_PREFIX],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
+            assert echo.stdout is not None
+            echo.stdout.readline()  # echoing
             with RemoteMemory(server.url, timeout=30.0) as remote:
                 key = MemoryKey("victim", "u", "chat")
-                _writes(remote, key, 20, 0)  # warm-up: the session live, the connections made
                 done = 20
+                _writes(remote, key, done, 0)  # warm-up: the session live, the connections made
                 for r in range(rounds):
-                    took, lost = _writes(remote, key, writes, done)
-                    done += writes
-                    quiet += took
-                    failed_quiet = len(lost)
-                    flood = _Flood(server.url)
-                    try:
-                        took_flooded, lost = _writes(remote, key, writes, done)
-                    finally:
-                        counts = flood.stop()
-                    done += writes
-                    flooded += took_flooded
-                    failed += lost
-                    per_round.append(
-                        {
-                            "round": r,
-                            "quiet_p50_ms": round(percentile(took, 50) * 1000, 3),
-                            "quiet_p99_ms": round(percentile(took, 99) * 1000, 3),
-                            "quiet_failed": failed_quiet,
-                            "flood_p50_ms": round(percentile(took_flooded, 50) * 1000, 3),
-                            "flood_p99_ms": round(percentile(took_flooded, 99) * 1000, 3),
-                            "flood_failed": lost,
-                            "flood_replies_per_s": round(counts["per_s"]),
-                            "flood_replies": counts["counts"],
-                        }
-                    )
+                    row: dict[str, Any] = {"round": r}
+                    for phase in ("quiet", "flood", "control"):
+                        flood = (
+                            None
+                            if phase == "quiet"
+                            else _Flood(server.url, _CONTROL_PREFIX if phase == "control" else None)
+                        )
+                        try:
+                            times, lost = _writes(remote, key, writes, done)
+                        finally:
+                            counts = flood.stop() if flood is not None else None
+                        done += writes
+                        took[phase] += times
+                        if phase == "flood":
+                            failed += lost
+                        row[phase] = _stats(times, lost, counts)
+                    per_round.append(row)
         finally:
+            if echo.stdin is not None:
+                echo.stdin.close()
+            echo.wait(30)
             serve.stop()
-    p99_quiet, p99_flood = percentile(quiet, 99) * 1000, percentile(flooded, 99) * 1000
-    busy = sum(r["flood_replies"].get("Busy", 0) for r in per_round)
-    replies = sum(sum(r["flood_replies"].values()) for r in per_round)
-    rate = sum(r["flood_replies_per_s"] for r in per_round) / len(per_round)
+    ms = {phase: percentile(values, 99) * 1000 for phase, values in took.items()}
+    p50 = {phase: percentile(values, 50) * 1000 for phase, values in took.items()}
+    flood_rows = [r["flood"] for r in per_round]
+    busy = sum(r["flood_replies"].get("Busy", 0) for r in flood_rows)
+    replies = sum(sum(r["flood_replies"].values()) for r in flood_rows)
+    rate = sum(r["flood_replies_per_s"] for r in flood_rows) / len(flood_rows)
     result.add(
         Figure(
             "victim add_turn p99 under one tenant's flood vs without",
-            p99_flood,
+            ms["flood"],
             "ms",
-            reference=p99_quiet,
+            reference=ms["quiet"],
             reference_label="p99 without the flood",
             target=Target("ratio", "<=", 3.0),
-            note=f"{rounds} alternating rounds of {writes} writes each way; p50 "
-            f"{percentile(flooded, 50) * 1000:.2f} vs {percentile(quiet, 50) * 1000:.2f} ms",
+            note=f"{rounds} alternating rounds of {writes} writes each way; p50 {p50['flood']:.2f} vs "
+            f"{p50['quiet']:.2f} ms",
         )
     )
     result.add(
@@ -161,6 +185,17 @@ def run(sizes: Sizes) -> Result:
             target=Target("value", "<=", 0),
             note=f"of {rounds * writes}; the flood: {rate:,.0f} replies/s, "
             f"{busy / max(replies, 1):.0%} Busy, {_WINDOW} requests in flight",
+        )
+    )
+    result.add(
+        Figure(
+            "control: victim add_turn p99 while the same flood hits a trivial responder",
+            ms["control"],
+            "ms",
+            reference=ms["quiet"],
+            reference_label="p99 without the flood",
+            note="what the flooding process costs the machine alone (cores, nats-server), "
+            f"p50 {p50['control']:.2f} ms",
         )
     )
     result.details = {

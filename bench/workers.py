@@ -54,11 +54,12 @@ def _cpu_seconds(pid: int) -> float:
 class _Serve:
     """A `convmem serve --workers N` on `url`, stopped with SIGTERM."""
 
-    def __init__(self, url: str, workers: int, folder: Path) -> None:
+    def __init__(self, url: str, workers: int, folder: Path, *, quotas: dict[str, Any] | None = None) -> None:
         ready = folder / f"ready-{workers}"
         self.err = folder / f"serve-{workers}.err"
         config = folder / "truncation.json"  # as bench.throughput's: the write path, no summaries
-        config.write_text('{"strategy": "truncation"}', encoding="utf-8")
+        settings: dict[str, Any] = {"strategy": "truncation", **({"quotas": quotas} if quotas else {})}
+        config.write_text(json.dumps(settings), encoding="utf-8")
         argv = [*_CLI, "--nats", url, "serve", "--workers", str(workers), *_LIVE, "--config", str(config)]
         argv += ["--ready-file", str(ready)]
         with open(self.err, "ab") as err:

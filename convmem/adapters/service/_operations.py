@@ -95,6 +95,12 @@ class RequestStats:
             if error is not None:
                 self._errors[error] += 1
 
+    def refused(self, op: str, error: str) -> None:
+        """A request refused on arrival (never in flight)."""
+        with self._lock:
+            self._requests[op] += 1
+            self._errors[error] += 1
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {

@@ -63,6 +63,8 @@ from convmem.adapters.service._partitions import Partitions
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
     MICRO_NAME,
+    OPERATOR_OPS,
+    SESSION_OPS,
     check_api_prefix,
     encode_error,
     parse_subject,
@@ -72,11 +74,12 @@ from convmem.adapters.service._protocol import (
 from convmem.adapters.service._quotas import Quotas
 from convmem.adapters.service._shares import FairShares, tenant_token
 from convmem.adapters.service._usage import TenantUsage, counter_of
-from convmem.errors import Busy, ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
+from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
 
 __all__ = ["WRITES", "MemoryService"]
 
 T = TypeVar("T")
+_OPS = frozenset((*SESSION_OPS, *OPERATOR_OPS))
 
 _log = logging.getLogger("convmem.service")
 
@@ -182,6 +185,7 @@ class MemoryService:
             counter_of(system.log, self._off_loop), recount_every=self.quotas.recount_every
         )
         self._unwatch: Callable[[], None] | None = None
+        self._busy_replies: dict[tuple[str, bool], bytes] = {}
         self._micro: nats.micro.service.Service | None = None
         self._partitions: Partitions | None = None
 
@@ -352,18 +356,23 @@ class MemoryService:
         if msg.reply and not self._guard.allows(msg.subject, msg.reply):
             return  # a reply subject its requester may not listen on: not run, not answered
         token = tenant_token(self.api_prefix, msg.subject)
-        try:
-            self._shares.admit(token, lambda: self._start(msg, token))
-        except Busy as exc:
+        if self._shares.admit(token, lambda: self._start(msg, token)):
             self._ops.stats.begin()
-            self._ops.stats.end(_op_of(self.api_prefix, msg.subject), type(exc).__name__)
-            assert self._nc is not None
-            if msg.reply:
-                await self._respond(
-                    self._nc, msg, encode_error(error_info(exc), msgpack=wants_msgpack(msg.data))
-                )
             return
-        self._ops.stats.begin()
+        self._ops.stats.refused(_op_token(msg.subject), "Busy")
+        if msg.reply:  # as cheap as can be: a flood is refused here, on the loop, at its full rate
+            assert self._nc is not None
+            await self._respond(self._nc, msg, self._busy_reply(token, wants_msgpack(msg.data)))
+
+    def _busy_reply(self, token: str, msgpack: bool) -> bytes:
+        """The `Busy` reply of `token`'s tenant (the same every time: made once, kept for a while)."""
+        reply = self._busy_replies.get((token, msgpack))
+        if reply is None:
+            if len(self._busy_replies) >= 1024:
+                self._busy_replies.clear()
+            reply = encode_error(error_info(self._shares.busy(token)), msgpack=msgpack)
+            self._busy_replies[token, msgpack] = reply
+        return reply
 
     def _start(self, msg: Msg, token: str) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(msg))
@@ -510,11 +519,11 @@ class MemoryService:
         _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
 
 
-def _op_of(api_prefix: str, subject: str) -> str:
-    try:
-        return parse_subject(api_prefix, subject)[1]
-    except ConvmemError:
-        return "unknown"
+def _op_token(subject: str) -> str:
+    """The op token of a session subject (``...v1.<tenant>.<op>[.p<N>]``), unchecked: for counting."""
+    tokens = subject.rsplit(".", 2)
+    op = tokens[-2] if tokens[-1].startswith("p") and tokens[-1][1:].isdigit() else tokens[-1]
+    return op if op in _OPS else "unknown"  # no hostile name grows the counters
 
 
 class _Guarded:

@@ -63,8 +63,9 @@ class FairShares:
         self._turns: OrderedDict[str, None] = OrderedDict()  # tenants with waiting requests, in turn
         self._idle: list[Callable[[], None]] = []
 
-    def admit(self, token: str, start: Callable[[], None]) -> None:
-        """Queue `start` as a request of `token`'s tenant and start what may start; `Busy` past its bound.
+    def admit(self, token: str, start: Callable[[], None]) -> bool:
+        """Queue `start` as a request of `token`'s tenant and start what may start; False (nothing
+        queued) when the tenant is at its ``max_in_flight`` (`busy` says so).
 
         `start` must begin the request without blocking and call `done(token)` once it is answered.
         """
@@ -72,16 +73,18 @@ class FairShares:
         if tenant is None:
             tenant = self._tenants[token] = _Tenant(self.quotas.of_token(token))
         if tenant.in_flight >= tenant.limits.max_in_flight:
-            if tenant.in_flight == 0:
-                del self._tenants[token]
-            raise Busy(
-                tenant_id=tenant_name(token), allowed=tenant.limits.max_in_flight, usage=tenant.in_flight
-            )
+            return False  # (a tenant kept here has requests in flight: max_in_flight is 1 or more)
         tenant.in_flight += 1
         self.in_flight += 1
         tenant.waiting.append(start)
         self._turns.setdefault(token)
         self._dispatch()
+        return True
+
+    def busy(self, token: str) -> Busy:
+        """The `Busy` error of `token`'s tenant, refused by `admit` (it is at its ``max_in_flight``)."""
+        allowed = self.quotas.of_token(token).max_in_flight
+        return Busy(tenant_id=tenant_name(token), allowed=allowed, usage=self.of(token)[0])
 
     def done(self, token: str) -> None:
         """One started request of `token`'s tenant was answered: its place goes to the next in turn."""
