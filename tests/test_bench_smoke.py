@@ -42,6 +42,7 @@ EXPECTED = {
     "fairness": [
         "victim add_turn p99 under one tenant's flood vs without",
         "victim writes failed under the flood",
+        "control: victim add_turn p99 while the same flood hits a trivial responder",
     ],
     "encryption": [
         "durable add_turn, encrypted against plain",
