@@ -293,3 +293,31 @@ def test_another_process_drops_an_erased_users_key_and_makes_a_new_one(
         assert new != old  # sealed with a new key, not the shredded one
         texts = [t.turn.user_message for t in eraser.load(ALICE)[0].turns]
         assert texts == [f"{SECRET} alice message 5"]
+
+
+class _Stop(Exception):
+    """Stands for a crash right after an erasure step (the process runs on)."""
+
+
+def test_from_the_key_deletion_on_the_events_left_read_as_erased(tmp_path: Path) -> None:
+    """The erasure's second step deletes the key: stopped right there, the stored events read as erased."""
+    data = tmp_path / "data"
+
+    def stop(done: str) -> None:
+        if done == "shred_key":
+            raise _Stop(done)
+
+    with connect(data_dir=data, snapshot_every=2, erasure_hook=stop) as system:
+        _write(system, ALICE, 3)
+        _write(system, BOB, 1)
+        with pytest.raises(_Stop):
+            system.erase_user("acme", "alice")
+    with JetStreamBackend.embedded(data) as backend:  # read without finishing the erasure
+        records = backend.log.read(ALICE)
+        assert len(records) == 4  # the events are still there (their erasure is pending) ...
+        events = [decode_event(r.data) for r in records]
+        assert all(isinstance(e, SessionErased) and e.reason == SHREDDED for e in events)  # ... unreadable
+        assert _turn_texts(backend, BOB) == [f"{SECRET} bob message 0"]
+    with connect(data_dir=data) as system:  # a start finishes it
+        assert system.pending_erasures() == []
+        assert system.log.keys(tenant_id="acme", user_id="alice") == []
