@@ -454,3 +454,22 @@ def test_two_processes_finishing_one_erasure_at_once_agree(tmp_path: Path) -> No
             assert len(backend.journal.receipts()) == 1
             assert backend.log.keys(tenant_id=TENANT, user_id=USER) == []
         check_erased_on_disk(server, store, 3)
+
+
+def test_convmem_restore_brings_a_lost_session_back(
+    nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log loses a session (no erasure record): loading it is SessionLost; `convmem restore` writes
+    the kept snapshot back, and the session reads its turns again."""
+    seed(nats_server.url, 2)
+    lost = user_key(1)
+    with JetStreamBackend.connect(nats_server.url) as backend:
+        backend.log.erase(lost, at=1.0)  # the log alone: what a crash that took a block does
+    with convmem.connect(nats_server.url, config=CONFIG) as memory, pytest.raises(SessionLost):
+        memory.session(lost).get_llm_context()
+    assert main(["-s", nats_server.url, "restore", lost.composite(), "--yes", "--json"]) == 0
+    restored = json.loads(capsys.readouterr().out)
+    assert (restored["key"], restored["log_seq"], restored["turns"]) == (lost.composite(), 0, 3)
+    with convmem.connect(nats_server.url, config=CONFIG) as memory:
+        turns = memory.session(lost).get_llm_context()["conversation_memory"]["recent_turns"]
+        assert [t["user"] for t in turns] == [f"{SECRET} s1 #{n}" for n in range(3)]
