@@ -25,8 +25,16 @@ from convmem.adapters.keys import (
     rotate_master_file,
 )
 from convmem.errors import EncryptionKeyError, SealBroken, SessionDamaged
-from convmem.events import MemoryKey, SessionErased, TurnAdded, decode_event
+from convmem.events import (
+    MemoryBudget,
+    MemoryKey,
+    SessionErased,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    decode_event,
+)
 
+SUMMARIZING = ShortTermMemoryConfig(strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=2))
 ALICE = MemoryKey("acme", "alice", "chat-1")
 BOB = MemoryKey("acme", "bob", "chat-1")
 SECRET = "zebraquokka"
@@ -58,6 +66,13 @@ def test_store_files_hold_no_turn_text(tmp_path: Path) -> None:
     with connect(data_dir=data, snapshot_every=2) as system:
         _write(system, ALICE, 5)
         assert [t.turn.user_message for t in system.load(ALICE)[0].turns][-1] == f"{SECRET} alice message 4"
+        summarized = system.session(BOB, config=SUMMARIZING)  # summaries and agent items too
+        for n in range(4):
+            summarized.add_turn(_turn(n, "bob"), timeout=10)
+        summarized.flush(timeout=30)
+        assert SECRET in summarized.refresh(timeout=10).summary
+        items = system.session(MemoryKey("acme", "carol", "agent"))
+        items.add_items([{"role": "user", "content": f"{SECRET} carol item"}], timeout=10)
     assert (data / "master.key").is_file()
     assert (data / "keys").is_dir()
     assert _files_with(data / "jetstream", SECRET.encode()) == []
