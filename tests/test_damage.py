@@ -365,12 +365,19 @@ def test_bytes_that_fail_their_checksum_are_damage_named_by_position(
     assert [p.key for p in swept.problems] == [HURT]  # a damaged session is left for its repair
     assert "damaged: seq 2" in swept.problems[0].problem
     assert FIRST in [o.key for o in swept.outcomes]
+    copy = MemoryKey("acme", "alice", "hurt-copy")
     with MemorySystem(CONFIG, log=log) as memory:
+        with pytest.raises(SessionDamaged):
+            memory.fork(HURT, to=copy)  # a fork must be exact
         plan = memory.repair(HURT)
         assert plan.applied
         assert plan.method == "cut"
         assert plan.restored_seq == 1
         memory.session(HURT).add_turn(turn(HURT, 1), timeout=10)
+        memory.fork(HURT, to=copy)  # from the repaired state on
+        context = memory.session(HURT).get_llm_context()
+        assert memory.session(copy).get_llm_context() == context
+        assert marker(HURT, 1) in json.dumps(context)
     assert all(c.ok for c in verify(log))
 
 

@@ -24,9 +24,11 @@ from convmem.events import (
     HistoryCompacted,
     MemoryKey,
     SessionErased,
+    SessionRepaired,
     SessionStarted,
     decode_event,
 )
+from convmem.projections import decode_state
 
 __all__ = ["Forked", "fork_events", "fork_session"]
 
@@ -58,23 +60,27 @@ def fork_events(
     copied: list[AnyEvent] = []
     last = 0
     walk = SessionSequence()
+    damaged: SessionDamaged | None = None  # damage no later repair (or fence, or compaction) covers
     for record in records:
         if at_position is not None and record.position > at_position:
             break
         if record.damage is not None:
-            raise SessionDamaged(
+            damaged = damaged or SessionDamaged(
                 key=source.composite(),
                 seq=record.seq,
                 position=record.position or None,
-                problem=record.damage,
+                problem=f"{record.damage}; cannot fork",
             )
+            if record.position and record.seq is not None and record.seq == walk.version + 1:
+                walk.version = record.seq
+            continue
         if walk.take(record.seq, record.data, intact=record.intact) is not None:
             continue  # not one of the source's events (reported by its audits): not copied
         if walk.gap is not None:
-            raise SessionDamaged(
+            damaged = damaged or SessionDamaged(
                 key=source.composite(),
                 seq=walk.gap[0],
-                position=record.position,
+                position=None,
                 problem=f"events seq {walk.gap[0]}-{walk.gap[1]} are missing; cannot fork",
             )
         try:
@@ -86,14 +92,21 @@ def fork_events(
         if at_time is not None and round(event.at, 6) > at_time:  # a datetime holds microseconds
             break
         if isinstance(event, SessionErased):
-            copied = []  # what came before an erasure fence is not the session's any more
+            copied, damaged = [], None  # what came before an erasure fence is not the session's any more
         elif isinstance(event, HistoryCompacted):
             # Retention compacted the history here: the fork starts from the state it carries.
             opened = SessionStarted(seq=1, event_id="", at=event.at, key=event.key, config=event.config)
-            copied = [opened, event]
+            copied, damaged = [opened, event], None
+        elif isinstance(event, SessionRepaired):
+            # An operator repaired the history here: the fork starts from the state it restored.
+            restored = decode_state(event.state)
+            opened = SessionStarted(seq=1, event_id="", at=event.at, key=source, config=restored.config)
+            copied, damaged = ([opened, event] if restored.started else []), None
         else:
             copied.append(event)
         last = record.position
+    if damaged is not None:
+        raise damaged
     if not copied or not isinstance(copied[0], SessionStarted):
         when = (
             f"position {at_position}" if at_position is not None else f"time {at_time}" if at_time else "now"
