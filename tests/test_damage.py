@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import convmem
-from convmem.actors import MemorySystem, sweep_retention, verify
+from convmem.actors import ErasureRequest, MemorySystem, plan_repair, sweep_retention, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore
 from convmem.adapters._checksum import seal
 from convmem.adapters.cli._main import main
@@ -444,3 +444,19 @@ def test_session_damaged_crosses_the_service_with_its_fields() -> None:
         "event seq 3 missing",
         str(sent),
     )
+
+
+def test_a_snapshot_left_by_an_erasure_under_way_is_not_damage() -> None:
+    """Events gone, snapshot kept: damage only when no erasure of the session is recorded."""
+    log, snapshots = InMemoryEventLog(), InMemorySnapshotStore()
+    with MemorySystem(CONFIG, log=log, snapshots=snapshots, snapshot_every=1) as memory:
+        for key in (HURT, LATER):
+            memory.session(key).add_turn(turn(key, 0), timeout=10)
+    for key in (HURT, LATER):  # the log loses both sessions' events; their snapshots stay
+        log.erase(key, at=2.0)
+    log.erasure_journal().record(ErasureRequest.of("acme", "bob", "later", by="ops", at=2.0))
+    checks = {c.key: c for c in verify(log, snapshots)}
+    assert [d.seq for d in checks[HURT].damage] == [1]  # lost, and nothing erased it
+    assert checks[LATER].ok  # an erasure under way: its status shows it, not verify
+    plan, _ = plan_repair(log, snapshots, LATER)
+    assert not plan.needed

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from convmem.actors._journal import ErasureJournal, JournaledLog, find_erasure
 from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.actors._sequence import SessionSequence
@@ -157,9 +158,10 @@ def verify(
     for stored in listed or ():
         by_key.setdefault(stored, [])
     stored_keys = set(listed) if listed is not None and key is None else None
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
     checks = []
     for session_key in sorted(by_key, key=lambda k: k.composite()):
-        check = _check(session_key, by_key[session_key], snapshots, live, stored_keys)
+        check = _check(session_key, by_key[session_key], snapshots, live, stored_keys, journal)
         _count_unreadable(check, by_key[session_key], counts)
         checks.append(check)
     return checks
@@ -240,6 +242,7 @@ def _check(
     snapshots: SnapshotStore | None,
     live: Mapping[MemoryKey, SessionState] | None,
     held: set[MemoryKey] | None = None,
+    journal: ErasureJournal | None = None,
 ) -> SessionCheck:
     check = SessionCheck(key=key)
     report = LoadReport()
@@ -280,7 +283,9 @@ def _check(
         except EventDecodeError as exc:
             check.problems.append(f"snapshot at seq {snapshot.seq} does not decode: {exc}")
         else:
-            if snapshot.seq > state.version and not _erased(records):
+            # Events up to the snapshot's seq that the log lost, and no erasure (its fence, or its
+            # record in the journal: an erasure under way) took them: damage.
+            if snapshot.seq > state.version and not _erased(records) and find_erasure(journal, key) is None:
                 first = state.version + 1
                 lost = f"seq {first}" if first == snapshot.seq else f"seqs {first}-{snapshot.seq}"
                 where = f"the log ends at seq {state.version}" if state.version else "the log holds no event"

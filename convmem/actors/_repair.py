@@ -19,8 +19,8 @@ replaced by one of the repaired state. Nothing stored is deleted: the damaged
 records stay in the log for forensics.
 
 A snapshot is never restored over an erasure: a session whose log holds an
-erasure fence after (or without) the events the snapshot covers is cut, not
-restored.
+erasure fence, or whose erasure the log's journal records (pending or done),
+is cut, not restored.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import msgspec
 
 from convmem.actors._audit import _erased, verify
 from convmem.actors._ids import new_command_id
+from convmem.actors._journal import JournaledLog, find_erasure
 from convmem.actors._load import LoadReport, PoisonEvent, applied
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import ConvmemError, EventDecodeError, InvalidInput
@@ -91,7 +92,9 @@ def plan_repair(
     cut, version = _last_good(records)
     plan.lost_after = version
     restored: SessionState | None = None
-    from_snapshot = None if method == "cut" else _from_snapshot(snapshots, key, records)
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    erased = find_erasure(journal, key) is not None  # an erasure recorded: no snapshot comes back
+    from_snapshot = None if method == "cut" or erased else _from_snapshot(snapshots, key, records)
     if method == "snapshot" and from_snapshot is None:
         raise InvalidInput(
             "method", f"session {key} has no snapshot that passes its checks (or it was erased): use cut"
