@@ -42,7 +42,7 @@ from convmem.adapters.jetstream._embedded import find_nats_server
 from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
 from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET
 from convmem.adapters.service._inboxes import OPERATOR, OPERATOR_INBOX
-from convmem.adapters.service._partitions import members_subject, signed
+from convmem.adapters.service._partitions import members_subject, verified
 from convmem.adapters.service._protocol import (
     DEFAULT_API_PREFIX,
     OPERATOR_OPS,
@@ -219,6 +219,12 @@ async def _until(fact: Callable[[], bool], what: str) -> None:
     assert fact(), what
 
 
+def _own_beat(deployment: Deployment, data: bytes) -> bool:
+    """Whether a message is the worker's own membership announcement (on the control subject)."""
+    said = verified(SECRET, data)
+    return said is not None and said.get("instance") == deployment.service.instance
+
+
 def _answer_like(data: bytes) -> bool:
     """Whether a message looks like anything the service answers: a protocol reply, a micro one, a status."""
     return data.startswith((b'{"v":1', b'{"health"')) or b"io.nats.micro" in data
@@ -254,15 +260,13 @@ async def _probe(
             await legal.close()
         await spy.flush()
         after = await _counts(spy)
-        beat = signed(
-            SECRET, {"instance": deployment.service.instance, "queue_group": "convmem", "leaving": False}
-        )
         seen.remove((subject, payload))  # the hostile request itself, heard on its own subject
         heard = [
             s
             for s, data in seen
-            if (s == target and data != beat) or (s != answer.subject and _answer_like(data))
-        ]  # the worker's own membership beats aside
+            if (s == target and not _own_beat(deployment, data))
+            or (s != answer.subject and _answer_like(data))
+        ]
         return heard, before, after, deployment.refused(who) - refused
     finally:
         await sender.close()

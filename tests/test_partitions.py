@@ -43,9 +43,10 @@ SECRET = b"test-members-secret-0123456789"
 """What the workers of these tests sign their membership with (`serve` draws one per run)."""
 
 
-def announcement(instance: str, *, leaving: bool = False) -> bytes:
-    """A member announcement signed as the workers sign theirs."""
-    return signed(SECRET, {"instance": instance, "queue_group": "convmem", "leaving": leaving})
+def announcement(instance: str, *, leaving: bool = False, at: float | None = None) -> bytes:
+    """A member announcement signed as the workers sign theirs, said now (or `at`)."""
+    said = {"instance": instance, "queue_group": "convmem", "leaving": leaving}
+    return signed(SECRET, {**said, "at": time.time() if at is None else at})
 
 
 def wait_until(fact: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -166,9 +167,8 @@ def test_a_partition_without_an_owner_is_answered_on_the_plain_subject(
     async def ghost() -> None:  # a member that announces itself and never subscribes to anything
         nc = await nats.connect(nats_server.url)
         try:
-            body = announcement("w-zz")
             while not ghost_beats.is_set():
-                await nc.publish(members_subject(prefix), body)
+                await nc.publish(members_subject(prefix), announcement("w-zz"))
                 await nc.flush()
                 await asyncio.to_thread(ghost_beats.wait, 0.2)
         finally:
@@ -244,12 +244,11 @@ def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: Embed
             expiry=3.0,
             clock=lambda: now[0],
         )
-        body = announcement("w-zz")
         try:
             joining = asyncio.ensure_future(mine.start())
             async with asyncio.timeout(WAIT):
                 while len(mine.owned) != SLOTS // 2:  # the ghost beats until it is counted
-                    await ghost.publish(members_subject(prefix), body)
+                    await ghost.publish(members_subject(prefix), announcement("w-zz"))
                     await ghost.flush()
                     await asyncio.wait([joining], timeout=0.02)
             shared = len(mine.owned)
@@ -271,6 +270,14 @@ def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: Embed
             await nc.close()
 
     assert asyncio.run(scenario()) == (SLOTS // 2, SLOTS // 2, SLOTS)
+
+
+async def flushed_until(nc: Any, fact: Callable[[], bool], what: str) -> None:
+    """Flush `nc` (each flush a round trip, so what was sent before has been routed) until `fact`."""
+    deadline = time.monotonic() + WAIT
+    while not fact():
+        assert time.monotonic() < deadline, f"{what}: not within {WAIT:g}s"
+        await nc.flush()
 
 
 def test_a_flood_of_unsigned_or_missigned_announcements_changes_no_owner(
@@ -306,9 +313,7 @@ def test_a_flood_of_unsigned_or_missigned_announcements_changes_no_owner(
             for n in range(flood):
                 await hostile.publish(members_subject(prefix), forged[n % len(forged)](n))
             await hostile.flush()
-            async with asyncio.timeout(WAIT):
-                while mine.rejected < flood:  # every one of them has been read (and dropped)
-                    await nc.flush()
+            await flushed_until(nc, lambda: mine.rejected >= flood, "every one read (and dropped)")
             return mine.owned, mine.members, mine.changes - before, mine.rejected
         finally:
             for sub in await mine.leave():
@@ -351,9 +356,7 @@ def test_a_worker_counts_at_most_max_members_others(nats_server: EmbeddedNatsSer
             await mine.start()
             for n in range(20):
                 await nc.publish(members_subject(prefix), announcement(f"w-{n:02d}"))
-            async with asyncio.timeout(WAIT):
-                while mine.rejected < 16:
-                    await nc.flush()
+            await flushed_until(nc, lambda: mine.rejected >= 16, "the sixteen dropped")
             return len(mine.members), mine.rejected
         finally:
             for sub in await mine.leave():
@@ -369,3 +372,55 @@ def test_a_partitioned_service_needs_the_workers_secret(nats_server: EmbeddedNat
             with pytest.raises(InvalidConfig) as refused:
                 MemoryService(system, nats_server.url, partitioned=True, members_secret=secret)
             assert refused.value.field == "members_secret"
+
+
+def test_a_replayed_announcement_changes_nothing(nats_server: EmbeddedNatsServer) -> None:
+    """Someone who heard a worker's signed announcements (any client of a server without auth) sends
+    them again: a join replayed after that worker left, and one older than the replay window, are
+    dropped; the worker's own next announcement still counts."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+    wall = [10_000.0]
+
+    async def ignore(_msg: Any) -> None:
+        return None
+
+    async def scenario() -> list[tuple[list[str], int]]:
+        nc = await nats.connect(nats_server.url)
+        mine = Partitions(
+            nc,
+            api_prefix=prefix,
+            queue_group="convmem",
+            instance="w-a",
+            on_message=ignore,
+            secret=SECRET,
+            wall=lambda: wall[0],
+        )
+        steps: list[tuple[list[str], int]] = []
+
+        async def send(payload: bytes, seen: Callable[[], bool]) -> None:
+            await nc.publish(members_subject(prefix), payload)
+            await flushed_until(nc, seen, "the announcement heard")
+            steps.append((mine.members, mine.rejected))
+
+        try:
+            await mine.start()
+            joined = announcement("w-b", at=10_000.0)
+            await send(joined, lambda: "w-b" in mine.members)
+            await send(announcement("w-b", leaving=True, at=10_000.5), lambda: "w-b" not in mine.members)
+            await send(joined, lambda: mine.rejected == 1)  # replayed after the leave
+            wall[0] += 120.0
+            await send(announcement("w-c", at=10_001.0), lambda: mine.rejected == 2)  # too old
+            await send(announcement("w-b", at=wall[0]), lambda: "w-b" in mine.members)  # its own, new
+            return steps
+        finally:
+            for sub in await mine.leave():
+                await sub.unsubscribe()
+            await nc.close()
+
+    assert asyncio.run(scenario()) == [
+        (["w-a", "w-b"], 0),
+        (["w-a"], 0),
+        (["w-a"], 1),
+        (["w-a"], 2),
+        (["w-a", "w-b"], 2),
+    ]

@@ -134,7 +134,8 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     auth.add_argument(
         "--inbox-prefix",
         default=default(env.inbox_prefix),
-        help="subject prefix of reply inboxes, for users confined to their own (NATS_INBOX_PREFIX)",
+        help="subject prefix of reply inboxes of JetStream reads, for users confined to their own "
+        "(NATS_INBOX_PREFIX); the service answers on _INBOX_<tenant> and _OPS_INBOX by itself",
     )
 
 

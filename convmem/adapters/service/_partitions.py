@@ -11,7 +11,10 @@ its body under the `secret` the workers share (`convmem serve` draws one per
 run and hands it to its workers; ``CONVMEM_MEMBERS_SECRET`` gives the
 processes of several machines the same one), and an announcement without
 the right one is dropped (counted in `rejected`, logged at the 1st, 2nd, 4th,
-... one). At most `max_members` other workers are counted; more are ignored.
+... one). Each announcement also carries its sender's wall-clock time: one
+no later than the last heard from that worker, or older than `REPLAY_WINDOW`
+seconds, is a replay and is dropped too (the workers' clocks must agree within
+that). At most `max_members` other workers are counted; more are ignored.
 The shipped NATS configuration also lets only the service's identity publish
 or subscribe on ``{api_prefix}.ctl.>`` (operators read status under
 ``{api_prefix}.ops``, which is not it): a flood of made-up announcements,
@@ -49,10 +52,12 @@ from nats.aio.subscription import Subscription
 from convmem.adapters.service._protocol import SLOTS, partition_subject
 from convmem.errors import InvalidConfig
 
-__all__ = ["MAX_MEMBERS", "Partitions", "members_subject", "owners", "signed"]
+__all__ = ["MAX_MEMBERS", "REPLAY_WINDOW", "Partitions", "members_subject", "owners", "signed", "verified"]
 
 MAX_MEMBERS = 256
 """Other workers a worker counts at most (each with the shared secret)."""
+REPLAY_WINDOW = 60.0
+"""Seconds an announcement stays good: an older one (by its sender's clock) is a replay."""
 
 
 def members_subject(api_prefix: str) -> str:
@@ -66,7 +71,8 @@ def signed(secret: bytes, body: dict[str, Any]) -> bytes:
     return hmac.new(secret, data, hashlib.sha256).hexdigest().encode() + b" " + data
 
 
-def _verified(secret: bytes, payload: bytes) -> dict[str, Any] | None:
+def verified(secret: bytes, payload: bytes) -> dict[str, Any] | None:
+    """The body of an announcement signed with `secret`; None when it is not one."""
     mac, _, data = payload.partition(b" ")
     if not hmac.compare_digest(mac, hmac.new(secret, data, hashlib.sha256).hexdigest().encode()):
         return None
@@ -104,6 +110,7 @@ class Partitions:
         expiry: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
         max_members: int = MAX_MEMBERS,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
             raise InvalidConfig(
@@ -126,6 +133,8 @@ class Partitions:
         self._clock = clock
         self._on_message = on_message
         self._seen: dict[str, float] = {}
+        self._wall = wall
+        self._said_at: dict[str, float] = {}  # the latest announcement's time, by worker
         self._subs: dict[int, Subscription] = {}
         self._members_sub: Subscription | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -172,7 +181,12 @@ class Partitions:
         return subs
 
     async def _say(self, *, leaving: bool) -> None:
-        body = {"instance": self.instance, "queue_group": self.queue_group, "leaving": leaving}
+        body = {
+            "instance": self.instance,
+            "queue_group": self.queue_group,
+            "leaving": leaving,
+            "at": self._wall(),
+        }
         await self.nc.publish(self.subject, signed(self._secret, body))
         self.beats += 1
 
@@ -188,7 +202,7 @@ class Partitions:
             )
 
     async def _on_member(self, msg: Msg) -> None:
-        said = _verified(self._secret, msg.data)
+        said = verified(self._secret, msg.data)
         if said is None:
             self._reject("not signed with the workers' secret")
             return
@@ -198,6 +212,13 @@ class Partitions:
             return
         if group != self.queue_group or instance == self.instance:
             return
+        at = said.get("at")
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            self._reject("not an announcement")
+            return
+        if at <= self._said_at.get(instance, self._wall() - REPLAY_WINDOW):
+            self._reject("a replay: no later than the last one heard, or too old")
+            return
         known = instance in self.members
         if leaving:
             self._seen.pop(instance, None)
@@ -206,6 +227,8 @@ class Partitions:
         else:
             self._reject(f"over {self.max_members} members")
             return
+        if not leaving or known:
+            self._said_at[instance] = at
         if known == leaving and self._ticker is not None:  # joined or left: deal again now
             await self._deal()
 
@@ -214,6 +237,9 @@ class Partitions:
         now = self._clock()
         for instance in [i for i, at in self._seen.items() if now - at > self.expiry]:
             del self._seen[instance]
+        oldest = self._wall() - REPLAY_WINDOW  # older announcements are refused anyway
+        for instance in [i for i, at in self._said_at.items() if at < oldest]:
+            del self._said_at[instance]
         return len(self._seen)
 
     async def _tick(self) -> None:
