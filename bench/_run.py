@@ -35,6 +35,7 @@ MEASURES = (
     "history",
     "fairness",
     "encryption",
+    "retention",
 )
 ON_DEMAND = ("chaos",)
 """Measures run only when named in ``--only`` (minutes long, they kill processes): not in the default run."""

@@ -420,6 +420,7 @@ events_by_type: dict[type, st.SearchStrategy[Any]] = {
         dropped_events=st.integers(0, 2**40),
         dropped_turns=st.integers(0, 2**40),
         reason=texts,
+        history=st.lists(kept_turns, max_size=2).map(tuple),
     ),
 }
 """One strategy per event type, covering every field (not a valid history)."""

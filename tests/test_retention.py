@@ -76,6 +76,8 @@ from convmem.projections import (
     evolve,
     history_facts,
     plan_retention,
+    replay,
+    without_horizon,
 )
 
 DAY = 86_400.0
@@ -462,6 +464,28 @@ def test_a_capped_history_is_compacted_and_replays_to_the_live_state(store: Stor
     other_log, other_snapshots = store.other()
     with MemorySystem(log=other_log, snapshots=other_snapshots, clock=clock) as reopened:
         assert live_state(reopened, k) == load_state(store.log, None, k)[0]
+
+
+def test_turns_within_the_cap_past_the_live_horizon_stay_in_the_log(store: Store) -> None:
+    """A cap above the live horizon keeps that many turns in the log: the live state's own, and the
+    older ones it had retired (the whole-history views still read them); the live state is unchanged."""
+    clock = ManualClock(START)
+    config = ShortTermMemoryConfig(strategy="truncation", live_turns=1)  # a horizon of 10 turns
+    k = key("long")
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=13))
+    with MemorySystem(config, log=store.log, snapshots=store.snapshots, clock=clock) as system:
+        for n in range(16):
+            system.session(k).add_turn(turn(f"t{n}"))
+        before = live_state(system, k)
+        assert len(before.turns) == 10
+        (outcome,) = system.sweep_retention(policies=policies).outcomes
+        assert (outcome.turns_kept, outcome.turns_dropped) == (13, 3)
+        after = live_state(system, k)
+        assert after == msgspec.structs.replace(before, version=before.version + 1)
+        assert after == load_state(store.log, None, k)[0]
+        whole = replay(without_horizon(decode_event(r.data) for r in store.log.read(k)))
+        assert [r.turn.user_message for r in whole.turns] == [f"t{n}" for n in range(3, 16)]
+        assert system.sweep_retention(policies=policies).outcomes == []
 
 
 def test_a_history_over_its_age_keeps_only_recent_turns(store: Store) -> None:

@@ -473,11 +473,8 @@ def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
         case ItemPopped():
             return "item.popped", f"{event.item.kind}"
         case HistoryCompacted():
-            kept = (
-                f"turns #{event.turns[0].index}-#{event.turns[-1].index} kept"
-                if event.turns
-                else "no turn kept"
-            )
+            turns = (*event.history, *event.turns)
+            kept = f"turns #{turns[0].index}-#{turns[-1].index} kept" if turns else "no turn kept"
             return (
                 "history.compacted",
                 f"{event.dropped_events} earlier events dropped ({event.dropped_turns} turns), {kept}, "

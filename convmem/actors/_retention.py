@@ -57,6 +57,7 @@ from convmem.projections import (
     plan_retention,
     replay,
     state_hash,
+    without_horizon,
 )
 
 __all__ = ["RetentionOutcome", "RetentionReport", "RetentionSweeper", "sweep_retention"]
@@ -205,7 +206,11 @@ def _sweep_one(
     except ReplayError as exc:
         report.problems.append(RetentionProblem(key=key, problem=f"its events do not fold: {exc}"))
         return None
-    action = plan_retention(state, history_facts(events), policies.for_tenant(key.tenant_id), now)
+    policy = policies.for_tenant(key.tenant_id)
+    # The turns past the live horizon are in the log only: fold it without the horizon to keep
+    # those within the caps (a session that retired none has them all in its state).
+    whole = replay(without_horizon(events)) if policy.caps and state.retired_through else None
+    action = plan_retention(state, history_facts(events), policy, now, whole=whole)
     match action:
         case None:
             return None
@@ -243,6 +248,7 @@ def _sweep_one(
                 dropped_events=action.dropped_events,
                 dropped_turns=action.dropped_turns,
                 reason=action.reason,
+                history=action.history,
             )
             outcome = RetentionOutcome(
                 key=key,
@@ -250,7 +256,7 @@ def _sweep_one(
                 reason=action.reason,
                 events_removed=action.dropped_events,
                 turns_dropped=action.dropped_turns,
-                turns_kept=len(action.keep),
+                turns_kept=len(action.history) + len(action.keep),
             )
             if dry_run:
                 return outcome

@@ -261,7 +261,8 @@ class HistoryCompacted(Event, frozen=True, gc=False, tag="history.compacted"):
     Like a snapshot written into the log: the state after it is built from its
     fields alone (`convmem.projections.evolve`), whatever came before, so a
     history may begin with it at any seq and replays exactly from there. It
-    keeps the summary, the newest turns (`turns`, numbered) and every other
+    keeps the summary, the newest turns (`turns`, numbered; older ones within
+    the policy's caps that the live state had retired in `history`) and every other
     part of the state (health, idempotency keys, the entity table of the turns
     that left). It is not activity: the session's `last_at` stays the time of
     its last event before it. `dropped_events` and `dropped_turns` say what
@@ -288,6 +289,10 @@ class HistoryCompacted(Event, frozen=True, gc=False, tag="history.compacted"):
     dropped_events: int = 0
     dropped_turns: int = 0
     reason: str = ""
+    history: tuple[KeptTurn, ...] = ()
+    """Older turns the log keeps that the live state had already retired (past its live
+    horizon, their entities counted in `entities`): the fold leaves them out unless it keeps
+    every turn (``config.live_turns`` None, as the whole-history views fold the log)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -297,4 +302,5 @@ class HistoryCompacted(Event, frozen=True, gc=False, tag="history.compacted"):
     @property
     def first_index(self) -> int:
         """The lowest turn number the log holds from here on (`next_index` when no turn is kept)."""
-        return self.turns[0].index if self.turns else self.next_index
+        kept = self.history or self.turns
+        return kept[0].index if kept else self.next_index

@@ -79,9 +79,11 @@ class EraseIdle(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Compact(msgspec.Struct, frozen=True, kw_only=True):
-    """Compact the session's history, keeping the summary and the turns `keep`."""
+    """Compact the session's history, keeping the summary and the turns `keep` (the live state's
+    newest), and in the log the older turns `history` the live state had retired."""
 
     keep: tuple[TurnRecord, ...]
+    history: tuple[TurnRecord, ...] = ()
     dropped_events: int
     dropped_turns: int
     reason: str
@@ -124,7 +126,7 @@ def history_facts(events: Sequence[AnyEvent]) -> HistoryFacts:
     for n, event in enumerate(tail):
         times: list[float]
         if isinstance(event, HistoryCompacted):
-            times = [t.at for t in event.turns]
+            times = [t.at for t in (*event.history, *event.turns)]
             first_index = event.first_index if n == 0 else first_index
         elif isinstance(event, SessionRepaired):
             restored = _restored(event)
@@ -156,7 +158,12 @@ def _restored(event: SessionRepaired) -> SessionState | None:
 
 
 def plan_retention(
-    state: SessionState, facts: HistoryFacts, policy: RetentionPolicy, now: float
+    state: SessionState,
+    facts: HistoryFacts,
+    policy: RetentionPolicy,
+    now: float,
+    *,
+    whole: SessionState | None = None,
 ) -> RetentionAction | None:
     """What `policy` asks of the session at `now`; None: keep it as it is.
 
@@ -166,6 +173,9 @@ def plan_retention(
     events than `max_events`, more turns stored than `max_turns`, data older
     than `max_age`) is compacted to the summary and the newest turns within
     the caps. A session that has not started (or was erased) is left alone.
+    `whole` is the session's state with every turn since its last clear (the
+    fold of `without_horizon`), when its live state retired some: the turns
+    within the caps that only it holds are kept in the log as `history`.
     """
     if not state.started:
         if facts.erasure_unfinished:
@@ -194,15 +204,20 @@ def plan_retention(
         reasons.append(f"data older than max_age {format_duration(policy.max_age)}")
     if not reasons:
         return None
-    keep = state.turns
+    first_live = state.turns[0].index if state.turns else state.next_index
+    older = tuple(r for r in whole.turns if r.index < first_live) if whole is not None else ()
+    kept = (*older, *state.turns)
     if cutoff is not None:
-        keep = tuple(r for r in keep if r.at >= cutoff)
-    if policy.max_turns is not None:
-        keep = keep[-policy.max_turns :] if policy.max_turns < len(keep) else keep
+        kept = tuple(r for r in kept if r.at >= cutoff)
+    if policy.max_turns is not None and policy.max_turns < len(kept):
+        kept = kept[-policy.max_turns :]
+    keep = tuple(r for r in kept if r.index >= first_live)
+    history = kept[: len(kept) - len(keep)]
     return Compact(
         keep=keep,
+        history=history,
         dropped_events=facts.events,
-        dropped_turns=max(0, stored_turns - len(keep)),
+        dropped_turns=max(0, stored_turns - len(kept)),
         reason="; ".join(reasons),
     )
 
@@ -216,10 +231,12 @@ def compaction(
     dropped_events: int = 0,
     dropped_turns: int = 0,
     reason: str = "",
+    history: Sequence[TurnRecord] = (),
 ) -> HistoryCompacted:
     """The event that compacts `state`'s history to its summary and `keep` (its newest turns).
 
     Its seq follows the state's version; the state after it is `compacted_state` of it.
+    `history` are older turns (already retired from `state`) the log keeps beside them.
     """
     if state.key is None or not state.started:
         raise InvalidInput("state", "only a started session's history can be compacted")
@@ -263,6 +280,7 @@ def compaction(
         dropped_events=dropped_events,
         dropped_turns=dropped_turns,
         reason=reason,
+        history=tuple(KeptTurn(index=r.index, at=r.at, turn=r.turn) for r in history),
     )
 
 
@@ -277,7 +295,7 @@ def compacted_state(event: HistoryCompacted) -> SessionState:
             at=t.at,
             rendered_len=rendered_turn_length(t.turn, include_digest=include, include_date=dated),
         )
-        for t in event.turns
+        for t in ((*event.history, *event.turns) if config.live_turns is None else event.turns)
     )
     entities = (
         EntityTable(

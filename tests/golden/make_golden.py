@@ -230,6 +230,20 @@ EXAMPLES: dict[str, Event] = {
         unreadable=1,
         reason="restored from the snapshot at seq 12",
     ),
+    # Added with retention (issue 24): older turns a compaction keeps past the live horizon.
+    "history.compacted+history": HistoryCompacted(
+        seq=15,
+        event_id="retention/5be1c0df",
+        at=1765800001.0,
+        key=KEY,
+        config=CONFIG,
+        turns=(KeptTurn(index=10, at=1765700010.5, turn=TURN),),
+        next_index=11,
+        history=(KeptTurn(index=8, at=1765700008.5, turn=PLAIN_TURN),),
+        dropped_events=12,
+        dropped_turns=7,
+        reason="10 turns stored, over max_turns 3",
+    ),
 }
 """One fixed example per golden file: per event tag, with every field set away from its default,
 and per field added later (``tag+field``)."""
