@@ -576,16 +576,20 @@ def test_the_system_sweeps_on_its_clock() -> None:
     with MemorySystem(TRUNCATION, log=log, clock=clock, retention=policies) as system:
         sweeper = system.retention_sweeper
         assert sweeper is not None
+        assert sweeper.due == START + 3600
         system.session(key()).add_turn(turn("hello"))
-        clock.advance(2 * DAY - 1)  # the sweeps due meanwhile ran: the session was not idle long enough
-        wait_until(lambda: sweeper.sweeps >= 1, message="a sweep ran")
-        assert log.keys() == [key()]
-        sweeps = sweeper.sweeps
-        clock.advance(3600)
-        wait_until(
-            lambda: sweeper.sweeps > sweeps and log.keys() == [], message="the idle session was erased"
-        )
-    assert MemorySystem(log=log).retention_sweeper is None
+        clock.advance(3599)
+        assert sweeper.sweeps == 0  # not due yet (a due timer fires inside advance)
+        clock.advance(1)
+        wait_until(lambda: sweeper.due == START + 7200, message="the first sweep ran and the next is due")
+        assert sweeper.sweeps == 1
+        assert log.keys() == [key()]  # idle for an hour only
+        clock.advance(DAY)  # the sweep due on the way may run at its due time: the one after it erases
+        wait_until(lambda: log.keys() == [], message="a sweep erased the session idle for a day")
+        assert sweeper.sweeps >= 2
+    assert sweeper.due is None
+    with MemorySystem(log=log) as plain:
+        assert plain.retention_sweeper is None
 
 
 def test_a_fork_of_a_compacted_session_starts_from_its_compaction(store: Store) -> None:

@@ -311,7 +311,8 @@ class RetentionSweeper:
     The clock's timer only hands the sweep to the thread (timer callbacks must
     be quick), so a `ManualClock` drives it in tests: advance it past a due
     time and wait for `sweeps` to grow. The first sweep is one interval after
-    `start`. `sweep` runs one now (blocking); `last` is the latest report.
+    `start`, the next one interval after a sweep ends (`due`). `sweep` runs
+    one now (blocking); `last` is the latest report.
     """
 
     def __init__(
@@ -329,6 +330,8 @@ class RetentionSweeper:
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-retention")
         self.sweeps = 0
         self.last: RetentionReport | None = None
+        self.due: float | None = None
+        """When the next sweep is due, by the clock (None before `start` and after `close`)."""
 
     def start(self) -> None:
         """Schedule the first sweep one interval from now."""
@@ -338,7 +341,8 @@ class RetentionSweeper:
         with self._lock:
             if self._stop.is_set():
                 return
-            self._timer = self._clock.call_at(self._clock.now() + self.policies.sweep_every, self._due)
+            self.due = self._clock.now() + self.policies.sweep_every
+            self._timer = self._clock.call_at(self.due, self._due)
 
     def _due(self) -> None:
         with contextlib.suppress(RuntimeError):  # shut down meanwhile
@@ -373,6 +377,7 @@ class RetentionSweeper:
         """No more sweeps; a sweep under way stops after its current session."""
         with self._lock:
             self._stop.set()
+            self.due = None
             if self._timer is not None:
                 self._timer.cancel()
         self._thread.shutdown(wait=True)
