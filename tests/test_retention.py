@@ -40,6 +40,7 @@ from convmem.actors import (
     timeline,
     verify,
 )
+from convmem.actors._retention import _NO_ERASER
 from convmem.adapters import (
     EmbeddedNatsServer,
     InMemoryEventLog,
@@ -348,6 +349,11 @@ def test_idle_sessions_are_erased_and_active_ones_kept(store: Store) -> None:
         assert stored(store.log, fresh) == before
 
 
+def erase_with(system: MemorySystem) -> Callable[[MemoryKey], int]:
+    """The system's journaled erasure, as a sweep takes it."""
+    return lambda k: system.erase(k, by="test").events_purged
+
+
 def test_a_session_written_after_the_decision_is_kept() -> None:
     """The erasure is conditional on the event the decision saw: a turn written meanwhile wins."""
     clock = ManualClock(START)
@@ -369,7 +375,7 @@ def test_a_session_written_after_the_decision_is_kept() -> None:
         writer.session(key()).add_turn(turn("before"))
         clock.advance(40 * DAY)
         log.armed = True
-        report = sweep_retention(log, IDLE, now=clock.now(), dry_run=False)
+        report = sweep_retention(log, IDLE, now=clock.now(), dry_run=False, erase=erase_with(writer))
         assert report.outcomes[0].skipped == "written meanwhile: kept"
         assert [r.turn.user_message for r in live_state(writer, key()).turns] == [
             "before",
@@ -396,7 +402,9 @@ def test_a_session_begun_again_over_the_fence_is_kept_and_its_idle_history_dropp
     with MemorySystem(TRUNCATION, log=log, clock=clock) as writer:
         writer.session(key()).add_turn(turn("idle secret ZQX"))
         clock.advance(40 * DAY)
-        (outcome,) = sweep_retention(log, IDLE, now=clock.now(), dry_run=False).outcomes
+        (outcome,) = sweep_retention(
+            log, IDLE, now=clock.now(), dry_run=False, erase=erase_with(writer)
+        ).outcomes
         assert outcome.skipped is not None
         assert outcome.skipped.startswith("begun again meanwhile")
         assert outcome.events_removed == 2
@@ -417,11 +425,15 @@ def test_an_erasure_cut_short_after_its_fence_is_finished(store: Store) -> None:
         system.session(key()).add_turn(turn("cut short"))
     fence = SessionErased(seq=3, event_id="erased/retention/cut-short", at=clock.now())
     store.log.append(key(), [fence], expected_seq=2)
-    report = sweep_retention(
-        store.log, RetentionPolicies(default=RetentionPolicy(max_turns=9)), now=clock.now(), dry_run=False
-    )
-    assert [(o.action, o.done) for o in report.outcomes] == [("erase", True)]
-    assert store.log.read(key()) == []
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=9))
+    report = sweep_retention(store.log, policies, now=clock.now(), dry_run=False)
+    assert [o.skipped for o in report.outcomes] == [_NO_ERASER]  # never erased outside the journal
+    with MemorySystem(TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock) as system:
+        report = system.sweep_retention(policies=policies)
+        assert [(o.action, o.done) for o in report.outcomes] == [("erase", True)]
+        assert store.log.read(key()) == []
+        (record,) = [system.erasure_record(key())]
+        assert record is not None
 
 
 def test_a_capped_history_is_compacted_and_replays_to_the_live_state(store: Store) -> None:
@@ -585,8 +597,10 @@ def test_the_system_sweeps_on_its_clock() -> None:
         assert sweeper.sweeps == 1
         assert log.keys() == [key()]  # idle for an hour only
         clock.advance(DAY)  # the sweep due on the way may run at its due time: the one after it erases
-        wait_until(lambda: log.keys() == [], message="a sweep erased the session idle for a day")
-        assert sweeper.sweeps >= 2
+        wait_until(
+            lambda: log.keys() == [] and sweeper.sweeps >= 2,
+            message="a sweep erased the session idle for a day",
+        )
     assert sweeper.due is None
     with MemorySystem(log=log) as plain:
         assert plain.retention_sweeper is None

@@ -66,6 +66,8 @@ _log = logging.getLogger("convmem.retention")
 
 Action = Literal["erase", "compact", "finish"]
 
+_NO_ERASER = "not erased: no erasure path given (erase through MemorySystem.sweep_retention, journaled)"
+
 
 class RetentionOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What a sweep did to one session, or (a dry run, or `skipped`) would have done."""
@@ -140,7 +142,8 @@ def sweep_retention(
     """Apply `policies` at `now` to every session of the log (of `tenant_id`); see the module docstring.
 
     `erase(key)` erases a session and returns the events removed (the
-    system's erasure; default: the log's `erase`); `passivate(key)` drops a
+    system's journaled erasure: without one, an idle session is reported,
+    never erased); `passivate(key)` drops a
     session's live copy in this process. `stop` ends the sweep between two
     sessions. A failure of the log on one session is reported in its
     outcome and the sweep goes on.
@@ -221,8 +224,12 @@ def _sweep_one(
             if dry_run:
                 return outcome
             if not state.started:  # a fence is stored already: finish that erasure
-                removed = erase(key) if erase is not None else log.erase(key, at=now)
+                if erase is None:
+                    return msgspec.structs.replace(outcome, skipped=_NO_ERASER)
+                removed = erase(key)
                 return msgspec.structs.replace(outcome, done=True, events_removed=removed)
+            if erase is None:
+                return msgspec.structs.replace(outcome, skipped=_NO_ERASER)
             fence = SessionErased(
                 seq=state.version + 1,
                 event_id=f"erased/retention/{os.urandom(8).hex()}",
@@ -237,7 +244,7 @@ def _sweep_one(
                 removed = _drop(log, None, passivate, key, fence.seq)
                 skipped = "begun again meanwhile: the new session is kept, the idle history before it dropped"
                 return msgspec.structs.replace(outcome, events_removed=removed, skipped=skipped)
-            removed = erase(key) if erase is not None else log.erase(key, at=now)
+            removed = erase(key)
             return msgspec.structs.replace(outcome, done=True, events_removed=removed)
         case Compact():
             event = compaction(

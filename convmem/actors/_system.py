@@ -386,7 +386,7 @@ class MemorySystem:
             now=self.clock.now(),
             dry_run=dry_run,
             snapshots=self.snapshots,
-            erase=lambda key: self.erase(key, by="retention").events_purged,
+            erase=lambda key: self.erase(key, by=_RETENTION_BY(key)).events_purged,
             passivate=self.passivate,
             tenant_id=tenant_id,
             stop=stop,
@@ -490,6 +490,11 @@ class MemorySystem:
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return self._closed
+
+
+def _RETENTION_BY(key: MemoryKey) -> str:
+    """Who asks for a retention erasure, in its receipt (never the erased user's or session's id)."""
+    return "retention" if "retention" not in (key.user_id, key.session_id) else "retention sweep"
 
 
 def _policies(retention: RetentionPolicies | Mapping[str, object] | None) -> RetentionPolicies | None:
