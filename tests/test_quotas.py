@@ -4,6 +4,9 @@ stored bytes, other tenants served meanwhile; on a real nats-server."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, TypeVar
@@ -367,3 +370,63 @@ def test_a_stream_capped_with_discard_new_is_used_and_refuses_writes_past_the_ca
         _cap_stream(system, 8_000, "old")
     with pytest.raises(InvalidConfig, match="max_bytes"):
         _system(url, jetstream_names)
+
+
+# Through `convmem serve` -----------------------------------------------------------------------
+
+
+def _serve(url: str, folder: Path, config: Path) -> subprocess.Popen[bytes]:
+    """`convmem serve --workers 1 --config CONFIG` on `url`, once it says it serves."""
+    ready, err = folder / "ready", folder / "serve.err"
+    argv = ["--nats", url, "serve", "--workers", "1", "--config", str(config), "--ready-file", str(ready)]
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "convmem", *argv], stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    while not ready.exists():
+        try:  # waiting on the process doubles as the pause between checks
+            code = proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"convmem serve exited with {code}: {err.read_text(errors='replace')}")
+    return proc
+
+
+def test_serve_takes_each_tenants_quota_from_its_configuration_file(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """`serve --config` with a [quotas.tenants.acme] table: acme's writes past it are QuotaExceeded
+    through the workers, globex's (the default quota) are not."""
+    config = tmp_path / "convmem.toml"
+    config.write_text(
+        'strategy = "truncation"\n[quotas.tenants.acme]\nmax_bytes = "5KiB"\n', encoding="utf-8"
+    )
+    proc = _serve(nats_server.url, tmp_path, config)
+    try:
+        with RemoteMemory(nats_server.url, timeout=WAIT) as remote:
+            refused = _write_until_refused(remote.session(MemoryKey("acme", "u", "s")), "a", QuotaExceeded)
+            assert (refused.limit, refused.allowed) == ("max_bytes", 5 * 1024)
+            assert [remote.session(MemoryKey("globex", "v", "s")).add_turn(turn("g")) for _ in range(2)] == [
+                1,
+                2,
+            ]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(WAIT)
+
+
+def test_serve_stops_on_a_bad_quota_naming_the_file_and_the_key(tmp_path: Path) -> None:
+    """A hostile quotas table stops `serve` before it starts anything, the key named on stderr."""
+    config = tmp_path / "convmem.toml"
+    config.write_text("[quotas.default]\nmax_in_flight = -3\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "convmem", "--nats", "nats://127.0.0.1:1", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "quotas.default.max_in_flight" in done.stderr
+    assert str(config) in done.stderr
+    assert "Traceback" not in done.stderr
