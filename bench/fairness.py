@@ -110,9 +110,53 @@ def _stats(took: list[float], lost: list[str], counts: dict[str, Any] | None) ->
     return out
 
 
+def _figures(
+    result: Result, took: dict[str, list[float]], failed: list[str], per_round: list[dict[str, Any]], how: str
+) -> None:
+    """The measure's figures, from the write times of every phase."""
+    ms = {phase: percentile(values, 99) * 1000 for phase, values in took.items()}
+    p50 = {phase: percentile(values, 50) * 1000 for phase, values in took.items()}
+    flood_rows = [r["flood"] for r in per_round]
+    busy = sum(r["flood_replies"].get("Busy", 0) for r in flood_rows)
+    replies = sum(sum(r["flood_replies"].values()) for r in flood_rows)
+    rate = sum(r["flood_replies_per_s"] for r in flood_rows) / len(flood_rows)
+    result.add(
+        Figure(
+            "victim add_turn p99 under one tenant's flood vs without",
+            ms["flood"],
+            "ms",
+            reference=ms["quiet"],
+            reference_label="p99 without the flood",
+            target=Target("ratio", "<=", 3.0),
+            note=f"{how}; p50 {p50['flood']:.2f} vs {p50['quiet']:.2f} ms",
+        )
+    )
+    result.add(
+        Figure(
+            "victim writes failed under the flood",
+            len(failed),
+            "writes",
+            target=Target("value", "<=", 0),
+            note=f"of {len(took['flood']) + len(failed)}; the flood: {rate:,.0f} replies/s, "
+            f"{busy / max(replies, 1):.0%} Busy, {_WINDOW} requests in flight",
+        )
+    )
+    result.add(
+        Figure(
+            "control: victim add_turn p99 while the same flood hits a trivial responder",
+            ms["control"],
+            "ms",
+            reference=ms["quiet"],
+            reference_label="p99 without the flood",
+            note="what the flooding process costs the machine alone (cores, nats-server), "
+            f"p50 {p50['control']:.2f} ms",
+        )
+    )
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
-    rounds, writes = (1, 20) if sizes.smoke else (4, 250)
+    rounds, writes, warm = (1, 10, 3) if sizes.smoke else (4, 250, 20)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     took: dict[str, list[float]] = {"quiet": [], "flood": [], "control": []}
     failed: list[str] = []
@@ -122,19 +166,24 @@ def run(sizes: Sizes) -> Result:
         tempfile.TemporaryDirectory(prefix="convmem-fairness-") as folder,
     ):
         quotas = json.loads(os.environ.get("CONVMEM_FAIRNESS_QUOTAS", "null"))  # exploring other limits
-        serve = _Serve(server.url, 1, Path(folder), quotas=quotas)
-        echo = subprocess.Popen(
+        echo = subprocess.Popen(  # starting while the serve starts
             [sys.executable, "-m", "bench._flood", "echo", server.url, _CONTROL_PREFIX],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         try:
+            serve = _Serve(server.url, 1, Path(folder), quotas=quotas)
+        except BaseException:
+            echo.kill()
+            echo.wait(30)
+            raise
+        try:
             assert echo.stdout is not None
             echo.stdout.readline()  # echoing
             with RemoteMemory(server.url, timeout=30.0) as remote:
                 key = MemoryKey("victim", "u", "chat")
-                done = 20
+                done = warm
                 _writes(remote, key, done, 0)  # warm-up: the session live, the connections made
                 for r in range(rounds):
                     row: dict[str, Any] = {"round": r}
@@ -159,45 +208,7 @@ def run(sizes: Sizes) -> Result:
                 echo.stdin.close()
             echo.wait(30)
             serve.stop()
-    ms = {phase: percentile(values, 99) * 1000 for phase, values in took.items()}
-    p50 = {phase: percentile(values, 50) * 1000 for phase, values in took.items()}
-    flood_rows = [r["flood"] for r in per_round]
-    busy = sum(r["flood_replies"].get("Busy", 0) for r in flood_rows)
-    replies = sum(sum(r["flood_replies"].values()) for r in flood_rows)
-    rate = sum(r["flood_replies_per_s"] for r in flood_rows) / len(flood_rows)
-    result.add(
-        Figure(
-            "victim add_turn p99 under one tenant's flood vs without",
-            ms["flood"],
-            "ms",
-            reference=ms["quiet"],
-            reference_label="p99 without the flood",
-            target=Target("ratio", "<=", 3.0),
-            note=f"{rounds} alternating rounds of {writes} writes each way; p50 {p50['flood']:.2f} vs "
-            f"{p50['quiet']:.2f} ms",
-        )
-    )
-    result.add(
-        Figure(
-            "victim writes failed under the flood",
-            len(failed),
-            "writes",
-            target=Target("value", "<=", 0),
-            note=f"of {rounds * writes}; the flood: {rate:,.0f} replies/s, "
-            f"{busy / max(replies, 1):.0%} Busy, {_WINDOW} requests in flight",
-        )
-    )
-    result.add(
-        Figure(
-            "control: victim add_turn p99 while the same flood hits a trivial responder",
-            ms["control"],
-            "ms",
-            reference=ms["quiet"],
-            reference_label="p99 without the flood",
-            note="what the flooding process costs the machine alone (cores, nats-server), "
-            f"p50 {p50['control']:.2f} ms",
-        )
-    )
+    _figures(result, took, failed, per_round, f"{rounds} alternating rounds of {writes} writes each way")
     result.details = {
         "rounds": per_round,
         "failed": failed,
