@@ -44,6 +44,7 @@ EXPECTED = {
         "victim writes failed under the flood",
         "control: victim add_turn p99 while the same flood hits a trivial responder",
     ],
+    "retention": ["dry-run sweep per session of", "compaction per session"],
     "encryption": [
         "durable add_turn, encrypted against plain",
         "log read_all + decode, encrypted against plain",
