@@ -32,8 +32,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from convmem.actors import LoggedEvent
+from convmem.adapters._checksum import check
 from convmem.adapters.jetstream._connection import StoredMessage
-from convmem.adapters.jetstream._read import MSG_ID, session_seq, to_logged
+from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER, session_seq, to_logged
 from convmem.adapters.keys import MASTER_KEY_ENV, Keyring
 from convmem.errors import EncryptionKeyError, SealBroken
 from convmem.events import Event, MemoryKey, SessionErased, encode_event
@@ -68,35 +69,43 @@ class Sealing:
         return tuple(seal(key, encode_event(e), context + str(e.seq).encode()) for e in events)
 
     def record(self, message: StoredMessage, key: MemoryKey) -> LoggedEvent:
-        """A stored message as the port returns it, its bytes opened.
+        """A stored message as the port returns it, its checksum checked and its bytes opened.
 
         Sealed bytes that fail authentication (while their checksum, if any,
         matched: a writer that recomputed it) are damage, as a failed checksum
         is: the record keeps its bytes and says so in `damage`, so readers
         refuse the session with `SessionDamaged` naming the position, and
-        `verify` lists it.
+        `verify` lists it. (One record is made per message: this runs for
+        every event read.)
         """
-        record = to_logged(message, key)
-        if record.data[:1] != b"\xc1" or record.damage is not None:
-            return record
-        try:
-            data = self.plain(message, key, record.seq, broken=True)
-        except SealBroken:
-            return LoggedEvent(
-                key=key,
-                seq=record.seq,
-                position=record.position,
-                data=record.data,
-                event_id=record.event_id,
-                damage=BROKEN_SEAL,
-            )
+        data = message.data
+        if data[:1] != b"\xc1":
+            return to_logged(message, key)
+        headers = message.headers
+        seq = session_seq(headers)
+        # The checksum covers the bytes as stored (sealed).
+        intact, damage = check(headers, data, seq_header=SEQ_HEADER, id_header=MSG_ID)
+        keyring = self.keyring
+        if damage is None and keyring is not None and seq is not None:
+            try:
+                # (`where` is not formatted per event: a failure is reported as damage, by position.)
+                plain = keyring.open(
+                    data, keyring.context(key) + b"%d" % seq, where="an event", position=message.seq
+                )
+            except SealBroken:
+                intact, damage = False, BROKEN_SEAL
+            else:
+                data = self._erased(message, seq) if plain is None else plain
+        elif damage is None:
+            data = self.plain(message, key, seq)  # without a keyring: EncryptionKeyError
         return LoggedEvent(
             key=key,
-            seq=record.seq,
-            position=record.position,
+            seq=seq,
+            position=message.seq,
             data=data,
-            event_id=record.event_id,
-            intact=record.intact,  # the checksum covers the bytes as stored (sealed)
+            event_id=headers.get(MSG_ID),
+            intact=intact,
+            damage=damage,
         )
 
     def message_data(self, message: StoredMessage, key: MemoryKey | None) -> bytes:
@@ -132,8 +141,11 @@ class Sealing:
             if broken:
                 raise
             return message.data  # the decoder reports it as SealBroken at its position
-        if plain is not None:
-            return plain
+        return self._erased(message, seq) if plain is None else plain
+
+    @staticmethod
+    def _erased(message: StoredMessage, seq: int) -> bytes:
+        """What an event whose data key was shredded reads as: a `SessionErased` at its seq."""
         erased = SessionErased(
             seq=seq,
             event_id=message.headers.get(MSG_ID) or f"erased/{message.seq}",
