@@ -141,6 +141,8 @@ BAD = {
         (["serve", "--port", "0"], 2),
         (["serve", "--port", "70000"], 2),
         (["serve", "--port", "http"], 2),
+        (["serve", "--metrics-port", "0"], 2),
+        (["serve", "--metrics-port", "65535", "--workers", "2"], 2),
         (["serve", "--port", "4333", "--nats", "nats://127.0.0.1:4222"], 2),
         (["serve", "--total-tokens", "5"], 2),
         (["serve", "--total-tokens", "lots"], 2),
@@ -194,6 +196,7 @@ def test_the_walk_covers_every_command_of_this_issue() -> None:
     [
         ("CONVMEM_PORT", "abc"),
         ("CONVMEM_PORT", "0"),
+        ("CONVMEM_METRICS_PORT", "web"),
         ("CONVMEM_WORKERS", "0"),
         ("CONVMEM_MAX_LIVE_SESSIONS", "0"),
         ("CONVMEM_ACTOR_THREADS", "-1"),

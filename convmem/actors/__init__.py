@@ -15,7 +15,7 @@
   log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`
   (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`,
   its call threads and coroutine summarizers' loops in `_calls`), clocks
-  (`_clock`), `Metrics` (`_metrics`).
+  (`_clock`), `Metrics` and the `MetricsSink` port (`_metrics`).
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
   answer handed across threads); erasure notices (`_erasure`), the erasure
@@ -51,7 +51,7 @@ from convmem.actors._journal import (
 )
 from convmem.actors._live import SessionActivity
 from convmem.actors._load import LoadReport, PoisonEvent, decode_logged, load_state
-from convmem.actors._metrics import Metrics
+from convmem.actors._metrics import Metrics, MetricsSink
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import (
     Clock,
@@ -101,6 +101,7 @@ __all__ = [
     "ManualClock",
     "MemorySystem",
     "Metrics",
+    "MetricsSink",
     "PoisonEvent",
     "RepairPlan",
     "Restored",

@@ -244,6 +244,16 @@ class LiveSessions(Leaving):
         with self._lock:
             return len(self._live)
 
+    def health_counts(self) -> dict[str, int]:
+        """How many live sessions are in each health state (``ok``, ``degraded``...), by the value's name."""
+        with self._lock:
+            cells = [entry.cell for entry in self._live.values()]
+        counts: dict[str, int] = {}
+        for cell in cells:
+            name = cell.state.health.value
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
     # Activation and passivation -----------------------------------------------------------
 
     def _actor(self, key: MemoryKey) -> LiveEntry:

@@ -1,18 +1,36 @@
-"""Counters and append latencies of a memory system, cheap enough for the write path."""
+"""Counters and append latencies of a memory system, cheap enough for the write path.
+
+A `MetricsSink` (`MemorySystem(metrics=...)`, e.g. `convmem.PrometheusMetrics`)
+sees every count and every append latency too, after this object's lock is let go.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Metrics"]
+__all__ = ["Metrics", "MetricsSink"]
+
+
+class MetricsSink(Protocol):
+    """Where a memory system's counts and latencies go besides its own `Metrics` (thread-safe, cheap)."""
+
+    def count(self, name: str, n: int) -> None:
+        """Counter `name` grew by `n` (``turns``, ``writes.AddTurn``, ``health.degraded``...)."""
+
+    def observe_append(self, seconds: float) -> None:
+        """One durable append took `seconds`, from its start to the log's acknowledgement."""
+
+    def watch(self, system: Any) -> None:
+        """`system` (a `MemorySystem`) reports here: read its gauges when asked for them."""
 
 
 class Metrics:
     """Thread-safe counters plus the last `window` append latencies."""
 
-    def __init__(self, window: int = 10_000) -> None:
+    def __init__(self, window: int = 10_000, sink: MetricsSink | None = None) -> None:
+        self._sink = sink
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._latencies: deque[float] = deque(maxlen=window)
@@ -21,11 +39,15 @@ class Metrics:
         """Add `n` to counter `name`."""
         with self._lock:
             self._counts[name] += n
+        if self._sink is not None:
+            self._sink.count(name, n)
 
     def observe_append(self, seconds: float) -> None:
         """Record one acknowledged append's latency."""
         with self._lock:
             self._latencies.append(seconds)
+        if self._sink is not None:
+            self._sink.observe_append(seconds)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and append latency percentiles (milliseconds)."""

@@ -322,6 +322,7 @@ class SessionActor(PooledActor):
         host, key = self._host, self.key
         self._in_flight = request
         self._cell.in_flight = True
+        host.metrics.count("summary_calls")
         refused = self._services.summarize(key, request, lambda outcome: host.tell(key, SummaryDone(outcome)))
         if refused is not None:
             self._finish_summary(request, None, refused)

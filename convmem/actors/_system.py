@@ -42,7 +42,7 @@ from convmem.actors._journal import (
 )
 from convmem.actors._live import LiveSessions, SessionActivity
 from convmem.actors._load import LoadReport
-from convmem.actors._metrics import Metrics
+from convmem.actors._metrics import Metrics, MetricsSink
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer
 from convmem.actors._repair import RepairPlan, repair_session
@@ -116,6 +116,7 @@ class MemorySystem:
         journal: ErasureJournal | None = None,
         exports: ExportRegistry | None = None,
         erasure_hook: Callable[[str], object] | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.config = config if config is not None else ShortTermMemoryConfig()
         _check_settings(
@@ -131,7 +132,7 @@ class MemorySystem:
         self.snapshots = snapshots
         self.estimator: TokenEstimator = token_estimator or default_token_estimator
         self.timeout = timeout
-        self.metrics = Metrics()
+        self.metrics = Metrics(sink=metrics)
         self._own_clock = clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._services = ServiceRegistry(
@@ -194,6 +195,8 @@ class MemorySystem:
                 policies, self.clock, lambda stop: self.sweep_retention(policies=policies, stop=stop)
             )
             self.retention_sweeper.start()
+        if metrics is not None:
+            metrics.watch(self)
 
     def _finish_on_start(self) -> None:
         """Finish the erasures a crashed process left pending: here, or beside the log's own loop
@@ -254,6 +257,10 @@ class MemorySystem:
     def live_sessions(self) -> int:
         """How many sessions have a live actor now."""
         return self._sessions.count()
+
+    def live_health(self) -> dict[str, int]:
+        """How many live sessions are in each health state, by state name (``ok``, ``degraded``...)."""
+        return self._sessions.health_counts()
 
     def is_live(self, key: MemoryKey) -> bool:
         """Whether `key` has a live actor now."""

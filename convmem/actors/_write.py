@@ -322,6 +322,10 @@ class Write:
         The answer goes last: a caller that writes again at once finds the session free.
         """
         failed = isinstance(outcome, Exception)
+        if failed:
+            session.metrics.count(f"write_errors.{type(outcome).__name__}")
+        else:
+            session.metrics.count(f"writes.{type(self.command).__name__}")
         session.written(grew=not failed and bool(outcome) and isinstance(self.command, _GROWS))
         if held:
             session.let_go()

@@ -34,6 +34,7 @@ from convmem.adapters._memory import (
     InMemoryEventLog,
     InMemorySnapshotStore,
 )
+from convmem.adapters._prometheus import PrometheusMetrics
 from convmem.adapters.integrations.agents import ConvmemSession
 from convmem.adapters.integrations.penguiflow import (
     ConvmemShortTermMemory,
@@ -105,6 +106,7 @@ __all__ = [
     "OpenAIChatSummarizer",
     "PermissionDenied",
     "ProcessSummarizer",
+    "PrometheusMetrics",
     "Quotas",
     "RemoteError",
     "RemoteMemory",

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Unpack, cast
 
-from convmem.actors import Clock, ExportRegistry, MemorySystem, Summarizer
+from convmem.actors import Clock, ExportRegistry, MemorySystem, MetricsSink, Summarizer
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
 from convmem.adapters._exports import default_export_registry
@@ -71,6 +71,7 @@ class ConnectOptions(BackendOptions, total=False):
     retention: RetentionPolicies | Mapping[str, object] | None
     exports: ExportRegistry | None
     erasure_hook: Callable[[str], object] | None
+    metrics: MetricsSink | None
 
 
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:

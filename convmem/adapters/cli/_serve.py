@@ -155,14 +155,14 @@ def port_number(text: str) -> int:
     return value
 
 
-def _env_port() -> int | None:
-    raw = os.environ.get("CONVMEM_PORT")
+def _env_port(name: str = "CONVMEM_PORT") -> int | None:
+    raw = os.environ.get(name)
     if not raw:
         return None
     try:
         return port_number(raw)
     except argparse.ArgumentTypeError as exc:
-        raise CliError(f"CONVMEM_PORT={raw!r}: {exc}", EXIT_USAGE) from None
+        raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
 
 
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -221,6 +221,19 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         default=_env("CONVMEM_MEMBERS_SECRET"),
         help="the secret the workers sign their membership announcements with: the same for every serve "
         "sharing the partitions (default: one drawn per serve; prefer the variable, argv is visible)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=_env_port("CONVMEM_METRICS_PORT"),
+        help="expose Prometheus metrics over HTTP: worker i on this port + i, at /metrics "
+        "(default: none; env CONVMEM_METRICS_PORT)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=_env("CONVMEM_METRICS_HOST", "127.0.0.1"),
+        help="the address the metrics endpoints listen on (default: 127.0.0.1, loopback only; "
+        "env CONVMEM_METRICS_HOST)",
     )
     p.add_argument("--ready-file", type=Path, help="write the service's NATS URL here once it serves")
     p.set_defaults(run=cmd_serve)
@@ -306,6 +319,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = default_workers() if args.workers is None else args.workers
     if args.port is not None and args.nats:
         raise CliError("--port is the embedded server's port: drop --nats (or --port)", EXIT_USAGE)
+    if args.metrics_port is not None and args.metrics_port + workers - 1 > 65535:
+        raise CliError(
+            f"--metrics-port {args.metrics_port}: {workers} worker(s) need ports up to "
+            f"{args.metrics_port + workers - 1}, past 65535",
+            EXIT_USAGE,
+        )
     try:  # what each worker will build, built once here: a bad setting is one line, before any start
         summarizer = summarizer_named(args.summarizer, config)
     except ConvmemError as exc:
@@ -388,6 +407,8 @@ def _serve(
         quotas=quotas or Quotas(),
         api_url=args.api_nats if opened.server is None else None,
         members_secret=members_secret,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     supervisor = Supervisor(spec, workers)
     try:
@@ -408,6 +429,10 @@ def _serve(
                 file=sys.stderr,
                 flush=True,
             )
+            if args.metrics_port is not None:
+                print(
+                    f"convmem serve: metrics at {_metrics_urls(args, workers)}", file=sys.stderr, flush=True
+                )
             if args.data_dir or opened.server is not None:  # a folder of its own: the container's
                 _record_instance(args, supervisor.serve, supervisor.instances)
             if args.ready_file is not None:
@@ -423,6 +448,12 @@ def _serve(
         return 1
     print("convmem serve: stopped; every acknowledged turn is in the log", file=sys.stderr)
     return EXIT_OK
+
+
+def _metrics_urls(args: argparse.Namespace, workers: int) -> str:
+    """The workers' metrics endpoints, one per worker (``http://127.0.0.1:9464/metrics``, then 9465...)."""
+    host = f"[{args.metrics_host}]" if ":" in args.metrics_host else args.metrics_host
+    return ", ".join(f"http://{host}:{args.metrics_port + i}/metrics" for i in range(workers))
 
 
 def _members_secret(given: str | None) -> bytes:

@@ -46,6 +46,7 @@ from convmem.adapters._auth import NatsAuth
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._exports import default_export_registry
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._prometheus import PrometheusMetrics
 from convmem.adapters.cli._safe import SafeStream
 from convmem.adapters.keys import KeySettings
 from convmem.adapters.service._quotas import Quotas
@@ -102,10 +103,19 @@ class WorkerSpec:
     """The API connection's URL (its credentials: the responder's); None: `url`."""
     members_secret: bytes = b""
     """What the workers sign their membership announcements with (shared by every worker)."""
+    metrics_port: int | None = None
+    """Worker `index` exposes Prometheus metrics on ``metrics_port + index`` (None: no metrics endpoint)."""
+    metrics_host: str = "127.0.0.1"
+    """The address the metrics endpoints listen on (loopback unless told)."""
 
     @property
     def instance(self) -> str:
         return f"{self.serve}-{self.index}"
+
+    @property
+    def own_metrics_port(self) -> int | None:
+        """This worker's metrics port (``metrics_port + index``), or None."""
+        return None if self.metrics_port is None else self.metrics_port + self.index
 
 
 def summarizer_named(name: str, config: ShortTermMemoryConfig) -> Summarizer:
@@ -174,6 +184,8 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
         raise
     if spec.index == 0 and spec.retention is not None:
         _report_sweeps(spec.index)
+    metrics = PrometheusMetrics() if spec.metrics_port is not None else None
+    exposed: Any = None
     try:
         system = MemorySystem(
             spec.config,
@@ -186,6 +198,7 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
             actor_threads=spec.actor_threads,
             summarizer_workers=spec.summarizer_workers,
             retention=spec.retention if spec.index == 0 else None,
+            metrics=metrics,
         )
         try:
             service = MemoryService(
@@ -200,13 +213,19 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
                 worker={"serve": spec.serve, "index": spec.index, "of": spec.workers, "pid": os.getpid()},
                 loop=loop,
                 quotas=spec.quotas,
+                metrics=metrics,
             )
+            if metrics is not None and spec.own_metrics_port is not None:
+                exposed, _thread = metrics.serve(spec.own_metrics_port, spec.metrics_host)
             service.start()
             report.send(("ready", spec.instance))
             service.run_forever(stop)
         finally:
             system.close()
     finally:
+        if exposed is not None:
+            exposed.shutdown()
+            exposed.server_close()
         opened.close()
         loop.stop()
 

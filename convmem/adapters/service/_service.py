@@ -54,6 +54,7 @@ from convmem import __version__
 from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._prometheus import PrometheusMetrics
 from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list
 from convmem.adapters.service._errors import ErrorInfo, error_info
@@ -103,6 +104,7 @@ class MemoryService:
     thread in between. `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options` go
     to nats-py's ``connect`` as they are. `quotas` bounds each tenant's requests in flight and
     running, and its stored bytes (`Quotas`; default: `TenantLimits`' defaults for every tenant).
+    `metrics` (a `PrometheusMetrics`) counts each tenant's requests, errors and refusals.
     The service never closes `system` (its owner does, after).
     """
 
@@ -128,6 +130,7 @@ class MemoryService:
         worker: Mapping[str, Any] | None = None,
         loop: EventLoopThread | None = None,
         quotas: Quotas | None = None,
+        metrics: PrometheusMetrics | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
@@ -188,6 +191,7 @@ class MemoryService:
         self._busy_replies: dict[tuple[str, bool], bytes] = {}
         self._micro: nats.micro.service.Service | None = None
         self._partitions: Partitions | None = None
+        self._prometheus = metrics  # each tenant's requests, errors and refusals (None: `status` only)
 
     # Lifecycle ----------------------------------------------------------------------------
 
@@ -354,12 +358,16 @@ class MemoryService:
     async def _on_message(self, msg: Msg) -> None:
         """Admit the request into its tenant's turn (`FairShares`), or refuse it at once with `Busy`."""
         if msg.reply and not self._guard.allows(msg.subject, msg.reply):
+            if self._prometheus is not None:
+                self._prometheus.refused(tenant_token(self.api_prefix, msg.subject), "reply_subject")
             return  # a reply subject its requester may not listen on: not run, not answered
         token = tenant_token(self.api_prefix, msg.subject)
         if self._shares.admit(token, lambda: self._start(msg, token)):
             self._ops.stats.begin()
             return
         self._ops.stats.refused(_op_token(msg.subject), "Busy")
+        if self._prometheus is not None:
+            self._prometheus.refused(token, "Busy")
         if msg.reply:  # as cheap as can be: a flood is refused here, on the loop, at its full rate
             assert self._nc is not None
             await self._respond(self._nc, msg, self._busy_reply(token, wants_msgpack(msg.data)))
@@ -402,11 +410,11 @@ class MemoryService:
 
     async def _serve(self, msg: Msg) -> None:
         assert self._nc is not None
-        op, error = "unknown", None
+        op, error, refused = "unknown", None, False
         try:
             request = await self._over_quota(msg)
             if isinstance(request, Answer):
-                answer = request
+                answer, refused = request, True
             elif self._given_loop is not None and self._ops.on_loop(msg.subject):
                 answer = await self._ops.add_turn_here(msg.subject, msg.data)
             else:
@@ -422,6 +430,15 @@ class MemoryService:
             _log.exception("convmem service: request on %s not answered", msg.subject)
         finally:
             self._ops.stats.end(op, error)
+            if self._prometheus is not None:
+                self._count(msg.subject, op, error, refused)
+
+    def _count(self, subject: str, op: str, error: str | None, refused: bool) -> None:
+        assert self._prometheus is not None
+        token = tenant_token(self.api_prefix, subject)
+        self._prometheus.request(token, op, error)
+        if refused and error is not None:
+            self._prometheus.refused(token, error)  # QuotaExceeded
 
     def _used(self, tenant_id: str, op: str, size: int) -> None:
         """Note what a request that succeeded did to its tenant's stored bytes."""
