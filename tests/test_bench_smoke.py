@@ -50,6 +50,7 @@ EXPECTED = {
         "log read_all + decode, encrypted against plain",
         "seal one TurnAdded",
     ],
+    "retention": ["dry-run sweep per session", "compaction per session"],
 }
 
 
