@@ -50,7 +50,6 @@ EXPECTED = {
         "log read_all + decode, encrypted against plain",
         "seal one TurnAdded",
     ],
-    "retention": ["dry-run sweep per session", "compaction per session"],
 }
 
 

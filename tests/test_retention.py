@@ -893,3 +893,34 @@ def test_retention_on_a_sealed_store(tmp_path: Path) -> None:
         assert again.load(key("long"))[0] == live
         assert [r.turn.user_message for r in live.turns] == ["long 4", "long 5"]
         assert again.log.keys() == [key("long")]
+
+
+def test_the_cli_as_of_and_an_unreadable_session(
+    deployment: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--as-of applies the policies at another time (a month on, the fresh session is idle too); a
+    session with a message that cannot be read is left alone and the command exits 1, naming it."""
+    url, policy = deployment
+    later = str(time.time() + 31 * DAY)
+    code, out, _ = run(capsys, "-s", url, "retention", "--dry-run", "--policy", str(policy), "--as-of", later)
+    assert code == 0
+    assert "acme:u@example.com:fresh  erase    would" in out
+    log = JetStreamEventLog.connect(url)
+    try:
+        log.append_raw(key("idle"), b"\xc1 not an event", seq=3)
+    finally:
+        log.close()
+    code, out, err = run(capsys, "-s", url, "retention", "--dry-run", "--policy", str(policy))
+    assert code == 1
+    assert "left alone acme:u@example.com:idle" in err
+    assert "1 unreadable" in out
+
+
+def test_connect_takes_retention_policies_and_checks_them() -> None:
+    """connect(retention=...) gives a system that sweeps; a hostile mapping is refused naming its key."""
+    with convmem.connect("memory://", retention={"default": {"idle": "30d"}, "sweep_every": "10m"}) as memory:
+        assert memory.retention is not None
+        assert memory.retention.sweep_every == 600.0
+        assert memory.retention_sweeper is not None
+    with pytest.raises(InvalidConfig, match=r"retention\.sweep_every"):
+        convmem.connect("memory://", retention={"sweep_every": "never"})
