@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -12,6 +13,14 @@ from runtime_helpers import Harness
 
 # CI machines are noisy: no deadlines, a fixed example budget, derandomized so a
 # failure reproduces. "dev" explores more when run by hand.
+# tiktoken's cl100k_base offline (tests/test_token_counter.py): the copy in the shared data folder
+# beside the repository, unless TIKTOKEN_CACHE_DIR says otherwise.
+if "TIKTOKEN_CACHE_DIR" not in os.environ:
+    for _parent in Path(__file__).resolve().parents:
+        if (_parent / "shared" / "data" / "tiktoken").is_dir():
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(_parent / "shared" / "data" / "tiktoken")
+            break
+
 settings.register_profile(
     "ci",
     deadline=None,

@@ -76,6 +76,7 @@ from convmem.actors._retention import (
 from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
 from convmem.actors._system import MemorySystem
+from convmem.actors._tokens import TokenCounter, encoding_counter, token_counter_of
 
 __all__ = [
     "ERASURE_STEPS",
@@ -124,8 +125,10 @@ __all__ = [
     "SystemClock",
     "TimelineRow",
     "Timer",
+    "TokenCounter",
     "Unwatch",
     "decode_logged",
+    "encoding_counter",
     "export_jsonl",
     "find_erasure",
     "fork_events",
@@ -138,5 +141,6 @@ __all__ = [
     "restore_lost",
     "sweep_retention",
     "timeline",
+    "token_counter_of",
     "verify",
 ]

@@ -43,7 +43,7 @@ from convmem.actors._operations import (
 from convmem.actors._session import Flush, Refresh, StateCell
 from convmem.actors._write import Write
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig
-from convmem.projections import SessionState, estimate_tokens, llm_context, to_dict
+from convmem.projections import SessionState, TokenEstimator, estimate_tokens, llm_context, to_dict
 
 __all__ = ["AsyncSessionHandle", "SessionHandle"]
 
@@ -161,7 +161,7 @@ class _Core:
         if cached is not None and cached[0] is state:
             patch = cached[1]
         else:
-            patch = llm_context(state, self._sessions.services.estimator_for(self.key))
+            patch = llm_context(state, self.estimator_of(state))
             if state is cell.state:
                 cell.view = (state, patch)
         if not patch:
@@ -193,7 +193,12 @@ class _Core:
 
     def estimate_tokens(self) -> int:
         """Tokens of the context view (the configured estimator)."""
-        return estimate_tokens(self._state(), self._sessions.services.estimator_for(self.key))
+        state = self._state()
+        return estimate_tokens(state, self.estimator_of(state))
+
+    def estimator_of(self, state: SessionState) -> TokenEstimator:
+        """The token counter that measures `state` (the encoding its config names, else the runtime's)."""
+        return self._sessions.services.estimator_for(self.key, state.config if state.started else None)
 
     def to_dict(self) -> dict[str, Any]:
         """The RFC's export of the session's memory."""

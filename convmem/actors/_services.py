@@ -20,6 +20,7 @@ from typing import Any
 from convmem.actors._callbacks import Callback, callbacks_of
 from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Summarizer
+from convmem.actors._tokens import encoding_counter
 from convmem.errors import InvalidConfig, InvalidInput
 from convmem.events import MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SummaryRequest, TokenEstimator
@@ -105,7 +106,9 @@ class ServiceRegistry:
 
     @staticmethod
     def check(config: ShortTermMemoryConfig, summarizer: Summarizer | None) -> None:
-        """`InvalidConfig` when `config` needs a summarizer and `summarizer` is None."""
+        """`InvalidConfig` when `config` needs a summarizer that is None, or an encoding not loadable."""
+        if config.token_counter is not None:
+            encoding_counter(config.token_counter)  # fail at configuration, not at the first view
         if config.summarizes and summarizer is None:
             raise InvalidConfig(
                 "summarizer",
@@ -137,8 +140,15 @@ class ServiceRegistry:
         with self._lock:
             return self._configs.get(key, self.config)
 
-    def estimator_for(self, key: MemoryKey) -> TokenEstimator:
-        """The token estimator of session `key` (its own, else the system's)."""
+    def estimator_for(self, key: MemoryKey, config: ShortTermMemoryConfig | None = None) -> TokenEstimator:
+        """The token counter of session `key` running with `config` (its starting one when None).
+
+        The encoding its configuration names (recorded with the session), else its own
+        callable, else the system's.
+        """
+        named = (config if config is not None else self.config_for(key)).token_counter
+        if named is not None:
+            return encoding_counter(named)
         services = self._services.get(key)
         if services is not None and services.token_estimator is not None:
             return services.token_estimator

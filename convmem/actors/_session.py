@@ -240,7 +240,7 @@ class SessionActor(PooledActor):
             command_id=command_id,
             key=self.key,
             config=services.config_for(self.key),
-            estimator=services.estimator_for(self.key),
+            estimator=services.estimator_for(self.key, state.config if state.started else None),
         )
 
     def opening(self) -> StartSession:

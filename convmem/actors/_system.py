@@ -50,6 +50,7 @@ from convmem.actors._restore import Restored, restore_lost
 from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
 from convmem.actors._storage import SessionStorage
+from convmem.actors._tokens import TokenCounter
 from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed
 from convmem.events import MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, default_token_estimator
@@ -97,6 +98,7 @@ class MemorySystem:
         summarizer: Summarizer | None = None,
         clock: Clock | None = None,
         token_estimator: TokenEstimator | None = None,
+        token_counter: TokenCounter | None = None,
         on_turn_added: Callable[..., Any] | None = None,
         on_summary_updated: Callable[..., Any] | None = None,
         on_health_changed: Callable[..., Any] | None = None,
@@ -118,7 +120,11 @@ class MemorySystem:
         erasure_hook: Callable[[str], object] | None = None,
         metrics: MetricsSink | None = None,
     ) -> None:
-        self.config = config if config is not None else ShortTermMemoryConfig()
+        self.config = _with_counter(config if config is not None else ShortTermMemoryConfig(), token_counter)
+        if callable(token_counter):
+            if token_estimator is not None:
+                raise InvalidConfig("token_counter", "give token_counter or token_estimator, not both")
+            token_estimator = token_counter
         _check_settings(
             max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison, idle_cache_bytes
         )
@@ -521,3 +527,20 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _with_counter(config: ShortTermMemoryConfig, token_counter: object) -> ShortTermMemoryConfig:
+    """`config` counting with `token_counter` when that is an encoding name (recorded with each session)."""
+    if token_counter is None or callable(token_counter):
+        return config
+    if not isinstance(token_counter, str):
+        raise InvalidConfig(
+            "token_counter",
+            f"must be a callable str -> int or a tiktoken encoding name, got {type(token_counter).__name__}",
+        )
+    if config.token_counter not in (None, token_counter):
+        raise InvalidConfig(
+            "token_counter",
+            f"{token_counter!r} differs from the config's token_counter={config.token_counter!r}",
+        )
+    return msgspec.structs.replace(config, token_counter=token_counter)

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Unpack, cast
 
-from convmem.actors import Clock, ExportRegistry, MemorySystem, MetricsSink, Summarizer
+from convmem.actors import Clock, ExportRegistry, MemorySystem, MetricsSink, Summarizer, TokenCounter
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
 from convmem.adapters._exports import default_export_registry
@@ -31,7 +31,7 @@ from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer
 from convmem.events import RetentionPolicies, ShortTermMemoryConfig
-from convmem.projections import TokenEstimator
+from convmem.projections import TokenEstimator, default_token_estimator
 
 __all__ = [
     "MEMORY_URL",
@@ -55,6 +55,7 @@ class ConnectOptions(BackendOptions, total=False):
     summarizer: Summarizer | None
     clock: Clock | None
     token_estimator: TokenEstimator | None
+    token_counter: TokenCounter | None
     on_turn_added: Callable[..., Any] | None
     on_summary_updated: Callable[..., Any] | None
     on_health_changed: Callable[..., Any] | None
@@ -132,7 +133,10 @@ def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
     settings.setdefault("exports", default_export_registry())  # the export files written here
     summarizer = settings.pop("summarizer", None)
     if summarizer is None:
-        summarizer = ExtractiveSummarizer(max_tokens=config.budget.summary_max_tokens)
+        counter = settings.get("token_counter") or settings.get("token_estimator") or config.token_counter
+        summarizer = ExtractiveSummarizer(
+            max_tokens=config.budget.summary_max_tokens, estimator=counter or default_token_estimator
+        )
     return MemorySystem(
         config,
         log=backend.log,

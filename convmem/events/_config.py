@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from typing import Literal, assert_never, get_args
 
 import msgspec
@@ -35,6 +36,8 @@ __all__ = [
     "strategy_reads_summaries",
     "strategy_summarizes",
 ]
+
+_ENCODING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 Strategy = Literal["none", "truncation", "rolling_summary"]
 """PenguiFlow's strategies: what `llm_context` shows, and whether the session summarizes.
@@ -266,8 +269,22 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     turns stay in the log, where export, replay and the timeline read them. None keeps every turn
     live (the state, its snapshots and each write then grow with the history)."""
 
+    token_counter: str | None = None
+    """What every budget counts in: None, the default estimate (``len // 4 + 1`` of the rendering, or
+    the callable the runtime was given as ``token_counter``); a name, the tiktoken encoding of that
+    name (``"cl100k_base"``), loaded by the runtime. The name is recorded with the session, so a
+    replay measures with the same tokenizer; a callable is not data and is not recorded."""
+
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, get_args(Strategy))
+        if self.token_counter is not None and (
+            not isinstance(self.token_counter, str) or _ENCODING_NAME.fullmatch(self.token_counter) is None
+        ):
+            raise InvalidConfig(
+                "token_counter",
+                "must be None or the name of a tiktoken encoding such as 'cl100k_base', "
+                f"got {self.token_counter!r}",
+            )
         _positive_int("recovery_backlog_limit", self.recovery_backlog_limit, minimum=0)
         _positive_int("retry_attempts", self.retry_attempts, minimum=0)
         _positive_int("idempotency_horizon", self.idempotency_horizon, minimum=0)

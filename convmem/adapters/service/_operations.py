@@ -214,9 +214,11 @@ class ApiOperations:
                 self._fresh(handle, timeout)
                 return handle.flush(timeout=timeout)
             case "context":
-                return llm_context(self._fresh(handle, timeout), self.system.estimator)
+                state = self._fresh(handle, timeout)
+                return llm_context(state, handle.estimator_of(state))
             case "tokens":
-                return estimate_tokens(self._fresh(handle, timeout), self.system.estimator)
+                state = self._fresh(handle, timeout)
+                return estimate_tokens(state, handle.estimator_of(state))
             case "health":
                 return self._fresh(handle, timeout).health.value
             case "export_state":

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convmem.actors import token_counter_of
 from convmem.adapters.summarizers._dates import day_of, resolve
 from convmem.adapters.summarizers._pool import Pool
 from convmem.adapters.summarizers._summary import (
@@ -73,18 +74,20 @@ class ExtractiveSummarizer:
 
     ``summarizer({"previous_summary": ..., "turns": [...]}) -> {"summary": ...}``.
     Set `max_tokens` to the session's ``summary_max_tokens`` (or below) and
-    pass the same `estimator` as the memory system, so that every summary it
-    makes is accepted. `cache_size` bounds the pools kept for rolling calls
-    (one per session summarized recently is ideal; a miss only costs a parse).
+    pass the same `estimator` as the memory system (its `token_counter`: a
+    callable, or a tiktoken encoding name), so that every summary it makes
+    is accepted. `cache_size` bounds the pools kept for rolling calls (one
+    per session summarized recently is ideal; a miss only costs a parse).
     """
 
     def __init__(
         self,
         max_tokens: int = 1000,
-        estimator: TokenEstimator = default_token_estimator,
+        estimator: TokenEstimator | str = default_token_estimator,
         *,
         cache_size: int = 256,
     ) -> None:
+        estimator = token_counter_of(estimator, "estimator") or default_token_estimator
         floor = estimator(MINIMAL)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < floor:
             raise InvalidConfig(

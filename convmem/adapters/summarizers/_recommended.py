@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from convmem.actors import TokenCounter, encoding_counter, token_counter_of
 from convmem.adapters.summarizers._extractive import ExtractiveSummarizer
 from convmem.adapters.summarizers._process import ProcessSummarizer
 from convmem.errors import InvalidConfig
@@ -62,6 +63,7 @@ def recommended(
     total_tokens: int = 4000,
     *,
     estimator: TokenEstimator = default_token_estimator,
+    token_counter: TokenCounter | None = None,
     worker_process: bool | None = None,
 ) -> MemorySetup:
     """The offline configuration convmem recommends for a context of `total_tokens`.
@@ -76,8 +78,23 @@ def recommended(
     runs it here. A custom `estimator` cannot travel to another process, so
     with one the summarizer runs here unless `worker_process=True` asks
     otherwise, which is refused.
+
+    `token_counter` counts every budget in the planner's tokens: the name of
+    a tiktoken encoding (``"cl100k_base"``; recorded in the config, and the
+    worker process loads it too) or a callable ``str -> int`` (the same as
+    `estimator`; pass it to the memory system as well). With it the context
+    never exceeds `total_tokens` as that counter counts.
     """
-    custom = estimator is not default_token_estimator
+    name: str | None = None
+    if isinstance(token_counter, str):
+        encoding_counter(token_counter)  # InvalidConfig now if it cannot be loaded
+        name = token_counter
+        estimator = encoding_counter(token_counter)
+    elif token_counter is not None:
+        if estimator is not default_token_estimator:
+            raise InvalidConfig("token_counter", "give token_counter or estimator, not both")
+        estimator = token_counter_of(token_counter) or default_token_estimator
+    custom = estimator is not default_token_estimator and name is None
     if worker_process is None:
         worker_process = not custom
     if worker_process and custom:
@@ -100,7 +117,11 @@ def recommended(
             overflow_policy="truncate_summary",
         ),
         include_turn_dates=True,
+        token_counter=name,
     )
     if worker_process:
-        return MemorySetup(config, ProcessSummarizer(EXTRACTIVE, start=False, max_tokens=summary_tokens))
+        measure: dict[str, Any] = {"estimator": name} if name is not None else {}
+        return MemorySetup(
+            config, ProcessSummarizer(EXTRACTIVE, start=False, max_tokens=summary_tokens, **measure)
+        )
     return MemorySetup(config, ExtractiveSummarizer(max_tokens=summary_tokens, estimator=estimator))
