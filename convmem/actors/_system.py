@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
+import msgspec
+
 from convmem.actors._callbacks import Callbacks, callbacks_of
 from convmem.actors._clock import SystemClock
 from convmem.actors._eraser import Erased, Eraser, ExportRegistry
