@@ -239,3 +239,46 @@ def test_a_program_interrupted_before_it_closed_its_embedded_server_leaves_none_
         planner.communicate(timeout=WAIT)
         if server and alive(server):
             os.kill(server, signal.SIGKILL)
+
+
+def test_ctrl_c_while_the_workers_start_stops_serve_cleanly(tmp_path: Path) -> None:
+    """SIGINT to the group the moment a worker process exists (it is still importing): exit 0, no traceback.
+
+    A worker is born ignoring the stop signals until it has left serve's process
+    group and taken them; serve repeats its SIGTERM until each worker ends.
+    """
+    out = tmp_path / "serve.out"
+    with open(out, "wb") as sink:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "convmem", "serve", "--workers", "2"],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=serve_env(tmp_path / "data"),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + WAIT
+        while not any(
+            "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+            for pid in in_session(serve.pid)
+            if Path(f"/proc/{pid}/cmdline").exists()
+        ):
+            assert time.monotonic() < deadline, "no worker started"
+            assert serve.poll() is None, out.read_text(errors="replace")
+            threading.Event().wait(0.01)
+        os.killpg(serve.pid, signal.SIGINT)
+        code = serve.wait(WAIT)
+        output = out.read_text(errors="replace")
+        assert code == 0, output
+        assert "Traceback" not in output
+        assert "did not stop" not in output
+        deadline = time.monotonic() + WAIT
+        while left := in_session(serve.pid):
+            assert time.monotonic() < deadline, f"processes serve started outlived it: {left}"
+            threading.Event().wait(0.05)
+    finally:
+        if serve.poll() is None:
+            for pid in in_session(serve.pid):
+                os.kill(pid, signal.SIGKILL)
+            serve.wait(WAIT)

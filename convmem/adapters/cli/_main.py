@@ -23,6 +23,7 @@ from convmem.adapters.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
+    EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CliError,
@@ -218,16 +219,25 @@ def _one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "failed"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns its exit code. Nothing it writes holds a raw control character."""
+def main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> int:
+    """Run one command; returns its exit code. Nothing it writes holds a raw control character.
+
+    `interrupted`: a Ctrl-C came while the command line loaded (`python -m convmem`); the
+    command does not start: exit 130 (`serve`, which had started nothing, stops cleanly: 0).
+    """
     with guarded():
-        return _main(argv)
+        return _main(argv, interrupted=interrupted)
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> int:
     secrets: tuple[str, ...] = ()
     try:
         args = build_parser().parse_args(argv)
+        if interrupted:
+            if args.command == "serve":
+                print("convmem serve: SIGINT while starting; stopped (nothing had started)", file=sys.stderr)
+                return EXIT_OK
+            raise KeyboardInterrupt
         args.auth = _auth(args)
         secrets = (*url_secrets(args.nats), *args.auth.secrets)
         _logging(args.command, secrets)

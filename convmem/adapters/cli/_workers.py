@@ -36,7 +36,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -128,11 +130,11 @@ def summarizer_named(name: str, config: ShortTermMemoryConfig) -> Summarizer:
 def run_worker(spec: WorkerSpec, report: Connection) -> None:
     """A worker process's body: serve until SIGTERM/SIGINT; says ``ready`` on `report` once serving.
 
-    It starts with SIGINT and SIGTERM blocked (the supervisor's mask, inherited),
-    leaves the supervisor's process group, and only then takes the signals: one
-    sent to that group meanwhile (a terminal's Ctrl-C) reaches it as a stop
-    request, never as an interrupt mid-import. From then on only its supervisor
-    (or a signal to its own pid) stops it.
+    It starts with SIGINT and SIGTERM ignored (see `_born_ignoring_stops`), leaves
+    the supervisor's process group, and only then takes the signals: one sent to
+    that group meanwhile (a terminal's Ctrl-C) is no interrupt mid-import; the
+    supervisor, which got it too, repeats its SIGTERM until the worker stops.
+    From then on only its supervisor (or a signal to its own pid) stops it.
     """
     sys.stdout = SafeStream(sys.stdout)  # a log line may quote a tenant's text
     sys.stderr = SafeStream(sys.stderr, secret_free=True)
@@ -141,11 +143,11 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
         os.setpgid(0, 0)
     for sig in _STOP_SIGNALS:
         signal.signal(sig, lambda _signum, _frame: stop.set())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # the mask came from the supervisor too
     _stop_with_parent(stop)
-    if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
-        return
     try:
+        if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
+            return
         _serve(spec, report, stop)
     except (ConvmemError, ValueError) as exc:  # a setting or the log: one line, and the supervisor says more
         print(f"convmem serve worker {spec.index}: {_one_line(exc)}", file=sys.stderr, flush=True)
@@ -158,6 +160,11 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
             flush=True,
         )
         sys.exit(70)
+    finally:
+        # Stopping already: the supervisor's repeated SIGTERM must not kill the interpreter's
+        # shutdown (which puts back the default action of a signal that has a Python handler).
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -291,13 +298,8 @@ class Supervisor:
         process = self._context.Process(
             target=run_worker, args=(slot.spec, send), name=f"convmem-worker-{slot.spec.index}"
         )
-        # Born with the stop signals blocked (a mask survives fork and exec): `run_worker` takes
-        # them once it left this process group. Here they wait, pending, until start returns.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        try:
+        with _born_ignoring_stops():
             process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         send.close()
         slot.process, slot.report, slot.started, slot.ready = process, receive, time.monotonic(), False
 
@@ -367,22 +369,61 @@ class Supervisor:
     def stop(self) -> bool:
         """SIGTERM to every worker, wait for them (SIGKILL past the drain time); True if all exited 0."""
         running = [s.process for s in self._slots if s.process is not None and s.process.exitcode is None]
-        for process in running:
-            process.terminate()
         clean = True
         deadline = time.monotonic() + self.drain_timeout + 15.0
+        # Again and again: a worker still starting ignores SIGTERM until `run_worker` takes it
+        # (a handler that only sets its stop flag, so a repeat changes nothing for one that has).
+        while (left := [p for p in running if p.exitcode is None]) and time.monotonic() < deadline:
+            for process in left:
+                process.terminate()
+            multiprocessing.connection.wait([p.sentinel for p in left], min(0.5, deadline - time.monotonic()))
         for process in running:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.exitcode is None:
                 print(f"convmem serve: worker pid {process.pid} did not stop; killing it", file=sys.stderr)
                 process.kill()
                 process.join(10.0)
+            if process.exitcode != 0:
+                print(
+                    f"convmem serve: worker pid {process.pid} ended with {process.exitcode}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             clean = clean and process.exitcode == 0
         for slot in self._slots:
             if slot.report is not None:
                 slot.report.close()
                 slot.report = None
         return clean
+
+
+@contextlib.contextmanager
+def _born_ignoring_stops() -> Iterator[None]:
+    """Children started meanwhile ignore SIGINT and SIGTERM until `run_worker` takes them.
+
+    An ignored disposition survives fork and exec (a blocked mask does not survive the
+    spawn), and Python leaves an ignored SIGINT alone: a signal to this process group
+    while a worker imports is no KeyboardInterrupt there. Here the signals are blocked
+    for as long as they are ignored, so one sent meanwhile waits, pending, for the
+    handlers put back, and is not lost. (Only the main thread sets handlers; elsewhere
+    children are started as they are.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # Started first: starting it unblocks the stop signals on its way out, which would open
+    # a moment in which this process ignores them.
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def new_serve_id() -> str:
