@@ -345,14 +345,26 @@ class NatsCluster:
         self.stop()
 
 
+def _in_session(sid: int) -> list[int]:
+    """The processes of session `sid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getsid(int(entry.name)) == sid:
+                    found.append(int(entry.name))
+    return found
+
+
 class Process:
     """A child process whose stdout lines are collected, with their arrival time, by a reader thread.
 
     stderr goes to a file (a full pipe would stall the child). `stop` kills
     it by pid if it still runs and closes everything; call it in teardown.
-    With `group`, it leads a process group of its own (a `convmem serve` and
-    its workers): `freeze` and `kill` then reach the whole group, as a hung or
-    dead machine would, and `stop` kills what is left of it.
+    With `group`, it leads a session of its own (a `convmem serve`, its workers
+    and an embedded server, each of those in a process group of its own within
+    the session): `freeze` and `kill` then reach every process of the session, as
+    a hung or dead machine would, and `stop` kills what is left of it.
     """
 
     def __init__(
@@ -411,11 +423,12 @@ class Process:
         return code
 
     def _signal(self, signum: int) -> None:
-        if self.group:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signum)  # the group this process leads (its id is its pid)
-        else:
+        if not self.group:
             os.kill(self.proc.pid, signum)
+            return
+        for pid in _in_session(self.proc.pid):  # the session this process leads (its id is its pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
     def freeze(self) -> None:
         """SIGSTOP: the process holds its connections but answers nothing, as a hung machine."""
