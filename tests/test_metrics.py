@@ -6,6 +6,7 @@ before and after what should move it.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import urllib.request
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +26,7 @@ from test_serve import Serve
 import convmem
 from convmem.actors import ErasureRequest
 from convmem.adapters import (
+    AsyncRemoteSession,
     EmbeddedNatsServer,
     MemoryService,
     PrometheusMetrics,
@@ -32,7 +35,7 @@ from convmem.adapters import (
     TenantLimits,
 )
 from convmem.adapters._prometheus import OTHER
-from convmem.errors import InvalidConfig, LogUnavailable, MemoryBudgetExceeded, QuotaExceeded
+from convmem.errors import Busy, InvalidConfig, LogUnavailable, MemoryBudgetExceeded, QuotaExceeded
 from convmem.events import MemoryKey, ShortTermMemoryConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -171,6 +174,65 @@ def test_each_tenants_requests_errors_and_refusals_are_counted_under_its_token(
     assert figure(figures, "convmem_service_requests_total", tenant=OTHER, op="add_turn") == 1
     tenants = {dict(labels).get("tenant") for name, labels in figures if name.startswith("convmem_service")}
     assert tenants == {"globex", "acme", OTHER}
+
+
+def test_busy_and_hostile_reply_subjects_are_counted_as_refusals_by_reason(
+    url: str, jetstream_names: Any, exposed: tuple[PrometheusMetrics, int]
+) -> None:
+    """acme's second request while its one place is held: Busy; a reply subject of globex's: refused."""
+    metrics, port = exposed
+    api_prefix = f"t{uuid.uuid4().hex[:10]}.api"
+    summarizer = PlannedSummarizer(default="hang")  # the flush waits on it: acme's one place stays held
+    system = convmem.connect(
+        url,
+        stream=jetstream_names.stream,
+        prefix=jetstream_names.prefix,
+        bucket=jetstream_names.bucket,
+        config=config(),
+        summarizer=summarizer,
+        metrics=metrics,
+    )
+    quotas = Quotas(default=TenantLimits(max_in_flight=1, max_running=1))
+    key = MemoryKey("acme", "u", "held")
+    try:
+        with MemoryService(system, url, api_prefix=api_prefix, quotas=quotas, metrics=metrics) as service:
+
+            async def scenario() -> None:
+                async with AsyncRemoteSession(url, key, api_prefix=api_prefix, timeout=WAIT) as acme:
+                    for n in range(3):  # past the full zone of 2: a summary is asked for
+                        await acme.add_turn(turn(f"a{n}"))
+                    await asyncio.to_thread(summarizer.wait_calls, 1)
+                    held = asyncio.ensure_future(acme.flush())
+                    async with asyncio.timeout(WAIT):
+                        while service.in_flight < 1:
+                            await asyncio.sleep(0.005)  # polling a counter of the service in this process
+                    with pytest.raises(Busy):
+                        await acme.flush()
+                    nc = await nats.connect(url)
+                    try:
+                        await nc.publish(f"{api_prefix}.v1.acme.health", b"{}", reply="_INBOX_globex.AbC.1")
+                        await nc.flush()
+                    finally:
+                        await nc.close()
+                    async with asyncio.timeout(WAIT):
+                        while not figure(
+                            await asyncio.to_thread(scrape, port),
+                            "convmem_service_refusals_total",
+                            tenant="acme",
+                            reason="reply_subject",
+                        ):
+                            await asyncio.sleep(0.01)  # polling the scrape for the fact, not a timed wait
+                    summarizer.release()
+                    await held
+
+            asyncio.run(scenario())
+            figures = scrape(port)
+    finally:
+        summarizer.release()
+        system.close()
+    assert figure(figures, "convmem_service_refusals_total", tenant="acme", reason="Busy") == 1
+    assert figure(figures, "convmem_service_refusals_total", tenant="acme", reason="reply_subject") == 1
+    assert figure(figures, "convmem_service_requests_total", tenant="acme", op="flush") == 1  # the held one
 
 
 def test_a_port_in_use_is_a_config_error_naming_it(exposed: tuple[PrometheusMetrics, int]) -> None:
