@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -137,6 +137,8 @@ class PrometheusMetrics:
         self._tenant = _Bounded(max_tenants)
         self._names: dict[str, _Bounded] = {}
         self._names_lock = threading.Lock()
+        self._incs: dict[str, Callable[[float], None]] = {}
+        """Each count name's counter increment, found once (the names are the runtime's: few)."""
         self._systems: weakref.WeakSet[Any] = weakref.WeakSet()
         r.register(_SystemGauges(self._systems))
 
@@ -144,23 +146,28 @@ class PrometheusMetrics:
 
     def count(self, name: str, n: int = 1) -> None:
         """One of a system's counts grew (see `convmem.actors.Metrics`)."""
+        inc = self._incs.get(name)
+        if inc is None:  # once per name: the counter (and label child) it goes to, kept
+            inc = self._incs[name] = self._counter_of(name)
+        inc(n)
+
+    def _counter_of(self, name: str) -> Callable[[float], None]:
         kind, _, detail = name.partition(".")
         if kind == "writes" and detail:
-            self.writes.labels(self._name("command", detail)).inc(n)
-        elif kind == "write_errors" and detail:
-            self.write_errors.labels(self._name("error", detail)).inc(n)
-        elif kind == "health" and detail:
-            self.health_changes.labels(self._name("state", detail)).inc(n)
-        elif name == "turns":
-            self.turns.inc(n)
-        elif name == "summary_calls":
-            self.summarizer_calls.inc(n)
-        elif name == "summaries":
-            self.summaries.inc(n)
-        elif name == "summary_failures":
-            self.summarizer_failures.inc(n)
-        else:
-            self.runtime_events.labels(self._name("event", name)).inc(n)
+            return self.writes.labels(self._name("command", detail)).inc
+        if kind == "write_errors" and detail:
+            return self.write_errors.labels(self._name("error", detail)).inc
+        if kind == "health" and detail:
+            return self.health_changes.labels(self._name("state", detail)).inc
+        plain = {
+            "turns": self.turns,
+            "summary_calls": self.summarizer_calls,
+            "summaries": self.summaries,
+            "summary_failures": self.summarizer_failures,
+        }
+        if name in plain:
+            return plain[name].inc
+        return self.runtime_events.labels(self._name("event", name)).inc
 
     def observe_append(self, seconds: float) -> None:
         """One durable append's latency."""
