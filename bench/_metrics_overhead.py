@@ -74,7 +74,8 @@ def main(out: str | None) -> dict[str, Any]:
     sink_metered = [_sink_us(Metrics(sink=PrometheusMetrics())) for _ in range(3)]
     result = {
         "what": "durable add_turn latency (one thread, sync_interval always) without and with "
-        "PrometheusMetrics, alternating rounds; and the per-write cost of the runtime's counters without and with the sink",
+        "PrometheusMetrics, alternating rounds; and the per-write cost of the runtime's counters "
+        "without and with the sink",
         "command": "python -m bench._metrics_overhead bench/metrics-overhead.json",
         "rounds": ROUNDS,
         "turns_per_round": TURNS,
