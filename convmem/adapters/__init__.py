@@ -6,9 +6,11 @@ embedded server), `service/` (the NATS request/reply API and its clients),
 `summarizers/` and `keys/` (encryption at rest: master keys, key stores, the
 keyring that seals events and snapshots per user); `_memory` (the in-memory log), `_backends` (the `Backend`
 protocol and the one registry of URL schemes), `_connect` (`connect()`, which
-opens a backend by its URL), `_loop` (an event loop on its own thread) and
-`_views` (what the integrations' sessions and the service compute alike: the
-Agents items, a session's start) serve them all. The names below are the
+opens a backend by its URL), `_loop` (an event loop on its own thread),
+`_prometheus` (`PrometheusMetrics`: the Prometheus registry that systems and
+services count into, and its HTTP endpoint) and `_views` (what the
+integrations' sessions and the service compute alike: the Agents items, a
+session's start) serve them all. The names below are the
 public ones; `ConvmemChatMessageHistory` (LangChain) is imported on first use,
 as it needs the optional langchain-core.
 """

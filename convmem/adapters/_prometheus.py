@@ -12,7 +12,7 @@ Label values are bounded: a tenant is named by its subject token (already
 escaped, never the raw id), and past `max_tenants` distinct tenants the rest
 share the label ``_other``; every other label (op, error type, command,
 health state, runtime event) is a name from the code, capped at
-`MAX_NAMES` values per metric the same way.
+`MAX_NAMES` values per label name the same way.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _log = logging.getLogger("convmem.metrics")
 DEFAULT_MAX_TENANTS = 100
 """Distinct tenant label values of one `PrometheusMetrics`; the rest are counted as `OTHER`."""
 MAX_NAMES = 64
-"""Distinct values of any other label of one metric; the rest are counted as `OTHER`."""
+"""Distinct values of any other label name (``error``, ``op``...); the rest are counted as `OTHER`."""
 OTHER = "_other"
 """The label value of whatever is past a label's bound (no tenant token can be it: tokens are escaped)."""
 
