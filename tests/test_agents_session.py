@@ -179,7 +179,8 @@ def test_items_round_trip_verbatim(system: MemorySystem, harness: Harness) -> No
 
 
 def test_limit_returns_the_last_items_of_the_view(system: MemorySystem) -> None:
-    """get_items(limit=n) is the view's last n items; the session's settings give the default."""
+    """get_items(limit=n) is the view's last n items, never a tool result without its call (issue 25);
+    the session's settings give the default."""
     items = tool_turn(1) + tool_turn(2)
 
     async def scenario() -> tuple[list[Any], ...]:
@@ -195,7 +196,7 @@ def test_limit_returns_the_last_items_of_the_view(system: MemorySystem) -> None:
         )
 
     two, none, everything, settled, one = run(scenario())
-    assert two == items[-2:]
+    assert two == items[-1:]  # the last 2 would split call_2 from its result: the result stays out too
     assert none == []
     assert everything == items
     assert settled == items[-3:]

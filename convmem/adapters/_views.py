@@ -26,6 +26,7 @@ from convmem.projections import (
     latest_summary_for_user,
     replay,
     without_horizon,
+    without_orphan_results,
 )
 
 __all__ = [
@@ -72,8 +73,13 @@ def reaches_past_live(state: SessionState, view: list[dict[str, Any]], limit: in
 
 
 def last_items(view: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
-    """The last `limit` items of `view` (all of them for None)."""
-    return view if limit is None else view[max(len(view) - limit, 0) :]
+    """The last `limit` items of `view` (all of them for None), never a tool result without its call.
+
+    A limit that falls between a tool call and its result leaves both out
+    (the result would be an orphan a provider refuses), so the answer may
+    hold fewer than `limit` items; it never holds more.
+    """
+    return view if limit is None else without_orphan_results(view[max(len(view) - limit, 0) :])
 
 
 def whole_history(system: MemorySystem, key: MemoryKey) -> SessionState:

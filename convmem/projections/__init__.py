@@ -16,6 +16,7 @@ from convmem.projections._agents import (
     compact_turn_items,
     cross_session_instructions,
     latest_summary_for_user,
+    without_orphan_results,
 )
 from convmem.projections._budget import (
     ContextSelection,
@@ -192,4 +193,5 @@ __all__ = [
     "view_tokens",
     "window_messages",
     "without_horizon",
+    "without_orphan_results",
 ]

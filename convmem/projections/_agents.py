@@ -56,6 +56,7 @@ __all__ = [
     "summarized_items",
     "summarizing_zone",
     "trimmed_items",
+    "without_orphan_results",
 ]
 
 SUMMARY_REQUEST_LINE = "Summarize the conversation we had so far."
@@ -119,6 +120,30 @@ def compact_turn_items(turn: ConversationTurn, *, tool_calls: bool) -> list[dict
         else:
             out.append(item)
     return out
+
+
+def _call_id(item: dict[str, Any]) -> str | None:
+    call_id = item.get("call_id")
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _is_result(item: dict[str, Any]) -> bool:
+    """A tool result: ``function_call_output`` and the other ``*_call_output`` types, by call id."""
+    kind = item.get("type")
+    return isinstance(kind, str) and kind.endswith("_output") and _call_id(item) is not None
+
+
+def without_orphan_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` less every tool result whose call is not among them (a cut fell between the two).
+
+    Calls always precede their results, so a cut from the front (a limit, a
+    trim) can only orphan results; a call whose result has not arrived yet is
+    kept (the tool is still running).
+    """
+    calls = {_call_id(item) for item in items if not _is_result(item)} - {None}
+    if all(not _is_result(item) or _call_id(item) in calls for item in items):
+        return items
+    return [item for item in items if not _is_result(item) or _call_id(item) in calls]
 
 
 def every_item(state: SessionState) -> list[dict[str, Any]]:

@@ -165,29 +165,36 @@ class ConvmemSession:
 
     # The SDK's Session protocol ------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[TResponseInputItem]:
         """The history as the session's strategy shows it; with a limit, its last `limit` items.
 
-        The limit is `limit` when given, else `session_settings.limit`.
+        The limit is `limit` when given, else `session_settings.limit`. A limit never
+        splits a tool call from its result: a result whose call falls outside it is left
+        out too (so fewer than `limit` items may come back). `wrapper` is the run context
+        the SDK passes to sessions that accept it; the history does not depend on it.
         """
+        del wrapper
         resolved = _limit(limit, self.session_settings)
         await self._ensure_started()
         # The items are the SDK's own dicts, decoded from the log as they were written.
         return cast("list[TResponseInputItem]", await self._items.aitems(resolved))
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Store every item verbatim (one `ItemsAdded` event); nothing is stored for an empty list."""
+        del wrapper
         if not items:
             return
         await self._ensure_started()
         await self._items.aadd(cast("list[dict[str, Any]]", items))
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove and return the last stored item (None when the session holds none)."""
+        del wrapper
         return cast("TResponseInputItem | None", await self._items.apop())
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any = None) -> None:
         """Clear the session's history (a `SessionCleared` event; the log keeps the items)."""
+        del wrapper
         await self._items.aclear()
 
     # Cross-session injection -----------------------------------------------------------------
