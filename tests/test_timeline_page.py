@@ -18,9 +18,13 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import convmem
+from convmem.actors import replay_session, timeline
 from convmem.adapters import EmbeddedNatsServer
 from convmem.adapters.cli._main import main
+from convmem.adapters.cli._readable import readable
+from convmem.adapters.cli._timeline import timeline_page
 from convmem.events import ConversationTurn, HealthPolicy, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import llm_context
 
 KEY = MemoryKey("acme", "alice@example.com", "trip-planning")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -92,13 +96,14 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-def replay_context(url: str, position: int, capsys: pytest.CaptureFixture[str]) -> Any:
+def replay_context(url: str, position: int, capsys: pytest.CaptureFixture[str]) -> str:
+    """`replay --position`'s context as the page shows it: readable text."""
     assert main(["-s", url, "replay", KEY.composite(), "--position", str(position), "--json"]) == 0
-    return json.loads(capsys.readouterr()[0])["context"]
+    return readable(json.loads(capsys.readouterr()[0])["context"])
 
 
-def shown(page: Page) -> tuple[int, Any]:
-    return int(page.get_attribute("body", "data-position") or 0), json.loads(page.inner_text("#context"))
+def shown(page: Page) -> tuple[int, str]:
+    return int(page.get_attribute("body", "data-position") or 0), page.text_content("#context") or ""
 
 
 def test_the_page_shows_the_context_replay_gives_at_each_position(
@@ -196,16 +201,90 @@ def test_no_stored_text_can_break_the_page_or_run_a_script(
         )
         == 0
     )
-    assert context == json.loads(capsys.readouterr()[0])["context"]
-    said = json.dumps(context, ensure_ascii=False)
+    assert context == readable(json.loads(capsys.readouterr()[0])["context"])
     for user, assistant in HOSTILE_TURNS:  # shown as the very text stored
-        assert json.dumps(user, ensure_ascii=False)[1:-1] in said
-        assert json.dumps(assistant, ensure_ascii=False)[1:-1] in said
+        for said in (*user.split("\n"), *assistant.split("\n")):
+            assert said in context
     for i in range(events):
         page.locator(".mark").nth(i).click()
         assert page.evaluate("window.pwned") is None
     page.locator(".mark").nth(1).click()  # the first turn's event
     assert HOSTILE_TURNS[0][0] in page.inner_text("#event")
     page.screenshot(path=str(tmp_path / "hostile.png"), full_page=True)
+    assert problems == []
+    page.close()
+
+
+LONG_KEY = MemoryKey("acme", "auditor", "a-thousand-turns")
+
+
+def rolling_summarizer(request: Mapping[str, Any]) -> dict[str, str]:
+    """Keeps the last 12 lines of the summary before and adds a line per turn: lines kept, added, dropped."""
+    before = request["previous_summary"].split("\n")[1:-1][-12:]
+    said = [f"- asked: {t['user'][:50]}" for t in request["turns"]]
+    return {"summary": "\n".join(["<session_summary>", *before, *said, "</session_summary>"])}
+
+
+@pytest.fixture(scope="module")
+def long_session() -> list[Any]:
+    """1,000 turns with rolling summaries, on the in-memory log (no server needed)."""
+    config = ShortTermMemoryConfig(strategy="rolling_summary")
+    with convmem.connect("memory://", config=config, summarizer=rolling_summarizer) as memory:
+        session = memory.session(LONG_KEY)
+        for i in range(1000):
+            session.add_turn(
+                ConversationTurn(
+                    user_message=f"Turn {i}: what about day {i % 9} of the trip?\nAnd the budget for it?",
+                    assistant_response=f"Day {i % 9} (turn {i}): a walk in Alfama.\nBudget: EUR {100 + i}.",
+                )
+            )
+            if i % 10 == 9:  # the summaries keep up: a summary at about every tenth turn
+                session.flush(timeout=60)
+        return list(memory.log.read(LONG_KEY))
+
+
+def test_a_thousand_turn_page_is_small_and_shows_each_context_and_summary_diff(
+    long_session: list[Any], browser: Browser, tmp_path: Path
+) -> None:
+    """Under 2 MB; any event picked shows replay's context as text and the summary's line diff."""
+    page_file = tmp_path / "long.html"
+    page_file.write_text(timeline_page(long_session, LONG_KEY), encoding="utf-8")
+    assert page_file.stat().st_size < 2_000_000
+    rows = timeline(long_session)
+    summaries = [i for i, row in enumerate(rows) if row.type == "summary.produced"]
+    assert len(summaries) > 100
+
+    def expected(index: int) -> str:
+        state, _ = replay_session(long_session, LONG_KEY, until_position=rows[index].position)
+        return readable(llm_context(state))
+
+    problems: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.goto(page_file.as_uri())
+    assert page.locator(".mark").count() == len(rows)
+    assert shown(page) == (rows[-1].position, expected(len(rows) - 1))  # the last event, shown first
+
+    picked = summaries[len(summaries) // 2]  # far from a stored whole context: rebuilt from changes
+    page.locator("#slider").fill(str(picked))
+    assert shown(page) == (rows[picked].position, expected(picked))
+    note = page.inner_text("#summary-note")
+    for said in ("lines added", "kept", "dropped"):
+        assert said in note
+    diff = page.locator("#summary-diff")
+    assert diff.locator(".add").count() >= 1
+    assert diff.locator(".same").count() >= 1
+    assert diff.locator(".del").count() >= 1
+    assert "\\n" not in (diff.text_content() or "")  # lines, not an escaped JSON string
+    assert "- asked: Turn" in (diff.locator(".add").first.text_content() or "")
+    assert page.locator("#diff .add").count() >= 1  # the context's change from the event before
+
+    page.locator("#slider").focus()
+    for step in ("ArrowLeft", "ArrowLeft", "ArrowRight"):  # back past the cached one, then on
+        page.keyboard.press(step)
+    assert shown(page) == (rows[picked - 1].position, expected(picked - 1))
+    assert "unchanged since position" in page.inner_text("#summary-note") or picked - 1 in summaries
+
+    page.screenshot(path=str(tmp_path / "timeline.png"))
     assert problems == []
     page.close()

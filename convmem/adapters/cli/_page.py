@@ -2,8 +2,9 @@
 
 `_timeline` fills in the data (a JSON document in a script element); the
 script draws the events on a time axis, coloured by health, and shows the
-context the model saw as of the event picked with the slider or a click,
-with the change from the event before.
+context the model saw as of the event picked with the slider or a click
+(rebuilt from the stored changes), with the change from the event before,
+and the summary as of that event with its line diff from the one before.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ script-src 'unsafe-inline'; img-src data:">
   #event { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 10px 14px;
            margin-bottom: 12px; }
   #event b { font-family: ui-monospace, monospace; }
-  .panes { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+  .panes { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; margin-bottom: 12px; }
+  .note { color: #6b7282; font-size: 12px; margin: 0 0 6px; }
   .pane { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 10px 14px; min-width: 0; }
   .pane h2 { font-size: 14px; margin: 0 0 8px; }
   pre { font: 12px/1.45 ui-monospace, monospace; white-space: pre-wrap; word-break: break-word; margin: 0; }
@@ -74,81 +76,163 @@ script-src 'unsafe-inline'; img-src data:">
     <div class="pane"><h2>Context the model saw as of this event</h2><pre id="context"></pre></div>
     <div class="pane"><h2>Change from the previous event</h2><pre id="diff"></pre></div>
   </div>
+  <div class="pane"><h2>Summary as of this event</h2><p class="note" id="summary-note"></p>
+    <pre id="summary-diff"></pre></div>
 </main>
 <script id="data" type="application/json">__DATA__</script>
 <script>
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("data").textContent);
-  const events = data.events;
+  const lines = data.lines, chunks = data.chunks, rows = data.events, every = data.checkpoint;
+  const linesOf = (ids) => ids.flatMap((id) => chunks[id]);
+  const ev = (i) => {
+    const r = rows[i];
+    return {position: r[0], seq: r[1], at: r[2], time: r[3], type: r[4], detail: r[5], health: r[6]};
+  };
   const el = (id) => document.getElementById(id);
   el("key").textContent = data.key;
-  el("summary").textContent = events.length + " events, " + data.first + " to " + data.last + " (UTC)";
+  el("summary").textContent = rows.length + " events, " + data.first + " to " + data.last + " (UTC)";
   const slider = el("slider");
-  slider.max = String(events.length - 1);
+  slider.max = String(rows.length - 1);
   const axis = el("axis");
-  const t0 = events[0].at || 0, t1 = events[events.length - 1].at || t0;
+  const t0 = rows[0][2] || 0, t1 = rows[rows.length - 1][2] || t0;
   const span = Math.max(t1 - t0, 1e-9);
   const place = (i) => {
-    const at = events[i].at;
-    const byTime = at === null ? i / Math.max(events.length - 1, 1) : (at - t0) / span;
+    const at = rows[i][2];
+    const byTime = at === null ? i / Math.max(rows.length - 1, 1) : (at - t0) / span;
     return 2 + 96 * byTime;
   };
-  const marks = events.map((ev, i) => {
+  const evictions = ["backlog.trimmed", "session.cleared", "history.compacted"];
+  const marks = [];
+  for (let i = 0; i < rows.length; i++) {
+    const e = ev(i);
     const mark = document.createElement("div");
-    mark.className = "mark " + ev.health + (ev.type === "summary.produced" ? " summary" : "") +
-      (ev.type === "backlog.trimmed" || ev.type === "session.cleared" || ev.type === "history.compacted"
-        ? " eviction" : "");
+    mark.className = "mark " + e.health + (e.type === "summary.produced" ? " summary" : "") +
+      (evictions.includes(e.type) ? " eviction" : "");
     mark.style.left = place(i) + "%";
-    mark.title = "position " + ev.position + ": " + ev.type;
-    mark.dataset.index = String(i);
+    mark.title = "position " + e.position + ": " + e.type;
     mark.addEventListener("click", () => show(i));
-    axis.appendChild(mark);
-    return mark;
-  });
-  for (let i = 0; i < events.length; i++) {  // health as coloured bands over time
+    marks.push(mark);
+  }
+  axis.append(...marks);
+  for (let i = 0; i < rows.length;) {  // health as coloured bands over time, one a run
+    let j = i;
+    while (j + 1 < rows.length && rows[j + 1][6] === rows[i][6]) j++;
     const band = document.createElement("div");
-    const left = place(i), right = i + 1 < events.length ? place(i + 1) : 98;
-    band.className = "band " + events[i].health;
+    const left = place(i), right = j + 1 < rows.length ? place(j + 1) : 98;
+    band.className = "band " + rows[i][6];
     band.style.left = left + "%";
     band.style.width = Math.max(right - left, 0.3) + "%";
     axis.appendChild(band);
+    i = j + 1;
   }
+  const apply = (before, ops) => {
+    if (ops === null) return before;
+    const after = [];
+    for (const op of ops) {
+      if (Array.isArray(op)) { for (let k = op[0]; k < op[1]; k++) after.push(before[k]); }
+      else after.push(op);
+    }
+    return after;
+  };
+  let cached = {at: -1, ids: []};
+  const contextAt = (i) => {  // chunk ids of the context after event i: the nearest whole one, then changes
+    if (i < 0) return [];
+    if (cached.at === i) return cached.ids;
+    let at = i - (i % every), ids = data.whole[String(at)];
+    if (cached.at >= at && cached.at < i) { at = cached.at; ids = cached.ids; }
+    for (let k = at + 1; k <= i; k++) ids = apply(ids, data.context[k]);
+    cached = {at: i, ids: ids};
+    return ids;
+  };
+  const changes = Object.keys(data.summaries).map(Number).sort((a, b) => a - b);
+  const lastChange = (i) => {  // the latest event at or before i that changed the summary, or -1
+    let lo = 0, hi = changes.length - 1, found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (changes[mid] <= i) { found = changes[mid]; lo = mid + 1; } else hi = mid - 1;
+    }
+    return found;
+  };
   const text = (parent, cls, line) => {
     const span = document.createElement("span");
     span.className = cls;
     span.textContent = line;
     parent.appendChild(span);
   };
+  const kept = (parent, ids) => {  // unchanged lines: a few shown, a long run counted
+    if (ids.length <= 4) { ids.forEach((id) => text(parent, "same", lines[id])); return; }
+    text(parent, "same", lines[ids[0]]);
+    text(parent, "same", "\\u2026 " + (ids.length - 2) + " unchanged lines \\u2026");
+    text(parent, "same", lines[ids[ids.length - 1]]);
+  };
+  function showDiff(i) {
+    const diff = el("diff");
+    diff.replaceChildren();
+    const ops = data.context[i];
+    if (ops === null) { text(diff, "same", "(no change to the context)"); return; }
+    const before = contextAt(i - 1);
+    let cursor = 0;
+    const each = (cls, ids) => linesOf(ids).forEach((id) => text(diff, cls, lines[id]));
+    for (const op of ops) {
+      if (Array.isArray(op)) {
+        each("del", before.slice(cursor, op[0]));
+        kept(diff, linesOf(before.slice(op[0], op[1])));
+        cursor = op[1];
+      } else each("add", [op]);
+    }
+    each("del", before.slice(cursor));
+  }
+  function showSummary(i) {
+    const pane = el("summary-diff"), note = el("summary-note");
+    pane.replaceChildren();
+    const at = lastChange(i);
+    if (at < 0) { note.textContent = "no summary yet"; return; }
+    const tagged = data.summaries[String(at)];
+    const count = (tag) => tagged.filter((t) => t[0] === tag).length;
+    const now = tagged.filter((t) => t[0] !== "-").length;
+    if (at === i) {
+      note.textContent = now ? "this event's summary: " + count("+") + " lines added, " + count(" ") +
+        " kept, " + count("-") + " dropped from the summary before" : "this event cleared the summary";
+      tagged.forEach((t) => text(pane, t[0] === "+" ? "add" : t[0] === "-" ? "del" : "same", lines[t[1]]));
+    } else {
+      note.textContent = now ? "unchanged since position " + rows[at][0] : "no summary since position " +
+        rows[at][0];
+      tagged.filter((t) => t[0] !== "-").forEach((t) => text(pane, "same", lines[t[1]]));
+    }
+  }
+  let selected = -1;
   function show(i) {
-    i = Math.max(0, Math.min(events.length - 1, i));
+    i = Math.max(0, Math.min(rows.length - 1, i));
     slider.value = String(i);
-    marks.forEach((m, j) => m.classList.toggle("selected", j === i));
-    const ev = events[i];
-    el("where").textContent = "event " + (i + 1) + " of " + events.length + ", position " + ev.position;
+    if (selected >= 0) marks[selected].classList.remove("selected");
+    marks[i].classList.add("selected");
+    selected = i;
+    const e = ev(i);
+    el("where").textContent = "event " + (i + 1) + " of " + rows.length + ", position " + e.position;
     const box = el("event");
     box.replaceChildren();
     const head = document.createElement("div");
-    const seq = ev.seq === null ? "-" : ev.seq;
-    text(head, "", ["position " + ev.position, "seq " + seq, ev.time || "-", ev.type, "health " + ev.health]
+    const seq = e.seq === null ? "-" : e.seq;
+    text(head, "", ["position " + e.position, "seq " + seq, e.time || "-", e.type, "health " + e.health]
       .join(" \\u00b7 "));
     box.appendChild(head);
-    text(box, "", ev.detail);
-    el("context").textContent = ev.context;
-    const diff = el("diff");
-    diff.replaceChildren();
-    if (!ev.diff.length) { text(diff, "same", "(no change to the context)"); }
-    ev.diff.forEach((d) => text(diff, d[0] === "+" ? "add" : d[0] === "-" ? "del" : "same", d.slice(2)));
-    document.body.dataset.position = String(ev.position);
+    text(box, "", e.detail);
+    el("context").textContent = linesOf(contextAt(i)).map((id) => lines[id]).join("\\n");
+    showDiff(i);
+    showSummary(i);
+    document.body.dataset.position = String(e.position);
   }
   slider.addEventListener("input", () => show(Number(slider.value)));
   el("prev").addEventListener("click", () => show(Number(slider.value) - 1));
   el("next").addEventListener("click", () => show(Number(slider.value) + 1));
   document.addEventListener("keydown", (e) => {
+    if (e.target === slider) return;  // the slider steps itself (and says so with an input event)
     if (e.key === "ArrowLeft") show(Number(slider.value) - 1);
     if (e.key === "ArrowRight") show(Number(slider.value) + 1);
   });
-  show(events.length - 1);
+  show(rows.length - 1);
 })();
 </script>
 </body>
