@@ -288,3 +288,33 @@ def test_a_thousand_turn_page_is_small_and_shows_each_context_and_summary_diff(
     page.screenshot(path=str(tmp_path / "timeline.png"))
     assert problems == []
     page.close()
+
+
+def test_replay_shows_the_summary_as_its_lines(session_log: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """replay without --json: the context as readable text, the summary line by line, no JSON escapes."""
+    assert main(["-s", session_log, "replay", KEY.composite()]) == 0
+    out = capsys.readouterr()[0]
+    shown_lines = out.splitlines()
+    assert "\\n" not in out
+    assert any(line.strip() == "<session_summary>" for line in shown_lines)
+    assert any(line.strip() == f"- {TURNS[0][0]}" for line in shown_lines)
+    assert main(["-s", session_log, "replay", KEY.composite(), "--json"]) == 0
+    context = json.loads(capsys.readouterr()[0])["context"]
+    assert readable(context) in out
+
+
+def test_readable_text_keeps_every_line_and_names_each_value() -> None:
+    """Nested values indented under their names; a many-line string as its lines; empties named."""
+    text = readable({"b": {"summary": "one\ntwo", "turns": [{"user": "hi"}], "none": [], "n": 3}, "a": None})
+    assert text.splitlines() == [
+        "a: null",
+        "b:",
+        "  n: 3",
+        "  none: []",
+        "  summary: |",
+        "    one",
+        "    two",
+        "  turns:",
+        "    -",
+        "      user: hi",
+    ]

@@ -47,6 +47,7 @@ from convmem.adapters.cli._common import (
     session_counts,
     table,
 )
+from convmem.adapters.cli._readable import readable
 from convmem.adapters.cli._safe import json_text
 from convmem.errors import ConvmemError, StoreNotFound
 from convmem.events import MemoryKey
@@ -180,7 +181,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(
             f"session {key}  seq {state.version}  health {state.health.value}  live turns {len(state.turns)}"
         )
-        emit_json(context)
+        print(readable(context))  # the context as text: a summary as its lines, not one escaped string
         for poison in report.poison:
             print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
         for damage in report.damage:

@@ -41,6 +41,7 @@ from convmem.adapters.cli._common import (
     session_counts,
     table,
 )
+from convmem.adapters.cli._readable import readable
 from convmem.adapters.summarizers import ExtractiveSummarizer, ProcessSummarizer, recommended
 from convmem.events import (
     ConversationTurn,
@@ -267,7 +268,7 @@ def _show_session(context: Mapping[str, Any], memory: Any, key: MemoryKey, as_js
     # The context as the planner gets it (a key only when it has content), its recent turns cut short.
     shown = {name: memo[name] for name in ("summary", "pending_turns") if name in memo}
     shown["recent_turns"] = memo.get("recent_turns", [])[-2:]
-    emit_json({"conversation_memory": shown})
+    print(readable({"conversation_memory": shown}))  # readable: a summary as its lines
     print(f"(showing the last 2 of {len(memo.get('recent_turns', []))} recent turns)")
     print(f"\nSession {key}: health history")
     rows = [

@@ -113,9 +113,7 @@ def _delta(before: list[int], after: list[int]) -> list[int | list[int]] | None:
     while head < len(before) and head < len(after) and before[head] == after[head]:
         head += 1
     tail = 0
-    while (
-        tail < len(before) - head and tail < len(after) - head and before[-1 - tail] == after[-1 - tail]
-    ):
+    while tail < len(before) - head and tail < len(after) - head and before[-1 - tail] == after[-1 - tail]:
         tail += 1
     ops: list[int | list[int]] = [[0, head]] if head else []
     old, new = before[head : len(before) - tail], after[head : len(after) - tail]
@@ -234,9 +232,7 @@ _SCRIPT_SAFE = str.maketrans(
 _SLOTS = re.compile("__TITLE__|__DATA__")
 
 
-def timeline_page(
-    records: Iterable[LoggedEvent], key: MemoryKey, progress: Progress | None = None
-) -> str:
+def timeline_page(records: Iterable[LoggedEvent], key: MemoryKey, progress: Progress | None = None) -> str:
     """The whole HTML page of `key`'s events.
 
     The data is JSON in a ``type="application/json"`` script element with every
