@@ -52,10 +52,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def convmem_log(tmp_path: Path) -> Iterator[None]:
-    """A fresh embedded log for each test, in the test's own folder."""
+    """A fresh embedded log for each test, in the test's own folder (``CONVMEM_SUITE_DATA_DIR``: one
+    folder that every test and every run shares, as a user's data folder is)."""
     assert memory.DefaultShortTermMemory is convmem.penguiflow.DefaultShortTermMemory
     assert memory_integration.DefaultShortTermMemory is convmem.penguiflow.DefaultShortTermMemory
-    convmem.penguiflow.configure(data_dir=tmp_path / "convmem")
+    shared = os.environ.get("CONVMEM_SUITE_DATA_DIR")  # one folder for every test (and every run)
+    convmem.penguiflow.configure(data_dir=Path(shared) if shared else tmp_path / "convmem")
     try:
         yield
     finally:

@@ -25,12 +25,14 @@ import convmem.penguiflow
 from convmem.actors import MemorySystem, verify
 from convmem.adapters import InMemoryEventLog, InMemorySnapshotStore, JetStreamEventLog
 from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopSummarizer
+from convmem.adapters.integrations.penguiflow._store import NEW_GENERATION
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import (
     MemoryKey,
     SessionCleared,
     SessionRestored,
+    TurnAdded,
     TurnsAdopted,
     decode_event,
 )
@@ -321,7 +323,7 @@ def test_persist_and_hydrate_share_the_session_and_the_store_gets_penguiflows_di
 
     ours, penguiflows = asyncio.run(scenario())
     assert users(ours) == users(penguiflows) == ["u1"]
-    assert store.saved[KEY]["convmem"] == {"key": "acme:alice:chat-1", "seq": 2}
+    assert store.saved[KEY]["convmem"] == {"key": "acme:alice:chat-1", "seq": 2, "generation": 0}
 
 
 def test_a_store_without_memory_methods_keeps_the_memory_private(log: InMemoryEventLog) -> None:
@@ -367,8 +369,13 @@ def test_a_move_cut_short_before_the_clear_loses_no_turn(log: InMemoryEventLog) 
     """If the process stops after TurnsAdopted and before the clear, the key has the turns, once."""
     target = MemoryKey("acme", "alice", "chat-1")
     system = convmem.penguiflow.current_system()
+    store = Store()  # it holds the key's memory (an earlier run persisted it)
 
     async def scenario() -> Any:
+        earlier = DefaultShortTermMemory(config=cfg())
+        await earlier.hydrate(store, KEY)
+        await earlier.add_turn(turn(0))
+        await earlier.persist(store, KEY)
         memory = DefaultShortTermMemory(config=cfg())
         await memory.add_turn(turn(1))
         private = memory.session_key
@@ -378,10 +385,10 @@ def test_a_move_cut_short_before_the_clear_loses_no_turn(log: InMemoryEventLog) 
         await handle.adopt(private, state.version, [r.turn for r in state.turns], idempotency_key="adopt/x")
         # ... the process dies here. A new memory on the key:
         fresh = DefaultShortTermMemory(config=cfg())
-        await fresh.hydrate(Store(), KEY)
+        await fresh.hydrate(store, KEY)
         return await fresh.get_llm_context()
 
-    assert users(asyncio.run(scenario())) == ["u1"]
+    assert users(asyncio.run(scenario())) == ["u0", "u1"]
 
 
 def test_a_state_penguiflow_saved_is_imported_once_as_one_session_restored(log: InMemoryEventLog) -> None:
@@ -675,14 +682,88 @@ def test_the_planners_own_summarizer_makes_the_rolling_summary(
 
 
 def test_a_planner_with_a_store_shares_the_session_with_a_new_planner(installed: InMemoryEventLog) -> None:
-    """Two planners (as in two processes) on one key and one log see one conversation."""
-    first, second = PlannerLLM(), PlannerLLM()
+    """Two planners (as in two processes) on one key, one log and one state store see one conversation;
+    a planner with a brand-new store starts a brand-new memory (the store decides, issue 25)."""
+    first, second, third = PlannerLLM(), PlannerLLM(), PlannerLLM()
     config = pf.ShortTermMemoryConfig(strategy="truncation")
     key = pf.MemoryKey(tenant_id="acme", user_id="alice", session_id="s1")
+    store = InMemoryStateStore()
 
     async def scenario() -> None:
-        await planner(first, config, InMemoryStateStore()).run("q1", memory_key=key)
-        await planner(second, config, InMemoryStateStore()).run("q2", memory_key=key)
+        await planner(first, config, store).run("q1", memory_key=key)
+        await planner(second, config, store).run("q2", memory_key=key)
+        await planner(third, config, InMemoryStateStore()).run("q3", memory_key=key)
 
     asyncio.run(scenario())
     assert shown_users(second.memories[0]) == ["q1"]
+    assert shown_users(third.memories[0]) == []
+
+
+# The store decides whether a memory exists (issue 25, item 1) ----------------------------
+
+
+def test_a_fresh_store_gives_a_fresh_memory_and_the_log_keeps_the_old_generation(
+    log: InMemoryEventLog,
+) -> None:
+    """A key the state store holds no state for has no memory, whatever an earlier run left in the log;
+    the old turns stay in the log (a SessionCleared starts the new generation), and the store records
+    the generation it saved; PenguiFlow's own class reads it back."""
+    first_store, second_store = Store(), Store()
+
+    async def scenario() -> tuple[Any, ...]:
+        earlier = DefaultShortTermMemory(config=cfg())
+        await earlier.hydrate(first_store, KEY)
+        await earlier.add_turn(turn(1))
+        await earlier.add_turn(turn(2))
+        await earlier.persist(first_store, KEY)
+        again = DefaultShortTermMemory(config=cfg())  # the same store: the same memory
+        await again.hydrate(first_store, KEY)
+        same = await again.get_llm_context()
+        fresh = DefaultShortTermMemory(config=cfg())  # a brand-new store: a brand-new memory
+        await fresh.hydrate(second_store, KEY)
+        empty = await fresh.get_llm_context()
+        await fresh.add_turn(turn(3))
+        await fresh.persist(second_store, KEY)
+        back = pf.DefaultShortTermMemory(config=cfg())  # switching back to PenguiFlow
+        await back.hydrate(second_store, KEY)
+        repeat = DefaultShortTermMemory(config=cfg())  # the second store again: its memory, not the first's
+        await repeat.hydrate(second_store, KEY)
+        return (
+            same,
+            empty,
+            await fresh.get_llm_context(),
+            await back.get_llm_context(),
+            await repeat.get_llm_context(),
+        )
+
+    same, empty, after, penguiflows, repeated = asyncio.run(scenario())
+    assert users(same) == ["u1", "u2"]
+    assert users(empty) == []
+    assert users(after) == users(penguiflows) == users(repeated) == ["u3"]
+    key = MemoryKey("acme", "alice", "chat-1")
+    events = events_of(log, key)
+    cleared = [e for e in events if isinstance(e, SessionCleared)]
+    assert [e.reason for e in cleared] == [NEW_GENERATION]
+    assert sum(isinstance(e, TurnAdded) for e in events) == 3  # the old generation's turns stay for audit
+    assert first_store.saved[KEY]["convmem"]["generation"] == 0
+    assert second_store.saved[KEY]["convmem"]["generation"] == cleared[0].seq
+
+
+def test_an_empty_store_on_every_hydrate_writes_no_more_clears(log: InMemoryEventLog) -> None:
+    """A memory that is already empty starts no generation: hydrating a key twice with nothing saved
+    writes nothing, and a store that cannot save (persistence off) never clears."""
+
+    async def scenario() -> None:
+        for _ in range(2):
+            memory = DefaultShortTermMemory(config=cfg())
+            await memory.hydrate(Store(), KEY)
+        kept = DefaultShortTermMemory(config=cfg())
+        await kept.hydrate(Store(), KEY)
+        await kept.add_turn(turn(1))
+        loader = type("Loader", (), {"load_memory_state": Store.load_memory_state, "saved": {}})()
+        other = DefaultShortTermMemory(config=cfg())
+        await other.hydrate(loader, KEY)
+
+    asyncio.run(scenario())
+    events = events_of(log, MemoryKey("acme", "alice", "chat-1"))
+    assert not any(isinstance(e, SessionCleared) for e in events)

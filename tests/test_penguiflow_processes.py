@@ -22,7 +22,7 @@ TIMEOUT = 120.0
 
 PLANNER = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import asyncio, json, os, sys
 
     import convmem.penguiflow
     convmem.penguiflow.install()  # the one line a PenguiFlow user adds
@@ -63,9 +63,32 @@ PLANNER = textwrap.dedent(
     KEY = MemoryKey(tenant_id="acme", user_id="alice@example.com", session_id="chat-1")
 
 
+    class FileStore(InMemoryStateStore):
+        # A durable state store: the memory states outlive the process (the store decides what exists).
+
+        def __init__(self, path):
+            super().__init__()
+            self.path = path
+
+        def _states(self):
+            if not os.path.exists(self.path):
+                return {}
+            with open(self.path, encoding="utf-8") as file:
+                return json.load(file)
+
+        async def save_memory_state(self, key, state):
+            states = self._states()
+            states[key] = state
+            with open(self.path, "w", encoding="utf-8") as file:
+                json.dump(states, file)
+
+        async def load_memory_state(self, key):
+            return self._states().get(key)
+
+
     async def main(turns):
         llm = ScriptedLLM()
-        store = InMemoryStateStore()
+        store = FileStore(sys.argv[2])
         planner = ReactPlanner(llm_client=llm, catalog=[], short_term_memory=CONFIG, state_store=store)
         for n in range(turns):
             await planner.run(f"Turn {n}: my number is {n}.", memory_key=KEY)
@@ -93,7 +116,7 @@ def run_planner(data: Path, turns: int) -> dict[str, Any]:
     env = {**os.environ, "CONVMEM_DATA_DIR": str(data)}
     env.pop("CONVMEM_NATS_URL", None)
     done = subprocess.run(
-        [sys.executable, "-c", PLANNER, str(turns)],
+        [sys.executable, "-c", PLANNER, str(turns), str(data.parent / "memory-states.json")],
         env=env,
         capture_output=True,
         text=True,
@@ -119,7 +142,9 @@ def test_a_20_turn_conversation_survives_the_process_and_verifies(tmp_path: Path
     assert first["summaries"] >= 1
 
     second = run_planner(data, 1)
-    assert second["first_prompt_memory"] == final  # a new process, a new planner: the same memory
+    assert (
+        second["first_prompt_memory"] == final
+    )  # a new process, a new planner, the same store: the same memory
 
     audit = subprocess.run(
         [sys.executable, "-c", VERIFY, "--data-dir", str(data), "verify", "--all", "--json"],

@@ -157,14 +157,16 @@ def clear(
     moved_to: MemoryKey | None = None,
     through: int | None = None,
     reason: str = "",
+    config: ShortTermMemoryConfig | None = None,
 ) -> Call[None]:
     """Forget the turns and summary (the log keeps them for audit).
 
     `moved_to` records that the turns now live in that session (see
     `adopt`); with `through`, the clear is refused (`InvalidInput`) if
-    turns numbered above it arrived meanwhile.
+    turns numbered above it arrived meanwhile. `config`: the session runs with it from
+    the clear on (recorded in the `SessionCleared`).
     """
-    command = Clear(reason=reason or "cleared by caller", moved_to=moved_to, through=through)
+    command = Clear(reason=reason or "cleared by caller", moved_to=moved_to, through=through, config=config)
     return Call(command, timeout, _nothing)
 
 

@@ -138,6 +138,10 @@ class SessionCleared(Event, frozen=True, gc=False, tag="session.cleared"):
     cleared_through: int
     reason: str = ""
     moved_to: MemoryKey | None = None
+    config: ShortTermMemoryConfig | None = None
+    """The configuration the session runs with from here (None: unchanged). A clear that starts a
+    new generation (a PenguiFlow state store that holds no memory for the key) records the
+    configuration of the memory that started it."""
 
 
 class SessionRestored(Event, frozen=True, gc=False, tag="session.restored"):

@@ -63,6 +63,8 @@ class Clear(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = "cleared by caller"
     moved_to: MemoryKey | None = None
     through: int | None = None
+    config: ShortTermMemoryConfig | None = None
+    """Run with this configuration from the clear on (None: keep the session's)."""
 
 
 class AdoptTurns(msgspec.Struct, frozen=True, kw_only=True):

@@ -132,7 +132,7 @@ def decide(
                     "through",
                     f"the session holds turns up to {state.next_index - 1}, after {command.through}",
                 )
-            events.extend(_clear(state, command.reason, ids, now, command.moved_to))
+            events.extend(_clear(state, command.reason, ids, now, command.moved_to, command.config))
         case Restore():
             events.extend(_restore(state, command, ids, now, estimator))
         case AdoptTurns():
@@ -173,7 +173,12 @@ def _refuse_over_budget(state: SessionState, estimator: TokenEstimator) -> None:
 
 
 def _clear(
-    state: SessionState, reason: str, ids: EventIds, now: float, moved_to: MemoryKey | None = None
+    state: SessionState,
+    reason: str,
+    ids: EventIds,
+    now: float,
+    moved_to: MemoryKey | None = None,
+    config: ShortTermMemoryConfig | None = None,
 ) -> list[AnyEvent]:
     events: list[AnyEvent] = []
     if state.health is not MemoryHealth.HEALTHY:
@@ -189,6 +194,7 @@ def _clear(
             cleared_through=state.next_index - 1,
             reason=storable(reason),
             moved_to=moved_to,
+            config=config,
         )
     )
     return events

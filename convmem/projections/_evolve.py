@@ -158,6 +158,7 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 dropped_through=mark,
                 next_index=mark + 1,
                 retired_entities=_NO_ENTITIES,
+                config=event.config if event.config is not None else state.config,
                 **common,
             )
         case SessionRestored():

@@ -35,6 +35,7 @@ from convmem.adapters.integrations.penguiflow import _runtime, _store
 from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopCallback, LoopSummarizer
 from convmem.adapters.integrations.penguiflow._summarizer import offline_summarizer
 from convmem.adapters.integrations.penguiflow._values import (
+    CONVMEM_MARK,
     UNBOUND,
     budget_exceeded,
     config_from_penguiflow,
@@ -105,6 +106,9 @@ class DefaultShortTermMemory:
         self._private: MemoryKey | None = None
         """The private session holding turns added before the key was known."""
         self._imported: set[str] = set()
+        self._generation = 0
+        """Where the session's current generation began in the log, as this memory knows it
+        (0: the first; a new one starts when a state store holds no state for the key)."""
         self._handles: tuple[MemorySystem, AsyncSessionHandle] | None = None
         _runtime.current_system()  # the first memory opens the process-wide system
 
@@ -226,7 +230,10 @@ class DefaultShortTermMemory:
     async def hydrate(self, store: Any, key: str) -> None:
         """Learn the key; import a memory state PenguiFlow saved in `store`; see another process's writes.
 
-        A store without ``load_memory_state`` turns persistence off, as in PenguiFlow.
+        A store without ``load_memory_state`` turns persistence off, as in PenguiFlow. A
+        state store (it saves too) that holds no state for `key` means no memory: whatever
+        the log holds for the key is cleared (a new generation; the log keeps the old events
+        for audit and erasure), so a fresh store gives a fresh memory.
         """
         if not hasattr(store, "load_memory_state"):
             return
@@ -235,6 +242,16 @@ class DefaultShortTermMemory:
             known = self._key == target
         saved = await store.load_memory_state(key)
         handle = self._handle(target, register=True)
+        if saved is None and hasattr(store, "save_memory_state"):
+            # The store is the source of truth: a key it holds no state for has no memory. Turns an
+            # earlier run left in the log (another store, a deleted state) start a new generation.
+            if known:
+                await _store.catch_up(self._system(), handle, target)
+            await self._fresh_generation(target)
+        elif isinstance(saved, Mapping) and isinstance(saved.get(CONVMEM_MARK), Mapping):
+            known_generation = saved[CONVMEM_MARK].get("generation")
+            if isinstance(known_generation, int) and not isinstance(known_generation, bool):
+                self._generation = known_generation
         penguiflows = await _store.import_saved(self._system(), self._imported, handle, target, saved)
         if known:
             await _store.catch_up(self._system(), handle, target)
@@ -250,12 +267,25 @@ class DefaultShortTermMemory:
         """
         if not hasattr(store, "save_memory_state"):
             return
-        await self._bind(_store.target_key(key))
+        target = _store.target_key(key)
+        with self._guard:
+            first = self._key != target
+        if first and hasattr(store, "load_memory_state") and await store.load_memory_state(key) is None:
+            await self._fresh_generation(target)  # the store holds no memory for the key: nor does the log
+        await self._bind(target)
         await self._save(store, key)
+
+    async def _fresh_generation(self, target: MemoryKey) -> None:
+        started = await _store.new_generation(self._handle(target, register=True), self.config)
+        if started is not None:
+            self._generation = started
 
     async def _save(self, store: Any, key: str) -> None:
         state = self._state_now()
-        await store.save_memory_state(key, state_to_penguiflow(state, self._penguiflow_config, self._key))
+        saved = state_to_penguiflow(state, self._penguiflow_config, self._key)
+        if CONVMEM_MARK in saved:
+            saved[CONVMEM_MARK]["generation"] = self._generation  # which generation the store holds
+        await store.save_memory_state(key, saved)
 
     async def _bind(self, target: MemoryKey) -> None:
         """Make `target` this memory's session, moving the private session's turns there first."""

@@ -25,10 +25,19 @@ from typing import Any
 from convmem.actors import AsyncSessionHandle, MemorySystem, SessionServices
 from convmem.adapters.integrations.penguiflow._values import CONVMEM_MARK, digest_of, key_from_composite
 from convmem.errors import InvalidInput
-from convmem.events import MemoryKey
+from convmem.events import MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState
 
-__all__ = ["already_in_log", "catch_up", "import_saved", "move", "origin_of", "target_key"]
+__all__ = [
+    "NEW_GENERATION",
+    "already_in_log",
+    "catch_up",
+    "import_saved",
+    "move",
+    "new_generation",
+    "origin_of",
+    "target_key",
+]
 
 _MOVE_ROUNDS = 8
 """Rounds a move makes while turns keep arriving on the private session."""
@@ -95,6 +104,26 @@ async def import_saved(
             await handle.restore(saved, origin=origin_of(saved), idempotency_key=idempotency_key)
         imported.add(digest)
     return not ours
+
+
+NEW_GENERATION = "new generation: the state store holds no memory for this key"
+"""The reason recorded by the `SessionCleared` that starts a generation (see `new_generation`)."""
+
+
+async def new_generation(handle: AsyncSessionHandle, config: ShortTermMemoryConfig) -> int | None:
+    """Start a new generation of the session: clear what it shows, keeping the log.
+
+    The new generation runs with `config` (the memory's), whatever the old one ran with.
+    Returns the log position of the clear that starts it (None when nothing was cleared).
+
+    A session that shows nothing (never started, or cleared already) with this config is
+    left as it is, so a store that is empty on every hydrate writes nothing more.
+    """
+    state = await _state(handle)
+    if not state.started or (not state.turns and not state.summary and state.config == config):
+        return None
+    await handle.clear(reason=NEW_GENERATION, config=config)
+    return (await _state(handle)).version
 
 
 async def catch_up(system: MemorySystem, handle: AsyncSessionHandle, key: MemoryKey) -> None:
