@@ -66,6 +66,7 @@ class _Lines:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.texts: list[str] = []
+        self.opens: list[bool] = []  # by line id: whether the line starts a chunk
         self.chunk_ids: dict[tuple[int, ...], int] = {}
         self.chunks: list[tuple[int, ...]] = []
 
@@ -76,16 +77,18 @@ class _Lines:
             if found is None:
                 found = self.ids[line] = len(self.texts)
                 self.texts.append(line)
+                self.opens.append(_opens_chunk(line))
             out.append(found)
         return out
 
     def chunked(self, lines: list[str]) -> list[int]:
         """`lines` as chunk ids: a chunk starts at a line of a list item's dash or of a top-level name."""
         ids = self.of(lines)
+        opens = self.opens
         out: list[int] = []
         start = 0
-        for at in range(1, len(lines) + 1):
-            if at < len(lines) and not _opens_chunk(lines[at]):
+        for at in range(1, len(ids) + 1):
+            if at < len(ids) and not opens[ids[at]]:
                 continue
             chunk = tuple(ids[start:at])
             found = self.chunk_ids.get(chunk)
