@@ -27,8 +27,8 @@ import nats.js.errors
 from convmem.actors import ErasureReceipt, ErasureRequest
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage
 from convmem.adapters.jetstream._read import list_subjects
-from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
-from convmem.errors import InvalidConfig, SessionClosed, StoreNotFound
+from convmem.adapters.jetstream._setup import check_names, open_bucket
+from convmem.errors import InvalidConfig, SessionClosed
 
 __all__ = ["JetStreamErasureJournal", "erasure_bucket"]
 
@@ -66,15 +66,14 @@ class JetStreamErasureJournal:
         self._closed = False
         self._close_lock = threading.Lock()
         try:
-            if create:
-                connection.call(
-                    lambda: ensure_bucket(connection, bucket, replicas=replicas),
-                    what=f"checking erasure journal {bucket!r}",
-                )
-            elif not connection.call(
-                lambda: check_exists(connection, self._stream), what=f"finding erasure journal {bucket!r}"
-            ):
-                raise StoreNotFound(f"the NATS server has no erasure journal {bucket!r}", name=bucket)
+            open_bucket(
+                connection,
+                bucket,
+                replicas=replicas,
+                create=create,
+                what="erasure journal",
+                missing="erasure journal",
+            )
         except BaseException:
             self.close()
             raise

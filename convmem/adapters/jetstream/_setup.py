@@ -15,7 +15,7 @@ from typing import Any
 import nats.js.errors
 
 from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.errors import InvalidConfig
+from convmem.errors import InvalidConfig, StoreNotFound
 
 _log = logging.getLogger("convmem.jetstream")
 
@@ -25,6 +25,7 @@ __all__ = [
     "check_names",
     "ensure_bucket",
     "ensure_stream",
+    "open_bucket",
     "stream_config_of",
     "subject_pattern",
 ]
@@ -172,6 +173,19 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
 async def check_exists(conn: NatsConnection, stream: str) -> bool:
     """Whether the stream exists (never creates it: for read-only use)."""
     return await stream_config_of(conn, stream) is not None
+
+
+def open_bucket(
+    conn: NatsConnection, bucket: str, *, replicas: int, create: bool, what: str, missing: str
+) -> None:
+    """Create or check the key-value `bucket` (`create`), or only find it: a missing one is `StoreNotFound`.
+
+    `what` names the bucket in the errors of the calls ("bucket"), `missing` in `StoreNotFound`.
+    """
+    if create:
+        conn.call(lambda: ensure_bucket(conn, bucket, replicas=replicas), what=f"checking {what} {bucket!r}")
+    elif not conn.call(lambda: check_exists(conn, f"KV_{bucket}"), what=f"finding {what} {bucket!r}"):
+        raise StoreNotFound(f"the NATS server has no {missing} {bucket!r}", name=bucket)
 
 
 async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:

@@ -46,7 +46,7 @@ from convmem.actors import Snapshot
 from convmem.adapters._checksum import SUM_HEADER, seal
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, StoredMessage
 from convmem.adapters.jetstream._read import SubjectKeys, list_subjects
-from convmem.adapters.jetstream._setup import check_exists, check_names, ensure_bucket
+from convmem.adapters.jetstream._setup import check_names, open_bucket
 from convmem.adapters.keys import Keyring, is_sealed
 from convmem.errors import (
     InvalidConfig,
@@ -54,7 +54,6 @@ from convmem.errors import (
     LogUnavailable,
     SealBroken,
     SessionClosed,
-    StoreNotFound,
 )
 from convmem.events import MemoryKey
 
@@ -106,15 +105,14 @@ class JetStreamSnapshotStore:
         self._closed = False
         self._close_lock = threading.Lock()
         try:
-            if create:
-                connection.call(
-                    lambda: ensure_bucket(connection, bucket, replicas=replicas),
-                    what=f"checking bucket {bucket!r}",
-                )
-            elif not connection.call(
-                lambda: check_exists(connection, self._stream), what=f"finding bucket {bucket!r}"
-            ):
-                raise StoreNotFound(f"the NATS server has no key-value bucket {bucket!r}", name=bucket)
+            open_bucket(
+                connection,
+                bucket,
+                replicas=replicas,
+                create=create,
+                what="bucket",
+                missing="key-value bucket",
+            )
         except BaseException:
             self.close()
             raise
