@@ -26,8 +26,9 @@ from convmem.actors import (
     Unwatch,
 )
 from convmem.adapters._checksum import check
-from convmem.errors import ConcurrencyConflict, EventDecodeError, InvalidInput, SessionClosed
-from convmem.events import Event, HistoryCompacted, MemoryKey, SessionErased, decode_event, encode_event
+from convmem.adapters._history import opens_history
+from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
+from convmem.events import Event, MemoryKey, encode_event
 
 __all__ = [
     "MEMORY_URL",
@@ -228,7 +229,7 @@ class InMemoryEventLog:
         with self._lock:
             self._check_open()
             records = self._sessions.get(key, [])
-            at = next((r for r in records if r.seq == seq and _opens_history(r.data, seq)), None)
+            at = next((r for r in records if r.seq == seq and opens_history(r.data, seq)), None)
             if at is None:
                 raise InvalidInput("seq", f"{key} has no stored compaction or erasure fence at seq {seq}")
             below = [r for r in records if r.position < at.position]
@@ -270,15 +271,6 @@ class InMemoryEventLog:
         """See `EventLog.close`."""
         with self._lock:
             self._closed = True
-
-
-def _opens_history(data: bytes, seq: int) -> bool:
-    """Whether `data` is a `HistoryCompacted` or a `SessionErased` fence at `seq` (see `drop_before`)."""
-    try:
-        event = decode_event(data)
-    except EventDecodeError:
-        return False
-    return isinstance(event, HistoryCompacted | SessionErased) and event.seq == seq
 
 
 def _is_fence(record: LoggedEvent) -> bool:

@@ -46,6 +46,7 @@ import nats.js.errors
 
 from convmem.actors import SessionSequence
 from convmem.adapters._checksum import SUM_HEADER, check, seal
+from convmem.adapters._history import opens_history
 from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends
@@ -395,11 +396,7 @@ class SessionWriter:
         async with self._session(subject):
             messages = await fetch_subject(self._conn, self._stream, subject)
             at = next(
-                (
-                    m
-                    for m in messages
-                    if session_seq(m.headers) == seq and _opens_history(self.opener(m), seq)
-                ),
+                (m for m in messages if session_seq(m.headers) == seq and opens_history(self.opener(m), seq)),
                 None,
             )
             if at is None:
@@ -563,15 +560,6 @@ def _clears(data: bytes) -> bool:
         return isinstance(decode_event(data), SessionRepaired | SessionErased | HistoryCompacted)
     except EventDecodeError:
         return False
-
-
-def _opens_history(data: bytes, seq: int) -> bool:
-    """Whether `data` is a `HistoryCompacted` or a `SessionErased` fence at `seq` (see `drop_before`)."""
-    try:
-        event = decode_event(data)
-    except EventDecodeError:
-        return False
-    return isinstance(event, HistoryCompacted | SessionErased) and event.seq == seq
 
 
 def _events_by_seq(messages: list[StoredMessage], opener: Opener = _plain) -> dict[int, str | None]:
