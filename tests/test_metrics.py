@@ -65,6 +65,19 @@ def figure(figures: Figures, name: str, **labels: str) -> float:
     return figures.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def connect(url: str, names: Any, metrics: PrometheusMetrics, **options: Any) -> convmem.MemorySystem:
+    """A system on the test's stream, prefix and bucket, with `config` and `metrics` (and `options`)."""
+    return convmem.connect(
+        url,
+        stream=names.stream,
+        prefix=names.prefix,
+        bucket=names.bucket,
+        config=config(),
+        metrics=metrics,
+        **options,
+    )
+
+
 @pytest.fixture
 def url(nats_server_shared: EmbeddedNatsServer) -> str:
     return nats_server_shared.url
@@ -86,15 +99,7 @@ def test_writes_errors_summaries_sessions_and_erasures_move_their_figures(
 ) -> None:
     metrics, port = exposed
     summarizer = PlannedSummarizer("fail", default="ok")
-    system = convmem.connect(
-        url,
-        stream=jetstream_names.stream,
-        prefix=jetstream_names.prefix,
-        bucket=jetstream_names.bucket,
-        config=config(),
-        summarizer=summarizer,
-        metrics=metrics,
-    )
+    system = connect(url, jetstream_names, metrics, summarizer=summarizer)
     try:
         before = scrape(port)
         assert figure(before, "convmem_write_seconds_count") == 0
@@ -140,14 +145,7 @@ def test_each_tenants_requests_errors_and_refusals_are_counted_under_its_token(
 ) -> None:
     metrics, port = exposed
     api_prefix = f"t{uuid.uuid4().hex[:10]}.api"
-    system = convmem.connect(
-        url,
-        stream=jetstream_names.stream,
-        prefix=jetstream_names.prefix,
-        bucket=jetstream_names.bucket,
-        config=config(),
-        metrics=metrics,
-    )
+    system = connect(url, jetstream_names, metrics)
     quotas = Quotas(tenants={"acme": TenantLimits(max_bytes=1)})
     try:
         with (
@@ -183,15 +181,7 @@ def test_busy_and_hostile_reply_subjects_are_counted_as_refusals_by_reason(
     metrics, port = exposed
     api_prefix = f"t{uuid.uuid4().hex[:10]}.api"
     summarizer = PlannedSummarizer(default="hang")  # the flush waits on it: acme's one place stays held
-    system = convmem.connect(
-        url,
-        stream=jetstream_names.stream,
-        prefix=jetstream_names.prefix,
-        bucket=jetstream_names.bucket,
-        config=config(),
-        summarizer=summarizer,
-        metrics=metrics,
-    )
+    system = connect(url, jetstream_names, metrics, summarizer=summarizer)
     quotas = Quotas(default=TenantLimits(max_in_flight=1, max_running=1))
     key = MemoryKey("acme", "u", "held")
     try:
