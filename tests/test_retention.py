@@ -71,6 +71,7 @@ from convmem.events import (
     parse_duration,
 )
 from convmem.projections import (
+    SessionState,
     compacted_state,
     compaction,
     encode_state,
@@ -224,14 +225,20 @@ def test_a_compaction_keeps_the_summary_and_the_newest_turns_and_the_entities_of
         compaction(state, state.turns[:2], event_id="retention/x", at=START)
 
 
-def test_the_plan_follows_the_policy() -> None:
-    """Idle past the limit: erase; over a cap: compact to the caps; within them: nothing."""
+def six_daily_turns() -> tuple[InMemoryEventLog, ManualClock, SessionState]:
+    """Turns "t0" to "t5" a day apart from START, in memory: the log, the clock and the state."""
     log, clock = InMemoryEventLog(), ManualClock(START)
     with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
         for n in range(6):
             system.session(key()).add_turn(turn(f"t{n}"))
             clock.advance(DAY)
         state = live_state(system, key())
+    return log, clock, state
+
+
+def test_the_plan_follows_the_policy() -> None:
+    """Idle past the limit: erase; over a cap: compact to the caps; within them: nothing."""
+    log, _clock, state = six_daily_turns()
     events = [decode_event(r.data) for r in log.read(key())]
     facts = history_facts(events)
     assert (facts.events, facts.first_index, facts.oldest_at) == (7, 1, START)
@@ -251,12 +258,7 @@ def test_the_plan_follows_the_policy() -> None:
 
 def test_a_history_opened_by_a_repair_counts_from_the_turns_it_restored() -> None:
     """After an operator's repair, the stored turns are those of the restored state and what follows."""
-    log, clock = InMemoryEventLog(), ManualClock(START)
-    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
-        for n in range(6):
-            system.session(key()).add_turn(turn(f"t{n}"))
-            clock.advance(DAY)
-        state = live_state(system, key())
+    log, clock, state = six_daily_turns()
     kept = msgspec.structs.replace(state, turns=state.turns[-2:])
     repaired = SessionRepaired(
         seq=state.version + 1,
