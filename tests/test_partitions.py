@@ -222,28 +222,38 @@ def test_a_worker_answers_add_turn_on_its_loop_with_the_same_replies(nats_server
         loop.stop()
 
 
+async def ignore(_msg: Any) -> None:
+    return None
+
+
+def worker_a(nc: Any, prefix: str, **options: Any) -> Partitions:
+    """The worker "w-a" under `prefix`, signing with SECRET, that ignores what it is sent."""
+    return Partitions(
+        nc,
+        api_prefix=prefix,
+        queue_group="convmem",
+        instance="w-a",
+        on_message=ignore,
+        secret=SECRET,
+        **options,
+    )
+
+
+async def leave(mine: Partitions) -> None:
+    """`mine` leaves, its subscriptions ended."""
+    for sub in await mine.leave():
+        await sub.unsubscribe()
+
+
 def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: EmbeddedNatsServer) -> None:
     """A worker that dies says nothing: the others take its partitions once it has been silent for
     `expiry` seconds of their clock (injected here), and not before."""
     prefix = f"t{uuid.uuid4().hex[:8]}.api"
     now = [1000.0]
 
-    async def ignore(_msg: Any) -> None:
-        return None
-
     async def scenario() -> tuple[int, int, int]:
         nc, ghost = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
-        mine = Partitions(
-            nc,
-            api_prefix=prefix,
-            queue_group="convmem",
-            instance="w-a",
-            on_message=ignore,
-            secret=SECRET,
-            beat=0.05,
-            expiry=3.0,
-            clock=lambda: now[0],
-        )
+        mine = worker_a(nc, prefix, beat=0.05, expiry=3.0, clock=lambda: now[0])
         try:
             joining = asyncio.ensure_future(mine.start())
             async with asyncio.timeout(WAIT):
@@ -264,8 +274,7 @@ def test_a_member_silent_past_the_expiry_loses_its_partitions(nats_server: Embed
                     await nc.flush()
             return shared, still, len(mine.owned)
         finally:
-            for sub in await mine.leave():
-                await sub.unsubscribe()
+            await leave(mine)
             await ghost.close()
             await nc.close()
 
@@ -289,14 +298,9 @@ def test_a_flood_of_unsigned_or_missigned_announcements_changes_no_owner(
     prefix = f"t{uuid.uuid4().hex[:8]}.api"
     flood = 3000
 
-    async def ignore(_msg: Any) -> None:
-        return None
-
     async def scenario() -> tuple[list[int], list[str], int, int]:
         nc, hostile = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
-        mine = Partitions(
-            nc, api_prefix=prefix, queue_group="convmem", instance="w-a", on_message=ignore, secret=SECRET
-        )
+        mine = worker_a(nc, prefix)
         try:
             await mine.start()
             before = mine.changes
@@ -316,8 +320,7 @@ def test_a_flood_of_unsigned_or_missigned_announcements_changes_no_owner(
             await flushed_until(nc, lambda: mine.rejected >= flood, "every one read (and dropped)")
             return mine.owned, mine.members, mine.changes - before, mine.rejected
         finally:
-            for sub in await mine.leave():
-                await sub.unsubscribe()
+            await leave(mine)
             await hostile.close()
             await nc.close()
 
@@ -338,20 +341,9 @@ def test_a_worker_counts_at_most_max_members_others(nats_server: EmbeddedNatsSer
     """Even announcements signed with the secret cannot grow a worker's table past its bound."""
     prefix = f"t{uuid.uuid4().hex[:8]}.api"
 
-    async def ignore(_msg: Any) -> None:
-        return None
-
     async def scenario() -> tuple[int, int]:
         nc = await nats.connect(nats_server.url)
-        mine = Partitions(
-            nc,
-            api_prefix=prefix,
-            queue_group="convmem",
-            instance="w-a",
-            on_message=ignore,
-            secret=SECRET,
-            max_members=4,
-        )
+        mine = worker_a(nc, prefix, max_members=4)
         try:
             await mine.start()
             for n in range(20):
@@ -359,8 +351,7 @@ def test_a_worker_counts_at_most_max_members_others(nats_server: EmbeddedNatsSer
             await flushed_until(nc, lambda: mine.rejected >= 16, "the sixteen dropped")
             return len(mine.members), mine.rejected
         finally:
-            for sub in await mine.leave():
-                await sub.unsubscribe()
+            await leave(mine)
             await nc.close()
 
     assert asyncio.run(scenario()) == (5, 16)  # itself and four others; the other sixteen dropped
@@ -381,20 +372,9 @@ def test_a_replayed_announcement_changes_nothing(nats_server: EmbeddedNatsServer
     prefix = f"t{uuid.uuid4().hex[:8]}.api"
     wall = [10_000.0]
 
-    async def ignore(_msg: Any) -> None:
-        return None
-
     async def scenario() -> list[tuple[list[str], int]]:
         nc = await nats.connect(nats_server.url)
-        mine = Partitions(
-            nc,
-            api_prefix=prefix,
-            queue_group="convmem",
-            instance="w-a",
-            on_message=ignore,
-            secret=SECRET,
-            wall=lambda: wall[0],
-        )
+        mine = worker_a(nc, prefix, wall=lambda: wall[0])
         steps: list[tuple[list[str], int]] = []
 
         async def send(payload: bytes, seen: Callable[[], bool]) -> None:
@@ -413,8 +393,7 @@ def test_a_replayed_announcement_changes_nothing(nats_server: EmbeddedNatsServer
             await send(announcement("w-b", at=wall[0]), lambda: "w-b" in mine.members)  # its own, new
             return steps
         finally:
-            for sub in await mine.leave():
-                await sub.unsubscribe()
+            await leave(mine)
             await nc.close()
 
     assert asyncio.run(scenario()) == [
