@@ -162,6 +162,21 @@ def readme_terminals() -> tuple[list[str], str, list[str]]:
     return commands[0].split(), script, commands[1].split()
 
 
+def python(
+    args: list[str], env: dict[str, str], *, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run this Python with `args` to its end (within WAIT seconds); its exit code and output as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT,
+        check=False,
+    )
+
+
 def test_the_readme_serve_here_plan_there_runs_as_written(tmp_path: Path) -> None:
     """Serve on a fixed port, a planner writes through it, Ctrl-C (SIGINT to the group), then audit."""
     serve_argv, script, audit_argv = readme_terminals()
@@ -171,29 +186,14 @@ def test_the_readme_serve_here_plan_there_runs_as_written(tmp_path: Path) -> Non
     serve_argv = [sys.executable, "-m", "convmem", *serve_argv[1:3], str(port), *serve_argv[4:]]
     serve = Serve(tmp_path, [*serve_argv, "--workers", "1"], env)
     try:
-        planner = subprocess.run(
-            [sys.executable, "-"],
-            input=script.replace("4333", str(port)),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=WAIT,
-            check=False,
-        )
+        planner = python(["-"], env, input=script.replace("4333", str(port)))
         assert planner.returncode == 0, planner.stderr
         assert "Hi, I'm Alice." in planner.stdout
         assert_clean(serve, serve.stopped_by(signal.SIGINT, group=True))
     finally:
         if serve.proc.poll() is None:
             serve.kill()
-    audit = subprocess.run(
-        [sys.executable, "-m", "convmem", *audit_argv[1:]],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=WAIT,
-        check=False,
-    )
+    audit = python(["-m", "convmem", *audit_argv[1:]], env)
     assert audit.returncode == 0, audit.stderr
     assert "acme:alice:chat-1" in audit.stdout
 
