@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from convmem.adapters.keys._master import sync_dir
 from convmem.errors import EncryptionKeyError
 
 __all__ = [
@@ -201,7 +202,7 @@ class DirKeyStore:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _sync(path.parent)
+        sync_dir(path.parent)
 
     def put(self, key: WrappedKey) -> None:
         check_hex(key.key_id, "key id")
@@ -213,7 +214,7 @@ class DirKeyStore:
             marker = folder / key.key_id
             if not marker.exists():
                 marker.touch(mode=0o600)
-                _sync(folder)
+                sync_dir(folder)
         except OSError as exc:
             raise EncryptionKeyError(
                 f"cannot store data key {key.key_id} ({exc})", source=self.source
@@ -260,16 +261,16 @@ class DirKeyStore:
         try:
             for key_id in ids:
                 (self.root / "shredded" / key_id).touch(mode=0o600)
-            _sync(self.root / "shredded")
+            sync_dir(self.root / "shredded")
             for key_id in ids:
                 _overwrite_and_unlink(self.root / "keys" / key_id)
-            _sync(self.root / "keys")
+            sync_dir(self.root / "keys")
             for key_id in ids:
                 with contextlib.suppress(FileNotFoundError):
                     (folder / key_id).unlink()
             with contextlib.suppress(OSError):
                 folder.rmdir()
-            _sync(self.root / "subjects")
+            sync_dir(self.root / "subjects")
         except OSError as exc:
             raise EncryptionKeyError(
                 f"cannot delete the data keys of a user ({exc})", source=self.source
@@ -299,14 +300,6 @@ def _meta_name(name: str) -> str:
     if not name or not all(c.isalnum() or c == "-" for c in name):
         raise EncryptionKeyError(f"{name[:70]!r} is not a record name", source="key store")
     return name
-
-
-def _sync(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _overwrite_and_unlink(path: Path) -> None:
