@@ -17,13 +17,13 @@ without one is lost (`SessionLost`), and its snapshot is kept.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from convmem.actors._erasure import _SALT_BYTES, _digest  # receipts digest ids as notices do
 from convmem.errors import InvalidInput
 from convmem.events import MemoryKey
 
@@ -35,15 +35,6 @@ __all__ = [
     "JournaledLog",
     "find_erasure",
 ]
-
-_SALT_BYTES = 16
-_DIGEST_BYTES = 16
-_encode_parts = msgspec.msgpack.Encoder().encode
-
-
-def _digest(salt: bytes, *parts: str) -> bytes:
-    # Length-prefixed parts (msgpack): no two id tuples hash alike by concatenation.
-    return hashlib.blake2b(_encode_parts(parts), key=salt, digest_size=_DIGEST_BYTES).digest()
 
 
 class ErasureRequest(msgspec.Struct, frozen=True, kw_only=True):
