@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 import msgspec
 
 from convmem.events import Event, MemoryKey
-from convmem.projections import Summarizer
+from convmem.projections import SessionState, Summarizer, encode_state, state_hash
 
 __all__ = [
     "Clock",
@@ -210,6 +210,13 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     state_hash: str
     data: bytes
     event_id: str = ""
+
+
+def snapshot_of(key: MemoryKey, state: SessionState, event_id: str) -> Snapshot:
+    """`state` as the snapshot of `key` at the state's version (`event_id`: the event there)."""
+    return Snapshot(
+        key=key, seq=state.version, state_hash=state_hash(state), data=encode_state(state), event_id=event_id
+    )
 
 
 class SnapshotStore(Protocol):

@@ -42,7 +42,7 @@ from typing import Literal
 import msgspec
 
 from convmem.actors._load import LoadReport, decode_logged
-from convmem.actors._ports import Clock, EventLog, Snapshot, SnapshotStore, Timer
+from convmem.actors._ports import Clock, EventLog, SnapshotStore, Timer, snapshot_of
 from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError
 from convmem.events import HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
 from convmem.projections import (
@@ -52,11 +52,9 @@ from convmem.projections import (
     SkippedEvent,
     compacted_state,
     compaction,
-    encode_state,
     history_facts,
     plan_retention,
     replay,
-    state_hash,
     without_horizon,
 )
 
@@ -300,15 +298,7 @@ def _drop(
         passivate(key)  # no live state here keeps (or snapshots) the dropped turns
     if snapshots is not None and compacted is not None:
         state = compacted_state(compacted)
-        snapshots.save(
-            Snapshot(
-                key=key,
-                seq=state.version,
-                state_hash=state_hash(state),
-                data=encode_state(state),
-                event_id=compacted.event_id,
-            )
-        )
+        snapshots.save(snapshot_of(key, state, compacted.event_id))
     return log.drop_before(key, seq=seq)
 
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 
 from convmem.actors._journal import ErasureJournal
 from convmem.actors._load import LoadReport, OnPoison, load_state
-from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, Snapshot, SnapshotStore
+from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, SnapshotStore, snapshot_of
 from convmem.events import Event, MemoryKey
-from convmem.projections import SessionState, encode_state, state_hash
+from convmem.projections import SessionState
 
 __all__ = ["SessionStorage"]
 
@@ -97,13 +97,7 @@ class SessionStorage:
         """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged."""
         if self.snapshots is None:
             return
-        snapshot = Snapshot(
-            key=key,
-            seq=state.version,
-            state_hash=state_hash(state),
-            data=encode_state(state),
-            event_id=event_id,
-        )
+        snapshot = snapshot_of(key, state, event_id)
         try:
             self.snapshots.save(snapshot)
         except Exception:
