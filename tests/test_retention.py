@@ -180,15 +180,22 @@ def chat(system: MemorySystem, k: MemoryKey, count: int, clock: ManualClock, *, 
             ConversationTurn(user_message=f"turn {n}", assistant_response=f"ok {n}", entities=(mention,)),
             idempotency_key=f"req-{n}",
         )
+        # The summarizer's timeout runs on this clock: an hour passing while a summary is under way
+        # would time it out, so the clock moves only once the session is quiet.
+        wait_until(lambda: quiet(system, k), message="the session went quiet")
         clock.advance(3600)
     wait_until(lambda: settled(system, k), message="the summaries landed")
 
 
+def quiet(system: MemorySystem, k: MemoryKey) -> bool:
+    """Nothing under way in the session: no summary asked for, no message queued."""
+    activity = system.activity(k)
+    return activity is None or not (activity.summarizing or activity.busy or activity.flushes_waiting)
+
+
 def settled(system: MemorySystem, k: MemoryKey) -> bool:
     """The session has a summary and nothing under way (no summary asked for, no message queued)."""
-    activity = system.activity(k)
-    quiet = activity is None or not (activity.summarizing or activity.busy or activity.flushes_waiting)
-    return quiet and bool(live_state(system, k).summary)
+    return quiet(system, k) and bool(live_state(system, k).summary)
 
 
 def test_a_compaction_that_keeps_every_turn_changes_nothing_but_the_version() -> None:
