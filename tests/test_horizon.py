@@ -17,6 +17,7 @@ from convmem.events import (
     ConversationMemoryConfig,
     ConversationTurn,
     EntityMention,
+    ItemPopped,
     ItemsAdded,
     MemoryBudget,
     MemoryKey,
@@ -96,6 +97,10 @@ def test_the_entity_table_counts_every_mention_since_the_last_reset(history: His
                 mentions = []
             case SessionRestored():
                 mentions = [m for t in event.turns for m in t.entities]
+            case ItemPopped():
+                # A pop replaces the last turn by what is left of its items, or removes it when none
+                # is left (a turn of one message): the model above does not follow that.
+                return
     state = history.state
     if any(r.turn.source == "items" for r in state.turns):
         return  # an item turn replaces what it joined or popped: the model above does not follow it
