@@ -26,7 +26,7 @@ _CONFIG = ShortTermMemoryConfig(strategy="truncation")
 
 
 def run(sizes: Sizes) -> Result:
-    sessions, turns, rounds = (4, 10, 2) if sizes.smoke else (50, 100, 4)
+    sessions, turns, rounds = (4, 14, 2) if sizes.smoke else (50, 100, 4)  # over max_turns (10) either way
     result = Result()
     policies = RetentionPolicies(default=RetentionPolicy(max_turns=10))
     keys = [MemoryKey("bench", f"user-{n}", "chat") for n in range(sessions)]
