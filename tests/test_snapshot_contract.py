@@ -1,142 +1,44 @@
-"""The `SnapshotStore` contract, for the in-memory store and the JetStream key-value store."""
+"""The `SnapshotStore` contract (`convmem.testing.SnapshotStoreContract`), for the in-memory store and
+the JetStream key-value store; then what only the bucket can hold."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import msgspec
 import pytest
 
-from convmem.actors import Snapshot, SnapshotStore
-from convmem.adapters import (
-    EmbeddedNatsServer,
-    InMemorySnapshotStore,
-    JetStreamEventLog,
-    JetStreamSnapshotStore,
-)
+from convmem.actors import SnapshotStore
+from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.adapters.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig, SessionClosed
 from convmem.events import MemoryKey
+from convmem.testing import InMemorySnapshotStore, OpenStore, SnapshotStoreContract
+from convmem.testing._snapshot_contract import KEY, snap
 
-OpenStore = Callable[[], SnapshotStore]
 
-
-@pytest.fixture(params=["memory", "jetstream"])
-def open_store(request: pytest.FixtureRequest) -> Iterator[OpenStore]:
-    """A factory of handles on one fresh store; every handle is closed in teardown."""
-    handles: list[SnapshotStore] = []
-    if request.param == "memory":
+class TestInMemoryStore(SnapshotStoreContract):
+    @pytest.fixture
+    def open_store(self) -> Iterator[OpenStore]:
+        """Handles on one fresh in-memory store: the same object each time."""
         shared = InMemorySnapshotStore()
+        yield lambda: shared
+        shared.close()
 
-        def open_memory() -> SnapshotStore:
-            handles.append(shared)
-            return shared
 
-        yield open_memory
-    else:
-        server = request.getfixturevalue("nats_server")
+class TestJetStreamStore(SnapshotStoreContract):
+    @pytest.fixture
+    def open_store(self, nats_server: EmbeddedNatsServer) -> Iterator[OpenStore]:
+        """Handles on the test server's bucket: a connection each."""
+        handles: list[SnapshotStore] = []
 
         def open_jetstream() -> SnapshotStore:
-            handles.append(JetStreamSnapshotStore.connect(server.url, timeout=10.0))
+            handles.append(JetStreamSnapshotStore.connect(nats_server.url, timeout=10.0))
             return handles[-1]
 
         yield open_jetstream
-    for handle in handles:
-        handle.close()
-
-
-@pytest.fixture
-def store(open_store: OpenStore) -> SnapshotStore:
-    return open_store()
-
-
-KEY = MemoryKey("acme", "alice", "s1")
-
-
-def snap(seq: int, key: MemoryKey = KEY, data: bytes = b"state") -> Snapshot:
-    return Snapshot(key=key, seq=seq, state_hash=f"hash-{seq}", data=data + bytes([seq % 256]))
-
-
-def test_a_missing_snapshot_loads_as_none(store: SnapshotStore) -> None:
-    """A session never snapshotted has no snapshot."""
-    assert store.load(KEY) is None
-
-
-def test_a_saved_snapshot_loads_back_equal(store: SnapshotStore) -> None:
-    """save then load returns the same snapshot, bytes and hash included."""
-    saved = snap(7, data=b"\x00\xff" * 1000)
-    store.save(saved)
-    assert store.load(KEY) == saved
-
-
-def test_a_newer_snapshot_replaces_an_older_one(store: SnapshotStore) -> None:
-    """A snapshot with a higher seq replaces the stored one."""
-    store.save(snap(3))
-    store.save(snap(9))
-    assert store.load(KEY) == snap(9)
-
-
-@pytest.mark.parametrize("older", [4, 9])
-def test_an_older_snapshot_never_overwrites_a_newer_one(store: SnapshotStore, older: int) -> None:
-    """Saving a snapshot with a lower (or equal) seq keeps the stored one."""
-    store.save(snap(9))
-    store.save(snap(older, data=b"other"))
-    assert store.load(KEY) == snap(9)
-
-
-def test_delete_forgets_the_snapshot_and_a_later_save_works(store: SnapshotStore) -> None:
-    """delete() leaves no snapshot; the session may be snapshotted again, from any seq."""
-    store.save(snap(9))
-    store.delete(KEY)
-    assert store.load(KEY) is None
-    store.delete(KEY)
-    store.save(snap(2))
-    assert store.load(KEY) == snap(2)
-
-
-def test_snapshots_of_hostile_ids_stay_apart(store: SnapshotStore) -> None:
-    """Keys that differ only in dots, wildcards, colons or unicode never share a snapshot."""
-    keys = [
-        MemoryKey("a.b", "c", "d"),
-        MemoryKey("a", "b.c", "d"),
-        MemoryKey("a", "*", "d"),
-        MemoryKey("a", ">", "d"),
-        MemoryKey("a:b", "c", "d"),
-        MemoryKey("=41", "c", "d"),
-        MemoryKey("A", "c", "d"),
-        MemoryKey("用户", "🙂", "a b"),
-    ]
-    for seq, key in enumerate(keys, start=1):
-        store.save(snap(seq, key))
-    for seq, key in enumerate(keys, start=1):
-        assert store.load(key) == snap(seq, key)
-    store.delete(keys[0])
-    assert store.load(keys[0]) is None
-    assert store.load(keys[1]) == snap(2, keys[1])
-
-
-def test_racing_savers_leave_the_newest_snapshot(open_store: OpenStore) -> None:
-    """Concurrent saves of many seqs through several handles end with the highest one stored."""
-    handles = [open_store() for _ in range(3)]
-    barrier = threading.Barrier(6)
-    failures: list[BaseException] = []
-
-    def save(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            for seq in range(index, 60, 6):
-                handles[index % 3].save(snap(seq + 1))
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not failures
-    assert handles[0].load(KEY) == snap(60)
+        for handle in handles:
+            handle.close()
 
 
 # -- JetStream only: what the bucket may hold that the in-memory store cannot ----------------
@@ -302,18 +204,6 @@ def test_a_bad_part_size_is_refused(nats_server: EmbeddedNatsServer) -> None:
             JetStreamSnapshotStore(connection, part_bytes=0)
     finally:
         connection.close()
-
-
-def test_keys_lists_each_session_with_a_snapshot_in_scope(store: SnapshotStore) -> None:
-    """keys() lists the sessions holding a snapshot, of a tenant or a user; a deleted one leaves the list."""
-    other_user, other_tenant = MemoryKey("acme", "bob", "s1"), MemoryKey("globex", "alice", "s1")
-    for key in (KEY, MemoryKey("acme", "alice", "s2"), other_user, other_tenant):
-        store.save(snap(1, key=key))
-    assert store.keys(tenant_id="acme", user_id="alice") == [KEY, MemoryKey("acme", "alice", "s2")]
-    assert set(store.keys(tenant_id="acme")) == {KEY, MemoryKey("acme", "alice", "s2"), other_user}
-    assert len(store.keys()) == 4
-    store.delete(KEY)
-    assert store.keys(tenant_id="acme", user_id="alice") == [MemoryKey("acme", "alice", "s2")]
 
 
 def test_parts_without_their_head_are_listed_and_deleted(nats_server: EmbeddedNatsServer) -> None:
