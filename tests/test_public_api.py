@@ -5,11 +5,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
 from types import ModuleType
 
 import pytest
 
 import convmem
+import convmem.actors
+import convmem.adapters
+import convmem.testing
 
 
 def _modules() -> list[str]:
@@ -133,3 +138,76 @@ def test_the_sort_rule_is_constants_then_classes_then_functions() -> None:
         "item2",
         "item10",
     ]
+
+
+FACE_NAMES = {
+    "connect",
+    "connect_here",
+    "connect_remote",
+    "recommended",
+    "MemorySystem",
+    "SessionHandle",
+    "AsyncSessionHandle",
+    "ConnectOptions",
+    "MemoryKey",
+    "ConversationTurn",
+    "ShortTermMemoryConfig",
+    "MemoryBudget",
+    "ConvmemError",
+    "InvalidInput",
+    "ConcurrencyConflict",
+    "SessionClosed",
+    "ConvmemSession",
+    "ConvmemChatMessageHistory",
+    "ConvmemShortTermMemory",
+    "RemoteSession",
+    "MemoryService",
+}
+"""What `import convmem` must give: the system and its handles, the values, the errors, the integrations."""
+
+
+def test_the_flat_face_gives_what_a_user_needs() -> None:
+    """`convmem.__all__` is about forty names, the issue's among them, each the layer package's own object."""
+    assert set(convmem.__all__) >= FACE_NAMES
+    assert 35 <= len(convmem.__all__) <= 55
+    for name in convmem.__all__:
+        value = getattr(convmem, name)
+        home = convmem._LAZY.get(name)
+        if home is not None:
+            assert value is getattr(importlib.import_module(home), name), name
+    assert set(dir(convmem)) >= set(convmem.__all__)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = convmem.no_such_name  # type: ignore[attr-defined]
+
+
+def test_every_face_error_is_a_convmem_error() -> None:
+    """The errors on the face are the tree's, under the one root."""
+    errors = [getattr(convmem, n) for n in convmem.__all__ if n.endswith(("Error", "Conflict", "Closed"))]
+    assert errors
+    assert all(issubclass(e, convmem.ConvmemError) for e in errors)
+
+
+def test_the_testing_kit_gives_the_in_memory_log_a_clock_and_the_contracts() -> None:
+    """`convmem.testing` holds the in-memory back end, the manual clock and the two contract suites."""
+    assert convmem.testing.InMemoryEventLog is convmem.adapters.InMemoryEventLog
+    assert convmem.testing.ManualClock is convmem.actors.ManualClock
+    assert {"EventLogContract", "SnapshotStoreContract"} <= set(convmem.testing.__all__)
+    contract = convmem.testing.EventLogContract
+    assert sum(name.startswith("test_") for name in vars(contract)) >= 30
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(out.stdout.split())
+
+
+HEAVY = {"msgspec", "pykka", "nats", "httpx", "pytest"}
+
+
+def test_importing_the_face_or_the_testing_kit_loads_nothing_heavy() -> None:
+    """`import convmem` and `import convmem.testing` import no runtime, no NATS client and no pytest."""
+    assert _loaded_after("import convmem\nimport convmem.testing") & HEAVY == set()
+    assert {"pykka", "pytest"} <= _loaded_after("import convmem.testing\nconvmem.testing.EventLogContract")
