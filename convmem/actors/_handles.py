@@ -7,7 +7,7 @@ as a function that checks its arguments and prepares a `Call`.
 `AsyncSessionHandle` runs the same call and awaits it (`_awaitable`). The
 reads are shared as they are (`_Core`).
 
-Writes go to the session (see `convmem.actors._write`) and are answered once
+Writes go to the session (see `convmem.actors._session`) and are answered once
 the log acknowledged them. Reads use the latest acknowledged state directly
 and never queue behind writes. The asyncio handle awaits through a
 `LoopAnswer` or `asyncio.wrap_future` (never a pykka future), and moves any
@@ -40,8 +40,7 @@ from convmem.actors._operations import (
     restore,
     start,
 )
-from convmem.actors._session import Flush, Refresh, StateCell
-from convmem.actors._write import Write
+from convmem.actors._session import Flush, Refresh, StateCell, Write
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, estimate_tokens, llm_context, to_dict
 

@@ -39,9 +39,8 @@ from convmem.actors._leave import Leaving, LiveEntry
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock
 from convmem.actors._services import ServiceRegistry
-from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake
+from convmem.actors._session import Flush, Message, SessionActor, StateCell, Wake, Write
 from convmem.actors._storage import SessionStorage
-from convmem.actors._write import Write
 from convmem.errors import SessionClosed
 from convmem.events import AnyEvent, MemoryKey
 from convmem.projections import SessionState, next_due_at

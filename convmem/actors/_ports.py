@@ -141,8 +141,8 @@ class Settle(Protocol[T_contra]):
     """Something settled once, with a result or an error: how work handed elsewhere tells its outcome.
 
     The one shape for every hand-off of the runtime: a
-    `concurrent.futures.Future` is one; so is a session's `Write` (its log
-    settles it with the append's outcome), an asyncio caller's answer
+    `concurrent.futures.Future` is one; so is a session's append under way
+    (its log settles it with the append's outcome), an asyncio caller's answer
     (settled on any thread, read on the caller's loop), and what an event
     loop thread settles for work posted to it. Queued work asks
     `set_running_or_notify_cancel()` before it starts (False: it was
@@ -167,7 +167,7 @@ class LoopEventLog(Protocol):
 
     Optional: when the log has it, a session begins its append, lets go of the
     thread that decided it, and is settled from the loop (see
-    `convmem.actors._write`): no thread waits for the network, and an asyncio
+    `convmem.actors._session`): no thread waits for the network, and an asyncio
     caller's write needs no thread at all.
 
     - `start_append(key, events, *, expected_seq, settle)` checks and encodes

@@ -1,12 +1,20 @@
 """`SessionActor`: a thin shell around `decide` and `evolve` for one live session.
 
-Writes go through `Write` (see `convmem.actors._write`): decide, append with
-the expected last seq, and on acknowledgement evolve, publish the new
-immutable state, answer; on a concurrency conflict, reload from the log and
-decide again. The state changes only by applying an acknowledged event, so it
-always equals a replay of the log. The actor offers a write what it needs of
-the session (`WriteSession`) and schedules what follows it: summaries,
+A write's rules are the pure step machine of `convmem.projections._write_protocol`;
+the actor only carries out each effect it returns (append these events after
+this seq; read the log; done: publish, answer) and reports back what the log
+said. The state changes only by applying acknowledged events, so it always
+equals a replay of the log; a caller is answered only after the log
+acknowledged. The actor also schedules what follows a write: summaries,
 snapshots, flushes.
+
+Where an effect is carried out is the performance machinery: a write runs on
+whoever holds the actor (a caller's thread or event loop that claimed it, or a
+dispatcher thread); an append on a `LoopEventLog` is begun without waiting and
+settled on the log's loop while the actor stays held (no thread waits for the
+network); a read of the log is never made on an event loop: the write goes
+back to the actor's own thread as its next message (`PooledActor.requeue`) and
+resumes there.
 
 Readers never queue behind writers: they read the latest published state
 from the session's `StateCell` directly.
@@ -18,7 +26,9 @@ into pykka.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
+import time
 from typing import Any, Protocol
 
 import msgspec
@@ -26,11 +36,12 @@ import pykka
 
 from convmem.actors._calls import SummaryOutcome
 from convmem.actors._dispatch import Dispatcher, PooledActor
+from convmem.actors._ids import new_command_id
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
 from convmem.actors._storage import SessionStorage
-from convmem.actors._write import Write
+from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
@@ -39,12 +50,25 @@ from convmem.projections import (
     SummaryFailed,
     SummaryRequest,
     SummarySucceeded,
+    command_id_for,
     decide,
     next_due_at,
     summary_due,
 )
+from convmem.projections._write_protocol import (
+    NO_DOUBTS,
+    Done,
+    Effect,
+    PendingWrite,
+    ReadLog,
+    Reason,
+    acknowledged,
+    begin,
+    failed,
+    reread,
+)
 
-__all__ = ["Message", "SessionActor", "SessionHost", "StateCell"]
+__all__ = ["Message", "SessionActor", "SessionHost", "StateCell", "Write"]
 
 _log = logging.getLogger("convmem.session")
 
@@ -67,6 +91,68 @@ class StateCell:
     def busy(self) -> bool:
         """Whether passivating the session now would abandon work under way."""
         return self.in_flight or self.waiters > 0
+
+
+class Write:
+    """A write for the session: its command, its caller's answer, and, once begun, where it stands.
+
+    `reply` is settled with the stored events or the error; None for the
+    session's own writes (a summary's outcome), whose failures are logged.
+    `command_id` is the caller's idempotency key. `pending` and `reading` are
+    the step machine's write and the read it resumes with, when it went back
+    to the actor's thread to read the log.
+    """
+
+    __slots__ = ("command", "command_id", "pending", "reading", "reply")
+
+    def __init__(
+        self, command: Command, reply: Settle[list[AnyEvent]] | None = None, command_id: str | None = None
+    ) -> None:
+        self.command = command
+        self.reply = reply
+        self.command_id = command_id
+        self.pending: PendingWrite | None = None
+        self.reading: ReadLog | None = None
+
+    def __repr__(self) -> str:
+        return f"Write({type(self.command).__name__})"
+
+
+class _Appending:
+    """The settle of one append under way: the log reports its outcome here, once.
+
+    It holds the actor from the append's start until the outcome is carried on.
+    """
+
+    __slots__ = ("_actor", "_open", "pending", "started", "write")
+
+    def __init__(self, actor: SessionActor, write: Write, pending: PendingWrite) -> None:
+        self._actor = actor
+        self.write = write
+        self.pending = pending
+        self.started = time.perf_counter()
+        self._open = True
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True  # an append is never cancelled once it is decided
+
+    def done(self) -> bool:
+        return not self._open
+
+    def cancel(self) -> bool:
+        """The append will never start (the log closed first): the write fails."""
+        self.set_exception(SessionClosed("the event log closed before the write's append started"))
+        return True
+
+    def set_result(self, last: int, /) -> None:
+        if self._open:
+            self._open = False
+            self._actor._acknowledged(self, last)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if self._open:
+            self._open = False
+            self._actor._failed(self, exception)
 
 
 class Flush(msgspec.Struct, frozen=True):
@@ -158,9 +244,8 @@ class SessionActor(PooledActor):
         self._timeout_timer: Timer | None = None
         self._flushes: list[concurrent.futures.Future[None]] = []
         self._events_since_snapshot = 0
-        self.uncertain = False
-        # Commands whose append failed without an answer (bounded: the oldest are forgotten).
-        self._doubtful: dict[str, None] = {}
+        self._doubts = NO_DOUBTS
+        """Appends that failed without an answer (the step machine's rules use it; kept between writes)."""
 
     @property
     def state(self) -> SessionState:
@@ -179,7 +264,7 @@ class SessionActor(PooledActor):
     def on_claimed(self, message: Any) -> None:
         """A message run by the thread (or loop) that claimed the idle actor: a write, straight away."""
         if isinstance(message, Write):  # `LiveSessions` set `last_used` as it claimed the actor
-            message.run(self)
+            self._write(message)
         else:
             self.on_receive(message)
 
@@ -204,7 +289,7 @@ class SessionActor(PooledActor):
         self._cell.last_used = self._host.clock.now()
         match message:
             case Write():
-                message.run(self)
+                self._write(message)
             case Flush():
                 self._flushes.append(message.reply)
                 self._cell.waiters = len(self._flushes)
@@ -218,20 +303,159 @@ class SessionActor(PooledActor):
                     limit = self.state.config.health.summarize_timeout_seconds
                     self._finish_summary(message.request, None, f"summarizer timed out after {limit:g}s")
             case Refresh():
-                self.reload()
+                self._cell.state = self._load()
                 message.reply.set_result(self.state)
             case SaveSnapshot():
                 self._storage.save_snapshot(self.key, message.state, message.event_id)
             case _:
                 raise TypeError(f"session actor got an unknown message {type(message).__name__}")
 
-    # What a write needs of the session (`WriteSession`) -----------------------------------
+    # Writes: the step machine's effects, carried out ------------------------------------
+
+    def _write(self, write: Write) -> None:
+        """Begin `write`, or resume it after the read it came back for, where the actor is held."""
+        pending, reading = write.pending, write.reading
+        effect: Effect
+        if pending is not None and reading is not None:
+            effect = reading
+        else:
+            if write.reply is not None and not write.reply.set_running_or_notify_cancel():
+                return  # its caller gave up before it started
+            given = write.command_id
+            try:
+                pending, effect = begin(
+                    self.state,
+                    write.command,
+                    key=self.key,
+                    command_id=command_id_for(self.key, given) if given else new_command_id(),
+                    decide=self._decide,
+                    opening=self._opening,
+                    doubts=self._doubts,
+                )
+            except Exception as exc:  # the last line of defence (a refusal is an effect, not an error)
+                self._end(write, None, exc)
+                return
+        self._carry_out(write, pending, effect, can_read=not self.on_loop, held=False)
+
+    def _carry_out(
+        self, write: Write, pending: PendingWrite, effect: Effect, *, can_read: bool, held: bool
+    ) -> None:
+        """Do what `effect` says, and what follows, until the write waits for the log or is done.
+
+        `held`: the caller holds the actor for this write (an append's settle)
+        and this hands that hold on or lets it go. The log is read only where
+        `can_read` (on the actor's own thread); elsewhere the write goes back
+        there as the actor's next message.
+        """
+        while True:
+            try:
+                if effect.published is not None:
+                    self._publish(effect.published.old, effect.published.new, effect.published.events)
+                elif effect.state is not self._cell.state:
+                    self._cell.state = effect.state
+                if not (isinstance(effect, ReadLog) and can_read):
+                    break
+                pending, effect = self._read(pending, effect)
+            except Exception as exc:  # the log could not be read, or the last line of defence
+                self._end(write, pending, exc, held=held)
+                return
+        if isinstance(effect, Done):
+            self._end(write, effect, held=held)
+            return
+        if isinstance(effect, ReadLog):  # it runs next, on a dispatcher thread, and lets go of the hold
+            write.pending, write.reading = pending, dataclasses.replace(effect, published=None)
+            if not held:
+                self.hold()
+            self.requeue(write)
+            return
+        appending = _Appending(self, write, pending)
+        if not held:
+            self.hold()
+        try:
+            self._start_append(effect.events, effect.after, appending)
+        except Exception as exc:  # refused before it started (a closed log, bad input): not stored
+            appending.set_exception(exc)
+        except BaseException:  # the caller's interrupt (it stops the actor): nothing to settle
+            if not appending.done():
+                appending._open = False
+                self.let_go()
+            raise
+
+    def _read(self, pending: PendingWrite, effect: ReadLog) -> tuple[PendingWrite, Effect]:
+        """Read the log as `effect` asks (blocking; on the actor's thread) and report it."""
+        if effect.ids is not None:
+            held = {r.event_id for r in self._storage.read(self.key)}
+            return reread(pending, None, effect.ids & held)
+        if effect.unless_at is not None and self._storage.log.last_seq(self.key) == effect.unless_at:
+            return reread(pending, self.state, None)  # nobody else wrote: the log's state is ours
+        return reread(pending, self._load(), None)
+
+    def _acknowledged(self, appending: _Appending, last: int) -> None:
+        """The log stored the append (on whichever thread learns of it, the actor still held)."""
+        try:
+            pending, effect = acknowledged(appending.pending, last)
+            if not (isinstance(effect, ReadLog) and effect.reason is Reason.RECHECK):
+                self.metrics.observe_append(time.perf_counter() - appending.started)
+        except Exception as exc:  # the last line of defence, as a handler's
+            self._end(appending.write, appending.pending, exc, held=True)
+            return
+        self._carry_out(appending.write, pending, effect, can_read=False, held=True)
+
+    def _failed(self, appending: _Appending, error: BaseException) -> None:
+        """The append failed (on whichever thread learns of it, the actor still held)."""
+        if isinstance(error, ConcurrencyConflict):
+            self.metrics.count("conflicts")
+        pending, effect = failed(appending.pending, error)
+        self._carry_out(appending.write, pending, effect, can_read=False, held=True)
+
+    def _end(
+        self,
+        write: Write,
+        done: Done | PendingWrite | None,
+        error: Exception | None = None,
+        *,
+        held: bool = False,
+    ) -> None:
+        """The write is over: schedule what follows, let go of the actor when `held`, answer the caller.
+
+        `done` is the step machine's last effect, or, for an `error` raised
+        outside the rules, the write as it stood. The answer goes last: a
+        caller that writes again at once finds the session free.
+        """
+        outcome: list[AnyEvent] | Exception
+        if isinstance(done, Done):
+            self._doubts, outcome, grew = done.doubts, done.answer, done.grew
+        else:
+            assert error is not None
+            if done is not None:
+                self._doubts = done.doubts
+            if not isinstance(error, ConvmemError):
+                _log.error("session %s: unexpected failure of a write", self.key, exc_info=error)
+            outcome, grew = error, False
+        metrics = self.metrics
+        if isinstance(outcome, Exception):
+            metrics.count(f"write_errors.{type(outcome).__name__}")
+        else:
+            metrics.count(f"writes.{type(write.command).__name__}")
+        self.written(grew=grew)
+        if held:
+            self.let_go()
+        reply = write.reply
+        if reply is None:
+            if isinstance(outcome, Exception):
+                _log.warning("session %s: %s not stored: %s", self.key, type(write.command).__name__, outcome)
+        elif reply.done():
+            pass  # answered already (the caller's answer was cancelled: it gave up waiting)
+        elif isinstance(outcome, Exception):
+            reply.set_exception(outcome)
+        else:
+            reply.set_result(outcome)
 
     @property
     def metrics(self) -> Metrics:
         return self._host.metrics
 
-    def decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
+    def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
         services = self._services
         return decide(
             state,
@@ -243,42 +467,14 @@ class SessionActor(PooledActor):
             estimator=services.estimator_for(self.key, state.config if state.started else None),
         )
 
-    def opening(self) -> StartSession:
+    def _opening(self) -> StartSession:
         return StartSession(key=self.key, config=self._services.config_for(self.key))
 
-    def start_append(self, events: list[AnyEvent], expected_seq: int, settle: Settle[int]) -> None:
-        self._start_append(events, expected_seq, settle)
-
-    def reload(self) -> None:
-        self._cell.state = self.load()
-
-    def load(self) -> SessionState:
+    def _load(self) -> SessionState:
         state, _ = self._storage.load(self.key)
         return state
 
-    def adopt(self, state: SessionState) -> None:
-        self._cell.state = state
-
-    def already_stored(self, events: list[AnyEvent]) -> bool:
-        ids = {e.event_id for e in events}
-        return any(r.event_id in ids for r in self._storage.read(self.key))
-
-    def log_moved_on(self) -> bool:
-        return self._storage.log.last_seq(self.key) != self._cell.state.version
-
-    def in_doubt(self, command_id: str) -> bool:
-        return command_id in self._doubtful
-
-    def doubt(self, command_id: str) -> None:
-        """Remember a command whose append failed without an answer (the oldest are forgotten)."""
-        self._doubtful[command_id] = None
-        while len(self._doubtful) > 1024:
-            del self._doubtful[next(iter(self._doubtful))]
-
-    def settle_doubt(self, command_id: str) -> None:
-        self._doubtful.pop(command_id, None)
-
-    def publish(self, state: SessionState, events: list[AnyEvent], old: SessionState) -> None:
+    def _publish(self, old: SessionState, state: SessionState, events: list[AnyEvent]) -> None:
         """Make `state` (`old` plus the acknowledged `events`) the session's, and tell who listens."""
         self._cell.state = state
         self._host.notify(self.key, old, state, events)
@@ -349,7 +545,7 @@ class SessionActor(PooledActor):
         else:
             command = SummaryFailed(request=request, reason=error or "summarizer failed")
             self._host.metrics.count("summary_failures")
-        Write(command).run(self)  # what follows it is scheduled when it ends (`written`)
+        self._write(Write(command))  # what follows it is scheduled when it ends (`written`)
 
     def _settle_flushes(self) -> None:
         if not self._flushes or self._in_flight is not None:
