@@ -30,6 +30,7 @@ from convmem.events import ConversationTurn
 
 __all__ = [
     "CATEGORIES",
+    "CATEGORY_NAMES",
     "TEMPORAL",
     "LocomoSession",
     "QAItem",
@@ -40,13 +41,17 @@ __all__ = [
     "qa_items",
     "sessions",
     "turns",
+    "words_of",
     "written_summary",
 ]
 
 TEMPORAL = 2
 """The category of "when" questions."""
 CATEGORIES = (1, 2, 3, 4)
-"""Single-hop, temporal, open-domain and multi-hop questions (5, adversarial, has no answer to find)."""
+"""The categories asked (5, adversarial, has no answer to find); see `CATEGORY_NAMES`."""
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+"""LoCoMo's categories as its data has them: 1's answers gather several sessions' evidence
+("pottery, camping, painting, swimming"), 2 asks when, 3 asks for inferences, 4 for one fact."""
 
 _STOPWORD_TEXT = """
 about above after again against all also and any are aren't because been before being below
@@ -78,6 +83,11 @@ def locomo_dir() -> Path | None:
 def content_words(text: str) -> set[str]:
     """Lowercase alphanumeric words of 3+ characters that are not stop words."""
     return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOPWORDS}
+
+
+def words_of(text: str) -> list[str]:
+    """The content words of `text` in order, repeats kept (`content_words` as a sequence)."""
+    return [w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOPWORDS]
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -134,6 +144,8 @@ class QAItem:
     words: frozenset[str]
     needs: int
     category: int
+    question: str = ""
+    answer: str = ""
 
 
 def _utterance(raw: dict[str, Any]) -> Utterance:
@@ -204,7 +216,9 @@ def qa_items(dialogue: dict[str, Any]) -> tuple[list[QAItem], dict[str, int]]:
         if not words:
             left_out["no content word in the answer"] += 1
             continue
-        items.append(QAItem(words, max(needs), category))
+        items.append(
+            QAItem(words, max(needs), category, str(qa.get("question", "")), str(qa.get("answer", "")))
+        )
     return items, left_out
 
 
