@@ -31,6 +31,7 @@ MEASURES = (
     "erasure",
     "peers",
     "workers",
+    "cores",
     "summarizer_latency",
     "history",
     "fairness",

@@ -1,6 +1,6 @@
 """The load generator of the `workers` measure, a process of its own (so its CPU is counted apart).
 
-    python -m bench._workers_load URL MODE SESSIONS CALLERS TURNS TAG
+    python -m bench._workers_load URL MODE SESSIONS CALLERS TURNS TAG [--wait]
 
 MODE ``async``: CALLERS asyncio tasks send ``add_turn`` requests (msgpack,
 each on the session's routed subject, as convmem's clients send them) on one
@@ -45,7 +45,7 @@ def _request(key: MemoryKey, n: int) -> tuple[str, bytes]:
     return subject, _encode(body)
 
 
-async def _async_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> float:
+async def _async_load(url: str, keys: list[MemoryKey], callers: int, turns: int, wait: bool) -> float:
     [tenant] = {key.tenant_id for key in keys}  # one connection, one inbox: the tenant's own
     nc = await nats.connect(url, allow_reconnect=False, inbox_prefix=tenant_inbox(encode_token(tenant)))
     try:
@@ -62,6 +62,7 @@ async def _async_load(url: str, keys: list[MemoryKey], callers: int, turns: int)
                 await send(*mine[n % len(mine)])
 
         await asyncio.gather(*(caller(i, len(requests[i::callers])) for i in range(callers)))  # warm-up
+        await asyncio.get_running_loop().run_in_executor(None, _ready, wait)
         per_caller = turns // callers
         _phase("start")
         started = time.perf_counter()
@@ -73,7 +74,7 @@ async def _async_load(url: str, keys: list[MemoryKey], callers: int, turns: int)
         await nc.close()
 
 
-def _thread_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> float:
+def _thread_load(url: str, keys: list[MemoryKey], callers: int, turns: int, wait: bool) -> float:
     with RemoteMemory(url, timeout=60.0, encoding="msgpack") as remote:
         sessions = [remote.session(key) for key in keys]
         texts = [sample_turn(n) for n in range(64)]
@@ -86,6 +87,7 @@ def _thread_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> f
             for session in mine:  # warm-up: every session started
                 session.add_turn(texts[0])
             barrier.wait()
+            barrier.wait()
             try:
                 for n in range(per_caller):
                     mine[n % len(mine)].add_turn(texts[n % len(texts)])
@@ -95,6 +97,8 @@ def _thread_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> f
         threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
         for thread in threads:
             thread.start()
+        barrier.wait()
+        _ready(wait)
         barrier.wait()
         _phase("start")
         started = time.perf_counter()
@@ -110,6 +114,13 @@ def _thread_load(url: str, keys: list[MemoryKey], callers: int, turns: int) -> f
 _cpu: list[float] = []
 
 
+def _ready(wait: bool) -> None:
+    """With ``--wait``: say the warm-up is over and wait for the go (a line on standard input)."""
+    if wait:
+        print(json.dumps({"phase": "ready"}), flush=True)
+        sys.stdin.readline()
+
+
 def _phase(name: str) -> None:
     """Say when the timed part starts and ends (the parent samples every process's CPU then)."""
     times = os.times()
@@ -119,11 +130,12 @@ def _phase(name: str) -> None:
 
 def main() -> int:
     url, mode, sessions, callers, turns, tag = sys.argv[1:7]
+    wait = "--wait" in sys.argv[7:]
     keys = session_keys(int(sessions), tenant="bench", user=f"u{tag}")
     if mode == "async":
-        rate = asyncio.run(_async_load(url, keys, int(callers), int(turns)))
+        rate = asyncio.run(_async_load(url, keys, int(callers), int(turns), wait))
     else:
-        rate = _thread_load(url, keys, int(callers), int(turns))
+        rate = _thread_load(url, keys, int(callers), int(turns), wait)
     print(json.dumps({"phase": "done", "turns_per_s": rate, "cpu_s": _cpu[-1] - _cpu[0]}), flush=True)
     return 0
 

@@ -173,6 +173,25 @@ def _figures(
             )
 
 
+SESSIONS_ENV = "CONVMEM_BENCH_PEER_SESSIONS"
+"""Comma-separated session counts to run instead of the sizes' (``10000``: only the largest, ~15 min)."""
+
+
+def _sizes(sizes: Sizes) -> tuple[int, ...]:
+    chosen = os.environ.get(SESSIONS_ENV, "").strip()
+    if not chosen:
+        return sizes.peer_sessions
+    try:
+        counts = tuple(int(c) for c in chosen.split(","))
+    except ValueError:
+        raise RuntimeError(f"{SESSIONS_ENV}={chosen!r}: expected session counts such as 1000,10000") from None
+    if any(c < sizes.peer_callers for c in counts):
+        raise RuntimeError(
+            f"{SESSIONS_ENV}={chosen!r}: every count must be at least the {sizes.peer_callers} callers"
+        )
+    return counts
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
     processes: dict[str, StoreProcess] = {}
@@ -184,7 +203,7 @@ def run(sizes: Sizes) -> Result:
             processes["baseline"] = StoreProcess(
                 "bound", turns=sizes.peer_turns, callers=sizes.peer_callers, root=baseline, key="baseline"
             )
-        for sessions in sizes.peer_sessions:
+        for sessions in _sizes(sizes):
             _one_size(sizes, sessions, processes, result)
     finally:
         for process in processes.values():

@@ -40,6 +40,8 @@ _TICK = os.sysconf("SC_CLK_TCK")
 _WAIT = 120.0
 _CLI = [sys.executable, "-m", "convmem"]
 _LIVE = ["--max-live-sessions", "100000"]  # every session live: this measures writes, not activation
+THROUGHPUT_QUOTAS = {"default": {"max_in_flight": 100_000, "max_running": 100_000}}
+"""The quotas of a throughput round: the default ones (32 in flight per tenant) would refuse its callers."""
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -54,7 +56,15 @@ def _cpu_seconds(pid: int) -> float:
 class _Serve:
     """A `convmem serve --workers N` on `url`, stopped with SIGTERM."""
 
-    def __init__(self, url: str, workers: int, folder: Path, *, quotas: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        workers: int,
+        folder: Path,
+        *,
+        quotas: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         ready = folder / f"ready-{workers}"
         self.err = folder / f"serve-{workers}.err"
         config = folder / "truncation.json"  # as bench.throughput's: the write path, no summaries
@@ -63,11 +73,7 @@ class _Serve:
         argv = [*_CLI, "--nats", url, "serve", "--workers", str(workers), *_LIVE, "--config", str(config)]
         argv += ["--ready-file", str(ready)]
         with open(self.err, "ab") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
         pause = threading.Event()
         while not ready.exists():
             if self.proc.poll() is not None:
@@ -147,7 +153,7 @@ def run(sizes: Sizes) -> Result:
         url = server.url
         assert server.pid is not None
         for n, workers in enumerate((1, 2) * (1 if sizes.smoke else 3)):
-            serve = _Serve(url, workers, Path(tmp))
+            serve = _Serve(url, workers, Path(tmp), quotas=THROUGHPUT_QUOTAS)
             try:
                 pids = {"nats-server": [server.pid], "supervisor": [serve.proc.pid], "workers": serve.pids}
                 rounds[workers].append(_load(url, "async", sessions, callers, turns, f"r{n}", pids))

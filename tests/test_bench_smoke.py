@@ -34,6 +34,7 @@ EXPECTED = {
         "reads/s @ 40 sessions, convmem, default live bound, vs LangGraph SqliteSaver on a file",
     ],
     "workers": ["serve --workers 2, 8 asyncio callers", "serve --workers 2, 8 threads of RemoteSession"],
+    "cores": ["serve --workers 2, 2 load processes x 4 asyncio callers", "workers' CPU per durable turn"],
     "summarizer_latency": [
         "p99 @ 1000/s: worker process vs in process",
         "median burst p99 @ 1000/s, extractive in a worker process",
