@@ -116,11 +116,45 @@ def _loads(
     }
 
 
+SIZES_ENV = "CONVMEM_BENCH_CORES"
+"""Sizes other than the run's, as ``key=value`` pairs split by ``;``: ``workers=1,2;processes=2;
+sessions=200;callers=32;turns=3200;rounds=3`` (a quick before/after on a small machine)."""
+
+
+def _sizes(sizes: Sizes) -> dict[str, Any]:
+    chosen: dict[str, Any] = (
+        {"workers": (1, 2), "processes": 2, "sessions": 8, "callers": 4, "turns": 64, "rounds": 1}
+        if sizes.smoke
+        else {
+            "workers": (1, 2, 4, 8),
+            "processes": 4,
+            "sessions": 1000,
+            "callers": 64,
+            "turns": 12_800,
+            "rounds": 2,
+        }
+    )
+    for pair in filter(None, os.environ.get(SIZES_ENV, "").split(";")):
+        name, _, value = pair.partition("=")
+        name = name.strip()
+        if name not in chosen:
+            raise RuntimeError(f"{SIZES_ENV}: unknown size {name!r}; choose from {', '.join(chosen)}")
+        try:
+            numbers = tuple(int(v) for v in value.split(","))
+        except ValueError:
+            raise RuntimeError(f"{SIZES_ENV}: {name}={value!r} is not a number") from None
+        if not numbers or min(numbers) < 1:
+            raise RuntimeError(f"{SIZES_ENV}: {name}={value!r} must be 1 or more")
+        chosen[name] = numbers if name == "workers" else numbers[0]
+    return chosen
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
-    counts = (1, 2) if sizes.smoke else (1, 2, 4, 8)
-    processes, sessions, callers, turns = (2, 8, 4, 64) if sizes.smoke else (4, 1000, 64, 12_800)
-    rounds_n = 1 if sizes.smoke else 2
+    chosen = _sizes(sizes)
+    counts: tuple[int, ...] = chosen["workers"]
+    processes, sessions, callers = chosen["processes"], chosen["sessions"], chosen["callers"]
+    turns, rounds_n = chosen["turns"], chosen["rounds"]
     trees = _trees()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     rounds: dict[str, dict[int, list[dict[str, Any]]]] = {t: {n: [] for n in counts} for t in trees}
@@ -149,7 +183,7 @@ def run(sizes: Sizes) -> Result:
     for workers in counts:
         here = best["this tree"][workers]
         cpu = here["cores"]["workers"] / here["turns_per_s"] * 1e6
-        scaling = workers == counts[-1] and not sizes.smoke
+        scaling = workers == 8 and not sizes.smoke
         result.add(
             Figure(
                 f"serve --workers {workers}, {processes} load processes x {callers} asyncio callers, "

@@ -37,6 +37,8 @@ DEFAULT_MAX_TENANTS = 100
 """Distinct tenant label values of one `PrometheusMetrics`; the rest are counted as `OTHER`."""
 MAX_NAMES = 64
 """Distinct values of any other label name (``error``, ``op``...); the rest are counted as `OTHER`."""
+_REQUEST_INCS = 4096
+"""Request counter increments kept (tenant tokens x ops; cleared when full, then found again)."""
 OTHER = "_other"
 """The label value of whatever is past a label's bound (no tenant token can be it: tokens are escaped)."""
 
@@ -139,6 +141,8 @@ class PrometheusMetrics:
         self._names_lock = threading.Lock()
         self._incs: dict[str, Callable[[float], None]] = {}
         """Each count name's counter increment, found once (the names are the runtime's: few)."""
+        self._request_incs: dict[tuple[str, str], Callable[[float], None]] = {}
+        """Each (tenant token, op)'s request counter increment (a tenant past the bound counts as others)."""
         self._systems: weakref.WeakSet[Any] = weakref.WeakSet()
         r.register(_SystemGauges(self._systems))
 
@@ -181,10 +185,15 @@ class PrometheusMetrics:
 
     def request(self, token: str, op: str, error: str | None) -> None:
         """A request of the tenant whose subject token is `token` was answered (`error`: its error type)."""
-        tenant = self._tenant(token)
-        self.requests.labels(tenant, self._name("op", op)).inc()
+        inc = self._request_incs.get((token, op))
+        if inc is None:  # once per tenant token and op: the label child it goes to, kept
+            inc = self.requests.labels(self._tenant(token), self._name("op", op)).inc
+            if len(self._request_incs) >= _REQUEST_INCS:
+                self._request_incs.clear()
+            self._request_incs[token, op] = inc
+        inc(1)
         if error is not None:
-            self.request_errors.labels(tenant, self._name("error", error)).inc()
+            self.request_errors.labels(self._tenant(token), self._name("error", error)).inc()
 
     def refused(self, token: str, reason: str) -> None:
         """A request of `token`'s tenant was refused for `reason`.

@@ -61,12 +61,29 @@ def tenant_inbox(tenant_token: str) -> str:
     return f"{TENANT_INBOX}{tenant_token}"
 
 
+_REQUESTERS: dict[tuple[str, str], str | None] = {}
+"""`requester` of subjects met already (each request's is asked twice: on receipt and at its answer)."""
+_REQUESTERS_LIMIT = 4096
+
+
 def requester(api_prefix: str, subject: str) -> str | None:
     """Whose request `subject` is: a tenant token, `OPERATOR`, or None (no request of this service).
 
     A session subject names its tenant as the token after ``v1``; the
     operator subjects are ``{api_prefix}.ops.…`` and the micro verbs ``$SRV.…``.
     """
+    try:
+        return _REQUESTERS[api_prefix, subject]
+    except KeyError:
+        pass
+    who = _requester(api_prefix, subject)
+    if len(_REQUESTERS) >= _REQUESTERS_LIMIT:
+        _REQUESTERS.clear()
+    _REQUESTERS[api_prefix, subject] = who
+    return who
+
+
+def _requester(api_prefix: str, subject: str) -> str | None:
     if subject.startswith("$SRV."):
         return OPERATOR
     if not subject.startswith(api_prefix + "."):

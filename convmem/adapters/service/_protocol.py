@@ -177,12 +177,28 @@ def status_subject(api_prefix: str, instance: str) -> str:
     return f"{api_prefix}.{_OPS_TOKEN}.status.{instance}"
 
 
+_PARSED: dict[tuple[str, str], tuple[str | None, str]] = {}
+"""Subjects parsed already (a service sees few: one per tenant, op and partition); cleared when full."""
+_PARSED_LIMIT = 4096
+
+
 def parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
     """(tenant id, op) of a request subject; the tenant is None for an operator request.
 
     Raises `UnknownOperation` for a subject of no operation, `InvalidKey`
     (field ``tenant_id``) for a tenant token that `encode_token` cannot produce.
+    (Each request's subject is parsed more than once on its way: what parsed is remembered.)
     """
+    found = _PARSED.get((api_prefix, subject))
+    if found is None:
+        found = _parse_subject(api_prefix, subject)
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[api_prefix, subject] = found
+    return found
+
+
+def _parse_subject(api_prefix: str, subject: str) -> tuple[str | None, str]:
     rest = subject[len(api_prefix) + 1 :].split(".") if subject.startswith(api_prefix + ".") else []
     if len(rest) == 3 and rest[:2] == [_OPS_TOKEN, _VERSION_TOKEN] and rest[2] in OPERATOR_OPS:
         return None, rest[2]
