@@ -25,7 +25,8 @@ ConvmemError
 ├── SessionClosed                         the memory system or session was closed
 ├── OperationTimeout (also TimeoutError)  a blocking call did not finish within its timeout
 ├── SummarizerError                       a summarizer failed: HTTP error, timeout, malformed reply
-└── NotBuilt                              a path that this version does not implement
+├── WrongThread (also RuntimeError)       a blocking call made on the event loop thread it would wait for
+└── InternalError (also RuntimeError)     convmem broke one of its own rules (a bug): the log has the details
 ```
 
 Messages say what happened, where, and what to do; the errors carry fields so
@@ -40,13 +41,13 @@ __all__ = [
     "ConvmemError",
     "EncryptionKeyError",
     "EventDecodeError",
+    "InternalError",
     "InvalidConfig",
     "InvalidInput",
     "InvalidKey",
     "InvalidTurn",
     "LogUnavailable",
     "MemoryBudgetExceeded",
-    "NotBuilt",
     "OperationTimeout",
     "PermissionDenied",
     "QuotaExceeded",
@@ -60,6 +61,7 @@ __all__ = [
     "SummarizerError",
     "TenantLimitReached",
     "UnknownEventType",
+    "WrongThread",
 ]
 
 
@@ -339,5 +341,17 @@ class SummarizerError(ConvmemError):
         super().__init__(message)
 
 
-class NotBuilt(ConvmemError):
-    """A path that this version of convmem does not implement."""
+class WrongThread(ConvmemError, RuntimeError):
+    """A blocking call was made on the event loop thread that must run it, where it would deadlock.
+
+    The message names the call and what to use there instead (the asyncio
+    handle, or ``asyncio.to_thread``).
+    """
+
+
+class InternalError(ConvmemError, RuntimeError):
+    """convmem failed in a way it did not expect: one of its own rules broke (a bug; please report it).
+
+    The service answers any exception that is no `ConvmemError` as this type
+    too, its traceback left in the service's log.
+    """

@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from convmem.actors._ports import Summarizer
+from convmem.errors import SessionClosed, SummarizerError
 from convmem.projections import SummaryRequest
 
 __all__ = ["Caller", "SummaryLoops", "SummaryOutcome", "failure"]
@@ -52,10 +53,12 @@ def _extract(result: object) -> str:
     """The summary text from a summarizer's return value (mapping or string)."""
     if isinstance(result, Mapping):
         if "summary" not in result:
-            raise ValueError(f"summarizer output has no 'summary' key (keys: {sorted(map(str, result))[:5]})")
+            raise SummarizerError(
+                f"summarizer output has no 'summary' key (keys: {sorted(map(str, result))[:5]})"
+            )
         result = result["summary"]
     if not isinstance(result, str):
-        raise TypeError(f"summarizer output 'summary' is {type(result).__name__}, not a string")
+        raise SummarizerError(f"summarizer output 'summary' is {type(result).__name__}, not a string")
     return result
 
 
@@ -97,7 +100,7 @@ class SummaryLoops:
     def _own_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._closed:
-                raise RuntimeError("the summarizer pool is closed")
+                raise SessionClosed("the summarizer pool is closed")
             if self._own is None:
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from convmem.errors import InvalidInput
+
 __all__ = ["ManualClock", "SystemClock"]
 
 _log = logging.getLogger("convmem.clock")
@@ -171,14 +173,14 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, firing every timer that comes due."""
         if seconds < 0:
-            raise ValueError(f"a clock does not go backwards (advance by {seconds})")
+            raise InvalidInput("seconds", f"a clock does not go backwards (advance by {seconds})")
         self.set(self.now() + seconds)
 
     def set(self, when: float) -> None:
         """Move time forward to `when`, firing every timer that comes due."""
         with self._lock:
             if when < self._now:
-                raise ValueError(f"a clock does not go backwards ({when} < {self._now})")
+                raise InvalidInput("when", f"a clock does not go backwards ({when} < {self._now})")
         while True:
             with self._lock:
                 if self._timers.due() > when:

@@ -48,6 +48,8 @@ import pykka
 from pykka import ActorRegistry, ThreadingFuture
 from pykka._envelope import Envelope
 
+from convmem.errors import InvalidConfig
+
 __all__ = ["Dispatcher", "PooledActor", "claim", "is_busy", "stop_idle"]
 
 _log = logging.getLogger("convmem.dispatch")
@@ -105,7 +107,7 @@ class Dispatcher:
 
     def __init__(self, threads: int, *, name: str = "convmem-actors") -> None:
         if threads < 1:
-            raise ValueError(f"a dispatcher needs at least one thread, got {threads}")
+            raise InvalidConfig("threads", f"a dispatcher needs at least one thread, got {threads}")
         self._ready: collections.deque[PooledActor | _Work] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._closed = False

@@ -41,6 +41,7 @@ from convmem.actors._operations import (
     start,
 )
 from convmem.actors._session import Flush, Refresh, StateCell, Write
+from convmem.errors import WrongThread
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, estimate_tokens, llm_context, to_dict
 
@@ -206,7 +207,7 @@ class _Core:
     def _refuse_on_the_log_loop(self, what: str) -> None:
         """A blocking call on the log's own loop thread would wait for that loop: a clear error instead."""
         if self._sessions.storage.on_loop_thread():
-            raise RuntimeError(
+            raise WrongThread(
                 f"a blocking {what} was made on the NATS connection's event loop thread, where it would "
                 "deadlock; use the asyncio handle (.aio) there, or asyncio.to_thread"
             )

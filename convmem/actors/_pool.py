@@ -49,6 +49,7 @@ import pykka
 
 from convmem.actors._calls import Caller, SummaryLoops, SummaryOutcome, failure
 from convmem.actors._ports import Summarizer
+from convmem.errors import InternalError, InvalidConfig, InvalidInput
 from convmem.projections import SummaryRequest
 
 __all__ = ["SummarizerPool", "SummaryOutcome"]
@@ -115,7 +116,7 @@ class _Worker(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if not isinstance(message, _Job):
-            raise TypeError(f"summarizer worker got an unknown message {type(message).__name__}")
+            raise InternalError(f"summarizer worker got an unknown message {type(message).__name__}")
         try:
             outcome = self._pool._run(message)
         except BaseException as exc:  # no call thread to be had, say: the job gets the error, the actor lives
@@ -152,13 +153,13 @@ class SummarizerPool:
         """`max_abandoned` defaults to `workers`; `loop` is where coroutine summarizers run while it runs."""
         max_abandoned = workers if max_abandoned is None else max_abandoned
         if max_abandoned < 0:
-            raise ValueError(f"max_abandoned must be >= 0, got {max_abandoned}")
+            raise InvalidConfig("max_abandoned", f"must be >= 0, got {max_abandoned}")
         if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise InvalidConfig("workers", f"must be >= 1, got {workers}")
         if queue_limit < workers:
-            raise ValueError(f"queue_limit ({queue_limit}) must be >= workers ({workers})")
+            raise InvalidConfig("queue_limit", f"({queue_limit}) must be >= workers ({workers})")
         if not call_timeout > 0:
-            raise ValueError(f"call_timeout must be > 0, got {call_timeout}")
+            raise InvalidConfig("call_timeout", f"must be > 0, got {call_timeout}")
         self._summarizer = summarizer
         self._queue_limit = queue_limit
         self._call_timeout = call_timeout
@@ -202,7 +203,9 @@ class SummarizerPool:
         queue is full or the pool closed. A job with no summarizer at all is a `ValueError`."""
         chosen = summarizer if summarizer is not None else self._summarizer
         if chosen is None:
-            raise ValueError("this summarizer pool has no summarizer of its own: pass summarizer=")
+            raise InvalidInput(
+                "summarizer", "this summarizer pool has no summarizer of its own: pass summarizer="
+            )
         with self._lock:
             if self._closing or self._queued >= self._queue_limit:
                 return False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from convmem.actors import Settle
-from convmem.errors import LogUnavailable, SessionClosed
+from convmem.errors import LogUnavailable, SessionClosed, WrongThread
 
 __all__ = ["EventLoopThread"]
 
@@ -125,7 +125,7 @@ class EventLoopThread:
         A wait that runs out cancels the coroutine and raises `LogUnavailable`.
         """
         if self.on_loop_thread():
-            raise RuntimeError(
+            raise WrongThread(
                 f"a blocking call ({what}) was made on the NATS connection's event loop thread, where it "
                 "would deadlock; make it from another thread (asyncio.to_thread)"
             )

@@ -417,7 +417,7 @@ def _serve(
         else:
             try:
                 serving = supervisor.start(stop)
-            except RuntimeError as exc:
+            except RuntimeError as exc:  # WorkersFailed, or a worker process that could not start
                 raise CliError(f"serve: {exc}") from None
         if serving:
             where = "embedded nats-server" if opened.server is not None else "NATS"

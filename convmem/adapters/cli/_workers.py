@@ -58,13 +58,17 @@ from convmem.adapters.summarizers import ExtractiveSummarizer, OpenAIChatSummari
 from convmem.errors import ConvmemError
 from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
-__all__ = ["Supervisor", "WorkerSpec", "default_workers", "run_worker"]
+__all__ = ["Supervisor", "WorkerSpec", "WorkersFailed", "default_workers", "run_worker"]
 
 _RESTART_FIRST = 0.5
 _RESTART_MAX = 30.0
 _PR_SET_PDEATHSIG = 1
 _STABLE = 60.0  # a worker that ran this long before dying is restarted after the first delay again
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class WorkersFailed(ConvmemError, RuntimeError):
+    """The service's workers did not start: one exited before it served, or not all served in time."""
 
 
 def default_workers() -> int:
@@ -319,7 +323,7 @@ class Supervisor:
 
     def start(self, stop: threading.Event, timeout: float = 120.0) -> bool:
         """Start every worker; True once all serve, False if `stop` came first. A worker that fails
-        before it ever served stops them all with `RuntimeError` (its error is on stderr)."""
+        before it ever served stops them all with `WorkersFailed` (its error is on stderr)."""
         for slot in self._slots:
             self._start(slot)
         deadline = time.monotonic() + timeout
@@ -331,11 +335,11 @@ class Supervisor:
                 return False
             for slot in self._slots:
                 if not slot.ready and slot.process is not None and slot.process.exitcode is not None:
-                    raise RuntimeError(
+                    raise WorkersFailed(
                         f"worker {slot.spec.index} exited with {slot.process.exitcode} before serving"
                     )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the workers did not all serve within {timeout:g}s")
+                raise WorkersFailed(f"the workers did not all serve within {timeout:g}s")
         return True
 
     def run(self, stop: threading.Event) -> None:

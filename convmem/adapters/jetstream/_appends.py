@@ -17,7 +17,7 @@ import msgspec
 import nats.js.errors
 
 from convmem.actors import Settle
-from convmem.errors import InvalidInput, InvalidTurn
+from convmem.errors import InvalidInput, InvalidTurn, LogUnavailable
 from convmem.events import Event, ItemsAdded, MemoryKey, TurnAdded, TurnsAdopted
 
 __all__ = ["EMPTY", "EXPECTED", "HEADER_ROOM", "Last", "PendingAppend", "Refused", "parse_ack", "too_large"]
@@ -63,7 +63,7 @@ def parse_ack(data: bytes) -> dict[str, Any]:
     try:
         ack = _ACKS.decode(data)
     except msgspec.DecodeError as exc:
-        raise ValueError(f"not a JetStream acknowledgement: {exc}") from None
+        raise LogUnavailable(f"the NATS server's answer is not a JetStream acknowledgement: {exc}") from None
     error = ack.get("error")
     if error is None:
         return ack

@@ -48,6 +48,7 @@ from convmem.errors import (
     PermissionDenied,
     SessionClosed,
     StoreNotFound,
+    WrongThread,
 )
 from convmem.events import Event, MemoryKey
 
@@ -184,7 +185,7 @@ class JetStreamEventLog:
     def append(self, key: MemoryKey, events: Sequence[Event], *, expected_seq: int) -> int:
         """See `EventLog.append`. Several events are stored as one atomic batch."""
         if self._conn.on_loop_thread():
-            raise RuntimeError(
+            raise WrongThread(
                 f"a blocking append to {key} was made on the NATS connection's event loop thread, where "
                 "it would deadlock; use the AsyncSessionHandle there (or asyncio.to_thread)"
             )

@@ -17,7 +17,7 @@ The errors added to the tree of `convmem.errors`::
     │   └── ServiceUnavailable    no service answered (none subscribed, or none in time)
     ├── PermissionDenied          (defined in convmem.errors) a subject refused to these credentials
     ├── TenantLimitReached        (defined in convmem.errors) Busy, QuotaExceeded: a tenant's limit
-    ├── InternalError             the service failed unexpectedly (its log has the traceback)
+    ├── InternalError             (defined in convmem.errors) the service failed unexpectedly
     └── RemoteError               an error reply of a type this client does not know
 """
 
@@ -30,13 +30,13 @@ from convmem.errors import (
     ConcurrencyConflict,
     ConvmemError,
     EventDecodeError,
+    InternalError,
     InvalidConfig,
     InvalidInput,
     InvalidKey,
     InvalidTurn,
     LogUnavailable,
     MemoryBudgetExceeded,
-    NotBuilt,
     OperationTimeout,
     PermissionDenied,
     QuotaExceeded,
@@ -47,6 +47,7 @@ from convmem.errors import (
     SummarizerError,
     TenantLimitReached,
     UnknownEventType,
+    WrongThread,
 )
 
 __all__ = [
@@ -77,10 +78,6 @@ class UnsupportedVersion(InvalidInput):
 
 class ServiceUnavailable(OperationTimeout):
     """No convmem service answered: none is subscribed, or none replied in time."""
-
-
-class InternalError(ConvmemError):
-    """The service failed in a way it did not expect; its log holds the traceback."""
 
 
 class RemoteError(ConvmemError):
@@ -136,7 +133,7 @@ _KNOWN: dict[str, type[ConvmemError]] = {
         SessionDamaged,
         OperationTimeout,
         SummarizerError,
-        NotBuilt,
+        WrongThread,
         MalformedRequest,
         UnknownOperation,
         UnsupportedVersion,
@@ -165,7 +162,7 @@ _ATTRIBUTES: dict[type[ConvmemError], tuple[str, ...]] = {
 
 def error_info(exc: BaseException) -> ErrorInfo:
     """The structured form of `exc`; anything not a `ConvmemError` is an `InternalError`."""
-    if not isinstance(exc, ConvmemError):
+    if not isinstance(exc, ConvmemError) or isinstance(exc, InternalError):  # a bug's details stay here
         return ErrorInfo(
             type="InternalError",
             message=f"the service failed unexpectedly ({type(exc).__name__}); its log has the details",

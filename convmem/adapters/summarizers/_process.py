@@ -104,7 +104,8 @@ class ProcessSummarizer:
         """Send one request and read its reply (lock held). A child found dead is replaced and asked
         once more (it answered nothing, and a summarizer call is a pure function of its request)."""
         deadline = time.monotonic() + self.timeout
-        for attempt in range(2):
+        died: OSError | None = None
+        for _ in range(2):
             if self._child is None:
                 self._start()  # the first call of a lazy one, or after a child that died
             elif self._child.poll() is not None:
@@ -125,9 +126,8 @@ class ProcessSummarizer:
             except OSError as exc:  # the child died before or during the call
                 self._stop()
                 self.restarts += 1
-                if attempt:
-                    raise SummarizerError(f"the summarizer process failed twice ({exc})") from None
-        raise AssertionError("unreachable")
+                died = exc
+        raise SummarizerError(f"the summarizer process failed twice ({died})")
 
     def close(self) -> None:
         """Stop the child (calls after this raise `SummarizerError`)."""

@@ -157,9 +157,10 @@ class ConvmemSession:
     def handle(self) -> AsyncSessionHandle:
         """The convmem session underneath (state, flush, health, export), in process only."""
         if not isinstance(self._items, LocalItems):
-            raise TypeError(
+            raise InvalidInput(
+                "handle",
                 "a ConvmemSession served by the convmem service has no in-process handle; "
-                "use RemoteMemory.session(session.key) for the session's other operations"
+                "use RemoteMemory.session(session.key) for the session's other operations",
             )
         return self._items.aio
 

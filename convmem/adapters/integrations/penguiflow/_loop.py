@@ -22,6 +22,8 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from convmem.errors import SummarizerError
+
 __all__ = ["CallerLoop", "LoopCallback", "LoopSummarizer"]
 
 _log = logging.getLogger("convmem.penguiflow")
@@ -80,12 +82,12 @@ class LoopSummarizer:
             return future.result(self._timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()  # cancels the task on its loop
-            raise TimeoutError(
+            raise SummarizerError(
                 f"the summarizer did not answer within {self._timeout:g}s on the planner's event loop; "
                 "its call was cancelled"
             ) from None
         except concurrent.futures.CancelledError:
-            raise RuntimeError("the summarizer's call was cancelled on the planner's event loop") from None
+            raise SummarizerError("the summarizer's call was cancelled on the planner's event loop") from None
 
 
 class LoopCallback:

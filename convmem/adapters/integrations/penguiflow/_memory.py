@@ -44,7 +44,7 @@ from convmem.adapters.integrations.penguiflow._values import (
     state_to_penguiflow,
     turn_from_penguiflow,
 )
-from convmem.errors import InvalidInput
+from convmem.errors import InvalidInput, WrongThread
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import MemoryHealth, MemoryKey
 from convmem.projections import (
@@ -166,7 +166,7 @@ class DefaultShortTermMemory:
             if live is None:
                 log = self._system().loop_log
                 if log is not None and log.on_loop_thread():
-                    raise RuntimeError(
+                    raise WrongThread(
                         "a synchronous read of a passivated session was made on the NATS connection's "
                         "event loop thread, where it would deadlock: await get_llm_context() first"
                     )
