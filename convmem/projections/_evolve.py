@@ -16,7 +16,7 @@ the state whole with the one it carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, assert_never
 
 import msgspec
@@ -104,6 +104,8 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
         return compacted_state(event)
     if not state.started and not isinstance(event, SessionStarted | SessionErased | SessionRepaired):
         raise ReplayError(f"event seq {event.seq} ({type(event).__name__}) comes before the session started")
+    if isinstance(event, TurnAdded):  # the commonest event, by the rule `replay` folds runs of them with
+        return _turns_added(state, (event,))
     common: dict[str, Any] = {"version": event.seq, "last_at": max(state.last_at, event.at)}
     keys = _remembered(state, event)
     if keys is not state.idempotency_keys:
@@ -123,11 +125,6 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
                 injected_summary=event.injected_summary,
                 injected_from=event.injected_from,
                 **common,
-            )
-        case TurnAdded():
-            record = _record(state, event)
-            return bound(
-                msgspec_replace(state, turns=(*state.turns, record), next_index=event.index + 1, **common)
             )
         case SummaryProduced():
             return bound(
@@ -208,8 +205,6 @@ def evolve(state: SessionState, event: AnyEvent | SkippedEvent) -> SessionState:
             )
         case SessionErased():
             return SessionState(key=state.key, version=event.seq, last_at=common["last_at"])
-        case HistoryCompacted():  # handled above: it replaces the state whole
-            raise AssertionError("unreachable")
         case SessionRepaired():
             return _repaired(state, event)
         case ItemsAdded():
@@ -286,18 +281,45 @@ def _pop_item(state: SessionState) -> tuple[TurnRecord, ...]:
     return (*state.turns[:-1], _items_record(state, last.index, items, last.at))
 
 
-def _record(state: SessionState, event: TurnAdded) -> TurnRecord:
-    if event.index < state.next_index:
-        raise _reused_turn_number(event.index, event.seq, state.next_index)
-    return TurnRecord(
-        index=event.index,
-        turn=event.turn,
-        at=event.at,
-        rendered_len=rendered_turn_length(
-            event.turn,
-            include_digest=state.config.include_trajectory_digest,
-            include_date=state.config.include_turn_dates,
-        ),
+def _turns_added(state: SessionState, run: Sequence[TurnAdded]) -> SessionState:
+    """The state after turns added at the next seqs of a started session: one (`evolve`) or a run.
+
+    `replay` folds a run of them in at once by this same rule: within a run
+    the watermarks stand still, so the horizon (`bound`) applied at its end
+    retires the turns each event would have retired, in order, and the state
+    and its turn tuple are copied once per run rather than once per event.
+    """
+    config = state.config
+    include, dated = config.include_trajectory_digest, config.include_turn_dates
+    next_index, last_at = state.next_index, state.last_at
+    records = []
+    for event in run:
+        if event.index < next_index:
+            raise _reused_turn_number(event.index, event.seq, next_index)
+        records.append(
+            TurnRecord(
+                index=event.index,
+                turn=event.turn,
+                at=event.at,
+                rendered_len=rendered_turn_length(event.turn, include_digest=include, include_date=dated),
+            )
+        )
+        next_index = event.index + 1
+        if event.at > last_at:  # noqa: PLR1730 - max(last_at, at), without max()'s 50 ns call
+            last_at = event.at
+    keys, prefix = state.idempotency_keys, key_prefix(state.key)
+    keyed = [event.event_id for event in run if event.event_id.startswith(prefix)] if prefix else []
+    if keyed:
+        keys = remember_keys(keys, keyed, prefix, config.idempotency_horizon)
+    return bound(
+        msgspec_replace(
+            state,
+            turns=(*state.turns, *records),
+            version=run[-1].seq,
+            next_index=next_index,
+            last_at=last_at,
+            idempotency_keys=keys,
+        )
     )
 
 
@@ -322,91 +344,27 @@ def replay(
     state: SessionState | None = None,
     on_skipped: Callable[[SkippedEvent], None] | None = None,
 ) -> SessionState:
-    """Fold events into a state, starting from `state` (a snapshot) or from scratch.
+    """`evolve` folded over `events`, from `state` (a snapshot) or from scratch.
 
     `SkippedEvent` stand-ins advance the version (so no gap is reported) and
     are passed to `on_skipped`; build them from `UnknownEventType` with
-    `skipped_from_error`.
+    `skipped_from_error`. A run of turns, each at the next seq, goes in at once
+    (`_turns_added`, the rule `evolve` applies to each), up to `_RUN_LIMIT` at a time.
     """
     current = state if state is not None else SessionState()
-    # Fast path: a run of TurnAdded, each the next seq of a started session, keeps
-    # what `evolve` would change (version, next_index, last_at, the new records) in
-    # locals and builds the state once when the run ends, instead of copying the
-    # state and its turn tuple once per event. Any other event (a redelivered or
-    # out-of-order turn included) ends the run and goes through `evolve`; the
-    # result equals the plain fold, whose horizon (`bound`) is applied when the
-    # run is folded in: within a run the watermarks stand still, so the turns
-    # it retires are the ones each `evolve` would have retired, in order.
-    added: list[TurnRecord] = []
-    version = current.version
-    next_index = current.next_index
-    last_at = current.last_at
-    include = current.config.include_trajectory_digest
-    dated = current.config.include_turn_dates
-    started = current.started
-    keyed = key_prefix(current.key)  # what the ids of the session's keyed writes start with
-    keys: list[str] = []  # the run's idempotency keys (see `_idempotency`)
+    run: list[TurnAdded] = []
     for event in events:
-        if started and isinstance(event, TurnAdded) and event.seq == version + 1:
-            if keyed and event.event_id.startswith(keyed):
-                keys.append(event.event_id)
-            index = event.index
-            if index < next_index:
-                raise _reused_turn_number(index, event.seq, next_index)
-            turn = event.turn
-            at = event.at
-            added.append(
-                TurnRecord(
-                    index=index,
-                    turn=turn,
-                    at=at,
-                    rendered_len=rendered_turn_length(turn, include_digest=include, include_date=dated),
-                )
-            )
-            version = event.seq
-            next_index = index + 1
-            if at > last_at:  # noqa: PLR1730 - max(last_at, at) as evolve takes it, without max()'s 50 ns call
-                last_at = at
-            if len(added) >= _RUN_LIMIT:  # folded in now and then: a replay holds about one horizon
-                current = _fold_run(current, added, version, next_index, last_at)
-                added = []
-                if keys:
-                    current, keys = _with_keys(current, keys, keyed), []
+        if isinstance(event, TurnAdded) and current.started and event.seq == current.version + len(run) + 1:
+            run.append(event)
+            if len(run) == _RUN_LIMIT:  # folded in now and then: a replay holds about one horizon
+                current, run = _turns_added(current, run), []
             continue
-        if version != current.version:
-            current = _fold_run(current, added, version, next_index, last_at)
-            added = []
-        if keys:
-            current, keys = _with_keys(current, keys, keyed), []
+        if run:
+            current, run = _turns_added(current, run), []
         if isinstance(event, SkippedEvent) and on_skipped is not None and event.seq > current.version:
             on_skipped(event)
         current = evolve(current, event)
-        version = current.version
-        next_index = current.next_index
-        last_at = current.last_at
-        include = current.config.include_trajectory_digest
-        dated = current.config.include_turn_dates
-        started = current.started
-        keyed = key_prefix(current.key)
-    if version != current.version:
-        current = _fold_run(current, added, version, next_index, last_at)
-    if keys:
-        current = _with_keys(current, keys, keyed)
-    return current
-
-
-def _fold_run(
-    state: SessionState, added: list[TurnRecord], version: int, next_index: int, last_at: float
-) -> SessionState:
-    """`state` with a run of added turns (each the next seq), as `evolve` would leave it."""
-    turns = (*state.turns, *added)
-    return bound(msgspec_replace(state, turns=turns, version=version, next_index=next_index, last_at=last_at))
-
-
-def _with_keys(state: SessionState, event_ids: list[str], prefix: str) -> SessionState:
-    """`state` remembering the keyed writes of a run's events, as `evolve` would one by one."""
-    keys = remember_keys(state.idempotency_keys, event_ids, prefix, state.config.idempotency_horizon)
-    return msgspec_replace(state, idempotency_keys=keys) if keys is not state.idempotency_keys else state
+    return _turns_added(current, run) if run else current
 
 
 def skipped_from_error(error: UnknownEventType) -> SkippedEvent:

@@ -203,7 +203,7 @@ def _memory_view(memory_type: MemoryType) -> MemoryView:
             return MemoryView(memory_type, Shown.LAST_TURNS, window_messages, WindowMemory)
         case MemoryType.SUMMARY:
             return MemoryView(memory_type, Shown.SUMMARY_THEN_TURNS, summary_messages, SummaryMemory)
-        case MemoryType.ENTITY | MemoryType.BUFFER:
+        case MemoryType.ENTITY:
             return MemoryView(memory_type, Shown.ENTITIES, entity_messages, EntityMemory)
         case _:
             assert_never(memory_type)
