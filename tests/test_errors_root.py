@@ -39,9 +39,6 @@ INTERNAL_SIGNALS = {
     ("adapters/summarizers/_pool.py", "KeyError"),  # a fact without a stem it was indexed by: a bug
     ("adapters/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
     ("adapters/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
-    # The write machinery, which issue 27 item 1 rewrites (engineer "write"): left to that work.
-    ("actors/_session.py", "TypeError"),
-    ("actors/_answers.py", "RuntimeError"),
 }
 """(module, builtin) raises that never reach a caller of convmem, or are left to work under way."""
 

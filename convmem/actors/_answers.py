@@ -17,7 +17,7 @@ import threading
 import weakref
 from typing import Any, TypeVar
 
-from convmem.errors import ConvmemError, OperationTimeout, SessionClosed
+from convmem.errors import ConvmemError, InternalError, OperationTimeout, SessionClosed
 
 __all__ = ["LoopAnswer", "await_for", "wait_for"]
 
@@ -101,7 +101,7 @@ class LoopAnswer:
             if self._state == _CANCELLED:
                 return False
             if self._state != _PENDING:
-                raise RuntimeError("the write's reply was started twice")
+                raise InternalError("the write's reply was started twice")
             self._state = _RUNNING
             return True
 

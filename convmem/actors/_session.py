@@ -41,7 +41,7 @@ from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
 from convmem.actors._storage import SessionStorage
-from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
+from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
@@ -308,7 +308,7 @@ class SessionActor(PooledActor):
             case SaveSnapshot():
                 self._storage.save_snapshot(self.key, message.state, message.event_id)
             case _:
-                raise TypeError(f"session actor got an unknown message {type(message).__name__}")
+                raise InternalError(f"session actor got an unknown message {type(message).__name__}")
 
     # Writes: the step machine's effects, carried out ------------------------------------
 

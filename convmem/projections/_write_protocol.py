@@ -60,7 +60,7 @@ import dataclasses
 import enum
 from collections.abc import Callable
 
-from convmem.errors import ConcurrencyConflict, ConvmemError, SessionClosed
+from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryKey
 from convmem.projections._commands import AddItems, AddTurn, AdoptTurns, Command, StartSession
 from convmem.projections._evolve import replay
@@ -290,12 +290,12 @@ def reread(
     reason = pending.reading
     if reason is Reason.STORED_IDS:
         if stored_ids is None:
-            raise ValueError("a read of stored ids must report them")
+            raise InternalError("a read of stored ids must report them")
         if stored_ids:  # the log kept some of these ids from an earlier attempt: nothing new stored
             return _done(pending, [], None)
         return _decide(pending, None)
     if log_state is None:
-        raise ValueError(f"a read for {reason} must report the log's state")
+        raise InternalError(f"a read for {reason} must report the log's state")
     if reason is Reason.VERIFY:
         mine = replay(pending.events, state=pending.base)
         published = None
