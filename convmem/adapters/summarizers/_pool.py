@@ -27,12 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from convmem.adapters.summarizers._dates import format_day
-from convmem.adapters.summarizers._summary import CLOSE, FACTS, OPEN, SECTIONS, Fact
+from convmem.adapters.summarizers._summary import CLOSE, FACTS, IDENTITY, OPEN, SECTIONS, WEAK, Fact, by_speaker
 
 __all__ = ["Pool"]
 
 BULLET_OVERHEAD = 20
 """Characters added to each fact's cost when ranking: a bullet costs a line and a reader's attention."""
+
+IDENTITY_BONUS = 8
+"""Weight added to the value of a fact that says who someone is (two rare words' worth)."""
+WEAK_SHARE = 2
+"""A question or a caption counts for half its value: statements are preferred."""
 
 _SECTION_OVERHEAD = {"key_facts": 25, "tools_used": 27, "pending": 21}
 """``<name>\\n`` + ``</name>\\n`` for each section."""
@@ -147,8 +152,13 @@ class Pool:
         return "".join(parts)
 
     def _rerank(self, fact: Fact) -> None:
+        value = self.value[fact.key]
+        if fact.kind == IDENTITY:
+            value += IDENTITY_BONUS
+        elif fact.kind == WEAK:
+            value /= WEAK_SHARE
         self._rank[fact.key] = (
-            self.value[fact.key] / (fact.cost + BULLET_OVERHEAD),
+            value / (fact.cost + BULLET_OVERHEAD),
             -1 if fact.day is None else fact.day,
             fact.key,
         )
@@ -162,6 +172,8 @@ class Pool:
 
 def _block(section: str, day: int | None, facts: Iterable[Fact]) -> str:
     header = f"{format_day(day)}:\n" if section == FACTS and day is not None else ""
+    if section == FACTS:
+        facts = by_speaker(facts)
     return header + "".join(f"- {fact.text}\n" for fact in facts)
 
 

@@ -28,10 +28,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from convmem.adapters.summarizers._dates import format_day, parse_day
-from convmem.adapters.summarizers._text import Terms, clean, fact_key, sentences, terms
+from convmem.adapters.summarizers._text import (
+    Terms,
+    clean,
+    fact_key,
+    is_identity,
+    is_question,
+    label_of,
+    sentences,
+    terms,
+    unlabelled,
+)
 
 __all__ = [
     "FACTS",
+    "IDENTITY",
+    "PLAIN",
+    "ROLES",
+    "WEAK",
     "MINIMAL",
     "SECTIONS",
     "Fact",
@@ -53,8 +67,21 @@ _SECTION = re.compile(r"<(key_facts|tools_used|pending)>(.*?)</\1>", re.DOTALL)
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _HEADER = re.compile(r"(\d{1,2} [A-Z][a-z]+ \d{1,4}):")
 _PROSE = re.compile(r"(\d+) turns? summarized(?:, from (.+?) to (.+?)|, on (.+?))?\.")
+_NAMES = re.compile(r"The (user|assistant)'s name is ([^\n:]{1,40})\.")
 _OLD_GIST = re.compile(r"The conversation so far \((\d+) turns?\)")
 _OLD_QUOTE = re.compile(r"Most recently the (?:user|assistant) said: ")
+
+
+ROLES = ("user", "assistant")
+"""The conversation's two speakers, as the turns' fields name them."""
+WEAK, PLAIN, IDENTITY = 0, 1, 2
+"""A fact's kind: a question or a photo's caption gives way to statements; who someone is stays."""
+_CAPTION = "[image: "
+
+
+def caption_text(label: str, caption: str) -> str:
+    """The fact of a shared photo: its caption, marked so that a reader (and `parse`) knows it."""
+    return f"{label}: {_CAPTION}{caption}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +95,24 @@ class Fact:
     terms: Terms
     cost: int
     """Characters of its line: ``- `` + text + line break."""
+    kind: int = PLAIN
+    label: str = ""
+    """Its speaker label ("Alice" of "Alice: I paint."; "" for none): facts are grouped by it."""
 
 
 def make_fact(section: str, text: str, day: int | None) -> Fact:
     """The fact for a cleaned bullet text; a pure function of its three arguments."""
-    key = fact_key(text) if section == FACTS else section + ":" + _item_key(section, text)
-    return Fact(section, text, day if section == FACTS else None, key, terms(text), len(text) + 3)
+    if section != FACTS:
+        key = section + ":" + _item_key(section, text)
+        return Fact(section, text, None, key, terms(text), len(text) + 3)
+    body = unlabelled(text)
+    if body.startswith(_CAPTION) or is_question(body):
+        kind = WEAK
+    elif is_identity(body):
+        kind = IDENTITY
+    else:
+        kind = PLAIN
+    return Fact(section, text, day, fact_key(text), terms(text), len(text) + 3, kind, label_of(text))
 
 
 def _item_key(section: str, text: str) -> str:
@@ -91,16 +130,22 @@ class Parsed:
     turns: int
     first_day: int | None
     last_day: int | None
+    names: dict[str, str]
+    """The speakers' names it gives ("The user is Alice."), by role."""
 
 
-def prose(turns: int, first_day: int | None, last_day: int | None) -> str:
-    """The summary's one line of prose: how many turns, over which days."""
+def prose(turns: int, first_day: int | None, last_day: int | None, names: dict[str, str] | None = None) -> str:
+    """The summary's prose: how many turns, over which days; then who the speakers are, when known."""
     said = f"{turns} turn{'' if turns == 1 else 's'} summarized"
     if first_day is None or last_day is None:
-        return said + "."
-    if first_day == last_day:
-        return f"{said}, on {format_day(first_day)}."
-    return f"{said}, from {format_day(first_day)} to {format_day(last_day)}."
+        said += "."
+    elif first_day == last_day:
+        said = f"{said}, on {format_day(first_day)}."
+    else:
+        said = f"{said}, from {format_day(first_day)} to {format_day(last_day)}."
+    if names:
+        said += "".join(f"\nThe {role}'s name is {names[role]}." for role in ROLES if role in names)
+    return said
 
 
 def render(line: str, facts: Iterable[Fact]) -> str:
@@ -121,7 +166,7 @@ def render(line: str, facts: Iterable[Fact]) -> str:
             for day in sorted(days, key=lambda d: -1 if d is None else d):
                 if day is not None:
                     lines.append(format_day(day) + ":")
-                lines.extend("- " + fact.text for fact in days[day])
+                lines.extend("- " + fact.text for fact in by_speaker(days[day]))
         else:
             lines.extend("- " + fact.text for fact in chosen)
         lines.append(f"</{section}>")
@@ -129,11 +174,22 @@ def render(line: str, facts: Iterable[Fact]) -> str:
     return "\n".join(lines)
 
 
+def by_speaker(facts: Iterable[Fact]) -> list[Fact]:
+    """Facts grouped by speaker (in label order), each speaker's in the order given: what one person
+    said or did sits together, so a question about two people finds both in two runs of lines."""
+    return sorted(facts, key=_label_key)
+
+
+def _label_key(fact: Fact) -> str:
+    return fact.label
+
+
 def parse(summary: str) -> Parsed:
     """The facts and coverage of a previous summary, tagged as `render` writes it or free-form."""
     facts: list[Fact] = []
     counted = [0]
     days: list[int] = []
+    names: dict[str, str] = {}
 
     def free_text(text: str) -> None:
         for raw in text.splitlines():
@@ -145,6 +201,10 @@ def parse(summary: str) -> Parsed:
                     day = parse_day(written) if written else None
                     if day is not None:
                         days.append(day)
+                continue
+            named = _NAMES.fullmatch(line)
+            if named:
+                names[named.group(1)] = named.group(2)
                 continue
             old = _OLD_GIST.match(line)
             if old:
@@ -162,7 +222,7 @@ def parse(summary: str) -> Parsed:
         _section(match.group(1), match.group(2), facts)
         rest = match.end()
     free_text(_TAG.sub("\n", summary[rest:]))
-    return Parsed(tuple(facts), counted[0], min(days, default=None), max(days, default=None))
+    return Parsed(tuple(facts), counted[0], min(days, default=None), max(days, default=None), names)
 
 
 def _section(section: str, body: str, facts: list[Fact]) -> None:

@@ -23,8 +23,16 @@ __all__ = [
     "clean",
     "clip",
     "fact_key",
+    "is_dependent",
+    "is_identity",
+    "is_pleasantry",
     "is_question",
+    "label_of",
+    "addressed_name",
+    "intro_name",
+    "unlabelled",
     "sentences",
+    "split_media",
     "strip_filler",
     "terms",
 ]
@@ -39,16 +47,22 @@ Terms = tuple[tuple[str, int], ...]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # and lone surrogates: UTF-8 cannot carry them
 _TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _SPACES = re.compile(r"\s+")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[.!?…][\"'”’)])\s+|\s*\n\s*")
+_ABBREVIATIONS = "".join(
+    rf"(?<!\b{re.escape(a)})" for a in ("Dr.", "Mr.", "Mrs.", "Ms.", "Mx.", "Prof.", "St.", "Jr.", "Sr.", "vs.", "e.g.", "i.e.")
+)
+_SENTENCE_END = re.compile(rf"(?<=[.!?…]){_ABBREVIATIONS}\s+|(?<=[.!?…][\"'”’)])\s+|\s*\n\s*")
+"""A sentence ends at . ! ? or … and a space (not after a title such as "Dr." or "e.g."), or a line break."""
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-_LABEL = re.compile(r"^(?:User|Assistant|Tools): ")
+_LABEL = re.compile(r"^[^\s:][^:\n]{0,39}: ")
+"""A fact's speaker label ("User: ", "Alice: ", "Dr. Osei: "): not part of what the fact says."""
 _KEY_DROP = re.compile(r"[^\w\s]+")
 _INTERJECTION = (
     r"(?:hey|hi|hello|hiya|yo|wow|whoa|woah|oh|ooh|ah|aw+|aww+|haha+|hah|lol|omg|yeah|yep|yup|yes|no|nope"
     r"|ok|okay|sure|well|so|um+|uh+|hmm+|cool|great|awesome|nice|thanks|thank you|sorry|congrats"
     r"|congratulations|absolutely|definitely|totally|exactly|indeed|right|true|agreed|good|perfect"
-    r"|amazing|wonderful|fantastic|oh my god|oh my gosh|oh wow|oh no|oh yeah|yay|ugh|phew|man|dude)"
+    r"|amazing|wonderful|fantastic|oh my god|oh my gosh|oh wow|oh no|oh yeah|yay|ugh|phew|man|dude"
+    r"|woo+|woohoo|hooray|whew|gosh|geez|jeez|heh|hehe|aha|yikes|bravo|hurray)"
 )
 _LEADING_FILLER = re.compile(
     rf"^(?:{_INTERJECTION}(?:[ ,]+[A-Z][\w'’-]*)?\s*[,!.…~-]+\s*|{_INTERJECTION},?\s+(?=[A-Za-z]))+",
@@ -80,6 +94,7 @@ _STOPWORDS = _words(
     with within without won't would wouldn't yet you you'd you'll you're you've your yours yourself
     yourselves
     hey hi hello hiya yo wow whoa woah oh ooh ah aw aww haha hahaha lol omg yeah yep yup yes nope ok okay
+    woo woohoo hooray whew gosh geez jeez heh hehe yikes bravo ya
     um uh hmm yay ugh phew gonna wanna gotta kinda sorta dunno btw tho cuz cause 'cause
     thanks thank thx pls please sorry congrats congratulations bye goodbye cheers welcome
     great awesome amazing cool nice good glad wonderful fantastic incredible lovely super totally
@@ -177,8 +192,9 @@ def is_question(sentence: str) -> bool:
 def terms(text: str) -> Terms:
     """The weighted content terms of a fact's text (its speaker label left out)."""
     seen: dict[str, int] = {}
-    if text.startswith(("User: ", "Assistant: ", "Tools: ")):
-        text = text[text.index(" ") + 1 :]
+    label = _LABEL.match(text)
+    if label is not None:
+        text = text[label.end() :]
     for found in _WORD.findall(text.lower().replace("’", "'")):
         word = found[:-2] if found.endswith("'s") else found
         if word in _STOPWORDS or (len(word) < 2 and not word.isdigit()):
@@ -193,3 +209,140 @@ def terms(text: str) -> Terms:
 def fact_key(text: str) -> str:
     """What makes two facts the same: their words, case and punctuation aside, speaker left out."""
     return _SPACES.sub(" ", _KEY_DROP.sub(" ", _LABEL.sub("", text, count=1).casefold())).strip()
+
+
+_SPEAKER_LABEL = re.compile(r"[A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){0,3}: ")
+
+
+def label_of(text: str) -> str:
+    """A fact's speaker label ("Alice" of "Alice: I paint."; capitalised words), or "" when it has none
+    ("Selected plan: Pro tier" is a free-text fact, not a line of someone's)."""
+    label = _SPEAKER_LABEL.match(text)
+    return label.group()[:-2] if label is not None else ""
+
+
+def unlabelled(text: str) -> str:
+    """A fact's text without its speaker label."""
+    label = _LABEL.match(text)
+    return text[label.end() :] if label is not None else text
+
+
+# Who people are: self-introductions, roles, relationships. These are facts however few words they
+# have ("I'm Alice.", "My sister Maria."), and a summary keeps them before other facts of equal value.
+_TITLE = r"(?:(?:Dr|Mr|Mrs|Ms|Mx|Prof|Professor|Sir|Dame|Rev)\.?\s+)?"
+_NAME = r"[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*){0,2}"
+_INTRO = re.compile(
+    rf"(?:\bI(?:'m|’m| am)|\b[Mm]y name(?: is|'s|’s)|\b[Cc]all me)\s+({_TITLE}{_NAME})"
+    r"(?=\s*(?:[,.!?;…)]|$|\s(?:and|from|here|by|speaking|but)\b))"
+)
+_KIN = (
+    r"sister|brother|sibling|mom|mum|mother|dad|father|parents?|son|daughter|kids?|child|children|baby"
+    r"|wife|husband|partner|spouse|boyfriend|girlfriend|fianc[eé]e?|friend|best friend|roommate|flatmate"
+    r"|boss|manager|colleague|coworker|co-worker|cousin|aunt|uncle|niece|nephew|grandma|grandmother"
+    r"|grandpa|grandfather|grandparents?|grandson|granddaughter|neighbou?r|mentor|teacher|doctor|therapist"
+    r"|dog|cat|pet|puppy|kitten"
+)
+_IDENTITY = re.compile(
+    rf"\b(?:[Mm]y (?:(?:older|younger|little|big|eldest|oldest|youngest|new|late|step|twin)\s*)?(?:{_KIN})s?\b"
+    r"|I (?:work|worked|am working|'m working|’m working) (?:as|at|for|in)\b"
+    r"|I(?:'m|’m| am) (?:an?|the) (?!(?:bit|little|lot|kind|sort|huge fan|big fan)\b)\w"
+    r"|I(?:'m|’m| am) (?:from|married|engaged|divorced|single|retired|pregnant)\b"
+    r"|I(?:'m|’m| am) \d{1,3}(?: years old)?\b"
+    r"|(?:I have|I've got) (?:a|an|two|three|\d) (?:\w+ )?(?:" + _KIN + r")s?\b)"
+)
+
+
+_TITLES = frozenset("dr mr mrs ms mx prof professor sir dame rev".split())
+_DEMONYM_ENDINGS = ("ish", "ese", "ian", "can", "ean")
+
+
+def intro_name(sentence: str) -> str | None:
+    """The name a self-introduction gives ("Hi, I'm Alice." -> "Alice"), or None."""
+    found = _INTRO.search(sentence)
+    if found is None:
+        return None
+    name = found.group(1)
+    first = name.split()[0].rstrip(".").lower()
+    if first in _TITLES and " " not in name:
+        return None  # "I am Dr. Osei's patient": the title alone is no name
+    if first in _STOPWORDS or first in _COMMON or (len(name) > 6 and name.endswith(_DEMONYM_ENDINGS)):
+        return None  # "I'm Sure", "I am Happy", "I'm Canadian": not a name
+    return name
+
+
+def is_identity(text: str) -> bool:
+    """Whether a fact says who someone is: a name, a role, a relationship, an origin, an age."""
+    return _IDENTITY.search(text) is not None or intro_name(text) is not None
+
+
+_VOCATIVE = re.compile(
+    r"^(?i:hey|hi|hello|hiya|heya|howdy|yo|dear|thanks|thank you|congrats|congratulations|wow|oh|aw+"
+    r"|good morning|good afternoon|good evening|morning|welcome back|bye|goodbye|sorry)[ ,]+(?i:there[ ,]+)?"
+    r"([A-Z][a-z][\w'’-]*)(?=\s*[!,.?…]|\s*$)"
+)
+
+
+def addressed_name(text: str) -> str | None:
+    """The name a message opens by greeting ("Hey Mel! ..." -> "Mel"): the other speaker's, or None."""
+    found = _VOCATIVE.match(text)
+    if found is None:
+        return None
+    name = found.group(1)
+    return None if name.lower() in _STOPWORDS or name.lower() in _COMMON else name
+
+
+_PLEASANTRY = re.compile(
+    r"(?i:(?:(?:ok(?:ay)?|alright|well|anyway|anyways|so)[, ]+)?(?:"
+    r"(?:see|catch|talk to|speak to|chat with|hear from|chat to) (?:you|ya|u|y'all|you all)"
+    r"(?: (?:later|soon|then|around|tomorrow|next time|again|guys))?"
+    r"|take care(?: of yourself)?|bye(?: for now| now)?|good ?night|good ?bye|later|ttyl|cheers"
+    r"|have (?:a|an) (?:good|great|nice|lovely|wonderful|awesome|fun|amazing) (?:one|day|night|evening|weekend|time)"
+    r"|you too|same (?:here|to you)|me too|no problem|no worries|my pleasure|any ?time|sounds (?:good|great)"
+    r"|will do|of course|for sure|good luck|best of luck|keep (?:it )?up|keep in touch|stay safe|enjoy"
+    r"|you got this|you've got this|go for it|glad to hear(?: that| it)?|happy to help|nice to meet you"
+    r"|good to see you|great to see you|great to hear(?: that| it)?|talk soon|miss you|love you"
+    r"|(?:that|this|it)(?:'s|’s| is| was| sounds| looks) (?:so |really |very |just )?(?:great|awesome|amazing|cool"
+    r"|nice|good|wonderful|fantastic|lovely|beautiful|incredible|fun|exciting|sweet|perfect)"
+    r"))(?:[ ,]+(?:[A-Z][\w'’-]*|too|again|so much|a lot))?\s*[!.…~]*"
+)
+
+
+def is_pleasantry(sentence: str) -> bool:
+    """A greeting, thanks, compliment or sign-off with nothing else in it ("Catch ya later!")."""
+    return _PLEASANTRY.fullmatch(sentence) is not None
+
+
+_DEPENDENT = re.compile(
+    r"(?:It|Its|It's|It’s|They|They're|They’re|Them|Their|He|He's|He’s|His|She|She's|She’s|Her"
+    r"|There|Both|Such)\b"
+    r"|(?:That|This|These|Those)(?:'s|’s|\s+(?:is|was|are|were|will|would|can|could|has|had|have|must|might"
+    r"|should|does|did|sounds|looks|seems|means|made|makes|one|ones|too|also|really|just|so)\b|\s*[,!.?…]|$)"
+)
+
+
+def is_dependent(sentence: str) -> bool:
+    """Whether a sentence opens by pointing back ("It was...", "That's why...", "She said..."), so that
+    it means nothing without the sentence before it. "This necklace is..." points at its own noun."""
+    return _DEPENDENT.match(sentence) is not None
+
+
+_MEDIA = re.compile(
+    r"\[(?:(?i:image|img|photo|picture|pic|video|gif|sticker|audio|voice note|attachment|file)(?::\s*([^\]]*))?"
+    r"|(?i:shar(?:ed|es|ing) (?:an? |the )?(?:photo|image|picture|pic|video|gif|link|file)s?)(?:\s+of\s+|:\s*)?([^\]]*))\]"
+)
+
+
+def split_media(text: str) -> tuple[str, list[str]]:
+    """The text without its media annotations ("[image: a photo of ...]", "[shared a photo of ...]"),
+    and their captions."""
+    if "[" not in text:
+        return text, []
+    captions: list[str] = []
+
+    def take(found: re.Match[str]) -> str:
+        caption = clean(found.group(1) or found.group(2) or "")
+        if caption:
+            captions.append(caption)
+        return " "
+
+    return _MEDIA.sub(take, text), captions
