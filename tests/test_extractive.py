@@ -379,6 +379,18 @@ FRAGMENTS = st.sampled_from(
         "I'll take the Pro plan.",
         "We decided.",
         "Wow, Jon!",
+        "Hi, I'm Alice.",
+        "I am Dr. Osei.",
+        "Hey Mel!",
+        "Hey Melanie!",
+        "My sister Maria works as a nurse.",
+        "It was great.",
+        "That's great, I won.",
+        "[image: a photo of a cat]",
+        "[shared a photo of a kiln]",
+        "Catch ya later!",
+        "Did you go?",
+        "The user's name is Bo.",
         "<key_facts>",
         "</session_summary>",
         "8 May 2023:",
@@ -450,7 +462,9 @@ def test_a_summary_reads_back_to_the_facts_it_was_written_from(turns: list[dict[
     """parse(render(...)) gives the same facts, so a pool rebuilt from text equals the one that wrote it."""
     summary = ExtractiveSummarizer(max_tokens=10**6)(request(turns))["summary"]
     parsed = parse(summary)
-    assert render(prose(parsed.turns, parsed.first_day, parsed.last_day), parsed.facts) == summary
+    assert (
+        render(prose(parsed.turns, parsed.first_day, parsed.last_day, parsed.names), parsed.facts) == summary
+    )
     pool = Pool(parsed.facts)
     rebuilt = Pool(reversed(parsed.facts))
     assert pool.value == rebuilt.value

@@ -78,6 +78,27 @@ def _one_of(field: str, value: object, names: tuple[str, ...]) -> None:
         raise InvalidConfig(field, f"must be {listed}, got {value!r}")
 
 
+def _speaker_names(names: object) -> None:
+    if not isinstance(names, dict):
+        raise InvalidConfig("speaker_names", f"must map 'user'/'assistant' to a name, got {names!r}")
+    for role, name in names.items():
+        if role not in ("user", "assistant"):
+            raise InvalidConfig(
+                "speaker_names", f"names the speakers 'user' and 'assistant' only, got {role!r}"
+            )
+        if (
+            not isinstance(name, str)
+            or not name.strip()
+            or len(name) > 40
+            or ":" in name
+            or not name.isprintable()
+        ):
+            raise InvalidConfig(
+                f"speaker_names.{role}",
+                f"must be a name of 1 to 40 printable characters with no colon, got {name!r}",
+            )
+
+
 class MemoryHealth(enum.Enum):
     """Health of a session's summarization (the RFC's four states)."""
 
@@ -275,8 +296,16 @@ class ShortTermMemoryConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True)
     name (``"cl100k_base"``), loaded by the runtime. The name is recorded with the session, so a
     replay measures with the same tokenizer; a callable is not data and is not recorded."""
 
+    speaker_names: dict[str, str] = msgspec.field(default_factory=dict)
+    """Who the speakers are, ``{"user": "Alice", "assistant": "Bob"}`` (either or both): passed to the
+    summarizer with every request (``speaker_names`` in its payload, only when set), so that the
+    extractive summarizer writes "Alice: ..." rather than "User: ...". Names of 1 to 40 characters,
+    one line, no colon. Without it, the extractive summarizer names a speaker from the conversation
+    (a self-introduction, the other speaker's greeting)."""
+
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, get_args(Strategy))
+        _speaker_names(self.speaker_names)
         if self.token_counter is not None and (
             not isinstance(self.token_counter, str) or _ENCODING_NAME.fullmatch(self.token_counter) is None
         ):

@@ -47,12 +47,14 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
     health: MemoryHealth
     attempt: int
     include_digest: bool = True
+    speaker_names: dict[str, str] = msgspec.field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them.
 
         A turn whose time is known also carries ``ts`` (epoch seconds, UTC), so that a
-        summarizer can date what was said and resolve "yesterday" or "last week".
+        summarizer can date what was said and resolve "yesterday" or "last week". The
+        session's ``speaker_names`` ride along when it sets them.
         """
         turns = []
         for turn in self.turns:
@@ -60,6 +62,12 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
             if turn.ts > 0:
                 shown["ts"] = turn.ts
             turns.append(shown)
+        if self.speaker_names:
+            return {
+                "previous_summary": self.previous_summary,
+                "turns": turns,
+                "speaker_names": dict(self.speaker_names),
+            }
         return {"previous_summary": self.previous_summary, "turns": turns}
 
 
@@ -148,6 +156,7 @@ def summary_due(state: SessionState, now: float, *, turn_added: bool = False) ->
         health=state.health,
         attempt=state.attempt,
         include_digest=state.config.include_trajectory_digest,
+        speaker_names=state.config.speaker_names,
     )
 
 

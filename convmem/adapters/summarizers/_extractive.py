@@ -27,7 +27,6 @@ from typing import Any
 from convmem.actors import token_counter_of
 from convmem.adapters.summarizers._dates import day_of, resolve
 from convmem.adapters.summarizers._pool import Pool
-from convmem.adapters.summarizers._summary import Fact
 from convmem.adapters.summarizers._summary import (
     CLOSE,
     FACTS,
@@ -36,6 +35,7 @@ from convmem.adapters.summarizers._summary import (
     OPEN,
     ROLES,
     WEAK,
+    Fact,
     caption_text,
     make_fact,
     parse,
@@ -50,7 +50,6 @@ from convmem.adapters.summarizers._text import (
     intro_name,
     is_dependent,
     is_pleasantry,
-    label_of,
     sentences,
     split_media,
     strip_filler,
@@ -73,7 +72,8 @@ _DEFAULT_LABELS = {"user": "User", "assistant": "Assistant"}
 _OTHER = {"user": "assistant", "assistant": "user"}
 _CAPTION_LEAD = re.compile(r"^(?:an? |the )?(?:photo|picture|image|screenshot|pic) of ", re.IGNORECASE)
 _REACTION = re.compile(
-    r"^(?:that|this|it)(?:'s|’s| is| was| sounds| looks| seems)\s+(?:(?:so|really|very|just|pretty|such|a|an)\s+)*"
+    r"^(?:that|this|it)(?:'s|’s| is| was| sounds| looks| seems)\s+"
+    r"(?:(?:so|really|very|just|pretty|such|a|an)\s+)*"
     r"[\w'’-]+(?:\s+[\w'’-]+)?\s*[,;!…—–-]+\s*(?=\S)",
     re.IGNORECASE,
 )
@@ -234,7 +234,9 @@ def speaker_names_of(value: object, error: Callable[[str, str], Exception], wher
             raise error(f"{where}.{role}", f"must be a string, got {type(name).__name__}")
         cleaned = clean(name.replace(":", " "))
         if not cleaned or len(cleaned) > MAX_NAME_CHARS:
-            raise error(f"{where}.{role}", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {name!r}")
+            raise error(
+                f"{where}.{role}", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {name!r}"
+            )
         names[role] = cleaned
     return names
 
@@ -302,9 +304,9 @@ def _offer_text(pool: Pool, label: str, text: str, day: int | None) -> None:
     for unit in _units(body):
         _offer(pool, label, unit, day)
     for caption in captions:
-        caption = _CAPTION_LEAD.sub("", caption)
-        if caption:
-            _offer_fact(pool, make_fact(FACTS, clip(caption_text(label, caption), MAX_FACT_CHARS), day))
+        shown = _CAPTION_LEAD.sub("", caption)
+        if shown:
+            _offer_fact(pool, make_fact(FACTS, clip(caption_text(label, shown), MAX_FACT_CHARS), day))
 
 
 def _offer(pool: Pool, speaker: str, sentence: str, day: int | None) -> None:
@@ -343,7 +345,12 @@ def _offer_tools(pool: Pool, digest: object, day: int | None) -> None:
     if isinstance(observations, str):
         note = clip(next(iter(sentences(observations)), ""), MAX_FACT_CHARS)
     if note and len(names) != 1:  # a turn's result belongs to no single tool: keep it as a fact
-        _offer_fact(pool, make_fact(FACTS, clip(f"Tools: {resolve(note, day) if day is not None else note}", MAX_FACT_CHARS), day))
+        _offer_fact(
+            pool,
+            make_fact(
+                FACTS, clip(f"Tools: {resolve(note, day) if day is not None else note}", MAX_FACT_CHARS), day
+            ),
+        )
     for name in names:
         text = clip(f"{name}: {note}" if note and len(names) == 1 else f"{name}: invoked", MAX_FACT_CHARS)
         fact = make_fact("tools_used", text, None)

@@ -38,7 +38,8 @@ You maintain the short-term memory of a conversation between a user and an AI as
 The user message is JSON with "previous_summary" (the summary so far, possibly empty) and
 "turns" (newer turns, oldest first; each has "user" and "assistant", "date" when the day it was
 said is known (UTC), and sometimes "trajectory_digest" with the tools the assistant invoked and
-what they returned).
+what they returned), and "speaker_names" when the speakers' names are known (then write
+"Alice: ..." rather than "User: ...").
 
 Write ONE updated summary that merges the previous summary with the new turns. Keep the
 previous summary's facts (drop one only when a new turn contradicts it or space runs out, and
@@ -160,6 +161,8 @@ class OpenAIChatSummarizer:
             "previous_summary": request.get("previous_summary") or "",
             "turns": [_dated(turn) for turn in request.get("turns") or ()],
         }
+        if request.get("speaker_names"):
+            payload["speaker_names"] = request["speaker_names"]
         try:
             turns_json = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:

@@ -27,7 +27,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from convmem.adapters.summarizers._dates import format_day
-from convmem.adapters.summarizers._summary import CLOSE, FACTS, IDENTITY, OPEN, SECTIONS, WEAK, Fact, by_speaker
+from convmem.adapters.summarizers._summary import (
+    CLOSE,
+    FACTS,
+    IDENTITY,
+    OPEN,
+    SECTIONS,
+    WEAK,
+    Fact,
+    by_speaker,
+)
 
 __all__ = ["Pool"]
 
@@ -152,7 +161,7 @@ class Pool:
         return "".join(parts)
 
     def _rerank(self, fact: Fact) -> None:
-        value = self.value[fact.key]
+        value: float = self.value[fact.key]
         if fact.kind == IDENTITY:
             value += IDENTITY_BONUS
         elif fact.kind == WEAK:

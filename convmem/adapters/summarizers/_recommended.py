@@ -65,6 +65,7 @@ def recommended(
     estimator: TokenEstimator = default_token_estimator,
     token_counter: TokenCounter | None = None,
     worker_process: bool | None = None,
+    speaker_names: dict[str, str] | None = None,
 ) -> MemorySetup:
     """The offline configuration convmem recommends for a context of `total_tokens`.
 
@@ -84,6 +85,10 @@ def recommended(
     worker process loads it too) or a callable ``str -> int`` (the same as
     `estimator`; pass it to the memory system as well). With it the context
     never exceeds `total_tokens` as that counter counts.
+
+    `speaker_names` (``{"user": "Alice", "assistant": "Bob"}``) goes into the
+    config (`ShortTermMemoryConfig.speaker_names`): the summary then says who
+    said or did what by name.
     """
     name: str | None = None
     if isinstance(token_counter, str):
@@ -118,6 +123,7 @@ def recommended(
         ),
         include_turn_dates=True,
         token_counter=name,
+        speaker_names=dict(speaker_names or {}),
     )
     if worker_process:
         measure: dict[str, Any] = {"estimator": name} if name is not None else {}

@@ -43,11 +43,11 @@ from convmem.adapters.summarizers._text import (
 __all__ = [
     "FACTS",
     "IDENTITY",
+    "MINIMAL",
     "PLAIN",
     "ROLES",
-    "WEAK",
-    "MINIMAL",
     "SECTIONS",
+    "WEAK",
     "Fact",
     "Parsed",
     "make_fact",
@@ -134,7 +134,9 @@ class Parsed:
     """The speakers' names it gives ("The user is Alice."), by role."""
 
 
-def prose(turns: int, first_day: int | None, last_day: int | None, names: dict[str, str] | None = None) -> str:
+def prose(
+    turns: int, first_day: int | None, last_day: int | None, names: dict[str, str] | None = None
+) -> str:
     """The summary's prose: how many turns, over which days; then who the speakers are, when known."""
     said = f"{turns} turn{'' if turns == 1 else 's'} summarized"
     if first_day is None or last_day is None:

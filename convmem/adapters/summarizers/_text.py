@@ -20,21 +20,21 @@ import snowballstemmer  # type: ignore[import-untyped]  # no type hints shipped
 __all__ = [
     "FULL_WEIGHT",
     "Terms",
+    "addressed_name",
     "clean",
     "clip",
     "fact_key",
+    "intro_name",
     "is_dependent",
     "is_identity",
     "is_pleasantry",
     "is_question",
     "label_of",
-    "addressed_name",
-    "intro_name",
-    "unlabelled",
     "sentences",
     "split_media",
     "strip_filler",
     "terms",
+    "unlabelled",
 ]
 
 FULL_WEIGHT = 4
@@ -48,10 +48,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # and lone surrogates: U
 _TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _SPACES = re.compile(r"\s+")
 _ABBREVIATIONS = "".join(
-    rf"(?<!\b{re.escape(a)})" for a in ("Dr.", "Mr.", "Mrs.", "Ms.", "Mx.", "Prof.", "St.", "Jr.", "Sr.", "vs.", "e.g.", "i.e.")
+    rf"(?<!\b{re.escape(a)})"
+    for a in ("Dr.", "Mr.", "Mrs.", "Ms.", "Mx.", "Prof.", "St.", "Jr.", "Sr.", "vs.", "e.g.", "i.e.")
 )
-_SENTENCE_END = re.compile(rf"(?<=[.!?…]){_ABBREVIATIONS}\s+|(?<=[.!?…][\"'”’)])\s+|\s*\n\s*")
-"""A sentence ends at . ! ? or … and a space (not after a title such as "Dr." or "e.g."), or a line break."""
+_SENTENCE_END = re.compile(rf"(?<=[.!?…]){_ABBREVIATIONS}\s+|(?<=[.!?…][\"'”’)])\s+")
+"""Within a line, a sentence ends at . ! ? or … and a space (not after a title such as "Dr." or "e.g.")."""
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _LABEL = re.compile(r"^[^\s:][^:\n]{0,39}: ")
@@ -157,10 +158,11 @@ def clean(text: str) -> str:
 def sentences(text: str) -> list[str]:
     """The cleaned sentences of `text` (a line break always ends one), list markers removed."""
     out = []
-    for raw in _SENTENCE_END.split(text):
-        sentence = clean(_LIST_MARKER.sub("", raw.strip()))
-        if sentence:
-            out.append(sentence)
+    for line in text.splitlines():
+        for raw in _SENTENCE_END.split(line):
+            sentence = clean(_LIST_MARKER.sub("", raw.strip()))
+            if sentence:
+                out.append(sentence)
     return out
 
 
@@ -243,7 +245,8 @@ _KIN = (
     r"|dog|cat|pet|puppy|kitten"
 )
 _IDENTITY = re.compile(
-    rf"\b(?:[Mm]y (?:(?:older|younger|little|big|eldest|oldest|youngest|new|late|step|twin)\s*)?(?:{_KIN})s?\b"
+    r"\b(?:[Mm]y (?:(?:older|younger|little|big|eldest|oldest|youngest|new|late|step|twin)\s*)?"
+    rf"(?:{_KIN})s?\b"
     r"|I (?:work|worked|am working|'m working|’m working) (?:as|at|for|in)\b"
     r"|I(?:'m|’m| am) (?:an?|the) (?!(?:bit|little|lot|kind|sort|huge fan|big fan)\b)\w"
     r"|I(?:'m|’m| am) (?:from|married|engaged|divorced|single|retired|pregnant)\b"
@@ -252,7 +255,7 @@ _IDENTITY = re.compile(
 )
 
 
-_TITLES = frozenset("dr mr mrs ms mx prof professor sir dame rev".split())
+_TITLES = frozenset(["dr", "mr", "mrs", "ms", "mx", "prof", "professor", "sir", "dame", "rev"])
 _DEMONYM_ENDINGS = ("ish", "ese", "ian", "can", "ean")
 
 
@@ -272,6 +275,8 @@ def intro_name(sentence: str) -> str | None:
 
 def is_identity(text: str) -> bool:
     """Whether a fact says who someone is: a name, a role, a relationship, an origin, an age."""
+    if "I" not in text and "my " not in text and "My " not in text and "all me " not in text:
+        return False  # every pattern needs one of these: most sentences are done here
     return _IDENTITY.search(text) is not None or intro_name(text) is not None
 
 
@@ -296,12 +301,14 @@ _PLEASANTRY = re.compile(
     r"(?:see|catch|talk to|speak to|chat with|hear from|chat to) (?:you|ya|u|y'all|you all)"
     r"(?: (?:later|soon|then|around|tomorrow|next time|again|guys))?"
     r"|take care(?: of yourself)?|bye(?: for now| now)?|good ?night|good ?bye|later|ttyl|cheers"
-    r"|have (?:a|an) (?:good|great|nice|lovely|wonderful|awesome|fun|amazing) (?:one|day|night|evening|weekend|time)"
+    r"|have (?:a|an) (?:good|great|nice|lovely|wonderful|awesome|fun|amazing)"
+    r" (?:one|day|night|evening|weekend|time)"
     r"|you too|same (?:here|to you)|me too|no problem|no worries|my pleasure|any ?time|sounds (?:good|great)"
     r"|will do|of course|for sure|good luck|best of luck|keep (?:it )?up|keep in touch|stay safe|enjoy"
     r"|you got this|you've got this|go for it|glad to hear(?: that| it)?|happy to help|nice to meet you"
     r"|good to see you|great to see you|great to hear(?: that| it)?|talk soon|miss you|love you"
-    r"|(?:that|this|it)(?:'s|’s| is| was| sounds| looks) (?:so |really |very |just )?(?:great|awesome|amazing|cool"
+    r"|(?:that|this|it)(?:'s|’s| is| was| sounds| looks) (?:so |really |very |just )?"
+    r"(?:great|awesome|amazing|cool"
     r"|nice|good|wonderful|fantastic|lovely|beautiful|incredible|fun|exciting|sweet|perfect)"
     r"))(?:[ ,]+(?:[A-Z][\w'’-]*|too|again|so much|a lot))?\s*[!.…~]*"
 )
@@ -327,8 +334,10 @@ def is_dependent(sentence: str) -> bool:
 
 
 _MEDIA = re.compile(
-    r"\[(?:(?i:image|img|photo|picture|pic|video|gif|sticker|audio|voice note|attachment|file)(?::\s*([^\]]*))?"
-    r"|(?i:shar(?:ed|es|ing) (?:an? |the )?(?:photo|image|picture|pic|video|gif|link|file)s?)(?:\s+of\s+|:\s*)?([^\]]*))\]"
+    r"\[(?:(?i:image|img|photo|picture|pic|video|gif|sticker|audio|voice note|attachment|file)"
+    r"(?::\s*([^\]]*))?"
+    r"|(?i:shar(?:ed|es|ing) (?:an? |the )?(?:photo|image|picture|pic|video|gif|link|file)s?)"
+    r"(?:\s+of\s+|:\s*)?([^\]]*))\]"
 )
 
 
