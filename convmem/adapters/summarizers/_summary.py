@@ -30,14 +30,16 @@ from dataclasses import dataclass
 from convmem.adapters.summarizers._dates import format_day, parse_day
 from convmem.adapters.summarizers._text import (
     Terms,
+    body_key,
+    body_terms,
     clean,
     fact_key,
     is_identity,
     is_question,
-    label_of,
     sentences,
+    speaker_label,
+    split_label,
     terms,
-    unlabelled,
 )
 
 __all__ = [
@@ -105,14 +107,16 @@ def make_fact(section: str, text: str, day: int | None) -> Fact:
     if section != FACTS:
         key = section + ":" + _item_key(section, text)
         return Fact(section, text, None, key, terms(text), len(text) + 3)
-    body = unlabelled(text)
+    label, body = split_label(text)
     if body.startswith(_CAPTION) or is_question(body):
         kind = WEAK
     elif is_identity(body):
         kind = IDENTITY
     else:
         kind = PLAIN
-    return Fact(section, text, day, fact_key(text), terms(text), len(text) + 3, kind, label_of(text))
+    return Fact(
+        section, text, day, body_key(body), body_terms(body), len(text) + 3, kind, speaker_label(label)
+    )
 
 
 def _item_key(section: str, text: str) -> str:

@@ -21,6 +21,8 @@ __all__ = [
     "FULL_WEIGHT",
     "Terms",
     "addressed_name",
+    "body_key",
+    "body_terms",
     "clean",
     "clip",
     "fact_key",
@@ -31,6 +33,8 @@ __all__ = [
     "is_question",
     "label_of",
     "sentences",
+    "speaker_label",
+    "split_label",
     "split_media",
     "strip_filler",
     "terms",
@@ -55,8 +59,6 @@ _SENTENCE_END = re.compile(rf"(?<=[.!?…]){_ABBREVIATIONS}\s+|(?<=[.!?…][\"'�
 """Within a line, a sentence ends at . ! ? or … and a space (not after a title such as "Dr." or "e.g.")."""
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-_LABEL = re.compile(r"^[^\s:][^:\n]{0,39}: ")
-"""A fact's speaker label ("User: ", "Alice: ", "Dr. Osei: "): not part of what the fact says."""
 _KEY_DROP = re.compile(r"[^\w\s]+")
 _INTERJECTION = (
     r"(?:hey|hi|hello|hiya|yo|wow|whoa|woah|oh|ooh|ah|aw+|aww+|haha+|hah|lol|omg|yeah|yep|yup|yes|no|nope"
@@ -191,13 +193,24 @@ def is_question(sentence: str) -> bool:
     return sentence.rstrip("\"'”’) ").endswith("?")
 
 
+def split_label(text: str) -> tuple[str, str]:
+    """A fact's speaker label and the rest ("Alice: I paint." -> ("Alice", "I paint.")); ("", text) when
+    it has none. The label is 1 to 40 characters, no colon or line break, not opening with a blank."""
+    cut = text.find(": ", 1, 42)
+    if cut < 0 or text[0].isspace() or ":" in text[:cut] or "\n" in text[:cut]:
+        return "", text
+    return text[:cut], text[cut + 2 :]
+
+
 def terms(text: str) -> Terms:
     """The weighted content terms of a fact's text (its speaker label left out)."""
+    return body_terms(split_label(text)[1])
+
+
+def body_terms(body: str) -> Terms:
+    """The weighted content terms of a text with no label."""
     seen: dict[str, int] = {}
-    label = _LABEL.match(text)
-    if label is not None:
-        text = text[label.end() :]
-    for found in _WORD.findall(text.lower().replace("’", "'")):
+    for found in _WORD.findall(body.lower().replace("’", "'")):
         word = found[:-2] if found.endswith("'s") else found
         if word in _STOPWORDS or (len(word) < 2 and not word.isdigit()):
             continue
@@ -210,23 +223,31 @@ def terms(text: str) -> Terms:
 
 def fact_key(text: str) -> str:
     """What makes two facts the same: their words, case and punctuation aside, speaker left out."""
-    return _SPACES.sub(" ", _KEY_DROP.sub(" ", _LABEL.sub("", text, count=1).casefold())).strip()
+    return body_key(split_label(text)[1])
 
 
-_SPEAKER_LABEL = re.compile(r"[A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){0,3}: ")
+def body_key(body: str) -> str:
+    """`fact_key` of a text with no label."""
+    return _SPACES.sub(" ", _KEY_DROP.sub(" ", body.casefold())).strip()
+
+
+_SPEAKER_LABEL = re.compile(r"[A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){0,3}")
+
+
+def speaker_label(label: str) -> str:
+    """`label` when it is a speaker's (capitalised words: "Alice", "Dr. Osei"), else "" ("Selected
+    plan: Pro tier" is a free-text fact, not a line of someone's)."""
+    return label if label and _SPEAKER_LABEL.fullmatch(label) is not None else ""
 
 
 def label_of(text: str) -> str:
-    """A fact's speaker label ("Alice" of "Alice: I paint."; capitalised words), or "" when it has none
-    ("Selected plan: Pro tier" is a free-text fact, not a line of someone's)."""
-    label = _SPEAKER_LABEL.match(text)
-    return label.group()[:-2] if label is not None else ""
+    """A fact's speaker label ("Alice" of "Alice: I paint."), or "" when it has none."""
+    return speaker_label(split_label(text)[0])
 
 
 def unlabelled(text: str) -> str:
     """A fact's text without its speaker label."""
-    label = _LABEL.match(text)
-    return text[label.end() :] if label is not None else text
+    return split_label(text)[1]
 
 
 # Who people are: self-introductions, roles, relationships. These are facts however few words they
