@@ -4,12 +4,12 @@
   and `AsyncSessionHandle` (`_handles`, whose write operations are written
   once in `_operations`, answered through `_answers`).
 - `LiveSessions` (`_live`) keeps the live `SessionActor`s (`_session`) on a
-  `Dispatcher`'s threads (`_dispatch`); a session sees the system only as its
-  `SessionHost`. A write's rules are the pure step machine of
-  `convmem.projections._write_protocol`; the actor carries out its effects,
-  and a write without an idempotency key gets a fresh command id (`_ids`). Sessions leave
-  the live set through `_leave`; their state and view stay in the
-  byte-bounded `IdleCache` (`_idle`), which serves reads with no actor.
+  `Dispatcher`'s threads (`_dispatch`), and is their `SessionHost`.
+  A write's rules are the pure step machine of `convmem.projections._write_protocol`;
+  the actor carries out its effects, and a write without an idempotency key
+  gets a fresh command id (`_ids`). Sessions leave the live set through
+  `_leave`; their state and view stay in the byte-bounded `IdleCache`
+  (`_idle`), which serves reads with no actor.
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
   snapshots; rebuilding in `_load`, which counts a session's version as every
   log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`

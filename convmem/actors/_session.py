@@ -1,32 +1,24 @@
 """`SessionActor`: a thin shell around `decide` and `evolve` for one live session.
 
 A write's rules are the pure step machine of `convmem.projections._write_protocol`;
-the actor only carries out each effect it returns (append these events after
-this seq; read the log; done: publish, answer) and reports back what the log
-said. The state changes only by applying acknowledged events, so it always
-equals a replay of the log; a caller is answered only after the log
-acknowledged. The actor also schedules what follows a write: summaries,
-snapshots, flushes.
-
-Where an effect is carried out is the performance machinery: a write runs on
+the actor carries out each effect it returns (append; read the log; done:
+publish, answer) and reports what the log said, so the state always equals a
+replay of the log and a caller is answered only after the log acknowledged.
+How an effect is carried out is the performance machinery: a write runs on
 whoever holds the actor (a caller's thread or event loop that claimed it, or a
-dispatcher thread); an append on a `LoopEventLog` is begun without waiting and
-settled on the log's loop while the actor stays held (no thread waits for the
-network); a read of the log is never made on an event loop: the write goes
-back to the actor's own thread as its next message (`PooledActor.requeue`) and
-resumes there.
+dispatcher thread); an append on a `LoopEventLog` is settled on the log's loop
+while the actor stays held; the log is never read on an event loop (the write
+goes back to the actor's own thread as its next message, `PooledActor.requeue`).
+The actor also schedules what follows a write: summaries, snapshots, flushes.
 
 Readers never queue behind writers: they read the latest published state
-from the session's `StateCell` directly.
-
-Every message is of a closed set; the actor never lets an exception escape
-into pykka.
+from the session's `StateCell` directly. Every message is of a closed set;
+the actor never lets an exception escape into pykka.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import time
 from typing import Any, Protocol
@@ -94,14 +86,9 @@ class StateCell:
 
 
 class Write:
-    """A write for the session: its command, its caller's answer, and, once begun, where it stands.
-
-    `reply` is settled with the stored events or the error; None for the
-    session's own writes (a summary's outcome), whose failures are logged.
-    `command_id` is the caller's idempotency key. `pending` and `reading` are
-    the step machine's write and the read it resumes with, when it went back
-    to the actor's thread to read the log.
-    """
+    """A write for the session: its command, its caller's answer (None for the session's own, whose
+    failures are logged), the caller's idempotency key, and, while it waits to read the log on the
+    actor's thread, the step machine's write and the read it resumes with."""
 
     __slots__ = ("command", "command_id", "pending", "reading", "reply")
 
@@ -114,15 +101,9 @@ class Write:
         self.pending: PendingWrite | None = None
         self.reading: ReadLog | None = None
 
-    def __repr__(self) -> str:
-        return f"Write({type(self.command).__name__})"
-
 
 class _Appending:
-    """The settle of one append under way: the log reports its outcome here, once.
-
-    It holds the actor from the append's start until the outcome is carried on.
-    """
+    """The settle of one append under way (the log reports its outcome here, once); it holds the actor."""
 
     __slots__ = ("_actor", "_open", "pending", "started", "write")
 
@@ -147,12 +128,12 @@ class _Appending:
     def set_result(self, last: int, /) -> None:
         if self._open:
             self._open = False
-            self._actor._acknowledged(self, last)
+            self._actor._settled(self, last)
 
     def set_exception(self, exception: BaseException, /) -> None:
         if self._open:
             self._open = False
-            self._actor._failed(self, exception)
+            self._actor._settled(self, exception)
 
 
 class Flush(msgspec.Struct, frozen=True):
@@ -188,41 +169,23 @@ Message = Write | Flush | Wake | SummaryTimedOut | SummaryDone | Refresh | SaveS
 
 
 class SessionHost(Protocol):
-    """What a session actor sees of the system that runs it (`LiveSessions` is the one).
+    """What a session actor sees of the system that runs it (`LiveSessions`): its threads, clock,
+    metrics, storage and services; `notify` fires the callbacks, `tell` reaches a live session,
+    `stopped` hands back what a stopping actor still held."""
 
-    Its threads, its clock and metrics, where events and snapshots are kept
-    (`storage`), what each session runs with (`services`: configuration,
-    estimator, summarizer), the callbacks (`notify`), and the registry's two
-    doors: `tell` reaches a live session, `stopped` hands back what a
-    stopping actor still held.
-    """
+    dispatcher: Dispatcher
+    clock: Clock
+    metrics: Metrics
+    storage: SessionStorage
+    services: ServiceRegistry
 
-    @property
-    def dispatcher(self) -> Dispatcher: ...
+    def notify(
+        self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]
+    ) -> None: ...
 
-    @property
-    def clock(self) -> Clock: ...
+    def tell(self, key: MemoryKey, message: Message) -> bool: ...
 
-    @property
-    def metrics(self) -> Metrics: ...
-
-    @property
-    def storage(self) -> SessionStorage: ...
-
-    @property
-    def services(self) -> ServiceRegistry: ...
-
-    def notify(self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]) -> None:
-        """A write stored `events`, taking the session from `old` to `new`."""
-        ...
-
-    def tell(self, key: MemoryKey, message: Message) -> bool:
-        """Deliver `message` to the session if it is live; False when it is not."""
-        ...
-
-    def stopped(self, key: MemoryKey, ref: pykka.ActorRef[Any], leftovers: list[Message]) -> None:
-        """The session's actor `ref` stopped; `leftovers` go to the session's next activation."""
-        ...
+    def stopped(self, key: MemoryKey, ref: pykka.ActorRef[Any], leftovers: list[Message]) -> None: ...
 
 
 class SessionActor(PooledActor):
@@ -333,7 +296,7 @@ class SessionActor(PooledActor):
                     doubts=self._doubts,
                 )
             except Exception as exc:  # the last line of defence (a refusal is an effect, not an error)
-                self._end(write, None, exc)
+                self._end(write, self._unexpected(None, exc))
                 return
         self._carry_out(write, pending, effect, can_read=not self.on_loop, held=False)
 
@@ -342,10 +305,8 @@ class SessionActor(PooledActor):
     ) -> None:
         """Do what `effect` says, and what follows, until the write waits for the log or is done.
 
-        `held`: the caller holds the actor for this write (an append's settle)
-        and this hands that hold on or lets it go. The log is read only where
-        `can_read` (on the actor's own thread); elsewhere the write goes back
-        there as the actor's next message.
+        `held`: the caller (an append's settle) holds the actor for this write, and this passes the
+        hold on or lets it go. The log is read only where `can_read` (the actor's own thread).
         """
         while True:
             try:
@@ -357,13 +318,13 @@ class SessionActor(PooledActor):
                     break
                 pending, effect = self._read(pending, effect)
             except Exception as exc:  # the log could not be read, or the last line of defence
-                self._end(write, pending, exc, held=held)
+                self._end(write, self._unexpected(pending, exc), held=held)
                 return
         if isinstance(effect, Done):
             self._end(write, effect, held=held)
             return
         if isinstance(effect, ReadLog):  # it runs next, on a dispatcher thread, and lets go of the hold
-            write.pending, write.reading = pending, dataclasses.replace(effect, published=None)
+            write.pending, write.reading = pending, msgspec.structs.replace(effect, published=None)
             if not held:
                 self.hold()
             self.requeue(write)
@@ -390,59 +351,48 @@ class SessionActor(PooledActor):
             return reread(pending, self.state, None)  # nobody else wrote: the log's state is ours
         return reread(pending, self._load(), None)
 
-    def _acknowledged(self, appending: _Appending, last: int) -> None:
-        """The log stored the append (on whichever thread learns of it, the actor still held)."""
+    def _settled(self, appending: _Appending, outcome: int | BaseException) -> None:
+        """The log settled the append (on whichever thread learns of it), the actor still held for it."""
         try:
-            pending, effect = acknowledged(appending.pending, last)
-            if not (isinstance(effect, ReadLog) and effect.reason is Reason.RECHECK):
-                self.metrics.observe_append(time.perf_counter() - appending.started)
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, ConcurrencyConflict):
+                    self._host.metrics.count("conflicts")
+                pending, effect = failed(appending.pending, outcome)
+            else:
+                pending, effect = acknowledged(appending.pending, outcome)
+                if not (isinstance(effect, ReadLog) and effect.reason is Reason.RECHECK):
+                    self._host.metrics.observe_append(time.perf_counter() - appending.started)
         except Exception as exc:  # the last line of defence, as a handler's
-            self._end(appending.write, appending.pending, exc, held=True)
+            self._end(appending.write, self._unexpected(appending.pending, exc), held=True)
             return
         self._carry_out(appending.write, pending, effect, can_read=False, held=True)
 
-    def _failed(self, appending: _Appending, error: BaseException) -> None:
-        """The append failed (on whichever thread learns of it, the actor still held)."""
-        if isinstance(error, ConcurrencyConflict):
-            self.metrics.count("conflicts")
-        pending, effect = failed(appending.pending, error)
-        self._carry_out(appending.write, pending, effect, can_read=False, held=True)
+    def _unexpected(self, pending: PendingWrite | None, error: Exception) -> Done:
+        """The end of a write cut short by `error`: the log could not be read, or a bug (logged)."""
+        if not isinstance(error, ConvmemError):
+            _log.error("session %s: unexpected failure of a write", self.key, exc_info=error)
+        return Done(error, self.state, self._doubts if pending is None else pending.doubts)
 
-    def _end(
-        self,
-        write: Write,
-        done: Done | PendingWrite | None,
-        error: Exception | None = None,
-        *,
-        held: bool = False,
-    ) -> None:
-        """The write is over: schedule what follows, let go of the actor when `held`, answer the caller.
-
-        `done` is the step machine's last effect, or, for an `error` raised
-        outside the rules, the write as it stood. The answer goes last: a
-        caller that writes again at once finds the session free.
-        """
-        outcome: list[AnyEvent] | Exception
-        if isinstance(done, Done):
-            self._doubts, outcome, grew = done.doubts, done.answer, done.grew
+    def _end(self, write: Write, done: Done, *, held: bool = False) -> None:
+        """The write is over: ask for a summary when one fell due, else keep the timers and flushes right;
+        let go of the actor when `held`; answer the caller last (writing again at once, it finds the
+        session free)."""
+        self._doubts, outcome = done.doubts, done.answer
+        failure = isinstance(outcome, Exception)
+        kind = type(outcome if failure else write.command).__name__
+        self._host.metrics.count(f"write_errors.{kind}" if failure else f"writes.{kind}")
+        now = self._host.clock.now()
+        if self._in_flight is None and summary_due(self.state, now, turn_added=done.grew) is not None:
+            self.actor_ref.tell(
+                Wake(done.grew)
+            )  # a full summarizer queue stores a failure: a write of its own
         else:
-            assert error is not None
-            if done is not None:
-                self._doubts = done.doubts
-            if not isinstance(error, ConvmemError):
-                _log.error("session %s: unexpected failure of a write", self.key, exc_info=error)
-            outcome, grew = error, False
-        metrics = self.metrics
-        if isinstance(outcome, Exception):
-            metrics.count(f"write_errors.{type(outcome).__name__}")
-        else:
-            metrics.count(f"writes.{type(write.command).__name__}")
-        self.written(grew=grew)
+            self._schedule()
         if held:
             self.let_go()
         reply = write.reply
         if reply is None:
-            if isinstance(outcome, Exception):
+            if failure:
                 _log.warning("session %s: %s not stored: %s", self.key, type(write.command).__name__, outcome)
         elif reply.done():
             pass  # answered already (the caller's answer was cancelled: it gave up waiting)
@@ -450,10 +400,6 @@ class SessionActor(PooledActor):
             reply.set_exception(outcome)
         else:
             reply.set_result(outcome)
-
-    @property
-    def metrics(self) -> Metrics:
-        return self._host.metrics
 
     def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
         services = self._services
@@ -485,14 +431,6 @@ class SessionActor(PooledActor):
                 self._storage.save_snapshot(self.key, state, events[-1].event_id)
             else:  # settled on the log's loop, where saving would wait for that loop: after this write
                 self.actor_ref.tell(SaveSnapshot(state, events[-1].event_id))
-
-    def written(self, *, grew: bool) -> None:
-        """A write ended: ask for a summary when one fell due, else keep the timers and flushes right."""
-        now = self._host.clock.now()
-        if self._in_flight is None and summary_due(self.state, now, turn_added=grew) is not None:
-            self.actor_ref.tell(Wake(grew))  # a full summarizer queue stores a failure: a write of its own
-        else:
-            self._schedule()
 
     # Summaries -----------------------------------------------------------------------
 

@@ -2,14 +2,13 @@
 
 One object for everything a session keeps outside memory: rebuilding a
 session (`load`: snapshot plus the log's tail), beginning a write's append
-(`start_append`: on the log's own loop when it is a `LoopEventLog`, else
+(`appender`: on the log's own loop when it is a `LoopEventLog`, else
 right here), reading what the log holds, and saving snapshots (never
 failing a write for want of one: a lost snapshot only costs a longer replay).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -63,35 +62,28 @@ class SessionStorage:
         """Every stored event of `key`, still encoded."""
         return self.log.read(key)
 
-    def start_append(
-        self, key: MemoryKey, events: Sequence[Event], expected_seq: int, settle: Settle[int]
-    ) -> None:
-        """Begin appending `events` after `expected_seq`; `settle` gets the outcome.
-
-        A `LoopEventLog` settles it later, on its loop. A plain log appends
-        here and settles it before this returns. Raises only what stops the
-        append from starting at all (an interrupt of the calling thread).
-        """
-        if self.loop_log is not None:
-            self.loop_log.start_append(key, events, expected_seq=expected_seq, settle=settle)
-            return
-        try:
-            last = self.log.append(key, events, expected_seq=expected_seq)
-        except Exception as exc:
-            settle.set_exception(exc)
-        else:
-            settle.set_result(last)
-
     def appender(self, key: MemoryKey) -> Callable[[Sequence[Event], int, Settle[int]], None]:
-        """`start_append` for `key` alone, made once (a session's writes all go through it)."""
-        if self.loop_log is None:
-            return functools.partial(self.start_append, key)
-        start = self.loop_log.start_append
+        """How `key`'s appends begin: `(events, expected_seq, settle)`, `settle` getting the outcome.
 
-        def start_on_loop(events: Sequence[Event], expected_seq: int, settle: Settle[int]) -> None:
-            start(key, events, expected_seq=expected_seq, settle=settle)
+        A `LoopEventLog` settles it later, on its loop; a plain log appends
+        right here and settles it before the call returns. Raises only what
+        stops the append from starting at all (an interrupt of the calling thread).
+        """
+        log, loop_log = self.log, self.loop_log
+        if loop_log is not None:
+            return lambda events, seq, settle: loop_log.start_append(
+                key, events, expected_seq=seq, settle=settle
+            )
 
-        return start_on_loop
+        def append_here(events: Sequence[Event], expected_seq: int, settle: Settle[int]) -> None:
+            try:
+                last = log.append(key, events, expected_seq=expected_seq)
+            except Exception as exc:
+                settle.set_exception(exc)
+            else:
+                settle.set_result(last)
+
+        return append_here
 
     def save_snapshot(self, key: MemoryKey, state: SessionState, event_id: str) -> None:
         """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged."""

@@ -56,9 +56,10 @@ carrier (the actor's `decide` with its clock, and the session's opening).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable
+
+import msgspec
 
 from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryKey
@@ -116,8 +117,7 @@ class Reason(enum.Enum):
     """An attempt in doubt was acknowledged: the log may hold the earlier attempt instead."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Doubts:
+class Doubts(msgspec.Struct, frozen=True):
     """What a session keeps between writes about appends that failed without an answer."""
 
     uncertain: bool = False
@@ -141,8 +141,7 @@ NO_DOUBTS = Doubts()
 """A session with nothing in doubt."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Published:
+class Published(msgspec.Struct, frozen=True):
     """The log stored `events`, taking the session from `old` to `new`: tell who listens."""
 
     old: SessionState
@@ -150,8 +149,7 @@ class Published:
     events: list[AnyEvent]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Append:
+class Append(msgspec.Struct, frozen=True):
     """Append `events` after the session's seq `after` (the append may be settled before it returns)."""
 
     events: list[AnyEvent]
@@ -160,8 +158,7 @@ class Append:
     published: Published | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReadLog:
+class ReadLog(msgspec.Struct, frozen=True):
     """Read the log for `reason`: the session's state, or, with `ids`, which of them the log holds.
 
     With `unless_at`, the carrier may skip the read when the log's last seq is
@@ -175,8 +172,7 @@ class ReadLog:
     unless_at: int | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Done:
+class Done(msgspec.Struct, frozen=True):
     """The write is over: `answer` is what was stored (maybe nothing), or the error."""
 
     answer: list[AnyEvent] | Exception
@@ -190,8 +186,7 @@ class Done:
 Effect = Append | ReadLog | Done
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PendingWrite:
+class PendingWrite(msgspec.Struct, frozen=True):
     """One write on its way: its command, what it knows of the session, and the append under way."""
 
     key: MemoryKey
@@ -203,9 +198,9 @@ class PendingWrite:
     """The command that starts the session (with its configuration)."""
     state: SessionState
     doubts: Doubts
-    base: SessionState = dataclasses.field(default_factory=SessionState)
+    base: SessionState = msgspec.field(default_factory=SessionState)
     """The state the append under way is after."""
-    events: list[AnyEvent] = dataclasses.field(default_factory=list)
+    events: list[AnyEvent] = msgspec.field(default_factory=list)
     """The events of the append under way."""
     opens: bool = False
     """The append under way is the session's opening."""
@@ -249,11 +244,11 @@ def acknowledged(pending: PendingWrite, last_seq: int) -> Step:
         return _read(pending, Reason.RECHECK, None)
     attempt = pending.attempt
     if attempt in pending.doubts.ids:
-        pending = dataclasses.replace(pending, doubts=pending.doubts.settle(attempt))
+        pending = msgspec.structs.replace(pending, doubts=pending.doubts.settle(attempt))
         return _read(pending, Reason.VERIFY, None)
     new = replay(events, state=pending.base)
     published = Published(pending.base, new, events)
-    pending = dataclasses.replace(pending, state=new)
+    pending = msgspec.structs.replace(pending, state=new)
     if pending.opens:  # the session is open: now the command
         if pending.doubts.uncertain:
             return _read(pending, Reason.DOUBT, published)
@@ -267,14 +262,14 @@ def failed(pending: PendingWrite, error: BaseException) -> Step:
         error = SessionClosed(f"append cut short ({error!r})")
     if isinstance(error, ConcurrencyConflict):
         attempts = pending.attempts + 1
-        pending = dataclasses.replace(pending, attempts=attempts)
+        pending = msgspec.structs.replace(pending, attempts=attempts)
         if attempts < MAX_CONFLICT_RETRIES:
             return _read(pending, Reason.CONFLICT, None)
         error = ConcurrencyConflict(
             key=pending.key.composite(), expected_seq=pending.base.version, actual_seq=-1
         )
     else:  # it may have been stored anyway
-        pending = dataclasses.replace(pending, doubts=pending.doubts.doubt(pending.attempt))
+        pending = msgspec.structs.replace(pending, doubts=pending.doubts.doubt(pending.attempt))
     return _done(pending, error, None)
 
 
@@ -301,11 +296,11 @@ def reread(
         published = None
         if log_state == mine:
             published = Published(pending.base, mine, pending.events)
-        pending = dataclasses.replace(pending, state=log_state if published is None else mine)
+        pending = msgspec.structs.replace(pending, state=log_state if published is None else mine)
         if pending.opens:
             return _decide(pending, published)
         return _done(pending, pending.events if published is not None else [], published)
-    pending = dataclasses.replace(pending, state=log_state, doubts=pending.doubts.read())
+    pending = msgspec.structs.replace(pending, state=log_state, doubts=pending.doubts.read())
     if pending.opens:
         return _decide(pending, None)
     if reason is Reason.RECHECK:  # the log held these events already: a retry stores nothing
@@ -328,16 +323,16 @@ def _decide(pending: PendingWrite, published: Published | None) -> Step:
             command, command_id = pending.opening(), command_id + ".start"
         events = pending.decide(state, command, command_id)
     except ConvmemError as refusal:
-        pending = dataclasses.replace(pending, opens=opens)
+        pending = msgspec.structs.replace(pending, opens=opens)
         if pending.confirmed:
             return _done(pending, refusal, published)
-        pending = dataclasses.replace(pending, confirmed=True)
+        pending = msgspec.structs.replace(pending, confirmed=True)
         # Refusals are rare, so the log is read only for them (and only when it moved on).
         unless = None if pending.doubts.uncertain else state.version
         return _read(pending, Reason.CONFIRM, published, unless_at=unless)
     if not events:
         return _done(pending, [], published)
-    pending = dataclasses.replace(pending, base=state, events=events, opens=opens, reading=None)
+    pending = msgspec.structs.replace(pending, base=state, events=events, opens=opens, reading=None)
     return pending, Append(events, state.version, state, published)
 
 
@@ -349,7 +344,7 @@ def _read(
     ids: frozenset[str] | None = None,
     unless_at: int | None = None,
 ) -> Step:
-    pending = dataclasses.replace(pending, reading=reason)
+    pending = msgspec.structs.replace(pending, reading=reason)
     return pending, ReadLog(reason, pending.state, published, ids, unless_at)
 
 

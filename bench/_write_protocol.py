@@ -1,0 +1,144 @@
+"""The write path before and after a change, side by side: ``python -m bench._write_protocol A B OUT``.
+
+`A` and `B` are checkouts of the code before and after the change
+(``git archive <commit> convmem bench | tar -x -C /tmp/before``). One
+nats-server (the server's default flush) serves both. Each
+round runs one child process per tree, in alternating order (before first,
+then after first), so a busy machine slows both alike; each child imports
+its own tree's convmem and measures, on its own stream:
+
+- ``memory``: `TURNS_MEMORY` ``add_turn``s from one thread over 8 sessions on
+  the in-memory log: process CPU per turn (the write path's own cost, no network);
+- ``threads``: `TURNS_NATS` durable ``add_turn``s from one thread: mean latency
+  and process CPU per turn;
+- ``asyncio``: `TASKS` asyncio tasks on `connect_here`'s loop, `TURNS_NATS`
+  turns in all over `TASKS` sessions: turns/s and process CPU per turn.
+
+Opening each session is not measured. The figures are the medians over the
+rounds; CPU time is the steadier one on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench._common import nats_server
+
+ROUNDS = 4
+TURNS_MEMORY = 3000
+TURNS_NATS = 600
+TASKS = 16
+
+_CHILD = r"""
+import asyncio, json, sys, time, uuid
+from bench._common import sample_turn
+from convmem.adapters import connect, connect_here
+from convmem.events import MemoryKey, ShortTermMemoryConfig
+
+url, tag, turns_memory, turns_nats, tasks = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+config = ShortTermMemoryConfig(strategy="truncation")
+turns = [sample_turn(n) for n in range(64)]
+out = {}
+
+def cpu_per_turn(run, count):
+    cpu, wall = time.process_time(), time.perf_counter()
+    run()
+    return (time.process_time() - cpu) / count * 1e6, (time.perf_counter() - wall) / count * 1e6
+
+from convmem.actors import MemorySystem
+from convmem.adapters import InMemoryEventLog
+system = MemorySystem(config, log=InMemoryEventLog())
+handles = [system.session(MemoryKey("bench", "u", f"m{n}")) for n in range(8)]
+for h in handles:
+    h.add_turn(turns[0])
+def memory():
+    for n in range(turns_memory):
+        handles[n % 8].add_turn(turns[n % 64])
+out["memory_cpu_us"], out["memory_wall_us"] = cpu_per_turn(memory, turns_memory)
+system.close()
+
+names = dict(stream=f"W{tag}", prefix=f"w{tag}.ev", bucket=f"WS{tag}", config=config)
+system = connect(url, **names)
+handle = system.session(MemoryKey("bench", "u", "t"))
+handle.add_turn(turns[0])
+def threads():
+    for n in range(turns_nats):
+        handle.add_turn(turns[n % 64], timeout=60)
+out["threads_cpu_us"], out["threads_latency_us"] = cpu_per_turn(threads, turns_nats)
+system.close()
+
+async def on_loop():
+    here = {**names, "stream": f"A{tag}", "prefix": f"a{tag}.ev", "bucket": f"AS{tag}"}
+    system = await connect_here(url, **here)
+    handles = [system.session(MemoryKey("bench", "u", f"a{n}")).aio for n in range(tasks)]
+    await asyncio.gather(*(h.add_turn(turns[0]) for h in handles))
+    async def task(h):
+        for n in range(turns_nats // tasks):
+            await h.add_turn(turns[n % 64], timeout=60)
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(task(h) for h in handles))
+    done = (turns_nats // tasks) * tasks
+    out["asyncio_cpu_us"] = (time.process_time() - cpu) / done * 1e6
+    out["asyncio_turns_per_s"] = done / (time.perf_counter() - wall)
+    await system.aclose()
+asyncio.run(on_loop())
+print(json.dumps(out))
+"""
+
+
+def _child(tree: Path, url: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    args = [str(a) for a in (url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS)]
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
+    rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    load = [os.getloadavg()[0]]
+    with nats_server(None) as server:
+        for r in range(ROUNDS):
+            order = [("before", before), ("after", after)]
+            for name, tree in order if r % 2 == 0 else order[::-1]:
+                rounds[name].append(_child(tree, server.url))
+            load.append(os.getloadavg()[0])
+    medians = {
+        name: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for name, runs in rounds.items()
+    }
+    result = {
+        "what": "the write path before and after a change: CPU per add_turn (in-memory log), durable "
+        "add_turn latency and CPU from one thread, turns/s and CPU from asyncio tasks on the "
+        "connection's loop; child processes in alternating rounds",
+        "command": f"python -m bench._write_protocol {before} {after} {out}",
+        "rounds": ROUNDS,
+        "load_average": load,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "runs": rounds,
+        "median": medians,
+    }
+    if out is not None:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    return result
+
+
+if __name__ == "__main__":
+    figures = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    print(json.dumps({"median": figures["median"], "load_average": figures["load_average"]}, indent=2))
