@@ -4,7 +4,7 @@ This module is the public face: everything a user needs is a name here, and
 importing `convmem` loads nothing heavy (each name is imported on first use):
 
 * the system and its handles: `connect` (`connect_here` from a coroutine),
-  `recommended`, `MemorySystem`, `SessionHandle`,
+  `recommended`, `MemorySystem` (its settings one `SystemSettings` value), `SessionHandle`,
   `AsyncSessionHandle`, `ConnectOptions`;
 * the values: `MemoryKey`, `ConversationTurn`, `TrajectoryDigest`,
   `MessageItem`, `EntityMention`, `ShortTermMemoryConfig`, `AgentsMemoryConfig`,
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         AsyncSessionHandle,
         MemorySystem,
         SessionHandle,
+        SystemSettings,
         export_jsonl,
         list_sessions,
         read_jsonl,
@@ -121,6 +122,7 @@ _LAZY = {
             "AsyncSessionHandle",
             "MemorySystem",
             "SessionHandle",
+            "SystemSettings",
             "export_jsonl",
             "list_sessions",
             "read_jsonl",
@@ -189,6 +191,7 @@ __all__ = [
     "SessionDamaged",
     "SessionHandle",
     "ShortTermMemoryConfig",
+    "SystemSettings",
     "TenantLimitReached",
     "TrajectoryDigest",
     "__version__",

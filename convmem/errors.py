@@ -6,6 +6,7 @@ ConvmemError
 │   ├── InvalidKey                         an id is empty, too long or has control characters
 │   ├── InvalidTurn                        a turn or its items break a rule
 │   └── InvalidConfig                      a configuration setting is out of range
+│       └── UnknownSetting (also TypeError) a keyword that names no setting
 ├── EventDecodeError (also ValueError)    log bytes are not an event; names the bad field
 │   ├── UnknownEventType                   a well-formed event of a tag this version does not know
 │   └── SealBroken                         encrypted bytes failed authentication (damaged or tampered)
@@ -61,6 +62,7 @@ __all__ = [
     "SummarizerError",
     "TenantLimitReached",
     "UnknownEventType",
+    "UnknownSetting",
     "WrongThread",
 ]
 
@@ -91,6 +93,10 @@ class InvalidTurn(InvalidInput):
 
 class InvalidConfig(InvalidInput):
     """A configuration setting is out of range or of the wrong kind."""
+
+
+class UnknownSetting(InvalidConfig, TypeError):
+    """A keyword names no setting (a `TypeError` too, as Python's own unexpected keyword is)."""
 
 
 class EventDecodeError(ConvmemError, ValueError):

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 import convmem
-from convmem.actors import MemorySystem
+from convmem.actors import MemorySystem, SystemOptions, SystemSettings
 from convmem.adapters import (
     MEMORY_URL,
     Backend,
@@ -20,7 +20,7 @@ from convmem.adapters import (
     register_backend,
 )
 from convmem.adapters.cli._main import main
-from convmem.errors import InvalidInput
+from convmem.errors import InvalidInput, UnknownSetting
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 KEY = MemoryKey("acme", "alice", "chat-1")
@@ -102,9 +102,16 @@ def test_a_registered_scheme_serves_the_command_line(capsys: pytest.CaptureFixtu
 
 
 def test_a_backend_that_fails_to_become_a_system_is_closed() -> None:
-    """A bad system setting after the backend opened closes the backend, from threads and coroutines."""
-    with pytest.raises(TypeError):
+    """A bad system setting after the backend opened closes the backend, from threads and coroutines;
+    a keyword that names no setting is refused before anything opens (still a TypeError)."""
+    opened = len(SCRATCH.opened)
+    with pytest.raises(UnknownSetting, match="max_live_sesions") as caught:
         convmem.connect("scratch://bad", max_live_sesions=3)  # type: ignore[call-arg]
+    assert isinstance(caught.value, TypeError)
+    assert len(SCRATCH.opened) == opened
+    with pytest.raises(ValueError, match="idle_seconds"):
+        convmem.connect("scratch://bad", idle_seconds=0)
+    assert SCRATCH.opened[-1].url == "scratch://bad"
     assert SCRATCH.opened[-1].closed
 
     async def from_a_coroutine() -> None:
@@ -150,14 +157,10 @@ def test_serve_refuses_a_backend_without_nats(capsys: pytest.CaptureFixture[str]
 
 
 def test_connect_takes_every_keyword_of_the_system() -> None:
-    """`ConnectOptions` lists each `MemorySystem` keyword that `connect` passes on, and no other."""
-    system = set(inspect.signature(MemorySystem).parameters)
-    owned = {
-        "log",
-        "snapshots",
-        "journal",
-        "on_close",
-        "timeout",
-    }  # connect sets these; timeout: the backend's
+    """`ConnectOptions` is the backend's options, the system's `SystemSettings` and `config`; what
+    `MemorySystem` takes beside those is what `connect` sets itself (timeout: the backend's)."""
+    owned = {"snapshots", "journal", "on_close", "timeout"}
     passed = set(ConnectOptions.__optional_keys__) - set(BackendOptions.__optional_keys__)
-    assert passed == system - owned
+    assert passed == set(SystemSettings.__optional_keys__) | {"config"}
+    assert set(SystemOptions.__optional_keys__) - set(SystemSettings.__optional_keys__) == owned
+    assert list(inspect.signature(MemorySystem).parameters) == ["config", "log", "options"]

@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given
 from strategies import full_configs
 
-from convmem.errors import EventDecodeError, InvalidConfig, InvalidInput
+import convmem
+from convmem.actors import MemorySystem, SystemOptions, SystemSettings
+from convmem.adapters import BackendOptions, ConnectOptions, InMemoryEventLog
+from convmem.errors import EventDecodeError, InvalidConfig, InvalidInput, UnknownSetting
 from convmem.events import (
     AgentsMemoryConfig,
     ConversationMemoryConfig,
@@ -187,3 +190,19 @@ def test_a_bad_config_in_the_log_fails_to_decode_with_its_path() -> None:
     with pytest.raises(EventDecodeError, match=r"budget\.full_zone_turns") as info:
         decode_event(data)
     assert info.value.path == "$.config.budget"
+
+
+def test_the_system_settings_are_one_value_for_memory_system_and_connect() -> None:
+    """`SystemSettings` is what `connect` passes on: one dict works for both, and connect's keywords are
+    exactly the backend's, the settings and `config` (nothing restated by hand)."""
+    assert ConnectOptions.__optional_keys__ == (
+        BackendOptions.__optional_keys__ | SystemSettings.__optional_keys__ | {"config"}
+    )
+    assert SystemOptions.__optional_keys__ > SystemSettings.__optional_keys__
+    settings = SystemSettings(max_live_sessions=3, snapshot_every=7)
+    with MemorySystem(log=InMemoryEventLog(), **settings) as system:
+        assert system._storage.snapshot_every == 7
+    with convmem.connect("memory://", **settings) as system:
+        assert system._storage.snapshot_every == 7
+    with pytest.raises(UnknownSetting, match="snapshots_every"):
+        MemorySystem(log=InMemoryEventLog(), snapshots_every=7)  # type: ignore[call-arg]

@@ -75,6 +75,7 @@ from convmem.actors._retention import (
 )
 from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
+from convmem.actors._settings import SystemOptions, SystemSettings
 from convmem.actors._system import MemorySystem
 from convmem.actors._tokens import TokenCounter, encoding_counter, token_counter_of
 
@@ -123,6 +124,8 @@ __all__ = [
     "SummarizerPool",
     "SummaryOutcome",
     "SystemClock",
+    "SystemOptions",
+    "SystemSettings",
     "TimelineRow",
     "Timer",
     "TokenCounter",

@@ -24,19 +24,18 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal, NamedTuple, Unpack
 
 import msgspec
 
 from convmem.actors._callbacks import Callbacks, callbacks_of
 from convmem.actors._clock import SystemClock
-from convmem.actors._eraser import Erased, Eraser, ExportRegistry
+from convmem.actors._eraser import Erased, Eraser
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
 from convmem.actors._fork import Forked, fork_session
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES
 from convmem.actors._journal import (
-    ErasureJournal,
     ErasureRecord,
     ErasureRequest,
     JournaledLog,
@@ -44,16 +43,16 @@ from convmem.actors._journal import (
 )
 from convmem.actors._live import LiveSessions, SessionActivity
 from convmem.actors._load import LoadReport
-from convmem.actors._metrics import Metrics, MetricsSink
+from convmem.actors._metrics import Metrics
 from convmem.actors._pool import SummarizerPool
-from convmem.actors._ports import Clock, EventLog, LoopEventLog, SnapshotStore, Summarizer
+from convmem.actors._ports import Clock, EventLog, LoopEventLog
 from convmem.actors._repair import RepairPlan, repair_session
 from convmem.actors._restore import Restored, restore_lost
 from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
+from convmem.actors._settings import SystemOptions
 from convmem.actors._storage import SessionStorage
-from convmem.actors._tokens import TokenCounter
-from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed
+from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed, UnknownSetting
 from convmem.events import MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, default_token_estimator
 
@@ -62,26 +61,50 @@ __all__ = ["Erased", "MemorySystem"]
 _log = logging.getLogger("convmem.system")
 
 
-def _check_settings(
-    max_live_sessions: int,
-    idle_seconds: float,
-    snapshot_every: int,
-    actor_threads: int,
-    on_poison: str,
-    idle_cache_bytes: int,
-) -> None:
-    if max_live_sessions < 1:
-        raise InvalidConfig("max_live_sessions", f"must be >= 1, got {max_live_sessions}")
-    if isinstance(idle_cache_bytes, bool) or not isinstance(idle_cache_bytes, int) or idle_cache_bytes < 0:
-        raise InvalidConfig("idle_cache_bytes", f"must be an int >= 0 (0: none), got {idle_cache_bytes!r}")
-    if idle_seconds <= 0:
-        raise InvalidConfig("idle_seconds", f"must be > 0, got {idle_seconds}")
-    if snapshot_every < 1:
-        raise InvalidConfig("snapshot_every", f"must be >= 1, got {snapshot_every}")
-    if actor_threads < 1:
-        raise InvalidConfig("actor_threads", f"must be >= 1, got {actor_threads}")
-    if on_poison not in ("skip", "stop"):
-        raise InvalidConfig("on_poison", f"must be 'skip' or 'stop', got {on_poison!r}")
+class _Limits(NamedTuple):
+    """The numeric settings, their defaults filled in (`SystemSettings` documents each)."""
+
+    max_live_sessions: int
+    idle_seconds: float
+    idle_cache_bytes: int
+    snapshot_every: int
+    actor_threads: int
+    on_poison: Literal["skip", "stop"]
+    timeout: float
+
+
+def _checked(options: SystemOptions) -> _Limits:
+    """The settings' limits, each given one in range; an unknown setting is refused."""
+    unknown = options.keys() - SystemOptions.__optional_keys__
+    if unknown:
+        raise UnknownSetting(min(unknown), "is not a MemorySystem setting (SystemOptions lists them)")
+    limits = _Limits(
+        max_live_sessions=options.get("max_live_sessions", 256),
+        idle_seconds=options.get("idle_seconds", 300.0),
+        idle_cache_bytes=options.get("idle_cache_bytes", DEFAULT_IDLE_CACHE_BYTES),
+        snapshot_every=options.get("snapshot_every", 50),
+        actor_threads=options.get("actor_threads", 64),
+        on_poison=options.get("on_poison", "skip"),
+        timeout=options.get("timeout", 30.0),
+    )
+    if limits.max_live_sessions < 1:
+        raise InvalidConfig("max_live_sessions", f"must be >= 1, got {limits.max_live_sessions}")
+    cache = limits.idle_cache_bytes
+    if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
+        raise InvalidConfig("idle_cache_bytes", f"must be an int >= 0 (0: none), got {cache!r}")
+    if limits.idle_seconds <= 0:
+        raise InvalidConfig("idle_seconds", f"must be > 0, got {limits.idle_seconds}")
+    if limits.snapshot_every < 1:
+        raise InvalidConfig("snapshot_every", f"must be >= 1, got {limits.snapshot_every}")
+    if limits.actor_threads < 1:
+        raise InvalidConfig("actor_threads", f"must be >= 1, got {limits.actor_threads}")
+    if limits.on_poison not in ("skip", "stop"):
+        raise InvalidConfig("on_poison", f"must be 'skip' or 'stop', got {limits.on_poison!r}")
+    if (abandoned := options.get("summarizer_abandoned")) is not None and abandoned < 0:
+        raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {abandoned}")
+    if (summarizer := options.get("summarizer")) is not None and not callable(summarizer):
+        raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
+    return limits
 
 
 _Config = ShortTermMemoryConfig | None
@@ -92,72 +115,45 @@ class MemorySystem:
     """Short-term memory for many sessions, each a fold over its events in `log`."""
 
     def __init__(
-        self,
-        config: ShortTermMemoryConfig | None = None,
-        *,
-        log: EventLog,
-        snapshots: SnapshotStore | None = None,
-        summarizer: Summarizer | None = None,
-        clock: Clock | None = None,
-        token_estimator: TokenEstimator | None = None,
-        token_counter: TokenCounter | None = None,
-        on_turn_added: Callable[..., Any] | None = None,
-        on_summary_updated: Callable[..., Any] | None = None,
-        on_health_changed: Callable[..., Any] | None = None,
-        max_live_sessions: int = 256,
-        idle_seconds: float = 300.0,
-        idle_cache_bytes: int = DEFAULT_IDLE_CACHE_BYTES,
-        snapshot_every: int = 50,
-        summarizer_workers: int = 4,
-        summarizer_queue: int = 1000,
-        summarizer_abandoned: int | None = None,
-        summarizer_loop: asyncio.AbstractEventLoop | None = None,
-        actor_threads: int = 64,
-        on_poison: Literal["skip", "stop"] = "skip",
-        timeout: float = 30.0,
-        on_close: Callable[[], object] | None = None,
-        retention: RetentionPolicies | Mapping[str, object] | None = None,
-        journal: ErasureJournal | None = None,
-        exports: ExportRegistry | None = None,
-        erasure_hook: Callable[[str], object] | None = None,
-        metrics: MetricsSink | None = None,
+        self, config: ShortTermMemoryConfig | None = None, *, log: EventLog, **options: Unpack[SystemOptions]
     ) -> None:
+        """A system on `log`; `options` are its settings (`SystemOptions`, each with its default)."""
+        limits = _checked(options)
+        token_counter, token_estimator = options.get("token_counter"), options.get("token_estimator")
         self.config = _with_counter(config if config is not None else ShortTermMemoryConfig(), token_counter)
         if callable(token_counter):
             if token_estimator is not None:
                 raise InvalidConfig("token_counter", "give token_counter or token_estimator, not both")
             token_estimator = token_counter
-        _check_settings(
-            max_live_sessions, idle_seconds, snapshot_every, actor_threads, on_poison, idle_cache_bytes
+        checked_retention = _policies(options.get("retention"))
+        defaults = callbacks_of(
+            options.get("on_turn_added"), options.get("on_summary_updated"), options.get("on_health_changed")
         )
-        checked_retention = _policies(retention)
-        if summarizer_abandoned is not None and summarizer_abandoned < 0:
-            raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {summarizer_abandoned}")
-        if summarizer is not None and not callable(summarizer):
-            raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
-        defaults = callbacks_of(on_turn_added, on_summary_updated, on_health_changed)
+        snapshots, journal, metrics = options.get("snapshots"), options.get("journal"), options.get("metrics")
+        timeout = limits.timeout
         self.log = log
         self.snapshots = snapshots
         self.estimator: TokenEstimator = token_estimator or default_token_estimator
         self.timeout = timeout
         self.metrics = Metrics(sink=metrics)
+        clock = options.get("clock")
         self._own_clock = clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._services = ServiceRegistry(
             self.config,
             self.estimator,
-            summarizer,
-            workers=summarizer_workers,
-            queue_limit=summarizer_queue,
-            max_abandoned=summarizer_abandoned,
-            loop=summarizer_loop if summarizer_loop is not None else _running_loop(),
+            options.get("summarizer"),
+            workers=options.get("summarizer_workers", 4),
+            queue_limit=options.get("summarizer_queue", 1000),
+            max_abandoned=options.get("summarizer_abandoned"),
+            loop=_running_loop() if (loop := options.get("summarizer_loop")) is None else loop,
         )
         if journal is None and isinstance(log, JournaledLog):
             journal = log.erasure_journal()
         self.journal = journal
         """Where erasures are recorded before anything is deleted (the log's own when not given)."""
         self._storage = SessionStorage(
-            log, snapshots, on_poison=on_poison, snapshot_every=snapshot_every, journal=journal
+            log, snapshots, on_poison=limits.on_poison, snapshot_every=limits.snapshot_every, journal=journal
         )
         self._callbacks = Callbacks(defaults, self.metrics, self._services.callbacks_for)
         self._sessions = LiveSessions(
@@ -166,15 +162,15 @@ class MemorySystem:
             callbacks=self._callbacks,
             clock=self.clock,
             metrics=self.metrics,
-            max_live_sessions=max_live_sessions,
-            idle_seconds=idle_seconds,
-            actor_threads=actor_threads,
+            max_live_sessions=limits.max_live_sessions,
+            idle_seconds=limits.idle_seconds,
+            actor_threads=limits.actor_threads,
             timeout=timeout,
-            idle_cache_bytes=idle_cache_bytes,
+            idle_cache_bytes=limits.idle_cache_bytes,
         )
         self._closed = False
         self._close_lock = threading.Lock()
-        self._on_close = on_close
+        self._on_close = options.get("on_close")
         # Erasures made by other processes (or other systems on this log) reach us as notices;
         # the live sessions they name are dropped on this one thread, off the log's loop.
         self._erasures = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="convmem-erasure")
@@ -186,8 +182,8 @@ class MemorySystem:
                 snapshots=snapshots,
                 clock=self.clock,
                 drop=self.forget,
-                exports=exports,
-                hook=erasure_hook,
+                exports=options.get("exports"),
+                hook=options.get("erasure_hook"),
             )
             if journal is not None
             else None

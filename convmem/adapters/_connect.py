@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal, Unpack, cast
+from typing import Unpack, cast
 
-from convmem.actors import Clock, ExportRegistry, MemorySystem, MetricsSink, Summarizer, TokenCounter
+from convmem.actors import MemorySystem, SystemSettings
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
 from convmem.adapters._exports import default_export_registry
@@ -30,8 +30,9 @@ from convmem.adapters._memory import MEMORY_URL
 from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer
-from convmem.events import RetentionPolicies, ShortTermMemoryConfig
-from convmem.projections import TokenEstimator, default_token_estimator
+from convmem.errors import UnknownSetting
+from convmem.events import ShortTermMemoryConfig
+from convmem.projections import default_token_estimator
 
 __all__ = [
     "MEMORY_URL",
@@ -44,35 +45,15 @@ __all__ = [
 ]
 
 
-class ConnectOptions(BackendOptions, total=False):
-    """`connect`'s keywords: where the log is (`BackendOptions`) and the system's settings.
+class ConnectOptions(BackendOptions, SystemSettings, total=False):
+    """`connect`'s keywords: where the log is (`BackendOptions`), the system's settings
+    (`SystemSettings`, as `MemorySystem` takes them) and the default configuration.
 
     `summarizer` defaults to the offline `ExtractiveSummarizer` sized to the
     configured `summary_max_tokens`; the rest go to `MemorySystem` as they are.
     """
 
     config: ShortTermMemoryConfig | None
-    summarizer: Summarizer | None
-    clock: Clock | None
-    token_estimator: TokenEstimator | None
-    token_counter: TokenCounter | None
-    on_turn_added: Callable[..., Any] | None
-    on_summary_updated: Callable[..., Any] | None
-    on_health_changed: Callable[..., Any] | None
-    max_live_sessions: int
-    idle_seconds: float
-    idle_cache_bytes: int
-    snapshot_every: int
-    summarizer_workers: int
-    summarizer_queue: int
-    summarizer_abandoned: int | None
-    summarizer_loop: asyncio.AbstractEventLoop | None
-    actor_threads: int
-    on_poison: Literal["skip", "stop"]
-    retention: RetentionPolicies | Mapping[str, object] | None
-    exports: ExportRegistry | None
-    erasure_hook: Callable[[str], object] | None
-    metrics: MetricsSink | None
 
 
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
@@ -94,10 +75,10 @@ def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> Memory
     ``NATS_CREDS``, ``NATS_NKEY``, ``NATS_CA``, ... fill what it leaves out).
     See `ConnectOptions` for the rest.
     """
-    where, system = _split(options)
+    where, system, config = _split(options)
     backend = open_backend(url, **where)
     with _closed_on_error(backend):
-        return _system_on(backend, system)
+        return _system_on(backend, system, config)
 
 
 async def connect_here(url: str | None = None, **options: Unpack[ConnectOptions]) -> MemorySystem:
@@ -108,10 +89,10 @@ async def connect_here(url: str | None = None, **options: Unpack[ConnectOptions]
     fastest write path). Blocking calls must come from other threads; close
     with ``await memory.aclose()``.
     """
-    where, system = _split(options)
+    where, system, config = _split(options)
     backend = await open_backend_here(url, **where)
     async with _closed_on_error_here(backend):
-        return _system_on(backend, system)
+        return _system_on(backend, system, config)
 
 
 def _url(url: str | None) -> str | None:
@@ -119,22 +100,28 @@ def _url(url: str | None) -> str | None:
     return url if url is not None else (os.environ.get(NATS_URL_ENV) or None)
 
 
-def _split(options: ConnectOptions) -> tuple[BackendOptions, dict[str, Any]]:
-    """(where the log is, the system's settings)."""
+def _split(options: ConnectOptions) -> tuple[BackendOptions, SystemSettings, ShortTermMemoryConfig]:
+    """(where the log is, the system's settings, its default configuration); an unknown keyword refused."""
     where = {k: v for k, v in options.items() if k in BackendOptions.__optional_keys__}
-    system = {k: v for k, v in options.items() if k not in where}
-    return cast(BackendOptions, where), system
+    system = {k: v for k, v in options.items() if k in SystemSettings.__optional_keys__}
+    unknown = options.keys() - where.keys() - system.keys() - {"config"}
+    if unknown:
+        raise UnknownSetting(min(unknown), "is not a connect() option (ConnectOptions lists them)")
+    config = options.get("config")
+    return (
+        cast(BackendOptions, where),
+        cast(SystemSettings, system),
+        config if config is not None else ShortTermMemoryConfig(),
+    )
 
 
-def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
+def _system_on(backend: Backend, settings: SystemSettings, config: ShortTermMemoryConfig) -> MemorySystem:
     """The system on `backend` that closes it; the offline summarizer unless one is given."""
-    config = settings.pop("config", None)
-    config = config if config is not None else ShortTermMemoryConfig()
+    settings = SystemSettings(**settings)  # a copy: the caller's stays as given
     settings.setdefault("exports", default_export_registry())  # the export files written here
-    summarizer = settings.pop("summarizer", None)
-    if summarizer is None:
+    if settings.get("summarizer") is None:
         counter = settings.get("token_counter") or settings.get("token_estimator") or config.token_counter
-        summarizer = ExtractiveSummarizer(
+        settings["summarizer"] = ExtractiveSummarizer(
             max_tokens=config.budget.summary_max_tokens, estimator=counter or default_token_estimator
         )
     return MemorySystem(
@@ -142,7 +129,6 @@ def _system_on(backend: Backend, settings: dict[str, Any]) -> MemorySystem:
         log=backend.log,
         snapshots=backend.snapshots,
         journal=backend.journal,
-        summarizer=summarizer,
         on_close=backend.close,
         **settings,
     )
