@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from agents import Agent, RunConfig, Runner, SessionSettings
 from agents.memory import Session
+from agents.run_context import RunContextWrapper
+from agents.run_internal.session_persistence import rewind_session_items
 from agents.testing import ScriptedModel, assistant_message, function_call
 from test_serve import Serve
 from test_service import _user, tenants_server, tenants_service  # noqa: F401 (fixtures)
@@ -175,6 +177,33 @@ def test_pop_removes_newest_first_and_only_from_its_session(make: Make) -> None:
         return popped, await session.get_items(), await other.get_items()
 
     assert asyncio.run(scenario()) == ([*reversed(mine), None], [], theirs)
+
+
+def test_the_sdks_rewind_takes_back_a_tool_call_and_its_result(make: Make) -> None:
+    """The SDK rolls a run back by popping its items one by one, each checked against what it
+    wrote (`rewind_session_items`): a tool call and its result go, one pop each, and the history
+    is as it was; a result popped alone leaves its call (one pop per item, as the protocol says)."""
+    before = [user("q1"), {"role": "assistant", "content": "a1"}]
+    run = [
+        user("q2"),
+        {"type": "function_call", "name": "get_weather", "call_id": "c1", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "7C"},
+    ]
+
+    async def scenario() -> tuple[list[Any], Any, list[Any]]:
+        session = make("chat-1")
+        await session.add_items(before)
+        await session.add_items(run)
+        await rewind_session_items(session, run, wrapper=RunContextWrapper(context=None))
+        rewound = await session.get_items()
+        await session.add_items(run)
+        popped = await session.pop_item(wrapper=RunContextWrapper(context=None))
+        return rewound, popped, await session.get_items()
+
+    rewound, popped, left = asyncio.run(scenario())
+    assert rewound == before
+    assert popped == run[-1]
+    assert left == [*before, *run[:-1]]
 
 
 def test_clear_then_write_again(make: Make) -> None:
