@@ -23,6 +23,8 @@ EXPECTED = {
     "quality": [
         "recommended: answer recall / ceiling @ 1000 tokens, vs written summaries",
         "recommended: max context tokens @ 4000",
+        "word list: grounded recall / ceiling @ 1000 tokens, all questions",
+        "grounded recall of the full history (dated turns, the ceiling), all questions",
     ],
     "dropin": ["drop-in get_llm_context @ 5 turns", "drop-in add_turn (durable, embedded server, fsync)"],
     "erasure": ["erased session dropped by another process, p99", "log erase of a 11-event session"],
