@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {
@@ -56,6 +58,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_figure_of_every_measure(tmp_path: Path) -> None:
     """`python -m bench --smoke` exits 0 and its JSON holds every measure's figures, none failed."""
     done = subprocess.run(
