@@ -8,9 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from summaries import assert_well_formed, days, request, section
 
 from convmem.adapters import ExtractiveSummarizer, recommended
+from convmem.adapters.summarizers._text import label_of
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import AddTurn, SessionState, decide, evolve, summary_due
@@ -288,3 +291,59 @@ def test_facts_of_a_day_are_grouped_by_speaker() -> None:
             "Bo: I run trail marathons.",
         ]
     }
+
+
+# Laws ----------------------------------------------------------------------------------------
+
+PIECES = st.sampled_from(
+    [
+        "Hi, I'm Alice.",
+        "I am Dr. Osei.",
+        "Hey Mel!",
+        "Hi Melanie!",
+        "My sister Maria works as a nurse in Accra.",
+        "I adopted a puppy.",
+        "She is a corgi named Biscuit.",
+        "It was a huge gala at the Ritz.",
+        "That's great, I won the chess cup in Riga.",
+        "[image: a photo of a cat on a red sofa]",
+        "[shared a photo of a kiln]",
+        "Catch ya later!",
+        "Did the Porto ferry leave from Ribeira pier?",
+        "I restore kilns in Porto.",
+        "The user's name is Bo.",
+    ]
+)
+SAID = st.lists(PIECES, max_size=4).map(" ".join)
+PEOPLE_TURN = st.fixed_dictionaries(
+    {"user": SAID, "assistant": SAID}, optional={"ts": st.sampled_from([1_683_540_000, 1_684_540_000])}
+)
+
+
+@given(
+    batches=st.lists(st.lists(PEOPLE_TURN, max_size=4), min_size=1, max_size=4),
+    max_tokens=st.integers(40, 400),
+    names=st.sampled_from([None, {"user": "Ana"}, {"assistant": "Bo", "user": "Ana"}]),
+)
+def test_names_and_groups_are_the_same_bytes_however_the_summary_is_reached(
+    batches: list[list[dict[str, Any]]], max_tokens: int, names: dict[str, str] | None
+) -> None:
+    """Given any conversation of introductions, greetings, captions and leaning sentences, rolled in
+    batches: the cached pool and one read back from the text give the same bytes, each day's facts are
+    in speaker order, and once a speaker is named no fact of theirs says "User:"/"Assistant:"."""
+    cached = ExtractiveSummarizer(max_tokens=max_tokens)
+    reading = ExtractiveSummarizer(max_tokens=max_tokens, cache_size=0)
+    previous = ""
+    for turns in batches:
+        asked = {**request(turns, previous), **({"speaker_names": names} if names else {})}
+        summary = cached(asked)
+        assert reading(asked) == summary
+        previous = summary["summary"]
+        assert_well_formed(previous)
+        for facts in days(previous).values():
+            labels = [label_of(fact) for fact in facts]
+            assert labels == sorted(labels)
+        prose = previous.split("\n<", 1)[0]  # the lines before the first section
+        for role, default in (("user", "User"), ("assistant", "Assistant")):
+            if f"\nThe {role}'s name is " in prose:
+                assert not any(fact.startswith(f"{default}: ") for fact in section(previous, "key_facts"))
