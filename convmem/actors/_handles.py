@@ -4,8 +4,11 @@ Every write operation (`add_turn`, `start`, `add_items`, `pop_item`,
 `clear`, `restore`, `adopt`) is written once, in `convmem.actors._operations`,
 as a function that checks its arguments and prepares a `Call`.
 `SessionHandle` runs a call and blocks for its answer (`_blocking`);
-`AsyncSessionHandle` runs the same call and awaits it (`_awaitable`). The
-reads are shared as they are (`_Core`).
+`AsyncSessionHandle` runs the same call and awaits it (`_awaitable`); each
+class names its methods, ``add_turn = _blocking(add_turn)``, the one way
+convmem makes a blocking and an asyncio surface from one definition (the
+service's clients do the same with `blocking` and `awaiting`). The reads are
+shared as they are (`_Core`).
 
 Writes go to the session (see `convmem.actors._session`) and are answered once
 the log acknowledged them. Reads use the latest acknowledged state directly
@@ -22,7 +25,7 @@ import concurrent.futures
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 
@@ -87,52 +90,11 @@ def _named(method: F, operation: Callable[..., Any], owner: str) -> F:
     return method
 
 
-class _Operation(Generic[P, R]):
-    """A write operation of the handles' shared core, written once, offered by each handle its own way.
-
-    On `SessionHandle` it is a method that blocks for the answer; on
-    `AsyncSessionHandle` a coroutine method (each handle class derives it
-    once, with its `_derive`).
-    """
-
-    def __init__(self, operation: Callable[Concatenate[Handle, P], Call[R]]) -> None:
-        self._operation = operation
-        self._methods: dict[type[Any], Callable[..., Any]] = {}
-
-    @overload
-    def __get__(self, handle: None, owner: type[Any]) -> Callable[..., Any]: ...
-
-    @overload
-    def __get__(self, handle: SessionHandle, owner: type[Any]) -> Callable[P, R]: ...
-
-    @overload
-    def __get__(
-        self, handle: AsyncSessionHandle, owner: type[Any]
-    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
-
-    def __get__(self, handle: _Core | None, owner: type[Any]) -> Callable[..., Any]:
-        method = self._methods.get(owner)
-        if method is None:
-            method = self._methods[owner] = owner._derive(self._operation)
-        return method if handle is None else method.__get__(handle, owner)
-
-
 # The shared core --------------------------------------------------------------------------
 
 
 class _Core:
-    """What both handles hold, the reads they share, and the write operations each offers its own way."""
-
-    add_turn = _Operation(add_turn)
-    start = _Operation(start)
-    add_items = _Operation(add_items)
-    pop_item = _Operation(pop_item)
-    clear = _Operation(clear)
-    restore = _Operation(restore)
-    adopt = _Operation(adopt)
-
-    _derive: Callable[[Callable[..., Call[Any]]], Callable[..., Any]]
-    """How this handle class offers an operation (`_blocking`, `_awaitable`)."""
+    """What both handles hold and the reads they share (each offers the write operations its own way)."""
 
     def __init__(self, sessions: LiveSessions, key: MemoryKey) -> None:
         self._sessions = sessions
@@ -219,7 +181,13 @@ class _Core:
 class SessionHandle(_Core):
     """Blocking handle for threaded planners; every wait has a timeout."""
 
-    _derive = staticmethod(_blocking)
+    add_turn = _blocking(add_turn)
+    start = _blocking(start)
+    add_items = _blocking(add_items)
+    pop_item = _blocking(pop_item)
+    clear = _blocking(clear)
+    restore = _blocking(restore)
+    adopt = _blocking(adopt)
     from_dict = _blocking(from_dict)
 
     def _run(self, call: Call[R]) -> R:
@@ -260,7 +228,13 @@ class SessionHandle(_Core):
 class AsyncSessionHandle(_Core):
     """asyncio handle: PenguiFlow's `ShortTermMemory` protocol (plus the other views)."""
 
-    _derive = staticmethod(_awaitable)
+    add_turn = _awaitable(add_turn)
+    start = _awaitable(start)
+    add_items = _awaitable(add_items)
+    pop_item = _awaitable(pop_item)
+    clear = _awaitable(clear)
+    restore = _awaitable(restore)
+    adopt = _awaitable(adopt)
 
     async def _run(self, call: Call[R]) -> R:
         sessions, key = self._sessions, self.key
