@@ -36,7 +36,7 @@ INTERNAL_SIGNALS = {
     ("adapters/summarizers/_process.py", "TimeoutError"),  # `_read` tells `_exchange`, which catches it
     ("adapters/summarizers/_process.py", "OSError"),  # the same: a closed pipe, caught in `_exchange`
     ("adapters/summarizers/_recommended.py", "KeyError"),  # `Mapping.__getitem__`'s own protocol
-    ("adapters/summarizers/_pool.py", "KeyError"),  # a fact without a stem it was indexed by: a bug
+    ("adapters/summarizers/_selection.py", "KeyError"),  # a fact without a stem it was indexed by: a bug
     ("adapters/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
     ("adapters/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
 }

@@ -7,6 +7,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -211,3 +212,25 @@ def test_importing_the_face_or_the_testing_kit_loads_nothing_heavy() -> None:
     """`import convmem` and `import convmem.testing` import no runtime, no NATS client and no pytest."""
     assert _loaded_after("import convmem\nimport convmem.testing") & HEAVY == set()
     assert {"pykka", "pytest"} <= _loaded_after("import convmem.testing\nconvmem.testing.EventLogContract")
+
+
+SAME_CONCEPT_ACROSS_LAYERS = {
+    "_audit.py": "auditing: the pure checks (actors) and the CLI's commands",
+    "_dates.py": "turn dates: their text (events) and their place in summaries",
+    "_fork.py": "forking a session: the runtime's and the CLI's command",
+    "_journal.py": "the erasure journal: the port and its JetStream implementation",
+    "_retention.py": "retention: the policies, the plan, the sweeper, the CLI's command",
+    "_usage.py": "a tenant's stored bytes: as JetStream counts them, as the service holds its quota",
+}
+"""Basenames that recur because one concept has a module on several floors (each says which)."""
+
+
+def test_a_module_basename_means_one_thing() -> None:
+    """Two modules share a basename only where they are one concept on different floors."""
+    root = Path(convmem.__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in root.rglob("_*.py"):
+        if path.name not in {"__init__.py", "__main__.py"}:
+            seen.setdefault(path.name, []).append(path.relative_to(root).as_posix())
+    shared = {name for name, paths in seen.items() if len(paths) > 1}
+    assert shared - SAME_CONCEPT_ACROSS_LAYERS.keys() == set(), {n: seen[n] for n in shared}

@@ -15,7 +15,7 @@ from runtime_helpers import WAIT, Harness, key, live_state, replay_log, turn, us
 
 from convmem.actors import LoopEventLog, MemorySystem, Settle
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
-from convmem.adapters._loop import EventLoopThread, wait
+from convmem.adapters._loop_thread import EventLoopThread, wait
 from convmem.errors import ConcurrencyConflict, LogUnavailable, SessionClosed
 from convmem.events import Event, MemoryKey, SessionCleared, ShortTermMemoryConfig
 

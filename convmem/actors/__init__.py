@@ -2,7 +2,7 @@
 
 - `MemorySystem` (`_system`) is the public face; it hands out `SessionHandle`
   and `AsyncSessionHandle` (`_handles`, whose write operations are written
-  once in `_operations`, answered through `_answers`).
+  once in `_handle_writes`, answered through `_answers`).
 - `LiveSessions` (`_live`) keeps the live `SessionActor`s (`_session`) on a
   `Dispatcher`'s threads (`_dispatch`), and is their `SessionHost`.
   A write's rules are the pure step machine of `convmem.projections._write_protocol`;
@@ -75,8 +75,8 @@ from convmem.actors._retention import (
 )
 from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
-from convmem.actors._settings import SystemOptions, SystemSettings
 from convmem.actors._system import MemorySystem
+from convmem.actors._system_settings import SystemOptions, SystemSettings
 from convmem.actors._tokens import TokenCounter, encoding_counter, token_counter_of
 
 __all__ = [

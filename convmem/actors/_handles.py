@@ -1,7 +1,7 @@
 """Session handles: the seed's memory protocol, blocking (threads) and asyncio, from one core.
 
 Every write operation (`add_turn`, `start`, `add_items`, `pop_item`,
-`clear`, `restore`, `adopt`) is written once, in `convmem.actors._operations`,
+`clear`, `restore`, `adopt`) is written once, in `convmem.actors._handle_writes`,
 as a function that checks its arguments and prepares a `Call`.
 `SessionHandle` runs a call and blocks for its answer (`_blocking`);
 `AsyncSessionHandle` runs the same call and awaits it (`_awaitable`); each
@@ -30,8 +30,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import msgspec
 
 from convmem.actors._answers import LoopAnswer, await_for, wait_for
-from convmem.actors._live import LiveSessions
-from convmem.actors._operations import (
+from convmem.actors._handle_writes import (
     Call,
     Handle,
     add_items,
@@ -43,6 +42,7 @@ from convmem.actors._operations import (
     restore,
     start,
 )
+from convmem.actors._live import LiveSessions
 from convmem.actors._session import Flush, Refresh, StateCell, Write
 from convmem.errors import WrongThread
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig

@@ -4,9 +4,9 @@ Grouped by purpose: `jetstream/` (the durable log, snapshots, connection and
 embedded server), `service/` (the NATS request/reply API and its clients),
 `cli/` (the `convmem` command), `integrations/` (agent frameworks),
 `summarizers/` and `keys/` (encryption at rest: master keys, key stores, the
-keyring that seals events and snapshots per user); `_memory` (the in-memory log), `_backends` (the `Backend`
-protocol and the one registry of URL schemes), `_connect` (`connect()`, which
-opens a backend by its URL), `_loop` (an event loop on its own thread),
+keyring that seals events and snapshots per user); `_in_memory` (the in-memory log),
+`_backends` (the `Backend` protocol and the one registry of URL schemes), `_connect` (`connect()`, which
+opens a backend by its URL), `_loop_thread` (an event loop on its own thread),
 `_prometheus` (`PrometheusMetrics`: the Prometheus registry that systems and
 services count into, and its HTTP endpoint) and `_views` (what the
 integrations' sessions and the service compute alike: the Agents items, a
@@ -30,7 +30,7 @@ from convmem.adapters._connect import (
     open_backend_here,
 )
 from convmem.adapters._exports import FileExportRegistry, default_export_registry
-from convmem.adapters._memory import (
+from convmem.adapters._in_memory import (
     InMemoryBackend,
     InMemoryErasureJournal,
     InMemoryEventLog,

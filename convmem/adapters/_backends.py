@@ -23,7 +23,7 @@ from typing import Protocol, TypedDict, TypeVar
 
 from convmem.actors import ErasureJournal, EventLog, SnapshotStore
 from convmem.adapters._auth import NatsAuth, redact_url
-from convmem.adapters._memory import MEMORY_URL, InMemoryBackend
+from convmem.adapters._in_memory import MEMORY_URL, InMemoryBackend
 from convmem.adapters.jetstream._backend import EmbeddedOptions, JetStreamBackend, JetStreamOptions
 from convmem.adapters.keys import Keyring, KeySettings
 from convmem.errors import InvalidInput

@@ -26,7 +26,7 @@ from convmem.actors import MemorySystem, SystemSettings
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters._backends import Backend, BackendOptions, backend_opener
 from convmem.adapters._exports import default_export_registry
-from convmem.adapters._memory import MEMORY_URL
+from convmem.adapters._in_memory import MEMORY_URL
 from convmem.adapters.service._exchange import ClientOptions
 from convmem.adapters.service._remote import RemoteMemory
 from convmem.adapters.summarizers import ExtractiveSummarizer

@@ -26,7 +26,7 @@ from convmem.actors import (
     verify,
 )
 from convmem.adapters._exports import default_export_registry
-from convmem.adapters._memory import InMemoryEventLog
+from convmem.adapters._in_memory import InMemoryEventLog
 from convmem.adapters.cli._common import (
     EXIT_DAMAGED,
     EXIT_DECLINED,

@@ -48,7 +48,7 @@ from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters._connect import open_backend_here
 from convmem.adapters._exports import default_export_registry
-from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters._prometheus import PrometheusMetrics
 from convmem.adapters.cli._safe import SafeStream
 from convmem.adapters.keys import KeySettings

@@ -24,7 +24,7 @@ from nats.js import JetStreamContext
 
 from convmem.actors import Settle
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
-from convmem.adapters._loop import EventLoopThread, Start
+from convmem.adapters._loop_thread import EventLoopThread, Start
 from convmem.adapters.jetstream._client import NatsClient, close_quietly, parse_headers
 from convmem.adapters.jetstream._watch import ConnectionWatch, describe, request_denied
 from convmem.errors import ConvmemError, InvalidInput, InvalidKey, LogUnavailable, SessionClosed, StoreFull

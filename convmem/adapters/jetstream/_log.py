@@ -31,7 +31,7 @@ from nats.aio.subscription import Subscription
 
 from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
 from convmem.adapters._checksum import SUM_HEADER
-from convmem.adapters._loop import wait
+from convmem.adapters._loop_thread import wait
 from convmem.adapters.jetstream._appends import HEADER_ROOM, too_large
 from convmem.adapters.jetstream._connection import DEFAULT_MAX_CONTROL_LINE, NatsConnection, log_error
 from convmem.adapters.jetstream._journal import JetStreamErasureJournal, erasure_bucket

@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 
 from convmem.actors import LoggedEvent
 from convmem.adapters._checksum import check
-from convmem.adapters._loop import wait
+from convmem.adapters._loop_thread import wait
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage
 from convmem.errors import InvalidKey, LogUnavailable
 from convmem.events import MemoryKey

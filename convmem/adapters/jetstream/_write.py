@@ -46,7 +46,7 @@ import nats.js.errors
 
 from convmem.actors import SessionSequence
 from convmem.adapters._checksum import SUM_HEADER, check, seal
-from convmem.adapters._history import opens_history
+from convmem.adapters._log_bytes import opens_history
 from convmem.adapters.jetstream._appends import EMPTY, EXPECTED, Last, PendingAppend, Refused, parse_ack
 from convmem.adapters.jetstream._connection import NatsConnection, StoredMessage, log_error
 from convmem.adapters.jetstream._fast import FastAppends

@@ -38,7 +38,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
-from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.service._errors import ServiceUnavailable
 from convmem.adapters.service._exchange import ClientOptions, Exchange, deadlines, nats_options
 from convmem.adapters.service._protocol import (

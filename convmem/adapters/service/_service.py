@@ -53,7 +53,7 @@ from nats.micro.request import Request as MicroRequest
 from convmem import __version__
 from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
-from convmem.adapters._loop import EventLoopThread
+from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters._prometheus import PrometheusMetrics
 from convmem.adapters.jetstream._client import close_quietly
 from convmem.adapters.jetstream._connection import server_list

@@ -26,7 +26,7 @@ from typing import Any
 
 from convmem.actors import token_counter_of
 from convmem.adapters.summarizers._dates import day_of, resolve
-from convmem.adapters.summarizers._pool import Pool
+from convmem.adapters.summarizers._selection import Pool
 from convmem.adapters.summarizers._summary import (
     CLOSE,
     FACTS,

@@ -5,6 +5,6 @@ In process (on a `MemorySystem`) or through a convmem service (on a
 when a session is built.
 """
 
-from convmem.adapters.integrations.agents._session import ConvmemSession
+from convmem.adapters.integrations.agents._sdk_session import ConvmemSession
 
 __all__ = ["ConvmemSession"]

@@ -32,7 +32,7 @@ from typing import Any
 
 from convmem.actors import AsyncSessionHandle, MemorySystem, SessionServices
 from convmem.adapters.integrations.penguiflow import _runtime, _store
-from convmem.adapters.integrations.penguiflow._loop import CallerLoop, LoopCallback, LoopSummarizer
+from convmem.adapters.integrations.penguiflow._planner_loop import CallerLoop, LoopCallback, LoopSummarizer
 from convmem.adapters.integrations.penguiflow._summarizer import offline_summarizer
 from convmem.adapters.integrations.penguiflow._values import (
     CONVMEM_MARK,

@@ -26,7 +26,7 @@ from convmem.actors import (
     Unwatch,
 )
 from convmem.adapters._checksum import check
-from convmem.adapters._history import opens_history
+from convmem.adapters._log_bytes import opens_history
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
 
