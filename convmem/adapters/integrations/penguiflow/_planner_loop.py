@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from convmem.errors import SummarizerError
+from convmem.errors import OperationTimeout, SummarizerError
 
 __all__ = ["CallerLoop", "LoopCallback", "LoopSummarizer"]
 
@@ -82,7 +82,7 @@ class LoopSummarizer:
             return future.result(self._timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()  # cancels the task on its loop
-            raise SummarizerError(
+            raise OperationTimeout(
                 f"the summarizer did not answer within {self._timeout:g}s on the planner's event loop; "
                 "its call was cancelled"
             ) from None
