@@ -5,6 +5,7 @@ Issue 25, item 3: each rule given / when / then, on the smallest conversation th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from summaries import assert_well_formed, days, request, section
 
 from convmem.adapters import ExtractiveSummarizer, recommended
+from convmem.adapters.cli._common import CliError
+from convmem.adapters.cli._serve import load_config
 from convmem.adapters.summarizers._text import label_of
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
@@ -117,6 +120,18 @@ def test_the_session_config_carries_speaker_names_to_the_summarizer() -> None:
     assert section(setup.summarizer(payload)["summary"], "key_facts")[0].startswith("Ana: I planted")
     plain = ShortTermMemoryConfig(strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=1))
     assert "speaker_names" not in _due(plain).payload()  # unset: the payload is PenguiFlow's own
+
+
+def test_a_serve_config_file_sets_speaker_names_and_a_bad_one_names_the_field(tmp_path: Path) -> None:
+    """Given a `convmem serve --config` file with speaker_names, then the session config has them; given
+    a bad role, then the error names the file and the field."""
+    good = tmp_path / "good.json"
+    good.write_text('{"strategy": "rolling_summary", "speaker_names": {"user": "Ana"}}', encoding="utf-8")
+    assert load_config(good).speaker_names == {"user": "Ana"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"speaker_names": {"bot": "Ana"}}', encoding="utf-8")
+    with pytest.raises(CliError, match="speaker_names"):
+        load_config(bad)
 
 
 def _due(config: ShortTermMemoryConfig) -> Any:
