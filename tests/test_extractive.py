@@ -11,7 +11,7 @@ from typing import Any
 
 import chitchat_dataset  # type: ignore[import-untyped]
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from summaries import assert_accepted, assert_well_formed, bullets, days, request, section
 from summary_samples import PRICING_TURNS
@@ -445,6 +445,11 @@ def test_a_summary_never_exceeds_its_allowance_and_keeps_its_shape(
     batches=st.lists(st.lists(TURN, max_size=5), min_size=1, max_size=5),
     previous=TEXT,
     max_tokens=st.integers(16, 400),
+)
+@example(  # a tool name with a colon once read back with two spaces where it was written with one
+    batches=[[{"user": "", "assistant": "", "trajectory_digest": {"tools_invoked": ["0: 0"]}}], []],
+    previous="",
+    max_tokens=25,
 )
 def test_same_input_same_bytes(batches: list[list[dict[str, Any]]], previous: str, max_tokens: int) -> None:
     """Rolled through its cache, re-read from the text every time, or asked twice: the same bytes."""

@@ -362,3 +362,15 @@ def test_names_and_groups_are_the_same_bytes_however_the_summary_is_reached(
         for role, default in (("user", "User"), ("assistant", "Assistant")):
             if f"\nThe {role}'s name is " in prose:
                 assert not any(fact.startswith(f"{default}: ") for fact in section(previous, "key_facts"))
+
+
+def test_two_speakers_given_one_name_keep_one_order_however_the_summary_is_reached() -> None:
+    """Given facts of both speakers written under "User"/"Assistant", when both introduce themselves
+    with one name, then the relabelled facts come out in the same order from the cache and the text."""
+    first = [{"user": "0\t1", "assistant": "0 00"}]
+    second = [{"user": "", "assistant": "I'm Ab"}, {"user": "I'm Ab", "assistant": ""}]
+    cached = ExtractiveSummarizer(max_tokens=42)
+    reading = ExtractiveSummarizer(max_tokens=42, cache_size=0)
+    previous = cached(request(first))["summary"]
+    assert reading(request(first)) == {"summary": previous}
+    assert cached(request(second, previous)) == reading(request(second, previous))

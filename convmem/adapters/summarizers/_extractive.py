@@ -269,11 +269,16 @@ def _relabel(pool: Pool, renamed: dict[str, str]) -> None:
     renamed = {old: new for old, new in renamed.items() if old != new}
     if not renamed:
         return
-    for fact in list(pool.facts.values()):
-        old = fact.text.split(": ", 1)[0] if fact.section == FACTS else None
-        if old in renamed:
-            pool.remove(fact.key)
-            pool.add(make_fact(FACTS, f"{renamed[old]}: {unlabelled(fact.text)}", fact.day))
+    moving = [
+        (old, fact)
+        for fact in pool.facts.values()
+        if fact.section == FACTS and (old := fact.text.split(": ", 1)[0]) in renamed
+    ]
+    # One old label after another (as the text lists them), so that two labels becoming one name
+    # come out in the same order from a cached pool and from one read back from the text.
+    for old, fact in sorted(moving, key=lambda moved: moved[0]):
+        pool.remove(fact.key)
+        pool.add(make_fact(FACTS, f"{renamed[old]}: {unlabelled(fact.text)}", fact.day))
 
 
 def _units(text: str) -> list[str]:
@@ -340,7 +345,7 @@ def _offer_tools(pool: Pool, digest: object, day: int | None) -> None:
     observations = digest.get("observations_summary")
     if isinstance(tools, str) or not isinstance(tools, Sequence):
         tools = ()
-    names = [n for n in (clean(str(t)).replace(":", " ").strip() for t in tools) if n]
+    names = [n for n in (clean(str(t).replace(":", " ")) for t in tools) if n]
     note = ""
     if isinstance(observations, str):
         note = clip(next(iter(sentences(observations)), ""), MAX_FACT_CHARS)
