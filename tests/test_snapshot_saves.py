@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamSnapshotStore
+from convmem.events import MemoryKey
 from convmem.testing._snapshot_contract import KEY, snap
 
 
@@ -21,29 +22,25 @@ def stores(
     two.close()
 
 
-def _held(store: JetStreamSnapshotStore) -> dict[str, int]:
+def _held(store: JetStreamSnapshotStore, key: MemoryKey = KEY) -> dict[str, int]:
     """Messages per subject of the session's key (its head and any parts)."""
-    subject = store.subject(KEY)
+    subject = store.subject(key)
     return store._conn.call(lambda: store._subjects(subject + ".>"), what="list") | store._conn.call(
         lambda: store._subjects(subject), what="list"
     )
 
 
 def _requests(store: JetStreamSnapshotStore) -> list[str]:
-    """Record the JetStream API requests and reads the store makes from now on."""
+    """Record the JetStream API requests the store makes from now on (``MSG.GET``, ``MSG.DELETE``)."""
     seen: list[str] = []
     conn = store._conn
-    api, get = conn.api, conn.get_message
+    api = conn.api
 
-    async def counted_api(subject: str, *args: object, **kwargs: object) -> object:
-        seen.append(subject.split(".")[3])
+    async def counted(subject: str, *args: object, **kwargs: object) -> object:
+        seen.append(".".join(subject.split(".")[3:5]))
         return await api(subject, *args, **kwargs)  # type: ignore[arg-type]
 
-    async def counted_get(*args: object, **kwargs: object) -> object:
-        seen.append("GET")
-        return await get(*args, **kwargs)  # type: ignore[arg-type]
-
-    conn.api, conn.get_message = counted_api, counted_get  # type: ignore[method-assign]
+    conn.api = counted  # type: ignore[method-assign]
     return seen
 
 
@@ -52,7 +49,7 @@ def test_a_save_over_its_own_last_one_erases_it_and_writes_without_reading(store
     one.save(snap(5))
     seen = _requests(one)
     one.save(snap(7))
-    assert seen == ["MSG"]  # the old one erased; nothing read (the write is a plain publish)
+    assert seen == ["MSG.DELETE"]  # the old one erased; nothing read (the write is a plain publish)
     loaded = one.load(KEY)
     assert loaded is not None
     assert (loaded.seq, loaded.data) == (7, snap(7).data)
@@ -89,3 +86,16 @@ def test_a_deleted_snapshot_is_saved_again_the_full_way(stores: tuple) -> None:
     loaded = two.load(KEY)
     assert loaded is not None
     assert loaded.seq == 2
+
+
+def test_a_first_save_writes_on_the_empty_key_without_reading_it_first(stores: tuple) -> None:
+    one, two = stores
+    fresh = MemoryKey("acme", "alice", "never-saved")
+    seen = _requests(one)
+    one.save(snap(4, fresh))
+    assert seen == ["MSG.GET"]  # only the probe for a crashed save's parts, after the write
+    two.save(snap(6, fresh))  # a store that saved none there: its try on the empty key fails, the full way
+    loaded = one.load(fresh)
+    assert loaded is not None
+    assert loaded.seq == 6
+    assert _held(one, fresh) == {one.subject(fresh): 1}

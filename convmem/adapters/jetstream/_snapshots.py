@@ -5,8 +5,9 @@ KV key, and never another session's); the value is the msgpack of
 `Snapshot`. A save reads the stored snapshot and writes only if it is older;
 it erases the older one, then writes on the emptied key only (a conditional
 publish; over the snapshot this store saved there last it need not read
-it, so it erases and writes at once, and a key taken meanwhile by another
-saver sends it the full way), so two savers racing never put an older
+it, so it erases and writes at once, and a store that saved none there yet
+first tries the emptied-key write alone; a key taken meanwhile by another
+saver sends either the full way), so two savers racing never put an older
 snapshot over a newer one, and no superseded snapshot stays in the bucket's files (a plain put would
 leave the replaced bytes there until NATS compacts the block).
 
@@ -237,10 +238,16 @@ class JetStreamSnapshotStore:
         headers[SUM_HEADER] = seal("", subject, data)
 
         async def put() -> None:
-            position, last = self._saved.pop(subject, (0, snapshot.seq))
-            if last < snapshot.seq and not parts:
-                written = await self._replace(subject, position, data, headers)
+            known = self._saved.pop(subject, None)
+            if known is not None and known[1] < snapshot.seq and not parts:
+                written = await self._replace(subject, known[0], data, headers)
                 if written is not None:
+                    self._saved[subject] = (written, snapshot.seq)
+                    return
+            elif known is None and not parts:  # most likely the session's first: try the empty key
+                written = await self._publish_if_empty(subject, data, headers)
+                if written is not None:
+                    await self._erase_parts(subject)  # a crashed save's parts, if any
                     self._saved[subject] = (written, snapshot.seq)
                     return
             for _ in range(10):
@@ -272,6 +279,11 @@ class JetStreamSnapshotStore:
         takes four, and the old snapshot is not read. The new one's stream position, or None (nothing
         written) when the key holds another saver's snapshot: then the full way decides."""
         await self._erase(position)
+        return await self._publish_if_empty(subject, data, headers)
+
+    async def _publish_if_empty(self, subject: str, data: bytes, headers: dict[str, str]) -> int | None:
+        """Write the snapshot message if `subject` holds none (`headers` expect that): its stream
+        position, or None when the key holds a snapshot (nothing written)."""
         try:
             ack = await self._conn.js.publish(subject, data, headers=headers)
         except nats.js.errors.APIError as exc:
