@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import agents_sdk_suite
+import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -35,6 +36,7 @@ def test_sqlite_session_file_lock_is_shared_across_instances():
 """
 
 
+@pytest.mark.slow  # ~20 s: a pytest run of its own, importing the SDK (`.ci/run` runs it)
 def test_the_plugin_swaps_sqlite_for_convmem_and_counts_only_session_tests(tmp_path: Path) -> None:
     """Run on a fake checkout: the session test passes on convmem, the excluded one is deselected."""
     (tmp_path / "tests" / "memory").mkdir(parents=True)

@@ -21,6 +21,8 @@ from convmem.actors import load_state
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
 from convmem.events import MemoryKey
 
+pytestmark = pytest.mark.slow  # ~15 s a case: fresh interpreters importing the SDKs (`.ci/run` runs them)
+
 WORKER = Path(__file__).resolve().parent / "integrations_worker.py"
 WAIT = 120.0
 

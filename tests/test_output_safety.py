@@ -264,6 +264,7 @@ def _python_errors(url: str) -> list[str]:
     return shown
 
 
+@pytest.mark.slow  # ~20 s: serve, status and the CLI as processes (`.ci/run` runs it)
 def test_no_output_path_shows_a_hostile_password(
     guarded_server: EmbeddedNatsServer,
     capsys: pytest.CaptureFixture[str],

@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 TIMEOUT = 120.0
 """Seconds a process may take before the test fails (a hang, not a timing check)."""
 
@@ -128,6 +130,7 @@ def run_planner(data: Path, turns: int) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow  # ~20 s: two fresh interpreters importing PenguiFlow (`.ci/run` runs it)
 def test_a_20_turn_conversation_survives_the_process_and_verifies(tmp_path: Path) -> None:
     """Process 1 talks 20 turns; process 2 on the same key sees the same memory; convmem verify passes."""
     data = tmp_path / "convmem-data"

@@ -101,7 +101,13 @@ def test_status_reports_health_and_metrics_of_a_running_service(
     assert sorted(r["metrics"]["turns"] for r in replicas) == [0] * (len(replicas) - 1) + [1]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    "signum",
+    [
+        signal.SIGTERM,
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+    ],  # the same path: SIGINT in `.ci/run`
+)
 def test_a_signal_mid_load_stops_the_service_cleanly_and_loses_nothing(
     serve: Serve, nats_server: EmbeddedNatsServer, signum: signal.Signals
 ) -> None:
