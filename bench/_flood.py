@@ -30,8 +30,8 @@ import nats
 import nats.aio.msg
 import nats.errors
 
-from convmem.adapters.service._inboxes import tenant_inbox
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
+from convmem.adapters.frontends.service._inboxes import tenant_inbox
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
 from convmem.events import encode_token
 
 _encode = msgspec.msgpack.Encoder().encode

@@ -39,7 +39,7 @@ from bench._common import (
     session_keys,
 )
 from convmem.actors import MemorySystem
-from convmem.adapters.jetstream._write import PendingAppend
+from convmem.adapters.backends.jetstream._write import PendingAppend
 from convmem.events import ShortTermMemoryConfig, TurnAdded, encode_event
 
 __all__ = ["PROBES", "main"]

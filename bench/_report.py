@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 
 from bench._common import Result
-from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
 
 __all__ = ["machine", "table", "write_json"]
 

@@ -26,19 +26,19 @@ import msgspec
 from bench._common import sample_turn
 from convmem.actors import Metrics
 from convmem.adapters import PrometheusMetrics
-from convmem.adapters._checksum import seal as checksum
-from convmem.adapters.keys import Keyring
-from convmem.adapters.keys._master import LocalMasterKeys
-from convmem.adapters.keys._stores import MemoryKeyStore
-from convmem.adapters.service._inboxes import ReplyGuard, tenant_inbox
-from convmem.adapters.service._protocol import (
+from convmem.adapters.backends._checksum import seal as checksum
+from convmem.adapters.backends.keys import Keyring
+from convmem.adapters.backends.keys._master import LocalMasterKeys
+from convmem.adapters.backends.keys._stores import MemoryKeyStore
+from convmem.adapters.frontends.service._inboxes import ReplyGuard, tenant_inbox
+from convmem.adapters.frontends.service._protocol import (
     DEFAULT_API_PREFIX,
     decode_request,
     encode_ok,
     parse_subject,
     routed_subject,
 )
-from convmem.adapters.service._shares import tenant_token
+from convmem.adapters.frontends.service._shares import tenant_token
 from convmem.events import MemoryKey, ShortTermMemoryConfig, encode_event, encode_token
 from convmem.projections import SessionState, decide, evolve
 from convmem.projections._commands import AddTurn

@@ -26,8 +26,8 @@ import nats
 
 from bench._common import sample_turn, session_keys
 from convmem.adapters import RemoteMemory
-from convmem.adapters.service._inboxes import tenant_inbox
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
+from convmem.adapters.frontends.service._inboxes import tenant_inbox
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, decode_reply, routed_subject
 from convmem.events import MemoryKey, encode_token
 
 _encode = msgspec.msgpack.Encoder().encode

@@ -28,8 +28,14 @@ from pathlib import Path
 from bench._common import Figure, Result, Sizes, Target, in_threads, nats_server, sample_turn
 from convmem.actors import MemorySystem, SessionHandle
 from convmem.adapters import JetStreamBackend
-from convmem.adapters.keys import DirKeyStore, Keyring, KeySettings, generate_key_text, master_key_from_file
-from convmem.adapters.keys._master import write_key_file
+from convmem.adapters.backends.keys import (
+    DirKeyStore,
+    Keyring,
+    KeySettings,
+    generate_key_text,
+    master_key_from_file,
+)
+from convmem.adapters.backends.keys._master import write_key_file
 from convmem.events import MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event, encode_event
 
 __all__ = ["run"]

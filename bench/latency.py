@@ -50,12 +50,12 @@ from bench._common import (
 from bench._profile import py_spy
 from convmem.actors import AsyncSessionHandle, MemorySystem
 from convmem.adapters import ExtractiveSummarizer, JetStreamBackend, recommended
-from convmem.adapters.summarizers._process import ProcessSummarizer
+from convmem.adapters.backends.summarizers._process import ProcessSummarizer
 from convmem.events import ConversationTurn, ShortTermMemoryConfig
 
 __all__ = ["run"]
 
-_EXTRACTIVE = "convmem.adapters.summarizers:ExtractiveSummarizer"
+_EXTRACTIVE = "convmem.adapters.backends.summarizers:ExtractiveSummarizer"
 
 _SUMMARY = "<session_summary>\nThe user asked about budgets and orders.\n</session_summary>"
 

@@ -40,7 +40,7 @@ from bench._common import (
 from bench._profile import py_spy
 from convmem.actors import EventLog, LoggedEvent
 from convmem.adapters import InMemoryEventLog, JetStreamEventLog
-from convmem.adapters.jetstream._read import MSG_ID, SEQ_HEADER
+from convmem.adapters.backends.jetstream._read import MSG_ID, SEQ_HEADER
 from convmem.events import (
     AnyEvent,
     ConversationTurn,

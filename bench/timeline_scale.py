@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import convmem
-from convmem.adapters.cli._timeline import timeline_page
+from convmem.adapters.frontends.cli._timeline import timeline_page
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 KEY = MemoryKey("bench", "auditor", "long")

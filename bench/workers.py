@@ -31,8 +31,8 @@ from typing import Any
 
 from bench._common import Figure, Result, Sizes, Target, memory_store_root, nats_server, sample_turn
 from bench.throughput import _payloads, _raw_publish
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
-from convmem.adapters.service._status import service_status
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX
+from convmem.adapters.frontends.service._status import service_status
 
 __all__ = ["run"]
 

@@ -83,7 +83,7 @@ if TYPE_CHECKING:
         connect_remote,
         recommended,
     )
-    from convmem.adapters.keys import KeySettings, generate_key_text
+    from convmem.adapters.backends.keys import KeySettings, generate_key_text
     from convmem.events import (
         AgentsMemoryConfig,
         ConversationTurn,
@@ -151,7 +151,7 @@ _LAZY = {
         ),
         "convmem.adapters",
     ),
-    **dict.fromkeys(("KeySettings", "generate_key_text"), "convmem.adapters.keys"),
+    **dict.fromkeys(("KeySettings", "generate_key_text"), "convmem.adapters.backends.keys"),
 }
 """Where each lazily imported name lives (the layer package that exports it)."""
 

@@ -21,7 +21,7 @@ def run() -> int:
 
     signal.signal(signal.SIGINT, note)
     try:
-        from convmem.adapters.cli import main  # noqa: PLC0415 (the point: imported with Ctrl-C noted)
+        from convmem.adapters.frontends.cli import main  # noqa: PLC0415 (the point: imported with Ctrl-C noted)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return main(interrupted=bool(interrupted))

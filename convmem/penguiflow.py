@@ -8,7 +8,7 @@ builds memories itself imports `DefaultShortTermMemory` from here instead of
 ``CONVMEM_*`` environment or `configure()`, and closed at exit.
 """
 
-from convmem.adapters.integrations.penguiflow import (
+from convmem.adapters.frontends.integrations.penguiflow import (
     ENVIRONMENT,
     DefaultShortTermMemory,
     close,

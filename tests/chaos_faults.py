@@ -21,8 +21,8 @@ import convmem
 from convmem import MemorySystem
 from convmem.actors import load_state
 from convmem.adapters import JetStreamBackend
-from convmem.adapters.jetstream._log import DEFAULT_PREFIX
-from convmem.adapters.jetstream._read import SEQ_HEADER
+from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX
+from convmem.adapters.backends.jetstream._read import SEQ_HEADER
 from convmem.errors import ConvmemError, InvalidTurn
 from convmem.events import ConversationTurn, TurnAdded, decode_event, encode_event
 

@@ -20,7 +20,7 @@ from chaos import DEADLINE, Tally, ThreadLoad, keys_for, running_server, stored_
 from cluster import NatsCluster, Process, compose_environment, exits_early, remap_urls, wait_for
 
 from convmem.adapters import JetStreamBackend, RemoteMemory
-from convmem.adapters.jetstream._log import DEFAULT_STREAM
+from convmem.adapters.backends.jetstream._log import DEFAULT_STREAM
 from convmem.events import MemoryKey
 
 __all__ = ["process_restart", "r3_kill", "serve_stop"]

@@ -19,7 +19,7 @@ import nats
 from chaos import CONFIG, Tally, ThreadLoad, keys_for, running_server, stored_texts
 
 import convmem
-from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
+from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey
 

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
 
 __all__ = [
     "CLUSTER_CONF",

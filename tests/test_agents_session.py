@@ -32,7 +32,7 @@ from runtime_helpers import Harness, events_of, replay_log
 
 from convmem.actors import MemorySystem
 from convmem.adapters import ConvmemSession, ExtractiveSummarizer
-from convmem.adapters.integrations.agents import _sdk_session as agents_session_module
+from convmem.adapters.frontends.integrations.agents import _sdk_session as agents_session_module
 from convmem.errors import InvalidInput
 from convmem.events import (
     AgentsMemoryConfig,

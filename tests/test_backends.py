@@ -19,7 +19,7 @@ from convmem.adapters import (
     open_backend_here,
     register_backend,
 )
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.errors import InvalidInput, UnknownSetting
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 

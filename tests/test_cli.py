@@ -14,7 +14,7 @@ import pytest
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import encode_state
 

@@ -13,9 +13,9 @@ import pytest
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer
-from convmem.adapters.cli import _inspect as inspect_module
-from convmem.adapters.cli._common import EXIT_CODES
-from convmem.adapters.cli._main import build_parser, main
+from convmem.adapters.frontends.cli import _inspect as inspect_module
+from convmem.adapters.frontends.cli._common import EXIT_CODES
+from convmem.adapters.frontends.cli._main import build_parser, main
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 KEY = MemoryKey("acme", "alice", "chat-1")

@@ -19,7 +19,7 @@ import pytest
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, MemoryService
-from convmem.adapters.cli._main import build_parser, main
+from convmem.adapters.frontends.cli._main import build_parser, main
 from convmem.events import ConversationTurn, MemoryKey
 
 KEY = MemoryKey("acme", "alice", "chat-1")

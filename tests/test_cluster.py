@@ -29,10 +29,10 @@ from cluster import DOCKER, NatsCluster, Process, compose_environment, exits_ear
 
 from convmem.actors import EventLog, load_state
 from convmem.adapters import JetStreamBackend, RemoteMemory
-from convmem.adapters.jetstream._log import DEFAULT_STREAM
-from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX
-from convmem.adapters.service._status import service_status
+from convmem.adapters.backends.jetstream._log import DEFAULT_STREAM
+from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX
+from convmem.adapters.frontends.service._status import service_status
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey, TurnAdded, decode_event
 from convmem.projections import SessionState, llm_context

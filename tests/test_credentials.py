@@ -14,7 +14,7 @@ from nats_auth import Creds, TlsFiles, make_creds, make_nkey, make_tls
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, NatsAuth, RemoteSession
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.errors import LogUnavailable
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 

@@ -31,12 +31,12 @@ import pytest
 import convmem
 from convmem.actors import ErasureRequest, MemorySystem, plan_repair, sweep_retention, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore
-from convmem.adapters._checksum import seal
-from convmem.adapters.cli._main import main
-from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.adapters.jetstream._log import JetStreamEventLog
-from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
-from convmem.adapters.service._errors import error_info, exception_of
+from convmem.adapters.backends._checksum import seal
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._log import JetStreamEventLog
+from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.service._errors import error_info, exception_of
 from convmem.errors import ConcurrencyConflict, SessionDamaged
 from convmem.events import (
     ConversationTurn,

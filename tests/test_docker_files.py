@@ -26,10 +26,10 @@ from cluster import COMPOSE, DOCKER, NODES
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteSession
-from convmem.adapters.cli._main import build_parser
-from convmem.adapters.cli._serve import ENVIRONMENT, load_config
-from convmem.adapters.jetstream._connection import MIN_SERVER_VERSION
-from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.adapters.backends.jetstream._connection import MIN_SERVER_VERSION
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
+from convmem.adapters.frontends.cli._main import build_parser
+from convmem.adapters.frontends.cli._serve import ENVIRONMENT, load_config
 from convmem.events import ConversationTurn, MemoryKey
 
 DOCKERFILE = DOCKER / "Dockerfile"
@@ -227,7 +227,7 @@ def test_every_convmem_variable_named_under_docker_is_real() -> None:
 def test_every_environment_name_is_read_by_the_cli() -> None:
     """ENVIRONMENT lists what the CLI reads: each name appears in the CLI's sources."""
     sources = "".join(
-        (Path(__file__).resolve().parent.parent / "convmem" / "adapters" / "cli" / f).read_text(
+        (Path(__file__).resolve().parent.parent / "convmem" / "adapters" / "frontends" / "cli" / f).read_text(
             encoding="utf-8"
         )
         for f in ("_main.py", "_serve.py")

@@ -13,17 +13,17 @@ from runtime_helpers import wait_until
 from convmem import ConversationTurn, connect
 from convmem.actors import MemorySystem, export_jsonl, replay_session, timeline, verify
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
-from convmem.adapters._checksum import seal as crc
-from convmem.adapters.cli import main
-from convmem.adapters.jetstream._read import fetch_subject
-from convmem.adapters.jetstream._sealing import SHREDDED
-from convmem.adapters.keys import (
+from convmem.adapters.backends._checksum import seal as crc
+from convmem.adapters.backends.jetstream._read import fetch_subject
+from convmem.adapters.backends.jetstream._sealing import SHREDDED
+from convmem.adapters.backends.keys import (
     DirKeyStore,
     KeySettings,
     generate_key_text,
     master_key_from_file,
     rotate_master_file,
 )
+from convmem.adapters.frontends.cli import main
 from convmem.errors import EncryptionKeyError, SealBroken, SessionDamaged
 from convmem.events import (
     MemoryBudget,

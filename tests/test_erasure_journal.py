@@ -37,8 +37,8 @@ from convmem.adapters import (
     JetStreamBackend,
     JetStreamSnapshotStore,
 )
-from convmem.adapters.cli import main
-from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.frontends.cli import main
 from convmem.errors import InvalidConfig, InvalidInput, SessionLost
 from convmem.events import (
     ConversationTurn,

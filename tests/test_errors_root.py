@@ -33,12 +33,12 @@ BUILTIN_ERRORS = frozenset(
 """Raising one of these by name is raising outside the tree."""
 
 INTERNAL_SIGNALS = {
-    ("adapters/summarizers/_process.py", "TimeoutError"),  # `_read` tells `_exchange`, which catches it
-    ("adapters/summarizers/_process.py", "OSError"),  # the same: a closed pipe, caught in `_exchange`
-    ("adapters/summarizers/_recommended.py", "KeyError"),  # `Mapping.__getitem__`'s own protocol
-    ("adapters/summarizers/_selection.py", "KeyError"),  # a fact without a stem it was indexed by: a bug
-    ("adapters/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
-    ("adapters/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
+    ("adapters/backends/summarizers/_process.py", "TimeoutError"),  # `_read` tells `_exchange`, which catches
+    ("adapters/backends/summarizers/_process.py", "OSError"),  # the same: a closed pipe, caught there
+    ("adapters/backends/summarizers/_recommended.py", "KeyError"),  # `Mapping.__getitem__`'s own protocol
+    ("adapters/backends/summarizers/_selection.py", "KeyError"),  # a fact lacking an indexed stem: a bug
+    ("adapters/frontends/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
+    ("adapters/frontends/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
 }
 """(module, builtin) raises that never reach a caller of convmem, or are left to work under way."""
 

@@ -17,8 +17,8 @@ from summaries import assert_accepted, assert_well_formed, bullets, days, reques
 from summary_samples import PRICING_TURNS
 
 from convmem.adapters import ExtractiveSummarizer
-from convmem.adapters.summarizers._selection import Pool
-from convmem.adapters.summarizers._summary import make_fact, parse, prose, render
+from convmem.adapters.backends.summarizers._selection import Pool
+from convmem.adapters.backends.summarizers._summary import make_fact, parse, prose, render
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, TrajectoryDigest
 from convmem.projections import SummaryRequest, default_token_estimator

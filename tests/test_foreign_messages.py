@@ -13,8 +13,8 @@ from runtime_helpers import Harness, key, live_state, turn
 
 from convmem.actors import EventLog, MemorySystem, SessionSequence, load_state, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
-from convmem.adapters.cli._main import main
-from convmem.adapters.cli._timeline import page_data
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.cli._timeline import page_data
 from convmem.events import MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
 from convmem.projections import SessionState
 

@@ -11,7 +11,7 @@ import pytest
 import convmem
 from convmem.actors import MemorySystem, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, MemoryService, RemoteMemory
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.errors import InvalidInput
 from convmem.events import (
     ConversationTurn,

@@ -37,13 +37,13 @@ from test_service import _free_port, _ready, tenants_config
 import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteSession
-from convmem.adapters.cli._main import main
-from convmem.adapters.jetstream._embedded import find_nats_server
-from convmem.adapters.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
-from convmem.adapters.jetstream._snapshots import DEFAULT_BUCKET
-from convmem.adapters.service._inboxes import OPERATOR, OPERATOR_INBOX
-from convmem.adapters.service._partitions import members_subject, verified
-from convmem.adapters.service._protocol import (
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
+from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
+from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.service._inboxes import OPERATOR, OPERATOR_INBOX
+from convmem.adapters.frontends.service._partitions import members_subject, verified
+from convmem.adapters.frontends.service._protocol import (
     DEFAULT_API_PREFIX,
     OPERATOR_OPS,
     SESSION_OPS,

@@ -28,7 +28,7 @@ from convmem.adapters import (
     MemoryService,
     RemoteMemory,
 )
-from convmem.adapters.integrations.agents import ConvmemSession
+from convmem.adapters.frontends.integrations.agents import ConvmemSession
 from convmem.errors import InvalidTurn, LogUnavailable, StoreFull
 from convmem.events import (
     ConversationTurn,

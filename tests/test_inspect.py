@@ -14,8 +14,8 @@ import pytest
 import convmem
 from convmem.actors import ManualClock
 from convmem.adapters import EmbeddedNatsServer
-from convmem.adapters.cli._common import Progress
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._common import Progress
+from convmem.adapters.frontends.cli._main import main
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 KEY = MemoryKey("acme", "alice", "chat-1")

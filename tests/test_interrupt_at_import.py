@@ -93,7 +93,7 @@ def interrupted_while_importing(tmp: Path, argv: list[str], module: str) -> tupl
                 proc.kill()
 
 
-@pytest.mark.parametrize("module", ["convmem.adapters", "nats", "convmem.adapters.cli._main"])
+@pytest.mark.parametrize("module", ["convmem.adapters", "nats", "convmem.adapters.frontends.cli._main"])
 @pytest.mark.parametrize("how", ["console script", "python -m convmem"])
 def test_ctrl_c_while_the_command_imports_exits_130_without_a_traceback(
     tmp_path: Path, how: str, module: str

@@ -16,8 +16,8 @@ import pytest
 
 from convmem.actors import Snapshot
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
-from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.adapters.jetstream._embedded import find_nats_server
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.errors import (
     EventDecodeError,
     InvalidConfig,

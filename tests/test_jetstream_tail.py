@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog
-from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.adapters.jetstream._read import tail_start
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._read import tail_start
 from convmem.events import ConversationTurn, MemoryKey, SessionStarted, ShortTermMemoryConfig, TurnAdded
 
 LONG = MemoryKey("acme", "ada", "long")

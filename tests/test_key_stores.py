@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from convmem.adapters import EmbeddedNatsServer
-from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.adapters.jetstream._keystore import NatsKeyStore
-from convmem.adapters.keys import (
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._keystore import NatsKeyStore
+from convmem.adapters.backends.keys import (
     DirKeyStore,
     Keyring,
     KeyStore,

@@ -31,7 +31,7 @@ from runtime_helpers import Harness, events_of, replay_log
 from test_agents_conformance import in_process, served  # noqa: F401 (fixtures)
 
 from convmem.adapters import ConvmemChatMessageHistory, ConvmemSession
-from convmem.adapters.integrations.langchain import item_of, message_of
+from convmem.adapters.frontends.integrations.langchain import item_of, message_of
 from convmem.errors import InvalidInput, InvalidTurn
 from convmem.events import AgentsMemoryConfig, ItemsAdded, SessionCleared, ShortTermMemoryConfig
 

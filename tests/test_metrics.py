@@ -34,7 +34,7 @@ from convmem.adapters import (
     RemoteMemory,
     TenantLimits,
 )
-from convmem.adapters._prometheus import OTHER
+from convmem.adapters.backends._prometheus import OTHER
 from convmem.errors import Busy, InvalidConfig, LogUnavailable, MemoryBudgetExceeded, QuotaExceeded
 from convmem.events import MemoryKey, ShortTermMemoryConfig
 

@@ -28,10 +28,10 @@ import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, MemoryService, RemoteMemory, redact_url
 from convmem.adapters._auth import NatsAuth, scrub, url_secrets
-from convmem.adapters.cli._main import main
-from convmem.adapters.cli._safe import SafeStream, json_text, visible
-from convmem.adapters.service._status import service_status
-from convmem.adapters.summarizers import OpenAIChatSummarizer
+from convmem.adapters.backends.summarizers import OpenAIChatSummarizer
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.cli._safe import SafeStream, json_text, visible
+from convmem.adapters.frontends.service._status import service_status
 from convmem.errors import ConvmemError, SummarizerError
 from convmem.events import ConversationTurn, EntityMention, MemoryKey, ShortTermMemoryConfig, TrajectoryDigest
 

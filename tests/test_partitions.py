@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
-from convmem.adapters._connect import open_backend_here
 from convmem.adapters._loop_thread import EventLoopThread
-from convmem.adapters.service._partitions import Partitions, members_subject, owners, signed
-from convmem.adapters.service._protocol import (
+from convmem.adapters.frontends._connect import open_backend_here
+from convmem.adapters.frontends.service._partitions import Partitions, members_subject, owners, signed
+from convmem.adapters.frontends.service._protocol import (
     SLOTS,
     parse_subject,
     routed_subject,

@@ -1,7 +1,7 @@
 """The private parts of pykka and nats-py that convmem overrides or calls keep the shape it relies on.
 
 `convmem/actors/_dispatch.py` runs pykka actors on a shared pool of threads
-by overriding pykka's actor loop and inbox; `convmem/adapters/jetstream/_client.py`
+by overriding pykka's actor loop and inbox; `convmem/adapters/backends/jetstream/_client.py`
 takes shortcuts through nats-py's client. Both libraries are bounded in
 pyproject.toml. When a release inside those bounds changes one of these
 internals, a test here fails and names it, before the runtime misbehaves.
@@ -27,7 +27,7 @@ from pykka._envelope import Envelope
 from convmem.actors._dispatch import PooledActor
 
 DISPATCH = "convmem/actors/_dispatch.py"
-CLIENT = "convmem/adapters/jetstream/_client.py"
+CLIENT = "convmem/adapters/backends/jetstream/_client.py"
 
 Kind = Literal["static", "method", "coroutine"]
 

@@ -24,8 +24,8 @@ from penguiflow.state import InMemoryStateStore
 import convmem.penguiflow
 from convmem.actors import MemorySystem, verify
 from convmem.adapters import InMemoryEventLog, InMemorySnapshotStore, JetStreamEventLog
-from convmem.adapters.integrations.penguiflow._planner_loop import CallerLoop, LoopSummarizer
-from convmem.adapters.integrations.penguiflow._store import NEW_GENERATION
+from convmem.adapters.frontends.integrations.penguiflow._planner_loop import CallerLoop, LoopSummarizer
+from convmem.adapters.frontends.integrations.penguiflow._store import NEW_GENERATION
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.errors import MemoryBudgetExceeded as ConvmemBudgetExceeded
 from convmem.events import (

@@ -110,7 +110,7 @@ PLANNER = textwrap.dedent(
 )
 
 
-VERIFY = "import sys; from convmem.adapters.cli import main; sys.exit(main(sys.argv[1:]))"
+VERIFY = "import sys; from convmem.adapters.frontends.cli import main; sys.exit(main(sys.argv[1:]))"
 """The `convmem` command, run by this interpreter."""
 
 
@@ -135,7 +135,9 @@ def test_a_20_turn_conversation_survives_the_process_and_verifies(tmp_path: Path
     """Process 1 talks 20 turns; process 2 on the same key sees the same memory; convmem verify passes."""
     data = tmp_path / "convmem-data"
     first = run_planner(data, 20)
-    assert first["class"] == "convmem.adapters.integrations.penguiflow._memory.DefaultShortTermMemory"
+    assert (
+        first["class"] == "convmem.adapters.frontends.integrations.penguiflow._memory.DefaultShortTermMemory"
+    )
     assert first["first_prompt_memory"] == {"recent_turns": []}
     final = first["final"]
     recent = [t["user"] for t in final["recent_turns"]]

@@ -51,7 +51,9 @@ def test_it_answers_from_a_child_built_before_the_first_call(scripted: ProcessSu
 def test_the_extractive_summarizer_gives_the_same_bytes_in_its_process() -> None:
     """A rolling sequence of calls gives byte-equal summaries in the child and in this process."""
     local = ExtractiveSummarizer(max_tokens=300)
-    with ProcessSummarizer("convmem.adapters.summarizers:ExtractiveSummarizer", max_tokens=300) as apart:
+    with ProcessSummarizer(
+        "convmem.adapters.backends.summarizers:ExtractiveSummarizer", max_tokens=300
+    ) as apart:
         ours = theirs = ""
         for n in range(12):
             turns = [

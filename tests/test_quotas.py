@@ -24,10 +24,10 @@ from convmem.adapters import (
     RemoteMemory,
     TenantLimits,
 )
-from convmem.adapters.cli._common import CliError
-from convmem.adapters.cli._serve import load_quotas
-from convmem.adapters.service._shares import FairShares
-from convmem.adapters.service._usage import TenantUsage
+from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._serve import load_quotas
+from convmem.adapters.frontends.service._shares import FairShares
+from convmem.adapters.frontends.service._usage import TenantUsage
 from convmem.errors import Busy, InvalidConfig, QuotaExceeded, StoreFull, TenantLimitReached
 from convmem.events import MemoryKey
 

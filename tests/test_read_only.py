@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import convmem
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.events import ConversationTurn, MemoryKey
 
 KEY = "acme:alice:chat-1"

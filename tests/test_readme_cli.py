@@ -19,8 +19,8 @@ import pytest
 import convmem
 from convmem.actors import ManualClock
 from convmem.adapters import EmbeddedNatsServer, MemoryService
-from convmem.adapters.cli._main import main
-from convmem.adapters.keys import generate_key_text
+from convmem.adapters.backends.keys import generate_key_text
+from convmem.adapters.frontends.cli._main import main
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"

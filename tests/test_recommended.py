@@ -16,8 +16,8 @@ from convmem.adapters import (
     ProcessSummarizer,
     recommended,
 )
-from convmem.adapters.cli._common import CliError
-from convmem.adapters.cli._serve import load_config
+from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._serve import load_config
 from convmem.errors import InvalidConfig
 from convmem.events import ConversationTurn, MemoryKey
 from convmem.projections import default_token_estimator, render
@@ -37,7 +37,7 @@ def test_the_setup_is_a_rolling_summary_whose_summary_takes_what_recent_turns_le
     assert budget.summary_max_tokens == 3800
     assert budget.overflow_policy == "truncate_summary"
     assert isinstance(setup.summarizer, ProcessSummarizer)  # issue 15: off this process's interpreter
-    assert setup.summarizer.target == "convmem.adapters.summarizers:ExtractiveSummarizer"
+    assert setup.summarizer.target == "convmem.adapters.backends.summarizers:ExtractiveSummarizer"
     assert setup.summarizer.kwargs == {"max_tokens": budget.summary_max_tokens}
     assert setup.summarizer.pid is None  # started by the first summary, not by recommended()
     here = recommended(total_tokens=4000, worker_process=False).summarizer

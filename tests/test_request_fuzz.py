@@ -26,9 +26,9 @@ from runtime_helpers import WAIT, turn
 
 from convmem.actors import MemorySystem
 from convmem.adapters import InMemoryEventLog
-from convmem.adapters.service._errors import exception_of
-from convmem.adapters.service._operations import ApiOperations
-from convmem.adapters.service._protocol import SESSION_OPS, decode_reply
+from convmem.adapters.frontends.service._errors import exception_of
+from convmem.adapters.frontends.service._operations import ApiOperations
+from convmem.adapters.frontends.service._protocol import SESSION_OPS, decode_reply
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import to_dict

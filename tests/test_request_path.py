@@ -7,11 +7,11 @@ import gc
 import pytest
 
 from convmem.adapters import PrometheusMetrics
-from convmem.adapters.cli._workers import _freeze_start_up
-from convmem.adapters.service import _inboxes, _protocol
-from convmem.adapters.service._errors import UnknownOperation
-from convmem.adapters.service._inboxes import OPERATOR, requester
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, parse_subject, routed_subject
+from convmem.adapters.frontends.cli._workers import _freeze_start_up
+from convmem.adapters.frontends.service import _inboxes, _protocol
+from convmem.adapters.frontends.service._errors import UnknownOperation
+from convmem.adapters.frontends.service._inboxes import OPERATOR, requester
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, parse_subject, routed_subject
 from convmem.errors import InvalidKey
 from convmem.events import _key as key_module
 from convmem.events import decode_token, encode_token

@@ -49,9 +49,9 @@ from convmem.adapters import (
     JetStreamEventLog,
     RemoteMemory,
 )
-from convmem.adapters.cli._main import main
-from convmem.adapters.jetstream._connection import NatsConnection
-from convmem.adapters.keys import KeySettings
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.keys import KeySettings
+from convmem.adapters.frontends.cli._main import main
 from convmem.errors import InvalidConfig, InvalidInput, StoreNotFound
 from convmem.events import (
     ConversationTurn,

@@ -15,7 +15,7 @@ from test_service import tenants_server  # noqa: F401  # the fixture: the shippe
 
 import convmem
 from convmem.adapters import MemoryService, PermissionDenied, RemoteSession
-from convmem.adapters.cli._main import main
+from convmem.adapters.frontends.cli._main import main
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")

@@ -23,8 +23,8 @@ import pytest
 
 from convmem.actors import load_state
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, RemoteMemory
-from convmem.adapters.service._protocol import DEFAULT_API_PREFIX, SLOTS
-from convmem.adapters.service._status import service_status
+from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, SLOTS
+from convmem.adapters.frontends.service._status import service_status
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey
 

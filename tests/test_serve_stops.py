@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import convmem
-from convmem.adapters.jetstream._embedded import running_server_url
+from convmem.adapters.backends.jetstream._embedded import running_server_url
 from convmem.events import ConversationTurn, MemoryKey
 
 WAIT = 60.0

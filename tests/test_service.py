@@ -39,12 +39,12 @@ from convmem.adapters import (
     UnsupportedVersion,
     session_subject,
 )
-from convmem.adapters.jetstream._embedded import find_nats_server
-from convmem.adapters.service._errors import exception_of
-from convmem.adapters.service._inboxes import reply_inbox
-from convmem.adapters.service._protocol import decode_reply
-from convmem.adapters.service._remote import OnConnection, awaiting, blocking
-from convmem.adapters.service._requests import SessionRequests
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
+from convmem.adapters.frontends.service._errors import exception_of
+from convmem.adapters.frontends.service._inboxes import reply_inbox
+from convmem.adapters.frontends.service._protocol import decode_reply
+from convmem.adapters.frontends.service._remote import OnConnection, awaiting, blocking
+from convmem.adapters.frontends.service._requests import SessionRequests
 from convmem.errors import (
     ConvmemError,
     InvalidInput,

@@ -10,7 +10,7 @@ import pytest
 
 from convmem.actors import SnapshotStore
 from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
-from convmem.adapters.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.errors import InvalidConfig, SessionClosed
 from convmem.events import MemoryKey
 from convmem.testing import InMemorySnapshotStore, OpenStore, SnapshotStoreContract

@@ -18,8 +18,8 @@ import pytest
 import convmem
 from convmem.actors import MemorySystem
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, MemoryService
-from convmem.adapters.cli._main import main
-from convmem.adapters.service._inboxes import OPERATOR_INBOX
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.service._inboxes import OPERATOR_INBOX
 from convmem.events import MemoryKey
 
 WAIT = 60.0

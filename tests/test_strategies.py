@@ -13,8 +13,8 @@ from typing import get_args
 import pytest
 
 import convmem
-from convmem.adapters.service._operations import _VIEWS
-from convmem.adapters.service._protocol import VIEWS, ViewName
+from convmem.adapters.frontends.service._operations import _VIEWS
+from convmem.adapters.frontends.service._protocol import VIEWS, ViewName
 from convmem.errors import InvalidConfig
 from convmem.events import (
     AgentsMemoryConfig,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convmem.adapters.summarizers._dates import day_of, format_day, parse_day, resolve
+from convmem.adapters.backends.summarizers._dates import day_of, format_day, parse_day, resolve
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import AddTurn, SessionState, decide, estimate_tokens, evolve, llm_context, render
 

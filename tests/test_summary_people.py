@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from summaries import assert_well_formed, days, request, section
 
 from convmem.adapters import ExtractiveSummarizer, recommended
-from convmem.adapters.cli._common import CliError
-from convmem.adapters.cli._serve import load_config
-from convmem.adapters.summarizers._text import label_of
+from convmem.adapters.backends.summarizers._text import label_of
+from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._serve import load_config
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import AddTurn, SessionState, decide, evolve, summary_due

@@ -20,9 +20,9 @@ from playwright.sync_api import Browser, Page, sync_playwright
 import convmem
 from convmem.actors import replay_session, timeline
 from convmem.adapters import EmbeddedNatsServer
-from convmem.adapters.cli._main import main
-from convmem.adapters.cli._readable import readable
-from convmem.adapters.cli._timeline import timeline_page
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.cli._readable import readable
+from convmem.adapters.frontends.cli._timeline import timeline_page
 from convmem.events import ConversationTurn, HealthPolicy, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import llm_context
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from convmem.actors import MemorySystem
 from convmem.adapters import ConvmemSession, ExtractiveSummarizer, InMemoryEventLog
-from convmem.adapters._views import last_items
+from convmem.adapters.frontends._views import last_items
 from convmem.errors import InvalidTurn
 from convmem.events import (
     AgentsMemoryConfig,

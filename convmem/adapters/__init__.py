@@ -1,18 +1,16 @@
-"""The edges: logs, snapshot stores, summarizers, integrations, service and CLI.
+"""The edges: back ends that implement the runtime's ports, and front ends that use the runtime.
 
-Grouped by purpose: `jetstream/` (the durable log, snapshots, connection and
-embedded server), `service/` (the NATS request/reply API and its clients),
-`cli/` (the `convmem` command), `integrations/` (agent frameworks),
-`summarizers/` and `keys/` (encryption at rest: master keys, key stores, the
-keyring that seals events and snapshots per user); `_in_memory` (the in-memory log),
-`_backends` (the `Backend` protocol and the one registry of URL schemes), `_connect` (`connect()`, which
-opens a backend by its URL), `_loop_thread` (an event loop on its own thread),
-`_prometheus` (`PrometheusMetrics`: the Prometheus registry that systems and
-services count into, and its HTTP endpoint) and `_views` (what the
-integrations' sessions and the service compute alike: the Agents items, a
-session's start) serve them all. The names below are the
-public ones, each imported on first use (`ConvmemChatMessageHistory` needs
-the optional langchain-core), so importing one adapter loads no other.
+`backends/` implements the ports (`convmem.actors`' `EventLog`,
+`SnapshotStore`, `Summarizer`, `MetricsSink`, ...): the JetStream log and
+snapshot store, the in-memory ones, summarizers, encryption keys, metrics.
+`frontends/` uses the runtime: the service and its clients, the CLI, the
+PenguiFlow / Agents / LangChain integrations, `connect()`. Beside them, what
+both use to talk to NATS: `_auth` (credentials, TLS, redaction) and
+`_loop_thread` (an event loop on its own thread). A back end never imports a
+front end, and a front end reaches a back end only through its package's
+names (`tests/test_layers.py`). The names below are the public ones, each
+imported on first use (`ConvmemChatMessageHistory` needs the optional
+langchain-core), so importing one adapter loads no other.
 """
 
 from __future__ import annotations
@@ -22,8 +20,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from convmem.adapters._auth import NatsAuth, redact_url
-    from convmem.adapters._backends import Backend, BackendOpener, BackendOptions, register_backend
-    from convmem.adapters._connect import (
+    from convmem.adapters.backends._exports import FileExportRegistry, default_export_registry
+    from convmem.adapters.backends._in_memory import (
+        InMemoryBackend,
+        InMemoryErasureJournal,
+        InMemoryEventLog,
+        InMemorySnapshotStore,
+    )
+    from convmem.adapters.backends._prometheus import PrometheusMetrics
+    from convmem.adapters.backends._registry import Backend, BackendOpener, BackendOptions, register_backend
+    from convmem.adapters.backends.jetstream import (
+        EmbeddedNatsServer,
+        JetStreamBackend,
+        JetStreamErasureJournal,
+        JetStreamEventLog,
+        JetStreamSnapshotStore,
+    )
+    from convmem.adapters.backends.summarizers import (
+        ExtractiveSummarizer,
+        MemorySetup,
+        OpenAIChatSummarizer,
+        ProcessSummarizer,
+        recommended,
+    )
+    from convmem.adapters.frontends._connect import (
         MEMORY_URL,
         ConnectOptions,
         connect,
@@ -32,29 +52,14 @@ if TYPE_CHECKING:
         open_backend,
         open_backend_here,
     )
-    from convmem.adapters._exports import FileExportRegistry, default_export_registry
-    from convmem.adapters._in_memory import (
-        InMemoryBackend,
-        InMemoryErasureJournal,
-        InMemoryEventLog,
-        InMemorySnapshotStore,
-    )
-    from convmem.adapters._prometheus import PrometheusMetrics
-    from convmem.adapters.integrations.agents import ConvmemSession
-    from convmem.adapters.integrations.langchain import ConvmemChatMessageHistory
-    from convmem.adapters.integrations.penguiflow import (
+    from convmem.adapters.frontends.integrations.agents import ConvmemSession
+    from convmem.adapters.frontends.integrations.langchain import ConvmemChatMessageHistory
+    from convmem.adapters.frontends.integrations.penguiflow import (
         ConvmemShortTermMemory,
         config_from_penguiflow,
         turn_from_penguiflow,
     )
-    from convmem.adapters.jetstream import (
-        EmbeddedNatsServer,
-        JetStreamBackend,
-        JetStreamErasureJournal,
-        JetStreamEventLog,
-        JetStreamSnapshotStore,
-    )
-    from convmem.adapters.service import (
+    from convmem.adapters.frontends.service import (
         DEFAULT_API_PREFIX,
         AsyncRemoteSession,
         ClientOptions,
@@ -72,13 +77,6 @@ if TYPE_CHECKING:
         UnsupportedVersion,
         operator_subject,
         session_subject,
-    )
-    from convmem.adapters.summarizers import (
-        ExtractiveSummarizer,
-        MemorySetup,
-        OpenAIChatSummarizer,
-        ProcessSummarizer,
-        recommended,
     )
 
 __all__ = [
@@ -139,7 +137,8 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(("NatsAuth", "redact_url"), "convmem.adapters._auth"),
     **dict.fromkeys(
-        ("Backend", "BackendOpener", "BackendOptions", "register_backend"), "convmem.adapters._backends"
+        ("Backend", "BackendOpener", "BackendOptions", "register_backend"),
+        "convmem.adapters.backends._registry",
     ),
     **dict.fromkeys(
         (
@@ -151,19 +150,19 @@ _LAZY = {
             "open_backend",
             "open_backend_here",
         ),
-        "convmem.adapters._connect",
+        "convmem.adapters.frontends._connect",
     ),
-    **dict.fromkeys(("FileExportRegistry", "default_export_registry"), "convmem.adapters._exports"),
+    **dict.fromkeys(("FileExportRegistry", "default_export_registry"), "convmem.adapters.backends._exports"),
     **dict.fromkeys(
         ("InMemoryBackend", "InMemoryErasureJournal", "InMemoryEventLog", "InMemorySnapshotStore"),
-        "convmem.adapters._in_memory",
+        "convmem.adapters.backends._in_memory",
     ),
-    **dict.fromkeys(("PrometheusMetrics",), "convmem.adapters._prometheus"),
-    **dict.fromkeys(("ConvmemSession",), "convmem.adapters.integrations.agents"),
-    **dict.fromkeys(("ConvmemChatMessageHistory",), "convmem.adapters.integrations.langchain"),
+    **dict.fromkeys(("PrometheusMetrics",), "convmem.adapters.backends._prometheus"),
+    **dict.fromkeys(("ConvmemSession",), "convmem.adapters.frontends.integrations.agents"),
+    **dict.fromkeys(("ConvmemChatMessageHistory",), "convmem.adapters.frontends.integrations.langchain"),
     **dict.fromkeys(
         ("ConvmemShortTermMemory", "config_from_penguiflow", "turn_from_penguiflow"),
-        "convmem.adapters.integrations.penguiflow",
+        "convmem.adapters.frontends.integrations.penguiflow",
     ),
     **dict.fromkeys(
         (
@@ -173,7 +172,7 @@ _LAZY = {
             "JetStreamEventLog",
             "JetStreamSnapshotStore",
         ),
-        "convmem.adapters.jetstream",
+        "convmem.adapters.backends.jetstream",
     ),
     **dict.fromkeys(
         (
@@ -195,11 +194,11 @@ _LAZY = {
             "operator_subject",
             "session_subject",
         ),
-        "convmem.adapters.service",
+        "convmem.adapters.frontends.service",
     ),
     **dict.fromkeys(
         ("ExtractiveSummarizer", "MemorySetup", "OpenAIChatSummarizer", "ProcessSummarizer", "recommended"),
-        "convmem.adapters.summarizers",
+        "convmem.adapters.backends.summarizers",
     ),
 }
 """Where each name lives: each is imported on first use, so importing one adapter loads no other."""

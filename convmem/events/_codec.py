@@ -108,7 +108,7 @@ _json_decoder = msgspec.json.Decoder(AnyEvent)
 _json_envelope = msgspec.json.Decoder(_Envelope)
 _json_raw = msgspec.json.Decoder(dict[str, Any])
 _SEALED = b"\xc1"
-"""The first byte of sealed (encrypted) bytes, which msgpack never uses (see `convmem.adapters.keys`)."""
+"""The first byte of sealed (encrypted) bytes, never a msgpack one (see `convmem.adapters.backends.keys`)."""
 _PATH = re.compile(r"- at `([^`]*)`$")
 
 

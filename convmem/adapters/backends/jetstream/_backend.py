@@ -1,0 +1,328 @@
+"""`JetStreamBackend`: the durable log, snapshot store and erasure journal on one NATS connection.
+
+```python
+with JetStreamBackend.connect("nats://127.0.0.1:4222") as backend:
+    system = MemorySystem(log=backend.log, snapshots=backend.snapshots, journal=backend.journal, ...)
+```
+
+`embedded()` starts a private nats-server first (see `EmbeddedNatsServer`)
+and stops it on close. Closing the backend closes both adapters; closing
+both adapters closes the connection too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import TypedDict, Unpack
+
+from convmem.adapters._auth import NatsAuth
+from convmem.adapters.backends.jetstream._connection import (
+    ConnectionOptions,
+    NatsConnection,
+)
+from convmem.adapters.backends.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
+from convmem.adapters.backends.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
+from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
+from convmem.adapters.backends.jetstream._setup import check_exists
+from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
+from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
+from convmem.adapters.backends.keys._stores import CHECK_META, DirKeyStore
+from convmem.errors import InvalidConfig, StoreNotFound
+
+__all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_key_store", "open_keyring"]
+
+
+class EmbeddedOptions(TypedDict, total=False):
+    """Settings of a JetStream backend that an embedded server takes too (each optional)."""
+
+    stream: str
+    """The events stream (default ``CONVMEM_EVENTS``)."""
+    prefix: str
+    """The subject prefix (default ``convmem.ev``)."""
+    bucket: str
+    """The snapshot bucket (default ``CONVMEM_SNAPSHOTS``)."""
+    journal_bucket: str
+    """The erasure journal's bucket (default ``<stream>_ERASURES``)."""
+    timeout: float
+    """Seconds a connection, a check or a call may take (default 5)."""
+    read_only: bool
+    """Never create the stream or the buckets (audits): a missing stream is `StoreNotFound`,
+    a missing bucket leaves `snapshots` (or `journal`) None. An embedded server then never
+    creates its folder or store either (see `EmbeddedNatsServer`)."""
+    keys: KeySettings | Keyring | None
+    """Encryption at rest: where the master key and the key store are (`KeySettings`), or a
+    `Keyring` made by the caller (kept open: the caller closes it). None: the embedded default's
+    (a master key and key folder in its data folder), else ``CONVMEM_MASTER_KEY`` if set, else none."""
+
+
+class JetStreamOptions(EmbeddedOptions, total=False):
+    """Settings of a JetStream backend on a server of its own (each optional)."""
+
+    replicas: int
+    """Replicas of the stream and the bucket (default 1; 3 on a cluster survives a server's loss)."""
+    duplicate_window: float
+    """Seconds the stream remembers message ids (default 120)."""
+    max_control_line: int
+    """The server's ``max_control_line``: longer subjects are refused here, not by a dropped connection."""
+    auth: NatsAuth | None
+    """Credentials and TLS settings (none: the URL's own, if any)."""
+
+
+class JetStreamBackend:
+    """A JetStream event log and snapshot store sharing one connection (and maybe a server).
+
+    `connect` and `embedded` put the connection on a loop thread of its own;
+    `connect_here` and `embedded_here`, called from a coroutine, on the
+    running event loop. Both pairs take the same `JetStreamOptions`.
+    """
+
+    def __init__(
+        self,
+        log: JetStreamEventLog,
+        snapshots: JetStreamSnapshotStore | None,
+        *,
+        url: str,
+        server: EmbeddedNatsServer | None = None,
+        keyring: Keyring | None = None,
+        journal: JetStreamErasureJournal | None = None,
+    ) -> None:
+        self.log = log
+        self.snapshots = snapshots
+        self.journal = journal
+        self.url = url
+        self.server = server
+        self.keyring = keyring
+        """The keyring this backend opened (closed with it); None when it stores plain or was given one."""
+
+    @classmethod
+    def connect(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
+        """Connect to `url`; create or check the stream and the bucket.
+
+        `replicas` 3 on a cluster survives the loss of a server; on a single
+        server durability rests on its ``sync_interval`` (see `EmbeddedNatsServer`).
+        """
+        return cls._on(NatsConnection.connect(url, **_connection(options)), url, options)
+
+    @classmethod
+    async def connect_here(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
+        """`connect`, with the NATS connection on the event loop running here (call from a coroutine).
+
+        For asyncio planners: an `AsyncSessionHandle` write then runs on the
+        planner's own loop from decision to acknowledgement, with no thread
+        in between, which is convmem's fastest write path. Blocking calls
+        must come from other threads (a `SessionHandle`, `close`): close
+        with `await backend.aclose()`, and the system with `await system.aclose()`.
+        """
+        connection = await NatsConnection.connect_here(url, **_connection(options))
+        # The stream and bucket checks wait on this loop: they run on a worker thread meanwhile.
+        return await asyncio.to_thread(cls._on, connection, url, options)
+
+    @classmethod
+    def _on(cls, connection: NatsConnection, url: str, options: JetStreamOptions) -> JetStreamBackend:
+        replicas, create = options.get("replicas", 1), not options.get("read_only", False)
+        keys = options.get("keys")
+        owned: Keyring | None = None
+        try:
+            keyring = (
+                keys
+                if isinstance(keys, Keyring)
+                else (owned := open_keyring(keys, connection, replicas, read_only=not create))
+            )
+        except BaseException:
+            connection.release()
+            raise
+        stream = options.get("stream", DEFAULT_STREAM)
+        try:
+            log = JetStreamEventLog(
+                connection,
+                stream=stream,
+                prefix=options.get("prefix", DEFAULT_PREFIX),
+                replicas=replicas,
+                duplicate_window=options.get("duplicate_window", 120.0),
+                create=create,
+                keyring=keyring,
+                journal_bucket=options.get("journal_bucket"),
+            )
+            snapshots: JetStreamSnapshotStore | None = None
+            try:
+                try:
+                    snapshots = JetStreamSnapshotStore(
+                        connection,
+                        bucket=options.get("bucket", DEFAULT_BUCKET),
+                        replicas=replicas,
+                        create=create,
+                        keyring=keyring,
+                    )
+                except StoreNotFound:
+                    snapshots = None  # a reader does without snapshots
+                journal = log.erasure_journal()  # beside the stream, closed with the log
+            except BaseException:
+                log.close()
+                if snapshots is not None:
+                    snapshots.close()
+                raise
+        except BaseException:
+            if owned is not None:
+                owned.close()
+            raise
+        finally:
+            connection.release()  # the adapters hold the connection from here on
+        return cls(log, snapshots, url=url, keyring=owned, journal=journal)
+
+    @classmethod
+    def embedded(
+        cls,
+        store_dir: str | os.PathLike[str] | None = None,
+        *,
+        sync_interval: str | None = "always",
+        port: int | None = None,
+        **options: Unpack[EmbeddedOptions],
+    ) -> JetStreamBackend:
+        """Start a private nats-server on `store_dir` (default: the per-user data folder) and connect.
+
+        `port`: the port it listens on (default: a free one).
+        """
+        server = EmbeddedNatsServer(
+            store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
+        ).start()
+        with _stopped_on_error(server):
+            options = _embedded_keys(options, server)
+            return cls.connect(server.url, max_control_line=server.max_control_line, **options)._of(server)
+
+    @classmethod
+    async def embedded_here(
+        cls,
+        store_dir: str | os.PathLike[str] | None = None,
+        *,
+        sync_interval: str | None = "always",
+        port: int | None = None,
+        **options: Unpack[EmbeddedOptions],
+    ) -> JetStreamBackend:
+        """`embedded`, connected on the event loop running here (see `connect_here`)."""
+        server = EmbeddedNatsServer(
+            store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
+        )
+        await asyncio.to_thread(server.start)
+        try:
+            options = _embedded_keys(options, server)
+            backend = await cls.connect_here(server.url, max_control_line=server.max_control_line, **options)
+        except BaseException:
+            await asyncio.to_thread(server.stop)
+            raise
+        return backend._of(server)
+
+    def _of(self, server: EmbeddedNatsServer) -> JetStreamBackend:
+        """This backend, owning `server` (stopped when the backend closes)."""
+        self.server = server
+        return self
+
+    async def aclose(self) -> None:
+        """`close` from a coroutine: on a worker thread, as closing waits on the connection's loop."""
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Close the adapters (and so the connection), then stop the embedded server if any."""
+        try:
+            self.log.close()
+            if self.snapshots is not None:
+                self.snapshots.close()
+            if self.keyring is not None:
+                self.keyring.close()
+        finally:
+            if self.server is not None:
+                self.server.stop()
+
+    def __enter__(self) -> JetStreamBackend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _embedded_keys(options: EmbeddedOptions, server: EmbeddedNatsServer) -> EmbeddedOptions:
+    """`options` with the embedded default's keys: a master key and a key folder in its data folder."""
+    keys = options.get("keys")
+    if isinstance(keys, Keyring):
+        return options
+    settings = (keys or KeySettings()).with_data_dir(server.store_dir)
+    merged = EmbeddedOptions(**options)
+    merged["keys"] = settings
+    return merged
+
+
+def open_keyring(
+    keys: KeySettings | None, connection: NatsConnection, replicas: int = 1, *, read_only: bool = False
+) -> Keyring | None:
+    """The keyring `keys` name (see `KeySettings`), its key store on `connection` when a NATS bucket;
+    None when they name no master key (events stored plain).
+
+    A reader (`read_only`) creates nothing: no key, no folder, no bucket; with no key store
+    there it has no keyring (an encrypted event it meets is then `EncryptionKeyError`).
+    """
+    settings = keys or KeySettings()
+    if settings.encrypt is False:
+        return None
+    nats = store_spec(settings).startswith("nats:")
+    if nats and master_source(settings, may_create=False) is None:
+        return None  # no master key named: plain, and no bucket made for nothing
+    store = open_key_store(settings, connection, replicas, read_only=read_only)
+    if store is None:
+        return None
+    try:
+        provider = master_source(settings, may_create=not read_only and store.meta(CHECK_META) is None)
+        if provider is None:
+            store.close()
+            return None
+        return Keyring(provider, store, read_only=read_only)
+    except BaseException:
+        store.close()
+        raise
+
+
+def open_key_store(
+    settings: KeySettings, connection: NatsConnection | None, replicas: int = 1, *, read_only: bool = False
+) -> KeyStore | None:
+    """The key store `settings` name: a folder, or a NATS bucket on `connection`.
+
+    None for a reader (`read_only`) when there is none: it is never created then.
+    """
+    spec = store_spec(settings)
+    if not spec.startswith("nats:"):
+        if read_only and not Path(spec).is_dir():
+            return None
+        return DirKeyStore(spec, create=not read_only)
+    if connection is None:
+        raise InvalidConfig("key_store", f"{spec} is a NATS bucket: give the server (--server URL)")
+    bucket = spec[len("nats:") :] or DEFAULT_KEY_BUCKET
+    if read_only and not connection.call(
+        lambda: check_exists(connection, f"KV_{bucket}"), what=f"finding bucket {bucket!r}"
+    ):
+        return None
+    return NatsKeyStore(connection, bucket=bucket, replicas=replicas)
+
+
+def _connection(options: JetStreamOptions) -> ConnectionOptions:
+    """The options given that concern the connection itself (its defaults for the rest)."""
+    settings = ConnectionOptions(auth=options.get("auth"))
+    if "timeout" in options:
+        settings["timeout"] = options["timeout"]
+    if "max_control_line" in options:
+        settings["max_control_line"] = options["max_control_line"]
+    return settings
+
+
+@contextmanager
+def _stopped_on_error(server: EmbeddedNatsServer) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        server.stop()
+        raise

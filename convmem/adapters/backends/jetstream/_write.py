@@ -1,0 +1,579 @@
+"""The loop side of the JetStream log: conditional appends, the last-message cache, erasure.
+
+Every message carries ``Nats-Msg-Id`` (the event id), ``Convmem-Seq``
+(its session seq) and ``Convmem-Sum`` (its checksum, `convmem.adapters.backends._checksum`);
+the first of an append carries
+``Nats-Expected-Last-Subject-Sequence``, the stream sequence of the session's
+last message, cached from acks and reads. An append of several events is one
+atomic batch, stored whole or not at all.
+
+When the server refuses an append, the session's last message decides what
+happened: if it is our own event, an earlier attempt whose ack was lost got
+through (a single server answers such a retry with "wrong last sequence",
+not "duplicate"), otherwise another writer got there first and the caller
+gets `ConcurrencyConflict` with the session's real last seq.
+
+All of this runs on the connection's loop thread only, so the cache and the
+per-session locks need no thread locks. Sessions do not wait for each other:
+only one session's appends are serialised.
+
+A whole read of a session that finds damage (a message failing its checksum,
+events missing between intact ones, messages the server holds but cannot
+serve) not followed by a repair or an erasure fence marks the session
+damaged: its appends are refused with `SessionDamaged` (never a
+`ConcurrencyConflict`, which would send the caller rereading forever) until a
+`SessionRepaired` is stored, which is published on the subject's last message
+as the server sees it.
+
+`start_append` is the hot path. When the session's last message is cached,
+matches the expected seq, and nothing else is writing the session, one event
+goes out on the fast path (`FastAppends`), settled from its acknowledgement.
+Any other case, and any refusal or duplicate answer, takes the full `append`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+
+from convmem.actors import SessionSequence
+from convmem.adapters.backends._checksum import SUM_HEADER, check, seal
+from convmem.adapters.backends._log_bytes import opens_history
+from convmem.adapters.backends.jetstream._appends import (
+    EMPTY,
+    EXPECTED,
+    Last,
+    PendingAppend,
+    Refused,
+    parse_ack,
+)
+from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage, log_error
+from convmem.adapters.backends.jetstream._fast import FastAppends
+from convmem.adapters.backends.jetstream._read import (
+    MSG_ID,
+    SEQ_HEADER,
+    fetch_subject,
+    fetch_subject_counted,
+    session_seq,
+    tail_start,
+)
+from convmem.errors import (
+    ConcurrencyConflict,
+    EventDecodeError,
+    InvalidInput,
+    LogUnavailable,
+    SessionClosed,
+    SessionDamaged,
+)
+from convmem.events import (
+    Event,
+    HistoryCompacted,
+    MemoryKey,
+    SessionErased,
+    SessionRepaired,
+    decode_event,
+    encode_event,
+)
+
+__all__ = ["PendingAppend", "SessionWriter"]
+
+_READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
+_CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
+_ATTEMPTS = 5
+_ERASE_WINDOW = 64  # message deletions in flight at once
+_GONE = (10057, 10043)  # "no message found", "sequence not found": erased already (a racing eraser)
+_log = logging.getLogger("convmem.jetstream")
+
+Opener = Callable[[StoredMessage], bytes]
+"""The plain bytes of a stored message (sealed ones opened by the log's keyring)."""
+
+
+def _plain(message: StoredMessage) -> bytes:
+    return message.data
+
+
+class SessionWriter:
+    """Writes of every session of one stream, pipelined across sessions, ordered within one."""
+
+    def __init__(self, conn: NatsConnection, stream: str) -> None:
+        self._conn = conn
+        self._stream = stream
+        self._last: OrderedDict[str, Last] = OrderedDict()
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._damaged: dict[str, tuple[int | None, int | None, str]] = {}
+        """Sessions whose last whole read found damage: (seq, position, problem) of the first."""
+        self._fast = FastAppends(conn, self)
+        self.opener: Opener = _plain
+        """How a message's bytes are read when a walk must decode one (sealed ones opened)."""
+
+    async def start_append(self, pending: PendingAppend) -> None:
+        """Begin `pending` and return at once; its `done` gets the result or the (log) error."""
+        subject = pending.subject
+        last = self._last.get(subject)
+        if (
+            len(pending.events) > 1
+            or last is None
+            or last.seq != pending.expected
+            or subject in self._locks
+            or not await self._fast.start(pending, last)
+        ):
+            self._append_in_task(pending)
+
+    def append_in_task(self, pending: PendingAppend) -> None:
+        """Take `pending` the full way (`append`) in a task of its own; settle it from there."""
+        self._append_in_task(pending)
+
+    def forget(self, subject: str) -> None:
+        """The session's last message is not known any more (an append's outcome is unknown)."""
+        self._last.pop(subject, None)
+
+    def _append_in_task(self, pending: PendingAppend) -> None:
+        async def run() -> None:
+            try:
+                last = await self.append(
+                    pending.key, pending.subject, pending.events, pending.payloads, pending.expected
+                )
+            except asyncio.CancelledError:
+                pending.done.set_exception(
+                    SessionClosed(f"{pending.what} was cancelled because the connection closed")
+                )
+                raise
+            except BaseException as exc:
+                pending.done.set_exception(log_error(exc, pending.what))
+            else:
+                pending.done.set_result(last)
+
+        asyncio.get_running_loop().create_task(run())
+
+    async def append(
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        expected: int,
+    ) -> int:
+        """Store `events` after session seq `expected`; returns the session's last seq."""
+        async with self._session(subject):
+            try:
+                repair = isinstance(events[0], SessionRepaired)
+                if repair:
+                    await self.read(subject)  # the whole subject: is it damaged, as the repair found?
+                last = self._last.get(subject)
+                if last is None or last.seq != expected:
+                    last = await self.load_last(subject)
+                self._refuse_damaged(key, subject, repair=repair)
+                done = 0
+                on_top = repair and subject in self._damaged
+                if on_top:
+                    last = await self._server_last(subject, expected)
+                if last.seq != expected:
+                    done = await self._stored_prefix(key, subject, events, expected, last)
+                for _ in range(_ATTEMPTS):
+                    if done == len(events):
+                        return last.seq
+                    try:
+                        return await self._publish(subject, events[done:], payloads[done:], last)
+                    except Refused:
+                        if on_top:
+                            last = await self._server_last(subject, expected)
+                            continue
+                        fresh = await self.load_last(subject)
+                    if fresh.seq != last.seq or fresh.stream_seq == last.stream_seq:
+                        done = await self._stored_prefix(key, subject, events, expected, fresh)
+                    last = fresh  # else only foreign messages (no session seq) came in between
+                raise LogUnavailable(f"append to {key} kept losing races on its subject; retry")
+            except (ConcurrencyConflict, InvalidInput, SessionDamaged):
+                raise
+            except BaseException:
+                self._last.pop(subject, None)  # the outcome is unknown: ask the server next time
+                raise
+
+    async def _server_last(self, subject: str, expected: int) -> Last:
+        """Where a repair of a damaged session goes: on top of the subject's last message as the
+        server sees it (none, when it cannot read its last one), whatever the damage left of the
+        session's sequence."""
+        message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+        return Last(expected, message.seq if message is not None else 0, None)
+
+    def _refuse_damaged(self, key: MemoryKey, subject: str, *, repair: bool) -> None:
+        """`SessionDamaged` when the session's last whole read found damage (unless this is its repair)."""
+        found = self._damaged.get(subject)
+        if found is not None and not repair:
+            seq, position, problem = found
+            raise SessionDamaged(key=key.composite(), seq=seq, position=position, problem=problem)
+
+    async def _stored_prefix(
+        self, key: MemoryKey, subject: str, events: tuple[Event, ...], expected: int, last: Last
+    ) -> int:
+        """How many of `events` are stored already (a retry); `ConcurrencyConflict` if another writer won.
+
+        When the log holds less than the writer expects, the session is read whole first: if the
+        store lost or cannot serve some of it, that is `SessionDamaged`, not a conflict.
+        """
+        ahead = last.seq - expected
+        if ahead < 0 and not isinstance(events[0], SessionRepaired):
+            await self.read(subject)
+            self._refuse_damaged(key, subject, repair=False)
+        if 0 < ahead <= len(events) and last.event_id == events[ahead - 1].event_id:
+            return ahead  # an atomic batch ending in our event: the events before it are ours too
+        if ahead > len(events):  # others wrote after us, or instead of us
+            stored = _events_by_seq(await self.read(subject), self.opener)
+            if all(stored.get(e.seq) == e.event_id for e in events):
+                return len(events)
+        raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
+
+    async def _publish(
+        self, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: Last
+    ) -> int:
+        nc = self._conn.nc
+        batch = uuid.uuid4().hex if len(events) > 1 else None
+        reply = None
+        for index, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
+            headers = {
+                MSG_ID: event.event_id,
+                SEQ_HEADER: str(event.seq),
+                SUM_HEADER: seal(event.seq, event.event_id, payload),
+            }
+            if index == 1:
+                headers[EXPECTED] = str(last.stream_seq)
+            if batch is not None:
+                headers["Nats-Batch-Id"] = batch
+                headers["Nats-Batch-Sequence"] = str(index)
+            if index < len(events):
+                await nc.publish(subject, payload, headers=headers)
+                continue
+            if batch is not None:
+                headers["Nats-Batch-Commit"] = "1"
+            with self._conn.watch.expect(subject) as denied:  # a refused subject fails at once, named
+                request = asyncio.ensure_future(
+                    nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
+                )
+                waits: set[asyncio.Future[Any]] = {request, denied}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not request.done():
+                    request.cancel()
+                    denied.result()
+                reply = request.result()
+        assert reply is not None
+        ack = parse_ack(reply.data)
+        if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
+            return (await self.load_last(subject)).seq
+        if isinstance(events[0], SessionRepaired):
+            self._damaged.pop(subject, None)
+        self.remember(subject, Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
+        return events[-1].seq
+
+    async def append_raw(
+        self, subject: str, data: bytes, seq: int | None, headers: dict[str, str] | None = None
+    ) -> int:
+        """Publish bytes as they are, unconditionally; returns their stream sequence."""
+        async with self._session(subject):
+            self._last.pop(subject, None)
+            headers = dict(headers or {})
+            if seq is not None:
+                headers[SEQ_HEADER] = str(seq)
+            reply = await self._conn.nc.request(
+                subject, data, timeout=self._conn.timeout, headers=headers or None
+            )
+            return int(parse_ack(reply.data)["seq"])
+
+    async def read(self, subject: str, after_seq: int = 0) -> list[StoredMessage]:
+        """`read_counted`'s messages."""
+        return (await self.read_counted(subject, after_seq))[0]
+
+    async def read_counted(self, subject: str, after_seq: int = 0) -> tuple[list[StoredMessage], int]:
+        """Every message of a session's subject, at least up to what the stream leader holds.
+
+        With `after_seq`, the read starts where the events above it start
+        (`tail_start`), so a session activated from a snapshot reads its tail,
+        not its history; messages before it may be left out.
+
+        Direct gets may be answered by any replica, and a follower can lag the
+        leader; a read that ends before the leader's last message of the
+        subject is made again (a few times, backing off), so that a session
+        rebuilt after a write always includes that write.
+
+        Also returns how many messages the server holds after the last one
+        read but cannot serve (`fetch_subject_counted`). A whole read records
+        whether the session is damaged (`SessionDamaged` for its appends).
+        """
+        unread = 0
+        for attempt in range(_READ_ATTEMPTS):
+            start = 1
+            if after_seq > 0:
+                last = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+                if last is not None:
+                    start = await tail_start(self._conn, self._stream, subject, after_seq, last)
+            messages, unread = await fetch_subject_counted(self._conn, self._stream, subject, start=start)
+            leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+            if leader is None or leader.seq < start or (messages and messages[-1].seq >= leader.seq):
+                break
+            await asyncio.sleep(min(0.005 * 2**attempt, 0.25))
+        else:
+            raise LogUnavailable(
+                f"reads of {subject} stay behind the stream leader (a replica is lagging); retry"
+            )
+        if unread:  # not those a gap names already, nor those a repair counted (they stay, unreadable)
+            unread = max(unread - _missing(messages) - _repaired_unreadable(messages, self.opener), 0)
+        if start == 1:  # a tail read does not say the session's seq: nothing learnt
+            walked, found = _scan(messages, unread, self.opener)
+            if found is None:
+                self._damaged.pop(subject, None)
+                if messages:
+                    self.remember(subject, walked)
+            else:  # not cached either: every append of it takes the full path, which refuses it
+                self._damaged[subject] = found
+                self._last.pop(subject, None)
+        return messages, unread
+
+    async def load_last(self, subject: str) -> Last:
+        """The session's last seq and its subject's last message, from the stream leader.
+
+        The seq is counted by `SessionSequence`, as the fold counts it: from
+        what this writer knew of the subject when the subject has only grown
+        since (the messages after it are read), else from the whole subject.
+        """
+        message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+        if message is None:
+            self._last.pop(subject, None)
+            return EMPTY
+        known = self._last.get(subject)
+        if known is not None and known.stream_seq == message.seq:
+            return known
+        if known is not None and 0 < known.stream_seq < message.seq:
+            after = await fetch_subject(self._conn, self._stream, subject, start=known.stream_seq + 1)
+            if after and after[-1].seq >= message.seq:
+                last = _walk(after, known, self.opener)
+                self.remember(subject, last)
+                return last
+        await self.read(subject)  # the whole subject (also when a lagging replica answered short)
+        return self._last.get(subject, EMPTY)
+
+    async def erase(self, key: MemoryKey, subject: str, at: float) -> int | None:
+        """Remove every message of the session's subject for good; returns the events removed.
+
+        None when the subject had no message.
+
+        1. A fence: a `SessionErased` appended on top, conditional on the
+           subject's last message, so from here on a stale writer conflicts and
+           a reader rebuilds an empty session, never a part of the history.
+        2. Every message below the fence is erased (``STREAM.MSG.DELETE``,
+           whose default overwrites the stored bytes; a purge only forgets them).
+        3. The fence itself is erased. A session begun again on top of it
+           meanwhile keeps its events: its `SessionStarted` opens its history.
+        """
+        async with self._session(subject):
+            last = await self.load_last(subject)
+            if last.stream_seq == 0:
+                return None
+            for _ in range(_ATTEMPTS):
+                fence = SessionErased(
+                    seq=last.seq + 1, event_id=f"erased/{uuid.uuid4().hex}", at=at, reason="erased on request"
+                )
+                try:
+                    await self._publish(subject, (fence,), (encode_event(fence),), last)
+                    break
+                except Refused:
+                    last = await self.load_last(subject)
+            else:
+                raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
+            fence_at = self._last[subject].stream_seq
+            below = [m for m in await fetch_subject(self._conn, self._stream, subject) if m.seq < fence_at]
+            await self.erase_messages([m.seq for m in below])
+            await self.erase_messages([fence_at])
+            self._last.pop(subject, None)
+            return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
+
+    async def drop_before(self, key: MemoryKey, subject: str, seq: int) -> int:
+        """Erase the session's messages before its `HistoryCompacted` (or fence) at session seq `seq`.
+
+        The messages are erased as `erase` erases them (``STREAM.MSG.DELETE``,
+        their bytes overwritten), not purged: a purge only forgets them. The
+        subject's last message stays, so the writer's cache stays true.
+        """
+        async with self._session(subject):
+            messages = await fetch_subject(self._conn, self._stream, subject)
+            at = next(
+                (m for m in messages if session_seq(m.headers) == seq and opens_history(self.opener(m), seq)),
+                None,
+            )
+            if at is None:
+                raise InvalidInput("seq", f"{key} has no stored compaction or erasure fence at seq {seq}")
+            below = [m.seq for m in messages if m.seq < at.seq]
+            await self.erase_messages(below)
+            return len(below)
+
+    async def erase_messages(self, positions: list[int]) -> None:
+        """Erase these stream messages securely (their bytes overwritten), some requests at a time."""
+        for start in range(0, len(positions), _ERASE_WINDOW):
+            await asyncio.gather(*(self._erase_one(p) for p in positions[start : start + _ERASE_WINDOW]))
+
+    async def _erase_one(self, position: int) -> None:
+        try:
+            await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
+        except nats.js.errors.APIError as exc:
+            if exc.err_code not in _GONE:  # erased meanwhile by another eraser
+                raise
+
+    def remember(self, subject: str, last: Last) -> None:
+        """What the session's last message is now, unless an older read or ack tells it late."""
+        known = self._last.get(subject)
+        if known is not None and known.stream_seq > last.stream_seq:
+            return  # a read that started before our own latest append
+        self._last[subject] = last
+        self._last.move_to_end(subject)
+        if len(self._last) > _CACHE_SIZE:
+            self._last.popitem(last=False)
+
+    @contextlib.asynccontextmanager
+    async def _session(self, subject: str) -> AsyncIterator[None]:
+        """Serialise one session's writes; other sessions' go on meanwhile."""
+        await self._fast.wait_for(subject)  # a fast-path publish of this session is still unanswered
+        lock, users = self._locks.get(subject, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[subject] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[subject]
+            if users <= 1:
+                del self._locks[subject]
+            else:
+                self._locks[subject] = (lock, users - 1)
+
+
+def _walk(messages: list[StoredMessage], known: Last, opener: Opener = _plain) -> Last:
+    """What the writer knows of a session after `messages` (the next of its subject after `known`).
+
+    Its seq is counted by `SessionSequence`, as the fold counts it: a message
+    that does not fit the session (no header, a rewound or skipping seq)
+    moves the subject's last position but not the session's seq.
+    """
+    walk = SessionSequence(known.seq)
+    event_id = known.event_id
+    for message in messages:
+        if _take(walk, message, opener):
+            event_id = message.headers.get(MSG_ID)
+    return Last(walk.version, messages[-1].seq, event_id)
+
+
+def _take(walk: SessionSequence, message: StoredMessage, opener: Opener = _plain) -> bool:
+    """Whether `message` is the session's next event, as the fold counts (`decode_logged`): its
+    checksum checked, its bytes opened only when the walk must decode them (a seq that skips).
+
+    A message failing its checksum takes its seq only when that is the next one.
+    """
+    seq = session_seq(message.headers)
+    intact, damage = check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)
+    if damage is not None:
+        if seq is not None and seq == walk.version + 1:
+            walk.version = seq
+            return True
+        return False
+    data = message.data
+    if seq is not None and seq > walk.version + 1:
+        data = opener(message)
+    return walk.take(seq, data, intact=intact) is None
+
+
+def _scan(
+    messages: list[StoredMessage], unread: int, opener: Opener = _plain
+) -> tuple[Last, tuple[int | None, int | None, str] | None]:
+    """One walk of a session's whole subject: what `_walk` learns, and the first damage that no
+    later repair, erasure fence or compaction covers: (seq, position, problem), or None."""
+    walk = SessionSequence()
+    event_id: str | None = None
+    found: tuple[int | None, int | None, str] | None = None
+    for message in messages:
+        seq = session_seq(message.headers)
+        intact, damage = check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)
+        if damage is not None:
+            found = found or (seq, message.seq, f"the event at log position {message.seq}: {damage}")
+            if seq is not None and seq == walk.version + 1:
+                walk.version = seq
+                event_id = message.headers.get(MSG_ID)
+            continue
+        data = message.data
+        if seq is not None and seq > walk.version + 1:
+            data = opener(message)
+        if walk.take(seq, data, intact=intact) is not None:
+            continue
+        event_id = message.headers.get(MSG_ID)
+        if walk.gap is not None and found is None:
+            first, last = walk.gap
+            found = (
+                first,
+                None,
+                f"events seq {first}-{last} are missing: the store lost them (the next one kept, seq "
+                f"{seq}, is at log position {message.seq})",
+            )
+        elif found is not None and _clears(opener(message)):
+            found = None
+    if unread and found is None:
+        last_seq = walk.version
+        found = (
+            last_seq + 1,
+            None,
+            f"the store holds {unread} more message(s) after seq {last_seq} that it cannot read back "
+            "(damaged on disk)",
+        )
+    return Last(walk.version, messages[-1].seq if messages else 0, event_id), found
+
+
+def _missing(messages: list[StoredMessage]) -> int:
+    """How many seqs are missing between the intact messages of `messages` (the gaps' lengths)."""
+    previous: int | None = None
+    missing = 0
+    for message in messages:
+        seq = session_seq(message.headers)
+        if (
+            seq is None
+            or not check(message.headers, message.data, seq_header=SEQ_HEADER, id_header=MSG_ID)[0]
+        ):
+            continue
+        if previous is not None and seq > previous + 1:
+            missing += seq - previous - 1
+        previous = seq if previous is None else max(previous, seq)
+    return missing
+
+
+def _repaired_unreadable(messages: list[StoredMessage], opener: Opener = _plain) -> int:
+    """How many unreadable messages the last repair among `messages` counted (0: none)."""
+    for message in reversed(messages):
+        if message.headers.get(MSG_ID, "").startswith("repaired/"):
+            try:
+                event = decode_event(opener(message))
+            except EventDecodeError:
+                continue
+            if isinstance(event, SessionRepaired):
+                return event.unreadable
+    return 0
+
+
+def _clears(data: bytes) -> bool:
+    """Whether `data` is a repair, an erasure fence or a compaction (damage before it is covered)."""
+    try:
+        return isinstance(decode_event(data), SessionRepaired | SessionErased | HistoryCompacted)
+    except EventDecodeError:
+        return False
+
+
+def _events_by_seq(messages: list[StoredMessage], opener: Opener = _plain) -> dict[int, str | None]:
+    """The session's events among a whole subject's `messages`: their ids by seq."""
+    walk = SessionSequence()
+    stored: dict[int, str | None] = {}
+    for message in messages:
+        if _take(walk, message, opener):
+            stored[walk.version] = message.headers.get(MSG_ID)
+    return stored

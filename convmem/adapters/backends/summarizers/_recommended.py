@@ -1,0 +1,133 @@
+"""The recommended offline memory for a token budget: one call, a config and a summarizer to match."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from convmem.actors import TokenCounter, encoding_counter, token_counter_of
+from convmem.adapters.backends.summarizers._extractive import ExtractiveSummarizer
+from convmem.adapters.backends.summarizers._process import ProcessSummarizer
+from convmem.errors import InvalidConfig
+from convmem.events import MemoryBudget, ShortTermMemoryConfig
+from convmem.projections import TokenEstimator, default_token_estimator
+
+__all__ = ["MemorySetup", "recommended"]
+
+FULL_ZONE_TURNS = 3
+"""Recent turns shown verbatim: enough for a planner to follow the thread."""
+RESERVE_TOKENS = 200
+"""The budget the summary leaves free at least; recent turns get more by trimming its view."""
+SMALLEST_BUDGET = 200
+EXTRACTIVE = "convmem.adapters.backends.summarizers:ExtractiveSummarizer"
+"""The import path a worker process builds the extractive summarizer from."""
+
+
+class MemorySetup(Mapping[str, Any]):
+    """A session configuration and the summarizer sized to it.
+
+    A mapping of ``config`` and ``summarizer``, so it spreads into the calls
+    that take both: ``convmem.connect(**setup)``, ``MemorySystem(**setup, log=...)``.
+    """
+
+    __slots__ = ("config", "summarizer")
+
+    def __init__(
+        self, config: ShortTermMemoryConfig, summarizer: ExtractiveSummarizer | ProcessSummarizer
+    ) -> None:
+        self.config = config
+        self.summarizer = summarizer
+
+    def __getitem__(self, name: str) -> Any:
+        if name == "config":
+            return self.config
+        if name == "summarizer":
+            return self.summarizer
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("config", "summarizer"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        budget = self.config.budget
+        return (
+            f"MemorySetup(total_max_tokens={budget.total_max_tokens}, "
+            f"summary_max_tokens={budget.summary_max_tokens}, full_zone_turns={budget.full_zone_turns})"
+        )
+
+
+def recommended(
+    total_tokens: int = 4000,
+    *,
+    estimator: TokenEstimator = default_token_estimator,
+    token_counter: TokenCounter | None = None,
+    worker_process: bool | None = None,
+    speaker_names: dict[str, str] | None = None,
+) -> MemorySetup:
+    """The offline configuration convmem recommends for a context of `total_tokens`.
+
+    `rolling_summary` with the `ExtractiveSummarizer`: the last few turns
+    verbatim, and a summary allowed to grow into the rest of the budget; turns
+    carry their dates. Pass the same `estimator` as the memory system's.
+
+    The summarizer runs in a worker process of its own (`ProcessSummarizer`,
+    started on the first summary), so its pure-Python work does not compete
+    with the writes for this process's interpreter; `worker_process=False`
+    runs it here. A custom `estimator` cannot travel to another process, so
+    with one the summarizer runs here unless `worker_process=True` asks
+    otherwise, which is refused.
+
+    `token_counter` counts every budget in the planner's tokens: the name of
+    a tiktoken encoding (``"cl100k_base"``; recorded in the config, and the
+    worker process loads it too) or a callable ``str -> int`` (the same as
+    `estimator`; pass it to the memory system as well). With it the context
+    never exceeds `total_tokens` as that counter counts.
+
+    `speaker_names` (``{"user": "Alice", "assistant": "Bob"}``) goes into the
+    config (`ShortTermMemoryConfig.speaker_names`): the summary then says who
+    said or did what by name.
+    """
+    name: str | None = None
+    if isinstance(token_counter, str):
+        encoding_counter(token_counter)  # InvalidConfig now if it cannot be loaded
+        name = token_counter
+        estimator = encoding_counter(token_counter)
+    elif token_counter is not None:
+        if estimator is not default_token_estimator:
+            raise InvalidConfig("token_counter", "give token_counter or estimator, not both")
+        estimator = token_counter_of(token_counter) or default_token_estimator
+    custom = estimator is not default_token_estimator and name is None
+    if worker_process is None:
+        worker_process = not custom
+    if worker_process and custom:
+        raise InvalidConfig(
+            "worker_process",
+            "a worker process can only measure with the default token estimator; "
+            "pass worker_process=False to run the summarizer here with yours",
+        )
+    if isinstance(total_tokens, bool) or not isinstance(total_tokens, int) or total_tokens < SMALLEST_BUDGET:
+        raise InvalidConfig(
+            "total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}"
+        )
+    summary_tokens = total_tokens - RESERVE_TOKENS
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(
+            full_zone_turns=FULL_ZONE_TURNS,
+            summary_max_tokens=summary_tokens,
+            total_max_tokens=total_tokens,
+            overflow_policy="truncate_summary",
+        ),
+        include_turn_dates=True,
+        token_counter=name,
+        speaker_names=dict(speaker_names or {}),
+    )
+    if worker_process:
+        measure: dict[str, Any] = {"estimator": name} if name is not None else {}
+        return MemorySetup(
+            config, ProcessSummarizer(EXTRACTIVE, start=False, max_tokens=summary_tokens, **measure)
+        )
+    return MemorySetup(config, ExtractiveSummarizer(max_tokens=summary_tokens, estimator=estimator))

@@ -1,0 +1,198 @@
+"""Which facts a summary keeps: coverage of weighted terms per character, against redundancy.
+
+This is budgeted maximum coverage, the objective behind extractive methods
+such as SumBasic and KLSum: the summary should cover as much distinct
+content (term weight) as its allowance holds. Worked incrementally, as a
+rolling summary needs:
+
+* a new sentence joins when it adds enough weight the summary does not cover
+  yet (small talk adds none: its words weigh nothing; a repeat adds none);
+* while the summary is over its allowance, the fact whose loss uncovers the
+  least weight per character leaves (its *value*: the weight of the terms
+  only it covers). Old facts are not preferred for eviction: a fact stated
+  once early keeps its place for as long as newer sentences do not carry
+  more that is new per character.
+
+Values are integer sums kept up to date as facts come and go, and so is each
+fact's rank, so an eviction is one scan in C over the ranks, not a recount.
+Ties go to the earlier day, then the smaller key: the choice depends only on
+the facts, never on the order in which they were met, so a pool rebuilt from
+the summary's text chooses exactly as the pool that wrote it. The rendered
+text is kept per (section, day) group, so a call re-renders only the groups
+it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from convmem.adapters.backends.summarizers._dates import format_day
+from convmem.adapters.backends.summarizers._summary import (
+    CLOSE,
+    FACTS,
+    IDENTITY,
+    OPEN,
+    SECTIONS,
+    WEAK,
+    Fact,
+    by_speaker,
+)
+
+__all__ = ["Pool"]
+
+BULLET_OVERHEAD = 20
+"""Characters added to each fact's cost when ranking: a bullet costs a line and a reader's attention."""
+
+IDENTITY_BONUS = 8
+"""Weight added to the value of a fact that says who someone is (two rare words' worth)."""
+WEAK_SHARE = 2
+"""A question or a caption counts for half its value: statements are preferred."""
+
+_SECTION_OVERHEAD = {"key_facts": 25, "tools_used": 27, "pending": 21}
+"""``<name>\\n`` + ``</name>\\n`` for each section."""
+
+Group = tuple[str, int | None]
+"""(section, day): the facts rendered together, under one day header for dated key facts."""
+
+
+class Pool:
+    """The facts a summary holds, with term holders, values, ranks and its rendered length."""
+
+    def __init__(self, facts: Iterable[Fact]) -> None:
+        self.facts: dict[str, Fact] = {}
+        self.value: dict[str, int] = {}
+        self._rank: dict[str, tuple[float, int, str]] = {}
+        self._holders: dict[str, list[str]] = {}
+        self._groups: dict[Group, dict[str, Fact]] = {}
+        self._blocks: dict[Group, str] = {}
+        self._sections: dict[str, int] = {}
+        self.chars = 0
+        """Characters of the sections, day headers and bullets (prose and outer tags not included)."""
+        for fact in facts:
+            if fact.key not in self.facts:
+                self.add(fact)
+
+    def __len__(self) -> int:
+        return len(self.facts)
+
+    def gain(self, fact: Fact) -> int:
+        """Weight of the fact's terms that no fact in the pool covers yet."""
+        holders = self._holders
+        return sum(weight for stem, weight in fact.terms if stem not in holders)
+
+    def add(self, fact: Fact) -> None:
+        """Take `fact` in (its key must be new)."""
+        key = fact.key
+        self.facts[key] = fact
+        facts, values, holders = self.facts, self.value, self._holders
+        value = 0
+        for stem, weight in fact.terms:
+            held = holders.get(stem)
+            if held is None:
+                holders[stem] = [key]
+                value += weight
+                continue
+            if len(held) == 1:  # its only holder no longer covers it alone
+                other = held[0]
+                values[other] -= _weight(facts[other], stem)
+                self._rerank(facts[other])
+            held.append(key)
+        values[key] = value
+        self._rerank(fact)
+        group = (fact.section, fact.day)
+        members = self._groups.get(group)
+        if members is None:
+            members = self._groups[group] = {}
+            self.chars += _header_chars(fact)
+        members[key] = fact
+        self._blocks.pop(group, None)
+        self._open_section(fact.section, 1)
+        self.chars += fact.cost
+
+    def remove(self, key: str) -> Fact:
+        """Take the fact with `key` out; a term it shared with one other fact is that fact's alone again."""
+        fact = self.facts.pop(key)
+        del self.value[key]
+        del self._rank[key]
+        facts, values, holders = self.facts, self.value, self._holders
+        for stem, _ in fact.terms:
+            held = holders[stem]
+            held.remove(key)
+            if not held:
+                del holders[stem]
+            elif len(held) == 1:
+                other = held[0]
+                values[other] += _weight(facts[other], stem)
+                self._rerank(facts[other])
+        group = (fact.section, fact.day)
+        members = self._groups[group]
+        del members[key]
+        self._blocks.pop(group, None)
+        if not members:
+            del self._groups[group]
+            self.chars -= _header_chars(fact)
+        self._open_section(fact.section, -1)
+        self.chars -= fact.cost
+        return fact
+
+    def cheapest(self) -> str | None:
+        """The key of the fact whose loss costs least coverage per character (None: empty)."""
+        rank = self._rank
+        return min(rank, key=rank.__getitem__) if rank else None
+
+    def render(self, line: str) -> str:
+        """The summary text: `line` of prose, then the sections (`_summary.render` does the same from
+        scratch; this one re-renders only the groups that changed since the last call)."""
+        parts = [OPEN, "\n", line, "\n"]
+        groups, blocks = self._groups, self._blocks
+        for section in SECTIONS:
+            if not self._sections.get(section):
+                continue
+            parts.append(f"<{section}>\n")
+            days = sorted((d for s, d in groups if s == section), key=lambda d: -1 if d is None else d)
+            for day in days:
+                group = (section, day)
+                block = blocks.get(group)
+                if block is None:
+                    block = blocks[group] = _block(section, day, groups[group].values())
+                parts.append(block)
+            parts.append(f"</{section}>\n")
+        parts.append(CLOSE)
+        return "".join(parts)
+
+    def _rerank(self, fact: Fact) -> None:
+        value: float = self.value[fact.key]
+        if fact.kind == IDENTITY:
+            value += IDENTITY_BONUS
+        elif fact.kind == WEAK:
+            value /= WEAK_SHARE
+        self._rank[fact.key] = (
+            value / (fact.cost + BULLET_OVERHEAD),
+            -1 if fact.day is None else fact.day,
+            fact.key,
+        )
+
+    def _open_section(self, section: str, change: int) -> None:
+        count = self._sections.get(section, 0) + change
+        self._sections[section] = count
+        if (change > 0 and count == 1) or (change < 0 and count == 0):
+            self.chars += change * _SECTION_OVERHEAD[section]
+
+
+def _block(section: str, day: int | None, facts: Iterable[Fact]) -> str:
+    header = f"{format_day(day)}:\n" if section == FACTS and day is not None else ""
+    if section == FACTS:
+        facts = by_speaker(facts)
+    return header + "".join(f"- {fact.text}\n" for fact in facts)
+
+
+def _header_chars(fact: Fact) -> int:
+    """Characters of the day header a dated key fact's group opens ("8 May 2023:" and its line break)."""
+    return len(format_day(fact.day)) + 2 if fact.section == FACTS and fact.day is not None else 0
+
+
+def _weight(fact: Fact, stem: str) -> int:
+    for term, weight in fact.terms:
+        if term == stem:
+            return weight
+    raise KeyError(stem)

@@ -1,0 +1,524 @@
+"""The auditor's commands: replay, verify, export, erase, restore, repair (inspect and sessions are in
+`_inspect`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from convmem.actors import (
+    EventLog,
+    LoggedEvent,
+    MemorySystem,
+    SnapshotStore,
+    export_jsonl,
+    plan_repair,
+    read_jsonl,
+    replay_session,
+    restore_lost,
+    verify,
+)
+from convmem.adapters.backends._exports import default_export_registry
+from convmem.adapters.backends._in_memory import InMemoryEventLog
+from convmem.adapters.frontends.cli._common import (
+    EXIT_DAMAGED,
+    EXIT_DECLINED,
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+    Progress,
+    backend,
+    emit_json,
+    open_store,
+    parse_key,
+    parse_time,
+    positive_int,
+    session_counts,
+    table,
+)
+from convmem.adapters.frontends.cli._readable import readable
+from convmem.adapters.frontends.cli._safe import json_text
+from convmem.errors import ConvmemError, StoreNotFound
+from convmem.events import MemoryKey
+from convmem.projections import agent_items, llm_context
+
+__all__ = ["add_audit_commands", "event_count"]
+
+
+def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register replay, verify, export, erase and repair on the CLI's subparsers (`common`: global
+    options)."""
+    p = commands.add_parser(
+        "replay",
+        parents=[common],
+        help="a session's state and context as of its latest event, a position or a time",
+    )
+    p.add_argument("key", help="tenant:user:session")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--position", type=positive_int, help="stop after this log position (stream sequence)")
+    when.add_argument("--time", help="stop after this time (epoch seconds or ISO 8601)")
+    p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_replay)
+
+    p = commands.add_parser(
+        "verify", parents=[common], help="rebuild sessions from the log and compare with their snapshots"
+    )
+    p.add_argument("key", nargs="?", help="one session, tenant:user:session")
+    p.add_argument("--tenant", help="every session of a tenant")
+    p.add_argument("--user", help="every session of a user (needs --tenant)")
+    p.add_argument("--all", action="store_true", help="every session in the log")
+    p.add_argument("--from-file", type=Path, help="verify a JSONL export (no snapshots)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_verify)
+
+    p = commands.add_parser(
+        "export", parents=[common], help="events as JSONL, one per line (replay --from-file reads it back)"
+    )
+    p.add_argument("--key", help="one session, tenant:user:session")
+    p.add_argument("--tenant", help="every session of a tenant")
+    p.add_argument("--user", help="every session of a user (needs --tenant)")
+    p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(run=cmd_export)
+
+    p = commands.add_parser(
+        "erase",
+        parents=[common],
+        help="erase a session's or a user's events and snapshots (recorded first; finishes pending ones)",
+    )
+    p.add_argument("--key", help="one session, tenant:user:session")
+    p.add_argument("--tenant", help="the user's tenant")
+    p.add_argument("--user", help="every session of this user (needs --tenant)")
+    p.add_argument("--resume", action="store_true", help="only finish the erasures left pending")
+    p.add_argument("--by", help="who asks (kept in the erasure's receipt; default: $USER)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_erase)
+
+    p = commands.add_parser(
+        "repair",
+        parents=[common],
+        help="repair a damaged session: restore its newest good snapshot or cut at its last good event",
+    )
+    p.add_argument("key", nargs="?", help="the session, tenant:user:session (or --tenant, --user, --session)")
+    p.add_argument("--tenant", help="the session's tenant")
+    p.add_argument("--user", help="the session's user")
+    p.add_argument("--session", help="the session's id")
+    p.add_argument(
+        "--method",
+        choices=("auto", "snapshot", "cut"),
+        default="auto",
+        help="where the restored state comes from (auto: whichever holds more)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_repair)
+
+    p = commands.add_parser(
+        "restore",
+        parents=[common],
+        help="write a lost session's kept snapshot back into the log (when the log lost its events)",
+    )
+    p.add_argument("key", help="tenant:user:session")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_restore)
+
+
+def _records_from_file(path: Path) -> list[LoggedEvent]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return list(read_jsonl(handle, source=str(path)))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_INVALID) from None
+
+
+def _scope(args: argparse.Namespace) -> dict[str, Any]:
+    if args.user and not args.tenant:
+        raise CliError("--user needs --tenant (a user id is only unique within its tenant)", EXIT_USAGE)
+    return {"tenant_id": args.tenant, "user_id": args.user}
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    key = parse_key(args.key)
+    until_time = parse_time(args.time) if args.time else None
+    if args.from_file:
+        records: Iterable[LoggedEvent] = _records_from_file(args.from_file)
+        state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
+    else:
+        with backend(args, read_only=True) as (log, _):
+            records = log.read(key)
+            state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
+    if not state.started and state.version == 0:
+        raise CliError(f"no events for session {key} (check the key, or --nats/--data-dir)", EXIT_NOT_FOUND)
+    context = llm_context(state)
+    result = {
+        "key": key.composite(),
+        "seq": state.version,
+        "health": state.health.value,
+        "turns": len(state.turns),
+        "summary_through": state.summary_through,
+        "context": context,
+        "agent_items": agent_items(state) if state.config.agents.strategy != "none" else None,
+        "poison": [msgspec.to_builtins(p) for p in report.poison],
+        "damage": [msgspec.to_builtins(d) for d in report.damage],
+    }
+    if args.json:
+        emit_json(result)
+    else:
+        print(
+            f"session {key}  seq {state.version}  health {state.health.value}  live turns {len(state.turns)}"
+        )
+        print(readable(context))  # the context as text: a summary as its lines, not one escaped string
+        for poison in report.poison:
+            print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
+        for damage in report.damage:
+            print(f"{key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    key = parse_key(args.key) if args.key else None
+    if key is None and not (args.all or args.tenant):
+        raise CliError("say what to verify: a KEY, --tenant [--user], or --all", EXIT_USAGE)
+    progress = Progress("verify: events read", quiet=args.json)
+    started = time.perf_counter()
+    try:
+        if args.from_file:
+            file_log = InMemoryEventLog()
+            for record in _records_from_file(args.from_file):
+                file_log.append_raw(record.key, record.data, seq=record.seq)
+            progress.set_total(event_count(file_log, key, scope))
+            checks = verify(file_log, None, key=key, progress=progress.update, **scope)
+        else:
+            with backend(args, read_only=True) as (log, snapshots):
+                progress.set_total(event_count(log, key, scope))
+                checks = verify(log, snapshots, key=key, progress=progress.update, **scope)
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - started
+    if not checks:
+        raise CliError("nothing to verify: no session has events in that scope", EXIT_NOT_FOUND)
+    failed = [c for c in checks if not c.ok]
+    events = sum(c.events for c in checks)
+    if args.json:
+        emit_json(
+            {
+                "sessions": len(checks),
+                "events": events,
+                "failed": len(failed),
+                "seconds": round(elapsed, 3),
+                "checks": [
+                    {
+                        "key": c.key.composite(),
+                        "ok": c.ok,
+                        "events": c.events,
+                        "turns": c.turns,
+                        "summaries": c.summaries,
+                        "last_seq": c.last_seq,
+                        "snapshot_seq": c.snapshot_seq,
+                        "problems": c.problems,
+                        "poison": [msgspec.to_builtins(p) for p in c.poison],
+                        "damage": [msgspec.to_builtins(d) for d in c.damage],
+                        "repaired": c.repaired,
+                    }
+                    for c in checks
+                ],
+            }
+        )
+    else:
+        rows = [
+            (
+                c.key.composite(),
+                c.events,
+                c.turns,
+                c.summaries,
+                c.snapshot_seq or "-",
+                "ok" if c.ok else "DAMAGED" if c.damage else "FAILED",
+            )
+            for c in checks
+        ]
+        table(rows, ["session", "events", "turns", "summaries", "snapshot", "verdict"])
+        for check in failed:
+            for problem in check.problems:
+                print(f"{check.key}: {problem}")
+            for poison in check.poison:
+                print(
+                    f"{check.key}: poison at position {poison.position} (seq {poison.seq}): {poison.problem}"
+                )
+            for damage in check.damage:
+                print(f"{check.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
+        print(
+            f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
+        )
+    if any(c.damage for c in checks):
+        if not args.json:
+            print("damaged sessions are refused until repaired: convmem repair tenant:user:session")
+        return EXIT_DAMAGED
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _where(seq: int | None, position: int | None) -> str:
+    """ " seq 3, position 12" (what is known of where a damage is), or "" (a snapshot's)."""
+    parts = [f"seq {seq}" if seq is not None else "", f"position {position}" if position else ""]
+    where = ", ".join(p for p in parts if p)
+    return f" {where}" if where else ""
+
+
+def _repair_key(args: argparse.Namespace) -> MemoryKey:
+    named = (args.tenant, args.user, args.session)
+    if args.key and any(named):
+        raise CliError("name the session once: a KEY, or --tenant, --user and --session", EXIT_USAGE)
+    if args.key:
+        return parse_key(args.key)
+    if not all(named):
+        raise CliError(
+            "say which session to repair: tenant:user:session, or --tenant --user --session", EXIT_USAGE
+        )
+    tenant, user, session = named
+    return (
+        parse_key(f"{tenant}:{user}:{session}")
+        if ":" not in "".join(named)
+        else _key_of(tenant, user, session)
+    )
+
+
+def _key_of(tenant: str, user: str, session: str) -> MemoryKey:
+    try:
+        return MemoryKey(tenant, user, session)
+    except ConvmemError as exc:
+        raise CliError(f"bad session: {exc}", EXIT_USAGE) from None
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    key = _repair_key(args)
+    with backend(args, read_only=args.dry_run) as (log, snapshots):
+        plan, _ = plan_repair(log, snapshots, key, method=args.method)
+        if not plan.needed:
+            if log.last_seq(key) == 0 and (snapshots is None or snapshots.load(key) is None):
+                raise CliError(f"nothing to repair: no events or snapshot for session {key}", EXIT_NOT_FOUND)
+            _report_repair(args, plan, "nothing to repair: the session verifies")
+            return EXIT_OK
+        what = (
+            f"session {key.composite()}: {len(plan.damage)} damaged or missing event(s); restore "
+            f"{'the snapshot' if plan.method == 'snapshot' else 'the events'} up to seq {plan.restored_seq} "
+            f"({plan.turns} live turns)"
+        )
+        if args.dry_run:
+            _report_repair(args, plan, f"would repair {what}")
+            return EXIT_OK
+        if not args.yes and not _confirm_repair(what, key.composite()):
+            print("not repaired: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        with MemorySystem(log=log, snapshots=snapshots) as system:
+            plan = system.repair(key, method=args.method, reason="convmem repair")
+    note = f" (its new snapshot was not saved: {plan.snapshot_problem})" if plan.snapshot_problem else ""
+    _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}{note}")
+    return EXIT_OK
+
+
+def _confirm_repair(what: str, token: str) -> bool:
+    if not sys.stdin.isatty():
+        raise CliError(f"refusing to repair {what} without confirmation: pass --yes", EXIT_USAGE)
+    answer = input(f"Repair {what}? Type {token} to confirm: ")
+    return answer.strip() == token
+
+
+def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
+    if args.json:
+        emit_json(
+            {
+                "key": plan.key.composite(),
+                "needed": plan.needed,
+                "applied": plan.applied,
+                "method": plan.method or None,
+                "restored_seq": plan.restored_seq,
+                "seq": plan.seq or None,
+                "turns": plan.turns,
+                "damage": [msgspec.to_builtins(d) for d in plan.damage],
+                "snapshot_problem": plan.snapshot_problem or None,
+            }
+        )
+        return
+    for damage in plan.damage:
+        print(f"{plan.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
+    print(message)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    key = parse_key(args.key) if args.key else None
+    count = 0
+    with backend(args, read_only=True) as (log, _):
+        total = event_count(log, key, scope)
+        if not total:
+            what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
+            raise CliError(f"nothing to export: no events for {what}", EXIT_NOT_FOUND)
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+        progress = Progress("export: events", total, quiet=not args.output)
+        exported: set[MemoryKey] = set()
+        try:
+            records = log.read(key) if key is not None else log.read_all(**scope)
+            for line in export_jsonl(_noting_keys(records, exported)):
+                out.write((line if args.output else json_text(line)) + "\n")  # stdout: no raw controls
+                count += 1
+                if count % 200 == 0:
+                    progress.update(count)
+            progress.update(count)
+        finally:
+            progress.close()
+            if args.output:
+                out.close()
+                # An erasure of any of these sessions rewrites the file without them.
+                default_export_registry().record(args.output, exported)
+    if args.output:
+        print(f"exported {count} events to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _noting_keys(records: Iterable[LoggedEvent], keys: set[MemoryKey]) -> Iterator[LoggedEvent]:
+    for record in records:
+        keys.add(record.key)
+        yield record
+
+
+def _confirm(what: str, token: str, verb: str = "erase") -> bool:
+    if not sys.stdin.isatty():
+        raise CliError(f"refusing to {verb} {what} without confirmation: pass --yes", EXIT_USAGE)
+    try:
+        answer = input(f"{verb.capitalize()} {what}? This cannot be undone. Type {token} to confirm: ")
+    except EOFError:  # Ctrl-D: no answer is not a yes
+        print(file=sys.stderr)
+        return False
+    return answer.strip() == token
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    if args.resume and (args.key or args.user or args.tenant):
+        raise CliError("--resume finishes what is pending: give no --key, --tenant or --user", EXIT_USAGE)
+    if not args.resume and bool(args.key) == bool(args.user):
+        raise CliError(
+            "say what to erase: --key tenant:user:session, or --tenant T --user U (or --resume)", EXIT_USAGE
+        )
+    key = parse_key(args.key) if args.key else None
+    if args.user and not args.tenant:
+        raise CliError("--user needs --tenant", EXIT_USAGE)
+    by = args.by if args.by is not None else os.environ.get("USER", "")
+    with open_store(args) as opened:
+        if opened.journal is None:
+            raise CliError(f"{opened.url}: this backend keeps no erasure journal", EXIT_INVALID)
+        pending = len(opened.journal.pending())
+        keys: list[MemoryKey] = []
+        what = ""
+        if not args.resume:
+            keys = _erasable(opened.log, opened.snapshots, key, args.tenant, args.user)
+            if key is not None:
+                what = f"session {key.composite()}"
+            else:
+                what = f"user {args.user} of tenant {args.tenant} ({len(keys)} session(s))"
+            if not keys and not pending:
+                raise CliError(f"nothing to erase: no events or snapshots for {what}", EXIT_NOT_FOUND)
+            token = key.composite() if key else args.user
+            if keys and not args.yes and not _confirm(what, token):
+                print("not erased: the confirmation did not match", file=sys.stderr)
+                return EXIT_DECLINED
+        # The system finishes the pending erasures as it starts (a crashed erase's, or this one's).
+        with MemorySystem(
+            log=opened.log,
+            snapshots=opened.snapshots,
+            journal=opened.journal,
+            exports=default_export_registry(),
+        ) as system:
+            still = len(system.pending_erasures())
+            if still:
+                raise CliError(
+                    f"{still} pending erasure(s) could not be finished (see the log above); "
+                    "run `convmem erase --resume` again",
+                    EXIT_UNAVAILABLE,
+                )
+            erased = None
+            if keys:
+                erased = system.erase(key, by=by) if key else system.erase_user(args.tenant, args.user, by=by)
+    result = {
+        "events_purged": erased.events_purged if erased else 0,
+        "sessions": erased.sessions if erased else 0,
+        "resumed": pending,
+    }
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    if pending:
+        print(f"finished {pending} pending erasure(s)")
+    if erased is not None:
+        print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
+    elif args.resume and not pending:
+        print("no pending erasure")
+    return EXIT_OK
+
+
+def _erasable(
+    log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey | None, tenant: str, user: str
+) -> list[MemoryKey]:
+    """What an erase of `key` (or of the user) would find: sessions with events, a snapshot or a part."""
+    if key is not None:
+        tenant, user = key.tenant_id, key.user_id
+    found = set(log.keys(tenant_id=tenant, user_id=user))
+    if snapshots is not None:
+        found.update(snapshots.keys(tenant_id=tenant, user_id=user))
+    if key is not None:
+        return [key] if key in found else []
+    return sorted(found, key=MemoryKey.composite)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    key = parse_key(args.key)
+    with open_store(args) as opened:
+        what = f"session {key.composite()} from its snapshot"
+        if not args.yes and not _confirm(what, key.composite(), "restore"):
+            print("not restored: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        try:
+            restored = restore_lost(opened.log, opened.snapshots, key, now=time.time())
+        except StoreNotFound as exc:
+            raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    if args.json:
+        emit_json(
+            {
+                "key": key.composite(),
+                "snapshot_seq": restored.snapshot_seq,
+                "log_seq": restored.log_seq,
+                "seq": restored.seq,
+                "turns": restored.turns,
+            }
+        )
+    else:
+        print(
+            f"restored {key.composite()} from its snapshot at seq {restored.snapshot_seq}: "
+            f"{restored.turns} turn(s), the session is at seq {restored.seq}"
+        )
+    return EXIT_OK
+
+
+def event_count(log: EventLog, key: MemoryKey | None, scope: dict[str, Any]) -> int:
+    """How many events a read of `key` (or of the scope) will bring, to size a progress bar."""
+    if key is not None:
+        return len(log.read(key)) if isinstance(log, InMemoryEventLog) else _counts(log, scope, key)
+    return _counts(log, scope, None)
+
+
+def _counts(log: EventLog, scope: dict[str, Any], key: MemoryKey | None) -> int:
+    counts = session_counts(log, **scope)
+    return counts.get(key, 0) if key is not None else sum(counts.values())

@@ -1,0 +1,279 @@
+"""What every `convmem` command shares: errors, exit codes, output, progress, the backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+from convmem.actors import EventLog, SnapshotStore
+from convmem.adapters.backends._registry import Backend
+from convmem.adapters.backends.jetstream._embedded import default_store_dir, running_server_url
+from convmem.adapters.backends.keys import KeySettings
+from convmem.adapters.frontends._connect import open_backend
+from convmem.adapters.frontends.cli._safe import json_text, raw_stream, visible
+from convmem.errors import InvalidInput
+from convmem.events import MemoryKey
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DAMAGED",
+    "EXIT_DECLINED",
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_INVALID",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "CliError",
+    "Progress",
+    "backend",
+    "emit_json",
+    "key_settings",
+    "nats_url",
+    "open_store",
+    "parse_key",
+    "parse_time",
+    "positive_int",
+    "positive_seconds",
+    "session_counts",
+    "table",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # verification found a mismatch or poison; retention left an unreadable session alone
+EXIT_USAGE = 2  # bad arguments
+EXIT_NOT_FOUND = 3  # the key or user has no events
+EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
+EXIT_INVALID = 5  # an input (file, key, data) is wrong
+EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
+EXIT_DAMAGED = 7  # verification found damaged or missing events (repair them with `convmem repair`)
+EXIT_INTERNAL = 70  # a bug
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "verification found a mismatch or a poison event (or a demo session did not verify, "
+    "or retention left an unreadable session alone)",
+    EXIT_USAGE: "bad arguments",
+    EXIT_NOT_FOUND: "the key, user or stream has no events",
+    EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",
+    EXIT_INVALID: "an input is wrong (a file, data)",
+    EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
+    EXIT_DAMAGED: "verification found damaged or missing events or a damaged snapshot (`convmem repair`)",
+    EXIT_INTERNAL: "an internal error (a bug: please report it)",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line, with an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_INVALID) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def parse_key(text: str) -> MemoryKey:
+    """A `MemoryKey` from ``tenant:user:session`` (``\\:`` escapes a colon inside an id)."""
+    try:
+        return MemoryKey.from_composite(text)
+    except InvalidInput as exc:
+        raise CliError(f"bad key {text!r}: {exc} (write it as tenant:user:session)", EXIT_USAGE) from None
+
+
+def parse_time(text: str) -> float:
+    """Epoch seconds from a number or an ISO 8601 time (UTC when no zone is given)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        try:
+            datetime.fromtimestamp(seconds, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            raise CliError(
+                f"bad time {text!r}: epoch seconds must be finite and within years 1 to 9999", EXIT_USAGE
+            ) from None
+        return seconds
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"bad time {text!r}: use epoch seconds or ISO 8601 (2026-11-21T10:00:00Z)", EXIT_USAGE
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def nats_url(args: argparse.Namespace) -> str | None:
+    """The NATS URL to use: the one given, else that of a server running on the embedded data folder.
+
+    `convmem serve` on the embedded default holds its data folder; the other
+    commands join that server rather than start their own on the same folder.
+    """
+    if args.nats:
+        return str(args.nats)
+    return running_server_url(args.data_dir)
+
+
+def key_settings(args: argparse.Namespace) -> KeySettings:
+    """Where the master key and the key store are, as the global options say.
+
+    Without ``--server`` the embedded default's data folder holds them (also
+    when joining the server `convmem serve` runs on it).
+    """
+    data_dir = None if args.nats else str(args.data_dir or default_store_dir())
+    return KeySettings(
+        encrypt=False if args.no_encryption else None,
+        master_key_file=args.master_key_file,
+        master_key_env=args.master_key_env,
+        key_store=args.key_store,
+        data_dir=data_dir,
+    )
+
+
+@contextmanager
+def backend(
+    args: argparse.Namespace, *, read_only: bool = False
+) -> Iterator[tuple[EventLog, SnapshotStore | None]]:
+    """The log and snapshot store the global options name; closed on exit.
+
+    `read_only` (replay, verify, inspect, export, sessions, timeline) never
+    creates the stream or the bucket: a missing stream is `StoreNotFound`.
+    """
+    with open_store(args, read_only=read_only) as opened:
+        yield opened.log, opened.snapshots
+
+
+@contextmanager
+def open_store(
+    args: argparse.Namespace, *, read_only: bool = False, url: str | None = None
+) -> Iterator[Backend]:
+    """The whole backend the global options name (log, snapshots, erasure journal); closed on exit.
+
+    `url` overrides where the options say the server is.
+    """
+    opened = open_backend(
+        url if url is not None else nats_url(args),
+        data_dir=args.data_dir,
+        stream=args.stream,
+        prefix=args.prefix,
+        bucket=args.bucket,
+        timeout=args.timeout,
+        auth=args.auth,
+        read_only=read_only,
+        keys=key_settings(args),
+    )
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def session_counts(
+    log: EventLog, *, tenant_id: str | None = None, user_id: str | None = None
+) -> dict[MemoryKey, int]:
+    """Events per session (of a tenant, of a user) from a log that counts them without reading."""
+    counts = getattr(log, "counts", None)
+    if counts is None:
+        raise CliError(f"{type(log).__name__} cannot count its sessions' events", EXIT_INVALID)
+    found: dict[MemoryKey, int] = counts(tenant_id=tenant_id, user_id=user_id)
+    return found
+
+
+def emit_json(data: Any, out: TextIO | None = None) -> None:
+    """One JSON document on stdout."""
+    stream = out or sys.stdout
+    text = json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    stream.write(json_text(text) + "\n")
+
+
+def table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO | None = None) -> None:
+    """A plain aligned text table; control characters in a cell are shown as escapes (`visible`)."""
+    stream = out or sys.stdout
+    cells = [[visible(h) for h in headers], *[[visible(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        stream.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+        if n == 0:
+            stream.write("  ".join("-" * w for w in widths) + "\n")
+
+
+class Progress:
+    """A progress bar with a total and an ETA on stderr when it is a terminal; silent otherwise.
+
+    Silent too with ``--json`` (`quiet`) or ``CONVMEM_NO_PROGRESS`` set.
+    """
+
+    def __init__(
+        self, label: str, total: int | None = None, *, quiet: bool = False, stream: TextIO | None = None
+    ) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        out = stream or sys.stderr
+        self._bar: RichProgress | None = None
+        if not quiet and out.isatty() and os.environ.get("CONVMEM_NO_PROGRESS") is None:
+            self._bar = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=raw_stream(out)),  # its own escape codes, around our label
+                transient=False,
+            )
+            self._task = self._bar.add_task(label, total=total)
+            self._bar.start()
+
+    def set_total(self, total: int) -> None:
+        """The total, once it is known."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.update(self._task, total=total)
+
+    def update(self, done: int) -> None:
+        """Show `done` of `total`."""
+        self.done = done
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
+
+    def close(self) -> None:
+        """End the bar."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -1,0 +1,332 @@
+"""`ApiOperations`: one request's bytes in, one reply's bytes out, against a `MemorySystem`.
+
+This is the worker-thread half of `MemoryService` (it blocks on the memory
+system; the service runs it off the event loop). Every outcome is a reply:
+an error of any kind becomes a structured error reply, never silence.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from convmem.actors import MemorySystem, SessionHandle, list_sessions
+from convmem.adapters.frontends._views import check_limit, items_view, start_session, whole_history
+from convmem.adapters.frontends.service._errors import MalformedRequest, error_info
+from convmem.adapters.frontends.service._protocol import (
+    AddItemsRequest,
+    AddTurnRequest,
+    AgentsItemsRequest,
+    EraseRequest,
+    ForkRequest,
+    Request,
+    RestoreRequest,
+    SessionsRequest,
+    ViewRequest,
+    decode_request,
+    encode_error,
+    encode_ok,
+    parse_subject,
+    wants_msgpack,
+)
+from convmem.errors import ConvmemError, InvalidInput
+from convmem.events import MemoryKey
+from convmem.projections import (
+    MEMORY_VIEWS,
+    SessionState,
+    agent_items,
+    estimate_tokens,
+    llm_context,
+    to_dict,
+)
+
+__all__ = ["Answer", "ApiOperations", "RequestStats"]
+
+_log = logging.getLogger("convmem.service")
+
+_VIEWS: dict[str, Callable[[SessionState], list[Any]]] = {
+    "agents": agent_items,
+    **{memory_type.value: view.messages for memory_type, view in MEMORY_VIEWS.items()},
+}
+"""The ``views`` operation's views (`VIEWS`): the Agents items and every conversation memory's."""
+_PROBE = MemoryKey("_convmem", "_health", "_probe")
+"""A key nobody writes: reading its last sequence proves the log answers."""
+
+
+def _limit(limit: int | None) -> int | None:
+    try:
+        return check_limit(limit)
+    except InvalidInput as exc:
+        raise MalformedRequest(exc.field, exc.problem) from None
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """What one request came to: its op, the error type if it failed, the reply bytes."""
+
+    op: str
+    error: str | None
+    reply: bytes
+
+
+class RequestStats:
+    """Request counters of one service instance (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter()
+        self.in_flight = 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def end(self, op: str, error: str | None) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self._requests[op] += 1
+            if error is not None:
+                self._errors[error] += 1
+
+    def refused(self, op: str, error: str) -> None:
+        """A request refused on arrival (never in flight)."""
+        with self._lock:
+            self._requests[op] += 1
+            self._errors[error] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": sum(self._requests.values()),
+                "errors": sum(self._errors.values()),
+                "in_flight": self.in_flight,
+                "by_op": dict(self._requests),
+                "errors_by_type": dict(self._errors),
+            }
+
+
+class ApiOperations:
+    """The API's operations on `system` (see `MemoryService` for the settings)."""
+
+    def __init__(
+        self,
+        system: MemorySystem,
+        *,
+        api_prefix: str,
+        instance: str,
+        max_timeout: float,
+        fresh_reads: bool,
+        running: Callable[[], bool],
+        replies: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.system = system
+        self.api_prefix = api_prefix
+        self.instance = instance
+        self.max_timeout = max_timeout
+        self.fresh_reads = fresh_reads
+        self.stats = RequestStats()
+        self.started_at = time.monotonic()
+        self._running = running
+        self._replies = replies
+
+    def answer(self, subject: str, data: bytes) -> Answer:
+        """The reply to one request (in the request's encoding)."""
+        msgpack, op = wants_msgpack(data), "unknown"
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, subject)
+            request = decode_request(op if tenant_id is not None else None, data)
+            if tenant_id is None:
+                result = self.metrics() if op == "metrics" else self.health()
+                op = f"ops.{op}"
+            else:
+                assert isinstance(request, Request)
+                result = self._session_op(tenant_id, op, request)
+            return Answer(op, None, encode_ok(result, msgpack=msgpack))
+        except Exception as exc:
+            return _failed(op, subject, exc, msgpack=msgpack)
+
+    def on_loop(self, subject: str) -> bool:
+        """Whether the request on `subject` is an ``add_turn`` (`add_turn_here` answers it on a loop)."""
+        rest = subject[len(self.api_prefix) + 1 :].split(".")
+        return len(rest) in (3, 4) and rest[2] == "add_turn" and rest[0] == "v1"
+
+    async def add_turn_here(self, subject: str, data: bytes) -> Answer:
+        """An ``add_turn``'s reply, the write awaited on the running loop (no thread in between when
+        the system's log runs on this loop: decided, appended and answered here)."""
+        msgpack, op = wants_msgpack(data), "add_turn"
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, subject)
+            request = decode_request(op, data)
+            assert tenant_id is not None
+            assert isinstance(request, AddTurnRequest)
+            key = MemoryKey(tenant_id, request.user_id, request.session_id)
+            result = await self.system.session(key).aio.add_turn(
+                request.turn, timeout=self._timeout(request), idempotency_key=request.idempotency_key
+            )
+            return Answer(op, None, encode_ok(result, msgpack=msgpack))
+        except Exception as exc:
+            return _failed(op, subject, exc, msgpack=msgpack)
+
+    def _timeout(self, request: Request) -> float:
+        if request.timeout is None:
+            return self.max_timeout
+        if not request.timeout > 0:
+            raise MalformedRequest("timeout", f"must be a number of seconds > 0, got {request.timeout}")
+        return min(request.timeout, self.max_timeout)
+
+    def _session_op(self, tenant_id: str, op: str, request: Request) -> Any:
+        timeout = self._timeout(request)
+        if isinstance(request, EraseRequest) and request.scope == "user":
+            MemoryKey(tenant_id, request.user_id, "*")  # checks both ids as every key does
+            return self._erase_user(tenant_id, request.user_id)
+        if isinstance(request, SessionsRequest):
+            return self._sessions(tenant_id, request)
+        key = MemoryKey(tenant_id, request.user_id, request.session_id)
+        handle = self.system.session(key)
+        if isinstance(request, AddTurnRequest):
+            return handle.add_turn(request.turn, timeout=timeout, idempotency_key=request.idempotency_key)
+        if isinstance(request, AddItemsRequest):
+            return handle.add_items(request.items, timeout=timeout)
+        if isinstance(request, RestoreRequest):
+            return handle.from_dict(request.state, timeout=timeout)
+        if isinstance(request, EraseRequest):
+            return self._erase(key)
+        if isinstance(request, ForkRequest):
+            return self._fork(key, request)
+        if isinstance(request, ViewRequest):
+            return _VIEWS[request.view](self._fresh(handle, timeout))
+        if isinstance(request, AgentsItemsRequest):
+            limit = _limit(request.limit)
+            return items_view(self._fresh(handle, timeout), limit, lambda: whole_history(self.system, key))
+        match op:
+            case "pop_item":
+                return handle.pop_item(timeout=timeout)
+            case "clear":
+                return handle.clear(timeout=timeout)
+            case "flush":
+                self._fresh(handle, timeout)
+                return handle.flush(timeout=timeout)
+            case "context":
+                state = self._fresh(handle, timeout)
+                return llm_context(state, handle.estimator_of(state))
+            case "tokens":
+                state = self._fresh(handle, timeout)
+                return estimate_tokens(state, handle.estimator_of(state))
+            case "health":
+                return self._fresh(handle, timeout).health.value
+            case "export_state":
+                return to_dict(self._fresh(handle, timeout))
+            case "agents_start":
+                self._fresh(handle, timeout)
+                return start_session(self.system, key, timeout=timeout)
+        raise MalformedRequest("op", f"{op!r} has no handler")  # parse_subject lets none through
+
+    def _fresh(self, handle: SessionHandle, timeout: float) -> SessionState:
+        """The session's state, reloaded first when the log has events this process has not seen.
+
+        Another service (or process) may have written the session since this
+        one last did: without the check, a read through this service would
+        miss a turn written through the other.
+        """
+        system = self.system
+        if self.fresh_reads and (system.is_live(handle.key) or system.is_cached(handle.key)):
+            state = handle.snapshot_state()
+            if system.log.last_seq(handle.key) != state.version:
+                return handle.refresh(timeout=timeout)
+            return state
+        return handle.snapshot_state()  # neither live nor cached: loading it reads the log anyway
+
+    def _erase(self, key: MemoryKey) -> dict[str, int]:
+        erased = self.system.erase(key)
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
+
+    def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]]:
+        if request.limit is not None and request.limit < 1:
+            raise MalformedRequest("limit", f"must be 1 or more, got {request.limit}")
+        user = request.user_id or None
+        if user is not None:
+            MemoryKey(tenant_id, user, "*")  # checks the ids as every key does
+        rows = list_sessions(
+            self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=request.limit
+        )
+        return [
+            {
+                "user_id": r.key.user_id,
+                "session_id": r.key.session_id,
+                "events": r.events,
+                "last_seq": r.last_seq,
+                "last_at": r.last_at,
+                "health": r.health,
+                "turns": r.turns,
+                "live_turns": r.live_turns,
+            }
+            for r in rows
+        ]
+
+    def _fork(self, key: MemoryKey, request: ForkRequest) -> dict[str, int]:
+        if request.at_position is not None and request.at_time is not None:
+            raise MalformedRequest("at_time", "give at_position or at_time, not both")
+        to = MemoryKey(key.tenant_id, request.to_user_id or key.user_id, request.to_session_id)
+        at: int | datetime | None = request.at_position
+        if request.at_time is not None:
+            at = datetime.fromtimestamp(request.at_time, tz=UTC)
+        forked = self.system.fork(key, to=to, at=at)
+        return {"events": forked.events, "forked_at": forked.forked_at}
+
+    def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
+        erased = self.system.erase_user(tenant_id, user_id)
+        return {"events_purged": erased.events_purged, "sessions": erased.sessions}
+
+    def health(self) -> dict[str, Any]:
+        """What ``ops.v1.health`` answers: whether the log answers, live sessions, load."""
+        try:
+            self.system.log.last_seq(_PROBE)
+            log = "ok"
+        except ConvmemError as exc:
+            log = str(exc)
+        healthy = log == "ok" and self._running() and not self.system.closed
+        return {
+            "status": "ok" if healthy else "unavailable",
+            "log": log,
+            "instance": self.instance,
+            "uptime_s": round(time.monotonic() - self.started_at, 3),
+            "live_sessions": self.system.live_sessions(),
+            "in_flight": self.stats.in_flight,
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """What ``ops.v1.metrics`` answers: the memory system's counters and this service's."""
+        snapshot = self.system.metrics.snapshot()
+        counts: dict[str, int] = snapshot["counts"]
+        return {
+            "instance": self.instance,
+            "turns": counts.get("turns", 0),
+            "summaries": counts.get("summaries", 0),
+            "summary_failures": counts.get("summary_failures", 0),
+            "conflicts": counts.get("conflicts", 0),
+            "health_transitions": {
+                name.removeprefix("health."): n for name, n in counts.items() if name.startswith("health.")
+            },
+            "live_sessions": self.system.live_sessions(),
+            "append_ms": snapshot.get("append_ms"),
+            "counts": counts,
+            "service": {
+                **self.stats.snapshot(),
+                **({"replies": self._replies()} if self._replies is not None else {}),
+            },
+        }
+
+
+def _failed(op: str, subject: str, exc: Exception, *, msgpack: bool) -> Answer:
+    """The error reply to `op` on `subject`; anything but a `ConvmemError` is logged with its traceback."""
+    if not isinstance(exc, ConvmemError):
+        _log.exception("convmem service: %s on %s failed", op, subject)
+    info = error_info(exc)
+    return Answer(op, info.type, encode_error(info, msgpack=msgpack))

@@ -1,0 +1,572 @@
+"""`MemoryService`: the session protocol over NATS request/reply, for other processes and languages.
+
+```python
+system = convmem.connect("nats://127.0.0.1:4222")
+with MemoryService(system, "nats://127.0.0.1:4222"):
+    ...  # serving until the block ends
+```
+
+The service subscribes to ``{api_prefix}.v1.>`` in a queue group, so several
+services on one NATS share the requests; optimistic concurrency on the log
+keeps a session written through several of them correct, and reads check
+the log's last sequence first, so a session read through one service shows
+what was written through another. A partitioned service (a worker of
+`convmem serve --workers`) takes the plain ``{api_prefix}.v1.*.*`` and the
+partitions it owns (`_partitions`): a session is served by one process at a
+time. Operator requests (``{api_prefix}.ops.v1.>``) are answered by every
+instance (no queue group). Each instance is also a NATS micro-service named
+``convmem`` (`nats micro ls`): ``$SRV.PING.convmem`` finds every replica,
+and ``{api_prefix}.ops.status.{instance}`` asks one of them.
+
+nats-py runs on the service's own loop thread. The blocking `MemorySystem`
+calls run on a bounded thread pool, never on the loop. `FairShares` admits
+each request into its tenant's queue, or refuses it at once with `Busy` past
+the tenant's ``max_in_flight``, and tenants take turns at the free places; a
+write of a tenant at its ``max_bytes`` quota is refused with `QuotaExceeded`
+(`TenantUsage` keeps the tally; `Quotas` holds the limits). `stop()` drains:
+it unsubscribes, answers every request already received, then closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.micro
+import nats.micro.service
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.micro.request import Request as MicroRequest
+
+from convmem import __version__
+from convmem.actors import MemorySystem
+from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
+from convmem.adapters._loop_thread import EventLoopThread
+from convmem.adapters.backends._prometheus import PrometheusMetrics
+from convmem.adapters.backends.jetstream._client import close_quietly
+from convmem.adapters.backends.jetstream._connection import server_list
+from convmem.adapters.frontends.service._errors import ErrorInfo, error_info
+from convmem.adapters.frontends.service._inboxes import ReplyGuard
+from convmem.adapters.frontends.service._operations import Answer, ApiOperations
+from convmem.adapters.frontends.service._partitions import Partitions
+from convmem.adapters.frontends.service._protocol import (
+    DEFAULT_API_PREFIX,
+    MICRO_NAME,
+    OPERATOR_OPS,
+    SESSION_OPS,
+    check_api_prefix,
+    encode_error,
+    parse_subject,
+    status_subject,
+    wants_msgpack,
+)
+from convmem.adapters.frontends.service._quotas import Quotas
+from convmem.adapters.frontends.service._shares import FairShares, tenant_token
+from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
+from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
+
+__all__ = ["WRITES", "MemoryService"]
+
+T = TypeVar("T")
+_OPS = frozenset((*SESSION_OPS, *OPERATOR_OPS))
+
+_log = logging.getLogger("convmem.service")
+
+WRITES = frozenset({"add_turn", "add_items", "pop_item", "clear", "restore", "fork", "agents_start"})
+"""Operations that store events: refused with `QuotaExceeded` past the tenant's ``max_bytes``."""
+
+
+class MemoryService:
+    """Serves a `MemorySystem`'s sessions on NATS (see the module docstring).
+
+    `url` is the NATS server of the API (it may differ from the log's). `max_concurrency` bounds the
+    requests handled at once; `max_timeout` caps the seconds a request may ask for; `fresh_reads`
+    (default on) makes reads check the log for writes made through other services; `drain_timeout`
+    bounds how long `stop()` waits for requests in flight; `status_timeout` how long this replica's
+    status may take before it reports itself unhealthy. `partitioned` makes it one of the workers
+    that share the session partitions (`convmem serve --workers`; see `_partitions`): it answers the
+    sessions of the partitions it owns, and any request on the plain subjects; `members_secret` (at
+    least 16 bytes, shared by the workers) signs its membership announcements. `instance` names it
+    (default: random); `worker` is shown in its status. `loop` (the loop the system's log runs on,
+    left running by `stop()`) makes the service run there and await each ``add_turn`` on it, no
+    thread in between. `auth` holds credentials and TLS settings (`NatsAuth`); `connect_options` go
+    to nats-py's ``connect`` as they are. `quotas` bounds each tenant's requests in flight and
+    running, and its stored bytes (`Quotas`; default: `TenantLimits`' defaults for every tenant).
+    `metrics` (a `PrometheusMetrics`) counts each tenant's requests, errors and refusals.
+    The service never closes `system` (its owner does, after).
+    """
+
+    def __init__(
+        self,
+        system: MemorySystem,
+        url: str,
+        *,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        queue_group: str = "convmem",
+        max_concurrency: int = 64,
+        max_timeout: float = 60.0,
+        fresh_reads: bool = True,
+        drain_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        name: str = "convmem-service",
+        connect_options: Mapping[str, Any] | None = None,
+        auth: NatsAuth | None = None,
+        status_timeout: float = 5.0,
+        partitioned: bool = False,
+        members_secret: bytes | None = None,
+        instance: str | None = None,
+        worker: Mapping[str, Any] | None = None,
+        loop: EventLoopThread | None = None,
+        quotas: Quotas | None = None,
+        metrics: PrometheusMetrics | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
+        for field, seconds in (("max_timeout", max_timeout), ("drain_timeout", drain_timeout)):
+            if not seconds > 0:
+                raise InvalidConfig(field, f"must be a number of seconds > 0, got {seconds!r}")
+        self.system = system
+        self.url = url
+        self.api_prefix = check_api_prefix(api_prefix)
+        self.queue_group = queue_group
+        self.max_concurrency = max_concurrency
+        self.max_timeout = max_timeout
+        self.fresh_reads = fresh_reads
+        self.drain_timeout = drain_timeout
+        self.connect_timeout = connect_timeout
+        self.name = name
+        self.status_timeout = status_timeout
+        self.partitioned = partitioned
+        if partitioned and (not isinstance(members_secret, bytes) or len(members_secret) < 16):
+            raise InvalidConfig(
+                "members_secret",
+                "a partitioned service needs the secret its fellow workers share (16 bytes or more): "
+                "membership announcements without it are dropped",
+            )
+        self._members_secret = members_secret or b""
+        self.instance = instance or uuid.uuid4().hex[:12]
+        self._worker = dict(worker or {})
+        self._given_loop = loop
+        self._auth = auth or NatsAuth()
+        self._connect_options = {**self._auth.options(), **(connect_options or {})}
+        self._secrets = (*url_secrets(url), *self._auth.secrets)
+        self._guard = ReplyGuard(self.api_prefix)
+        self._ops = ApiOperations(
+            system,
+            api_prefix=self.api_prefix,
+            instance=self.instance,
+            max_timeout=max_timeout,
+            fresh_reads=fresh_reads,
+            running=lambda: self.running,
+            replies=self._guard.snapshot,
+        )
+        self._lock = threading.Lock()
+        self._state = "new"
+        self._stopped = threading.Event()
+        self._loop: EventLoopThread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix=f"{name}-worker")
+        self._nc: Client | None = None
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.quotas = quotas if quotas is not None else Quotas()
+        if not isinstance(self.quotas, Quotas):
+            raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
+        self._shares = FairShares(self.quotas, max_concurrency)
+        self._usage = TenantUsage(
+            counter_of(system.log, self._off_loop), recount_every=self.quotas.recount_every
+        )
+        self._unwatch: Callable[[], None] | None = None
+        self._busy_replies: dict[tuple[str, bool], bytes] = {}
+        self._micro: nats.micro.service.Service | None = None
+        self._partitions: Partitions | None = None
+        self._prometheus = metrics  # each tenant's requests, errors and refusals (None: `status` only)
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def subjects(self) -> tuple[str, str]:
+        """The subscribed subjects: session requests (queue group), operator requests.
+
+        A partitioned worker takes the plain session subjects here, and its partitions' as it owns them.
+        """
+        sessions = f"{self.api_prefix}.v1.*.*" if self.partitioned else f"{self.api_prefix}.v1.>"
+        return sessions, f"{self.api_prefix}.ops.v1.>"
+
+    @property
+    def running(self) -> bool:
+        """Whether the service is subscribed and answering."""
+        return self._state == "running"
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` has begun (requests in flight are still being answered)."""
+        return self._state in ("stopping", "stopped")
+
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        return self._ops.stats.in_flight
+
+    def start(self) -> MemoryService:
+        """Connect and subscribe; returns once requests are being received. Idempotent."""
+        with self._lock:
+            if self._state == "running":
+                return self
+            if self._state != "new":
+                raise SessionClosed("a stopped MemoryService cannot start again; make a new one")
+            loop = self._given_loop or EventLoopThread(name=f"{self.name}-loop")
+            try:
+                loop.call(self._open, timeout=self.connect_timeout + 5.0, what="starting the convmem service")
+            except BaseException:
+                if loop is not self._given_loop:
+                    loop.stop()
+                self._pool.shutdown(wait=False)
+                self._state = "stopped"
+                self._stopped.set()
+                raise
+            self._loop = loop
+            self._ops.started_at = time.monotonic()
+            self._state = "running"
+        _log.info("convmem service %s answering on %s", self.instance, ", ".join(self.subjects))
+        return self
+
+    def stop(self) -> None:
+        """Unsubscribe, answer the requests already received, close. Idempotent and thread-safe.
+
+        A second caller waits for the first to finish. Must not be called
+        from a request handler (it waits for the handlers).
+        """
+        with self._lock:
+            state = self._state
+            if state in ("new", "running"):
+                self._state = "stopping"
+        if state in ("stopping", "stopped"):
+            self._stopped.wait(self.drain_timeout + 10.0)
+            return
+        loop = self._loop
+        try:
+            if loop is not None:
+                loop.call(self._drain, timeout=self.drain_timeout * 2 + 5.0, what="stopping the service")
+        except ConvmemError as exc:
+            _log.warning("convmem service %s did not stop cleanly: %s", self.instance, exc)
+        finally:
+            if loop is not None and loop is not self._given_loop:
+                loop.stop()
+            self._pool.shutdown(wait=True)
+            self._state = "stopped"
+            self._stopped.set()
+            _log.info("convmem service %s stopped", self.instance)
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Serve until `stop_event` is set (say, by a SIGTERM handler), then `stop()`."""
+        self.start()
+        try:
+            while not stop_event.wait(1.0):
+                pass
+        finally:
+            self.stop()
+
+    def __enter__(self) -> MemoryService:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"MemoryService({redact_url(self.url)!r}, api_prefix={self.api_prefix!r}, {self._state})"
+
+    # On the loop ----------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        options: dict[str, Any] = {
+            "name": self.name,
+            "connect_timeout": max(1, int(self.connect_timeout)),
+            "allow_reconnect": True,
+            "max_reconnect_attempts": 1,  # on the first connect only; unbounded once connected
+            "reconnect_time_wait": 0.25,
+            "error_cb": self._on_error,
+        }
+        options.update(self._connect_options)
+        try:
+            nc = await asyncio.wait_for(
+                nats.connect(servers=server_list(self.url), **options), self.connect_timeout
+            )
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            detail = scrub(str(exc) or type(exc).__name__, self._secrets)
+            raise LogUnavailable(
+                f"the convmem service cannot connect to NATS at {redact_url(self.url)} ({detail}); "
+                "check the URL and the credentials"
+            ) from None
+        nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
+        self._nc = nc
+        try:
+            sessions, operators = self.subjects
+            self._subs = [
+                await nc.subscribe(sessions, queue=self.queue_group, cb=self._on_message),
+                await nc.subscribe(operators, cb=self._on_message),
+            ]
+            self._micro = await nats.micro.add_service(
+                _Guarded(nc, self._guard),  # type: ignore[arg-type]  # a Client in all it uses
+                name=MICRO_NAME,
+                version=__version__,
+                description="convmem: short-term conversation memory (session API on NATS)",
+                metadata={"instance": self.instance, "api_prefix": self.api_prefix},
+                stats_handler=self._micro_stats,
+            )
+            await self._micro.add_endpoint(
+                name="status", subject=status_subject(self.api_prefix, self.instance), handler=self._status
+            )
+            if self.partitioned:
+                self._partitions = Partitions(
+                    nc,
+                    api_prefix=self.api_prefix,
+                    queue_group=self.queue_group,
+                    instance=self.instance,
+                    on_message=self._on_message,
+                    secret=self._members_secret,
+                )
+                await self._partitions.start()
+            await nc.flush(timeout=max(1, int(self.connect_timeout)))
+            self._watch_erasures(asyncio.get_running_loop())
+        except BaseException:
+            await close_quietly(nc)
+            raise
+
+    def _watch_erasures(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have any process's erasure make the tenants' next byte counts full ones (a notice names none)."""
+        watch = getattr(self.system.log, "watch_erasures", None)
+        if watch is not None:
+            self._unwatch = watch(lambda _notice: loop.call_soon_threadsafe(self._usage.erased_everywhere))
+
+    async def _off_loop(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def _on_message(self, msg: Msg) -> None:
+        """Admit the request into its tenant's turn (`FairShares`), or refuse it at once with `Busy`."""
+        if msg.reply and not self._guard.allows(msg.subject, msg.reply):
+            if self._prometheus is not None:
+                self._prometheus.refused(tenant_token(self.api_prefix, msg.subject), "reply_subject")
+            return  # a reply subject its requester may not listen on: not run, not answered
+        token = tenant_token(self.api_prefix, msg.subject)
+        if self._shares.admit(token, lambda: self._start(msg, token)):
+            self._ops.stats.begin()
+            return
+        self._ops.stats.refused(_op_token(msg.subject), "Busy")
+        if self._prometheus is not None:
+            self._prometheus.refused(token, "Busy")
+        if msg.reply:  # as cheap as can be: a flood is refused here, on the loop, at its full rate
+            assert self._nc is not None
+            await self._respond(self._nc, msg, self._busy_reply(token, wants_msgpack(msg.data)))
+
+    def _busy_reply(self, token: str, msgpack: bool) -> bytes:
+        """The `Busy` reply of `token`'s tenant (the same every time: made once, kept for a while)."""
+        reply = self._busy_replies.get((token, msgpack))
+        if reply is None:
+            if len(self._busy_replies) >= 1024:
+                self._busy_replies.clear()
+            reply = encode_error(error_info(self._shares.busy(token)), msgpack=msgpack)
+            self._busy_replies[token, msgpack] = reply
+        return reply
+
+    def _start(self, msg: Msg, token: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(msg))
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._finished(done, token))
+
+    def _finished(self, task: asyncio.Task[None], token: str) -> None:
+        self._tasks.discard(task)
+        self._shares.done(token)
+
+    async def _over_quota(self, msg: Msg) -> tuple[str, str] | Answer | None:
+        """(tenant id, op) of a request within its quota, or its refusal; None: no tenant's request."""
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, msg.subject)
+        except ConvmemError:
+            return None  # answered as it deserves by the operation itself
+        if tenant_id is None:
+            return None
+        allowed = self.quotas.of_token(tenant_token(self.api_prefix, msg.subject)).max_bytes
+        if op in WRITES and allowed is not None:
+            try:
+                await self._usage.check(tenant_id, allowed)
+            except ConvmemError as exc:
+                info = error_info(exc)
+                return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
+        return tenant_id, op
+
+    async def _serve(self, msg: Msg) -> None:
+        assert self._nc is not None
+        op, error, refused = "unknown", None, False
+        try:
+            request = await self._over_quota(msg)
+            if isinstance(request, Answer):
+                answer, refused = request, True
+            elif self._given_loop is not None and self._ops.on_loop(msg.subject):
+                answer = await self._ops.add_turn_here(msg.subject, msg.data)
+            else:
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._ops.answer, msg.subject, msg.data
+                )
+            op, error = answer.op, answer.error
+            if isinstance(request, tuple) and error is None:
+                self._used(*request, len(msg.data))
+            if msg.reply:
+                await self._respond(self._nc, msg, answer.reply)
+        except Exception:
+            _log.exception("convmem service: request on %s not answered", msg.subject)
+        finally:
+            self._ops.stats.end(op, error)
+            if self._prometheus is not None:
+                self._count(msg.subject, op, error, refused)
+
+    def _count(self, subject: str, op: str, error: str | None, refused: bool) -> None:
+        assert self._prometheus is not None
+        token = tenant_token(self.api_prefix, subject)
+        self._prometheus.request(token, op, error)
+        if refused and error is not None:
+            self._prometheus.refused(token, error)  # QuotaExceeded
+
+    def _used(self, tenant_id: str, op: str, size: int) -> None:
+        """Note what a request that succeeded did to its tenant's stored bytes."""
+        if op in WRITES:
+            self._usage.wrote(tenant_id, size)
+        elif op == "erase":
+            self._usage.erased(tenant_id)
+
+    async def _respond(self, nc: Client, msg: Msg, reply: bytes) -> None:
+        if not self._guard.allows(msg.subject, msg.reply):  # checked on receipt too: every answer passes here
+            return
+        try:
+            await nc.publish(msg.reply, reply)
+        except nats.errors.MaxPayloadError:
+            error = ErrorInfo(
+                type="ReplyTooLarge",
+                message=f"the reply is {len(reply)} bytes, over the server's max_payload of "
+                f"{nc.max_payload}; raise max_payload on the server or ask for a smaller view",
+            )
+            await nc.publish(msg.reply, encode_error(error, msgpack=wants_msgpack(msg.data)))
+
+    def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
+        """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
+        worker = {"worker": self.worker()} if self._worker or self._partitions else {}
+        stats = {**self._ops.stats.snapshot(), "replies": self._guard.snapshot()}
+        return {"live_sessions": self.system.live_sessions(), **stats, **worker}
+
+    def worker(self) -> dict[str, Any]:
+        """What this worker says of itself in its status: its `worker` mapping, its partitions, its peers."""
+        shares = self._partitions
+        more: dict[str, int] = {}
+        if shares is not None:
+            more = {"partitions": len(shares.owned), "members": len(shares.members)}
+            more["rejected"] = shares.rejected
+        return {**self._worker, **more}
+
+    async def _status(self, request: MicroRequest) -> None:
+        """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            wait = self.status_timeout
+            health = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.health), wait)
+            metrics = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.metrics), wait)
+        except TimeoutError:
+            await request.respond_error("504", f"this replica did not get its log's answer within {wait:g}s")
+            return
+        if self._worker or self._partitions is not None:
+            health["worker"] = self.worker()
+        await request.respond(json.dumps({"health": health, "metrics": metrics}).encode())
+
+    async def _drain(self) -> None:
+        if self._micro is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._micro.stop()
+        subs = list(self._subs)
+        if self._partitions is not None:
+            subs += await self._partitions.leave()
+        for sub in subs:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.drain()  # type: ignore[no-untyped-call]  # no new requests; received ones are handled
+        idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def now_idle() -> None:
+            if not idle.done():
+                idle.set_result(None)
+
+        self._shares.when_idle(now_idle)
+        try:
+            await asyncio.wait_for(idle, self.drain_timeout)  # the admitted ones, queued too, answered
+        except TimeoutError:
+            _log.warning(
+                "%d requests were still in flight after %ss", self._shares.in_flight, self.drain_timeout
+            )
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=1.0)  # their last callbacks
+        if self._unwatch is not None:
+            self._unwatch()
+        await self._usage.close()
+        nc = self._nc
+        if nc is not None and not nc.is_closed:
+            try:
+                await asyncio.wait_for(nc.drain(), self.drain_timeout)
+            except Exception:  # a dead server: close without draining
+                await close_quietly(nc)
+
+    def health(self) -> dict[str, Any]:
+        """What ``ops.v1.health`` answers (whether the log answers, live sessions, load)."""
+        return self._ops.health()
+
+    def metrics(self) -> dict[str, Any]:
+        """What ``ops.v1.metrics`` answers (the memory system's counters and this service's)."""
+        return self._ops.metrics()
+
+    async def _on_error(self, exc: Exception) -> None:
+        _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
+
+
+def _op_token(subject: str) -> str:
+    """The op token of a session subject (``...v1.<tenant>.<op>[.p<N>]``), unchecked: for counting."""
+    tokens = subject.rsplit(".", 2)
+    op = tokens[-2] if tokens[-1].startswith("p") and tokens[-1][1:].isdigit() else tokens[-1]
+    return op if op in _OPS else "unknown"  # no hostile name grows the counters
+
+
+class _Guarded:
+    """The service's client as NATS micro sees it: each of its subscriptions passes `ReplyGuard` first.
+
+    nats-py's micro-service answers ``$SRV.PING/INFO/STATS`` and its
+    endpoints (the replica's status) on whatever reply subject a request
+    carries; through this, a request whose reply subject its requester may
+    not listen on never reaches micro's handlers.
+    """
+
+    def __init__(self, nc: Client, guard: ReplyGuard) -> None:
+        self._nc = nc
+        self._guard = guard
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._nc, name)
+
+    async def subscribe(self, subject: str, queue: str = "", cb: Any = None, **kwargs: Any) -> Subscription:
+        if cb is None:
+            raise InvalidConfig("subscribe", "the service subscribes with a callback only")
+        handler = cb
+
+        async def guarded(msg: Msg) -> None:
+            if msg.reply and not self._guard.allows(msg.subject, msg.reply):
+                return
+            await handler(msg)
+
+        return await self._nc.subscribe(subject, queue=queue, cb=guarded, **kwargs)

@@ -1,0 +1,132 @@
+"""`FairShares`: each tenant's requests in flight bounded, and the service's capacity shared in turn.
+
+A request is admitted into its tenant's queue, or refused at once with
+`Busy` when the tenant already has `max_in_flight` requests received and not
+answered. Whenever one of the service's `capacity` places frees, the next
+tenant in turn that runs fewer than its `max_running` requests starts the
+oldest of its own: tenants take turns, so a tenant sending a flood waits
+behind its own requests, never in front of another tenant's, and never holds
+all of the capacity while another tenant waits.
+
+It lives on the service's event loop (no lock): `admit` and `done` are
+called there only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
+from convmem.errors import Busy, InvalidKey
+from convmem.events import decode_token
+
+__all__ = ["OPERATOR", "FairShares", "tenant_name", "tenant_token"]
+
+OPERATOR = "$ops"
+"""The queue of operator requests (and of subjects that name no tenant): no tenant token has a ``$``."""
+
+
+def tenant_token(api_prefix: str, subject: str) -> str:
+    """The tenant token of a request subject (``{api_prefix}.v1.{tenant}.{op}...``); `OPERATOR` if none."""
+    rest = subject[len(api_prefix) + 1 :].split(".", 3)
+    return rest[1] if len(rest) >= 3 and rest[0] == "v1" and rest[1] else OPERATOR
+
+
+def tenant_name(token: str) -> str:
+    """The tenant id of `token` (the token itself when it decodes to none)."""
+    try:
+        return decode_token(token)
+    except InvalidKey:
+        return token
+
+
+class _Tenant:
+    __slots__ = ("in_flight", "limits", "running", "waiting")
+
+    def __init__(self, limits: TenantLimits) -> None:
+        self.limits = limits
+        self.in_flight = 0
+        self.running = 0
+        self.waiting: deque[Callable[[], None]] = deque()
+
+
+class FairShares:
+    """Admission and turn-taking of the requests of one service instance (see the module docstring)."""
+
+    def __init__(self, quotas: Quotas, capacity: int) -> None:
+        self.quotas = quotas
+        self.capacity = capacity
+        self.running = 0
+        self.in_flight = 0
+        self._tenants: dict[str, _Tenant] = {}  # tenants with requests in flight (none kept past them)
+        self._turns: OrderedDict[str, None] = OrderedDict()  # tenants with waiting requests, in turn
+        self._idle: list[Callable[[], None]] = []
+
+    def admit(self, token: str, start: Callable[[], None]) -> bool:
+        """Queue `start` as a request of `token`'s tenant and start what may start; False (nothing
+        queued) when the tenant is at its ``max_in_flight`` (`busy` says so).
+
+        `start` must begin the request without blocking and call `done(token)` once it is answered.
+        """
+        tenant = self._tenants.get(token)
+        if tenant is None:
+            tenant = self._tenants[token] = _Tenant(self.quotas.of_token(token))
+        if tenant.in_flight >= tenant.limits.max_in_flight:
+            return False  # (a tenant kept here has requests in flight: max_in_flight is 1 or more)
+        tenant.in_flight += 1
+        self.in_flight += 1
+        tenant.waiting.append(start)
+        self._turns.setdefault(token)
+        self._dispatch()
+        return True
+
+    def busy(self, token: str) -> Busy:
+        """The `Busy` error of `token`'s tenant, refused by `admit` (it is at its ``max_in_flight``)."""
+        allowed = self.quotas.of_token(token).max_in_flight
+        return Busy(tenant_id=tenant_name(token), allowed=allowed, usage=self.of(token)[0])
+
+    def done(self, token: str) -> None:
+        """One started request of `token`'s tenant was answered: its place goes to the next in turn."""
+        tenant = self._tenants[token]
+        tenant.running -= 1
+        tenant.in_flight -= 1
+        self.running -= 1
+        self.in_flight -= 1
+        if tenant.in_flight == 0:
+            del self._tenants[token]
+        self._dispatch()
+        if self.in_flight == 0:
+            idle, self._idle = self._idle, []
+            for call in idle:
+                call()
+
+    def when_idle(self, call: Callable[[], None]) -> None:
+        """Call `call` once no request is in flight (at once if none is)."""
+        if self.in_flight == 0:
+            call()
+        else:
+            self._idle.append(call)
+
+    def of(self, token: str) -> tuple[int, int]:
+        """(requests in flight, requests running) of `token`'s tenant."""
+        tenant = self._tenants.get(token)
+        return (0, 0) if tenant is None else (tenant.in_flight, tenant.running)
+
+    def _dispatch(self) -> None:
+        while self.running < self.capacity and self._turns:
+            token = next((t for t in self._turns if self._may_run(t)), None)
+            if token is None:
+                return  # every waiting tenant runs its most already
+            tenant = self._tenants[token]
+            start = tenant.waiting.popleft()
+            del self._turns[token]
+            if tenant.waiting:
+                self._turns[token] = None  # to the back of the line
+            tenant.running += 1
+            self.running += 1
+            start()
+
+    def _may_run(self, token: str) -> bool:
+        tenant = self._tenants[token]
+        return tenant.running < tenant.limits.max_running
