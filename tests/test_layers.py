@@ -10,6 +10,8 @@ this test. Each package also says in its docstring what it holds.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -318,3 +320,114 @@ def test_a_function_level_import_is_no_circle(tmp_path: Path) -> None:
     (package / "_a.py").write_text("from pkg._b import B\nA = 1\n")
     (package / "_b.py").write_text("def f():\n    from pkg._a import A\n    return A\nB = 2\n")
     assert circles(import_graph(package)) == []
+
+
+# Back ends and front ends -------------------------------------------------------------------------
+# Inside adapters/, backends/ implements the runtime's ports and frontends/ uses the runtime. A front
+# end reaches a back end only through a package's names (``convmem.adapters.backends``,
+# ``convmem.adapters.backends.jetstream``), never a private module; a back end never imports a front
+# end. Imports inside functions count too: they are still a dependency.
+
+ENDS = ("backends", "frontends")
+
+
+def _end(module: str, package: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[0] == package and parts[1] == "adapters" and parts[2] in ENDS:
+        return parts[2]
+    return None
+
+
+def end_violations(package_dir: Path) -> list[str]:
+    """Every import that crosses between back ends and front ends the wrong way, as ``path:line: what``."""
+    package = package_dir.name
+    problems: list[str] = []
+    for path in sorted((package_dir / "adapters").rglob("*.py")):
+        relative = path.relative_to(package_dir.parent)
+        is_package = path.name == "__init__.py"
+        parts = relative.with_suffix("").parts
+        module_parts = parts[:-1] if is_package else parts
+        mine = _end(".".join(module_parts), package)
+        if mine is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = _imported(node, module_parts, is_package)
+            if isinstance(node, ast.ImportFrom) and node.module:  # `from .x import _y` may name a module
+                names += [f"{names[0]}.{alias.name}" for alias in node.names]
+            for name in names:
+                other = _end(name, package)
+                if other is None or other == mine:
+                    continue
+                if mine == "backends":
+                    problems.append(f"{relative}:{node.lineno}: a back end imports {name}, a front end")
+                elif any(part.startswith("_") for part in name.split(".")[3:]):
+                    problems.append(
+                        f"{relative}:{node.lineno}: a front end imports {name}, a back end's internals"
+                    )
+    return problems
+
+
+def test_front_ends_use_back_ends_only_through_their_packages() -> None:
+    """No front end imports a back end's private module, and no back end imports a front end."""
+    assert end_violations(PACKAGE_DIR) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (
+            {"adapters/frontends/_x.py": "from pkg.adapters.backends.jetstream._log import Log\n"},
+            "a front end imports pkg.adapters.backends.jetstream._log",
+        ),
+        (
+            {"adapters/frontends/cli/_x.py": "def f():\n    from ...backends import _registry\n"},
+            "a front end imports pkg.adapters.backends._registry",
+        ),
+        (
+            {"adapters/backends/_x.py": "from pkg.adapters.frontends.service import Service\n"},
+            "a back end imports pkg.adapters.frontends.service",
+        ),
+        (
+            {"adapters/backends/jetstream/_x.py": "import pkg.adapters.frontends\n"},
+            "a back end imports pkg.adapters.frontends",
+        ),
+    ],
+)
+def test_the_end_check_catches_a_crossing(tmp_path: Path, files: dict[str, str], expected: str) -> None:
+    """Run on a small package, the check reports each wrong crossing, however it is written."""
+    for end in ENDS:
+        files = {f"adapters/{end}/__init__.py": "", **files}
+    problems = end_violations(_write(tmp_path, files))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_the_end_check_accepts_package_names(tmp_path: Path) -> None:
+    """A front end may use a back end's package names; both may use the shared adapters modules."""
+    files = {
+        "adapters/backends/__init__.py": "",
+        "adapters/frontends/__init__.py": "",
+        "adapters/frontends/_ok.py": (
+            "from pkg.adapters.backends import InMemoryEventLog\n"
+            "from pkg.adapters.backends.jetstream import JetStreamBackend\nfrom pkg.adapters._auth import x\n"
+        ),
+        "adapters/backends/_ok.py": (
+            "from pkg.adapters._loop_thread import x\nfrom pkg.adapters.backends.keys import y\n"
+        ),
+    }
+    assert end_violations(_write(tmp_path, files)) == []
+
+
+def test_importing_the_in_memory_log_loads_no_nats_client_nor_httpx() -> None:
+    """The in-memory back end (and convmem.testing's) imports neither nats-py nor httpx (nor a front end)."""
+    probe = (
+        "import sys\nfrom convmem.testing import InMemoryEventLog, InMemorySnapshotStore\n"
+        "from convmem.adapters.backends import InMemoryBackend\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('nats', 'httpx')"
+        " or m.startswith('convmem.adapters.frontends'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.split() == []

@@ -24,9 +24,13 @@ from typing import Unpack, cast
 
 from convmem.actors import MemorySystem, SystemSettings
 from convmem.adapters._auth import NATS_URL_ENV
-from convmem.adapters.backends._exports import default_export_registry
-from convmem.adapters.backends._in_memory import MEMORY_URL
-from convmem.adapters.backends._registry import Backend, BackendOptions, backend_opener
+from convmem.adapters.backends import (
+    MEMORY_URL,
+    Backend,
+    BackendOptions,
+    backend_opener,
+    default_export_registry,
+)
 from convmem.adapters.backends.summarizers import ExtractiveSummarizer
 from convmem.adapters.frontends.service._exchange import ClientOptions
 from convmem.adapters.frontends.service._remote import RemoteMemory

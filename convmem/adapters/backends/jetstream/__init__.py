@@ -10,11 +10,18 @@ in `_appends`; reads are `_read`, stream setup `_setup`. `_sealing` seals
 events as they are encoded and opens them as they are read (encryption at
 rest), and `_keystore` keeps data keys in a key-value bucket of their own
 (`NatsKeyStore`). `_backend` bundles log, snapshots and keyring, and
-`_embedded` runs a private `nats-server` for the default setup.
+`_embedded` runs a private `nats-server` for the default setup. Front ends
+(the service, the CLI) use the names below, the connection helpers among them.
 """
 
-from convmem.adapters.backends.jetstream._backend import JetStreamBackend
-from convmem.adapters.backends.jetstream._embedded import EmbeddedNatsServer
+from convmem.adapters.backends.jetstream._backend import JetStreamBackend, open_key_store
+from convmem.adapters.backends.jetstream._client import close_quietly
+from convmem.adapters.backends.jetstream._connection import NatsConnection, server_list
+from convmem.adapters.backends.jetstream._embedded import (
+    EmbeddedNatsServer,
+    default_store_dir,
+    running_server_url,
+)
 from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.backends.jetstream._keystore import NatsKeyStore
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
@@ -26,5 +33,11 @@ __all__ = [
     "JetStreamErasureJournal",
     "JetStreamEventLog",
     "JetStreamSnapshotStore",
+    "NatsConnection",
     "NatsKeyStore",
+    "close_quietly",
+    "default_store_dir",
+    "open_key_store",
+    "running_server_url",
+    "server_list",
 ]

@@ -25,8 +25,7 @@ from convmem.actors import (
     restore_lost,
     verify,
 )
-from convmem.adapters.backends._exports import default_export_registry
-from convmem.adapters.backends._in_memory import InMemoryEventLog
+from convmem.adapters.backends import InMemoryEventLog, default_export_registry
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
     EXIT_DECLINED,

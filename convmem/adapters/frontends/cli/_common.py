@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.progress import Progress as RichProgress
 
 from convmem.actors import EventLog, SnapshotStore
-from convmem.adapters.backends._registry import Backend
-from convmem.adapters.backends.jetstream._embedded import default_store_dir, running_server_url
+from convmem.adapters.backends import Backend
+from convmem.adapters.backends.jetstream import default_store_dir, running_server_url
 from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.frontends._connect import open_backend
 from convmem.adapters.frontends.cli._safe import json_text, raw_stream, visible

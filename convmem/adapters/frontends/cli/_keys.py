@@ -9,8 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from convmem.adapters.backends.jetstream._backend import open_key_store
-from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream import NatsConnection, open_key_store
 from convmem.adapters.backends.keys import (
     MASTER_KEY_ENV,
     MASTER_KEY_FILE,

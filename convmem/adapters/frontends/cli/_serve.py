@@ -24,8 +24,7 @@ from typing import Any
 import msgspec
 
 from convmem.adapters._auth import redact_url
-from convmem.adapters.backends.jetstream import JetStreamBackend
-from convmem.adapters.backends.jetstream._embedded import default_store_dir
+from convmem.adapters.backends.jetstream import JetStreamBackend, default_store_dir
 from convmem.adapters.backends.summarizers import recommended
 from convmem.adapters.frontends._connect import open_backend
 from convmem.adapters.frontends.cli._common import (

@@ -47,8 +47,7 @@ from typing import Any
 from convmem.actors import MemorySystem, Summarizer
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters._loop_thread import EventLoopThread
-from convmem.adapters.backends._exports import default_export_registry
-from convmem.adapters.backends._prometheus import PrometheusMetrics
+from convmem.adapters.backends import PrometheusMetrics, default_export_registry
 from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.backends.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.adapters.frontends._connect import open_backend_here

@@ -30,8 +30,7 @@ from nats.aio.subscription import Subscription
 from nats.nuid import NUID
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
-from convmem.adapters.backends.jetstream._client import close_quietly
-from convmem.adapters.backends.jetstream._connection import server_list
+from convmem.adapters.backends.jetstream import close_quietly, server_list
 from convmem.adapters.frontends.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.frontends.service._inboxes import reply_inbox
 from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, decode_reply, unrouted

@@ -54,9 +54,8 @@ from convmem import __version__
 from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
-from convmem.adapters.backends._prometheus import PrometheusMetrics
-from convmem.adapters.backends.jetstream._client import close_quietly
-from convmem.adapters.backends.jetstream._connection import server_list
+from convmem.adapters.backends import PrometheusMetrics
+from convmem.adapters.backends.jetstream import close_quietly, server_list
 from convmem.adapters.frontends.service._errors import ErrorInfo, error_info
 from convmem.adapters.frontends.service._inboxes import ReplyGuard
 from convmem.adapters.frontends.service._operations import Answer, ApiOperations

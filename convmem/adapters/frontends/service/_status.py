@@ -22,8 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
-from convmem.adapters.backends.jetstream._client import close_quietly
-from convmem.adapters.backends.jetstream._connection import server_list
+from convmem.adapters.backends.jetstream import close_quietly, server_list
 from convmem.adapters.frontends.service._inboxes import OPERATOR_INBOX
 from convmem.adapters.frontends.service._protocol import MICRO_NAME, status_subject
 from convmem.errors import LogUnavailable
