@@ -57,7 +57,7 @@ def _best(fn: Callable[[], object], rounds: int, n: int = 3000) -> float:
     return best
 
 
-def phases(rounds: int) -> dict[str, float]:
+def phases(rounds: int, calls: int = 3000) -> dict[str, float]:
     config = ShortTermMemoryConfig(strategy="truncation")
     key = MemoryKey("bench", "user-1", "session-1")
     state = SessionState()
@@ -107,13 +107,13 @@ def phases(rounds: int) -> dict[str, float]:
         metrics.observe_append(0.002)
 
     figures = {
-        "service request handling (parse, check, decode, encode)": _best(service, rounds),
-        "decide": _best(lambda: decide(state, command, now=1.8e9, command_id="cx"), rounds),
-        "evolve": _best(lambda: evolve(state, added), rounds),
-        "encode + seal + checksum": _best(encode, rounds),
-        "runtime counters (Metrics)": _best(counters, rounds),
+        "service request handling (parse, check, decode, encode)": _best(service, rounds, calls),
+        "decide": _best(lambda: decide(state, command, now=1.8e9, command_id="cx"), rounds, calls),
+        "evolve": _best(lambda: evolve(state, added), rounds, calls),
+        "encode + seal + checksum": _best(encode, rounds, calls),
+        "runtime counters (Metrics)": _best(counters, rounds, calls),
         "Prometheus request counter (serve --metrics-port)": _best(
-            lambda: prometheus.request("bench", "add_turn", None), rounds
+            lambda: prometheus.request("bench", "add_turn", None), rounds, calls
         ),
     }
     return {name: round(value, 2) for name, value in figures.items()}
