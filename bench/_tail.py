@@ -25,7 +25,7 @@ from bench._common import embedded_backend, percentile, sample_turn, session_key
 from bench.latency import _GcPauses, _open_loop, _settle, _Summarizer
 from convmem.actors import MemorySystem, Snapshot
 from convmem.adapters import recommended
-from convmem.adapters.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
 
 __all__ = ["tail"]
 
