@@ -36,7 +36,6 @@ INTERNAL_SIGNALS = {
     ("adapters/backends/summarizers/_process.py", "TimeoutError"),  # `_read` tells `_exchange`, which catches
     ("adapters/backends/summarizers/_process.py", "OSError"),  # the same: a closed pipe, caught there
     ("adapters/backends/summarizers/_recommended.py", "KeyError"),  # `Mapping.__getitem__`'s own protocol
-    ("adapters/backends/summarizers/_selection.py", "KeyError"),  # a fact lacking an indexed stem: a bug
     ("adapters/frontends/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
     ("adapters/frontends/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
 }

@@ -7,14 +7,22 @@ rolling summary needs:
 
 * a new sentence joins when it adds enough weight the summary does not cover
   yet (small talk adds none: its words weigh nothing; a repeat adds none);
-* while the summary is over its allowance, the fact whose loss uncovers the
-  least weight per character leaves (its *value*: the weight of the terms
-  only it covers). Old facts are not preferred for eviction: a fact stated
-  once early keeps its place for as long as newer sentences do not carry
-  more that is new per character.
+* while the summary is over its allowance, the fact with the least *value*
+  per character leaves. A fact's value is the weight of the terms only it
+  covers, plus its share of the terms it shares: a term held by ``n > 1``
+  facts gives each ``SHARED_CREDIT * weight / n``. So a subject the
+  conversation comes back to (a term said in two facts is worth twice one
+  said once, in all) keeps the facts that say something about it, while
+  the tenth repeat of a term adds little to each holder: coverage with
+  diminishing returns rather than unique coverage alone. Old facts are not
+  preferred for eviction: a fact stated once early keeps its place for as
+  long as newer sentences do not carry more per character.
 
-Values are integer sums kept up to date as facts come and go, and so is each
-fact's rank, so an eviction is one scan in C over the ranks, not a recount.
+Values are kept up to date as facts come and go (a fact's value is recomputed
+from its terms and their holder counts whenever one of them changes, so it
+depends only on the facts in the pool, never on the order they came in), and
+so is each fact's rank, so an eviction is one scan in C over the ranks, not a
+recount.
 Ties go to the earlier day, then the smaller key: the choice depends only on
 the facts, never on the order in which they were met, so a pool rebuilt from
 the summary's text chooses exactly as the pool that wrote it. The rendered
@@ -47,6 +55,11 @@ IDENTITY_BONUS = 8
 """Weight added to the value of a fact that says who someone is (two rare words' worth)."""
 WEAK_SHARE = 2
 """A question or a caption counts for half its value: statements are preferred."""
+SHARED_CREDIT = 2
+"""A term held by n > 1 facts adds ``SHARED_CREDIT * weight / n`` to each holder's value."""
+_SCALE = 720_720
+"""Values are kept in integer units of 1 / _SCALE weight (it divides by 1..16 exactly), so that a value
+is the same whatever order its facts came and went in."""
 
 _SECTION_OVERHEAD = {"key_facts": 25, "tools_used": 27, "pending": 21}
 """``<name>\\n`` + ``</name>\\n`` for each section."""
@@ -61,6 +74,8 @@ class Pool:
     def __init__(self, facts: Iterable[Fact]) -> None:
         self.facts: dict[str, Fact] = {}
         self.value: dict[str, int] = {}
+        """Each fact's value in units of 1 / `_SCALE` weight (integers: exact whatever the order)."""
+        self._weights: dict[str, dict[str, int]] = {}
         self._rank: dict[str, tuple[float, int, str]] = {}
         self._holders: dict[str, list[str]] = {}
         self._groups: dict[Group, dict[str, Fact]] = {}
@@ -84,21 +99,29 @@ class Pool:
         """Take `fact` in (its key must be new)."""
         key = fact.key
         self.facts[key] = fact
-        facts, values, holders = self.facts, self.value, self._holders
+        values, holders, weights = self.value, self._holders, self._weights
+        weights[key] = dict(fact.terms)
+        touched: dict[str, None] = {}
         value = 0
         for stem, weight in fact.terms:
             held = holders.get(stem)
             if held is None:
                 holders[stem] = [key]
-                value += weight
+                value += weight * _SCALE
                 continue
-            if len(held) == 1:  # its only holder no longer covers it alone
-                other = held[0]
-                values[other] -= _weight(facts[other], stem)
-                self._rerank(facts[other])
+            count = len(held)
+            share = _share(count + 1)
+            change = share - _share(count)
+            for other in held:
+                values[other] += weights[other][stem] * change
+                touched[other] = None
             held.append(key)
+            value += weight * share
         values[key] = value
         self._rerank(fact)
+        facts = self.facts
+        for other in touched:
+            self._rerank(facts[other])
         group = (fact.section, fact.day)
         members = self._groups.get(group)
         if members is None:
@@ -110,20 +133,27 @@ class Pool:
         self.chars += fact.cost
 
     def remove(self, key: str) -> Fact:
-        """Take the fact with `key` out; a term it shared with one other fact is that fact's alone again."""
+        """Take the fact with `key` out; the facts that shared a term with it are valued again."""
         fact = self.facts.pop(key)
         del self.value[key]
         del self._rank[key]
-        facts, values, holders = self.facts, self.value, self._holders
+        del self._weights[key]
+        values, holders, weights = self.value, self._holders, self._weights
+        touched: dict[str, None] = {}
         for stem, _ in fact.terms:
             held = holders[stem]
             held.remove(key)
             if not held:
                 del holders[stem]
-            elif len(held) == 1:
-                other = held[0]
-                values[other] += _weight(facts[other], stem)
-                self._rerank(facts[other])
+                continue
+            count = len(held)
+            change = _share(count) - _share(count + 1)
+            for other in held:
+                values[other] += weights[other][stem] * change
+                touched[other] = None
+        facts = self.facts
+        for other in touched:
+            self._rerank(facts[other])
         group = (fact.section, fact.day)
         members = self._groups[group]
         del members[key]
@@ -161,7 +191,7 @@ class Pool:
         return "".join(parts)
 
     def _rerank(self, fact: Fact) -> None:
-        value: float = self.value[fact.key]
+        value: float = self.value[fact.key] / _SCALE
         if fact.kind == IDENTITY:
             value += IDENTITY_BONUS
         elif fact.kind == WEAK:
@@ -191,8 +221,7 @@ def _header_chars(fact: Fact) -> int:
     return len(format_day(fact.day)) + 2 if fact.section == FACTS and fact.day is not None else 0
 
 
-def _weight(fact: Fact, stem: str) -> int:
-    for term, weight in fact.terms:
-        if term == stem:
-            return weight
-    raise KeyError(stem)
+def _share(holders: int) -> int:
+    """What each unit of a term's weight adds to the value of each of its `holders` (in 1 / `_SCALE`):
+    all of it for a term one fact holds alone, ``SHARED_CREDIT / holders`` of it for a shared one."""
+    return _SCALE if holders == 1 else SHARED_CREDIT * _SCALE // holders
