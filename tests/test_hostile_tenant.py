@@ -212,6 +212,28 @@ async def _counts(spy: Client) -> tuple[int, int]:
     return found[0], found[1]
 
 
+class Noted(list[str]):
+    """What a connection's callback noted, on the test's loop; `until` waits for it (woken, not polling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._grew = asyncio.Event()
+
+    def note(self, what: str) -> None:
+        self.append(what)
+        self._grew.set()
+
+    async def until(self, n: int, what: str) -> None:
+        """Until `n` things are noted; fails the test after WAIT."""
+        try:
+            async with asyncio.timeout(WAIT):
+                while len(self) < n:
+                    self._grew.clear()
+                    await self._grew.wait()
+        except TimeoutError:
+            raise AssertionError(f"{what}: {len(self)} of {n} within {WAIT:g}s: {list(self)}") from None
+
+
 async def _until(fact: Callable[[], bool], what: str) -> None:
     async with asyncio.timeout(WAIT):
         while not fact():
@@ -360,11 +382,11 @@ def test_even_a_defect_of_the_responder_cannot_publish_there(shipped: Deployment
     store = f"nats://convmem:convmem-service-secret@127.0.0.1:{port}"
 
     async def scenario() -> tuple[list[str], list[str], tuple[int, int], tuple[int, int]]:
-        errors: list[str] = []
+        errors = Noted()
         seen: list[str] = []
 
         async def on_error(exc: Exception) -> None:
-            errors.append(str(exc).lower())
+            errors.note(str(exc).lower())
 
         async def on_message(msg: Msg) -> None:
             if msg.subject == target:
@@ -381,7 +403,7 @@ def test_even_a_defect_of_the_responder_cannot_publish_there(shipped: Deployment
             await api.flush()
             await writer.subscribe(f"{DEFAULT_API_PREFIX}.v1.>")
             await writer.flush()
-            await _until(lambda: len(errors) >= 2, "both refused")
+            await errors.until(2, "both refused")
             await spy.flush()
             return errors, seen, before, await _counts(spy)
         finally:
@@ -446,11 +468,11 @@ def test_an_operators_flood_of_worker_announcements_changes_no_owner(shipped: De
     fake = json.dumps({"instance": "zz-fake", "queue_group": "convmem", "leaving": False}).encode()
 
     async def scenario() -> tuple[int, int]:
-        denied: list[str] = []
+        denied = Noted()
 
         async def on_error(exc: Exception) -> None:
             if "permissions violation" in str(exc).lower():
-                denied.append(str(exc))
+                denied.note(str(exc))
 
         operator = await nats.connect(shipped.operator_url, error_cb=on_error)
         spy = await nats.connect(shipped.spy_url)
@@ -460,7 +482,7 @@ def test_an_operators_flood_of_worker_announcements_changes_no_owner(shipped: De
                 subject = members_subject(api) if n % 2 else f"{api}.ops.members"
                 await operator.publish(subject, fake.replace(b"zz-fake", f"fake-{n}".encode()))
             await operator.flush()
-            await _until(lambda: len(denied) >= 1, "the server refusing the operator")
+            await denied.until(1, "the server refusing the operator")
             # The operator's publishes were all handled (dropped) by the server before its flush returned;
             # anything of them routed to the worker would reach it before the spy's, sent after.
             for n in range(flood):
@@ -487,17 +509,17 @@ def test_operators_and_tenants_cannot_use_the_control_subject(shipped: Deploymen
     """Publish and subscribe on the control subject are refused by the server to tenant and operator."""
 
     async def scenario(url: str) -> list[str]:
-        errors: list[str] = []
+        errors = Noted()
 
         async def on_error(exc: Exception) -> None:
-            errors.append(str(exc).lower())
+            errors.note(str(exc).lower())
 
         nc = await nats.connect(url, error_cb=on_error)
         try:
             await nc.subscribe(members_subject(DEFAULT_API_PREFIX))
             await nc.publish(members_subject(DEFAULT_API_PREFIX), b"x")
             await nc.flush()
-            await _until(lambda: len(errors) >= 2, "both refused")
+            await errors.until(2, "both refused")
         finally:
             await nc.close()
         return errors

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import threading
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,9 +85,30 @@ def url(nats_server_shared: EmbeddedNatsServer) -> str:
     return nats_server_shared.url
 
 
+class Observed(PrometheusMetrics):
+    """The registry as served, and a refusal a test can wait for: counted, then announced (no polling)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._counted = threading.Condition()
+        self._refusals: Counter[tuple[str, str]] = Counter()
+
+    def refused(self, token: str, reason: str) -> None:
+        super().refused(token, reason)
+        with self._counted:
+            self._refusals[token, reason] += 1
+            self._counted.notify_all()
+
+    def wait_refused(self, token: str, reason: str, timeout: float = WAIT) -> None:
+        """Until a refusal of `token` for `reason` is counted (and so in the next scrape)."""
+        with self._counted:
+            counted = self._counted.wait_for(lambda: self._refusals[token, reason] > 0, timeout)
+        assert counted, f"no {reason} refusal of {token} counted within {timeout:g}s"
+
+
 @pytest.fixture
 def exposed() -> Iterator[tuple[PrometheusMetrics, int]]:
-    metrics = PrometheusMetrics(max_tenants=2)
+    metrics = Observed(max_tenants=2)
     server, _thread = metrics.serve(0)  # a free port on loopback
     try:
         yield metrics, server.server_port
@@ -204,14 +227,8 @@ def test_busy_and_hostile_reply_subjects_are_counted_as_refusals_by_reason(
                         await nc.flush()
                     finally:
                         await nc.close()
-                    async with asyncio.timeout(WAIT):
-                        while not figure(
-                            await asyncio.to_thread(scrape, port),
-                            "convmem_service_refusals_total",
-                            tenant="acme",
-                            reason="reply_subject",
-                        ):
-                            await asyncio.sleep(0.01)  # polling the scrape for the fact, not a timed wait
+                    assert isinstance(metrics, Observed)
+                    await asyncio.to_thread(metrics.wait_refused, "acme", "reply_subject")
                     summarizer.release()
                     await held
 
