@@ -149,6 +149,7 @@ def serving(tmp_path: Path) -> Iterator[Path]:
         proc.wait(WAIT)
 
 
+@pytest.mark.slow  # `serve` with its worker processes, 10 s and more (`.ci/run` runs it)
 def test_commands_join_the_serve_that_holds_the_data_folder(
     serving: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

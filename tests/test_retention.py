@@ -805,6 +805,7 @@ def test_the_cli_needs_a_policy_and_as_of_only_with_a_dry_run(
 # convmem serve ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # `serve` with its worker processes, 10 s and more (`.ci/run` runs it)
 def test_serve_sweeps_with_its_retention_policies(deployment: tuple[str, Path], tmp_path: Path) -> None:
     """`convmem serve --retention FILE` erases the idle session and compacts the long one by itself
     (worker 0 sweeps every sweep_every), keeping the fresh one; stopping it is clean."""

@@ -79,6 +79,7 @@ def serve(nats_server: EmbeddedNatsServer, tmp_path: Path) -> Iterator[Serve]:
         process.stop()
 
 
+@pytest.mark.slow  # `serve` with its worker processes, 10 s and more (`.ci/run` runs it)
 def test_status_reports_health_and_metrics_of_a_running_service(
     serve: Serve, nats_server: EmbeddedNatsServer
 ) -> None:
@@ -181,6 +182,7 @@ def wait_for(fact: Callable[[], T | None], what: str, proc: subprocess.Popen[byt
             pytest.fail(f"convmem serve exited with {proc.wait(timeout=0.1)}")
 
 
+@pytest.mark.slow  # `serve` with its worker processes, 10 s and more (`.ci/run` runs it)
 def test_serve_runs_its_workers_restarts_a_dead_one_and_stops_them_all(
     nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:

@@ -241,6 +241,7 @@ def test_a_program_interrupted_before_it_closed_its_embedded_server_leaves_none_
             os.kill(server, signal.SIGKILL)
 
 
+@pytest.mark.slow  # `serve` with its worker processes, 10 s and more (`.ci/run` runs it)
 def test_ctrl_c_while_the_workers_start_stops_serve_cleanly(tmp_path: Path) -> None:
     """SIGINT to the group the moment a worker process exists (it is still importing): exit 0, no traceback.
 
