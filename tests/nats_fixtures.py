@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,17 +89,19 @@ def frozen(server: EmbeddedNatsServer, timeout: float = 15.0) -> Iterator[None]:
     """SIGSTOP the server and wait until all its threads are stopped; SIGCONT on the way out.
 
     `kill` returns before a busy process has stopped: a publish sent at once
-    may still be answered. Waiting for the fact keeps "no answer" certain.
+    may still be answered. Waiting for the fact keeps "no answer" certain: the
+    server is this process's child, and the kernel reports its stop to us
+    (`waitid`) once the last of its threads has stopped.
     """
     pid = server.pid
     assert pid is not None, "the server is not running"
     os.kill(pid, signal.SIGSTOP)
     try:
-        pause = threading.Event()  # never set: a short wait that is not a sleep
-        deadline = time.monotonic() + timeout
-        while not _all_stopped(pid):
-            assert time.monotonic() < deadline, f"nats-server {pid} did not stop within {timeout:g}s"
-            pause.wait(0.001)
+        reported = threading.Thread(target=os.waitid, args=(os.P_PID, pid, os.WSTOPPED), daemon=True)
+        reported.start()
+        reported.join(timeout)
+        assert not reported.is_alive(), f"nats-server {pid} did not stop within {timeout:g}s"
+        assert _all_stopped(pid), f"nats-server {pid} was reported stopped with a thread still running"
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
