@@ -200,7 +200,8 @@ def test_erasing_without_a_journal_is_refused_before_anything_is_deleted() -> No
 def lost_session() -> tuple[InMemoryEventLog, InMemorySnapshotStore, InMemoryErasureJournal]:
     """A session with a snapshot at seq 4 whose events the log lost (no erasure recorded)."""
     log, snapshots, journal = InMemoryEventLog(), InMemorySnapshotStore(), InMemoryErasureJournal()
-    with MemorySystem(CONFIG, log=log, snapshots=snapshots, journal=journal, snapshot_every=2) as memory:
+    # snapshot_every=1: a snapshot at every seq, whatever the key's offset on the cadence
+    with MemorySystem(CONFIG, log=log, snapshots=snapshots, journal=journal, snapshot_every=1) as memory:
         write(memory, user_key(0), SECRET, turns=3)
     assert snapshots.load(user_key(0)) is not None
     log.erase(user_key(0), at=1.0)  # what a crash that took a storage block does: no record

@@ -21,6 +21,7 @@ from runtime_helpers import WAIT, key, live_state, turn, users, wait_until
 import convmem
 from convmem.actors import MemorySystem, Settle, load_state
 from convmem.actors._answers import LoopAnswer
+from convmem.actors._storage import snapshot_offset
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.errors import InvalidInput, LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
@@ -187,7 +188,8 @@ def test_snapshots_that_fall_due_on_the_loop_are_saved_by_the_actor(log: Countin
     """Saving waits on the log's loop, so the loop hands it to the actor's thread (else it is lost)."""
     snapshots = JetStreamSnapshotStore(log._conn)  # one connection, as `JetStreamBackend` shares it
     system = MemorySystem(TRUNCATION, log=log, snapshots=snapshots, snapshot_every=2, timeout=WAIT)
-    k = key("snapshots")
+    k = key("loop-snapshots")
+    assert snapshot_offset(k, 2) == 0  # its snapshots fall due at even seqs (the offset rule)
     try:
         handle = system.session(k)
         handle.add_turn(turn("t0"))  # opens the session: two events, a snapshot at seq 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from typing import Any
 
@@ -24,6 +25,7 @@ from runtime_helpers import (
 )
 
 from convmem.actors import MemorySystem, Snapshot, load_state
+from convmem.actors._storage import snapshot_offset
 from convmem.adapters import InMemoryEventLog
 from convmem.errors import (
     InvalidConfig,
@@ -270,24 +272,59 @@ def test_memory_system_is_a_context_manager(harness: Harness) -> None:
 
 
 def test_snapshots_are_saved_every_n_events_and_activation_from_them_equals_replay(harness: Harness) -> None:
-    """A snapshot lands every snapshot_every events; snapshot plus tail equals the full replay."""
+    """A snapshot lands every snapshot_every events, at the session's own offset on that cadence;
+    snapshot plus tail equals the full replay."""
     system = harness.system(TRUNCATION, snapshot_every=4)
+    offset = snapshot_offset(key(), 4)
     session = system.session(key())
-    session.add_turn(turn("t0"))  # SessionStarted + TurnAdded
-    assert harness.snapshots.load(key()) is None
-    for i in range(1, 12):
+
+    def last_point(seq: int) -> int:  # the latest snapshot point at or below seq (0: none yet)
+        point = seq - (seq - offset) % 4
+        return point if point > 0 else 0
+
+    for i in range(12):
         session.add_turn(turn(f"t{i}"))
         snapshot = harness.snapshots.load(key())
         last = harness.log.last_seq(key())
-        assert (snapshot.seq if snapshot is not None else 0) == last - last % 4
+        assert (snapshot.seq if snapshot is not None else 0) == last_point(last)
     state, report = load_state(harness.log, harness.snapshots, key())
-    assert report.snapshot_seq == 12
-    assert report.events_applied == 1  # seq 13, after the snapshot at 12
+    assert report.snapshot_seq == last_point(13)
+    assert report.events_applied == 13 - last_point(13)
     assert state == replay_log(harness.log, key())
     session.add_turn(turn("tail"))
     system.passivate(key())
     check_replay(system, harness.log, key())
-    assert system.load(key())[1].snapshot_seq == 12
+    assert system.load(key())[1].snapshot_seq == last_point(14)
+
+
+def test_sessions_started_together_save_their_snapshots_at_different_turns(harness: Harness) -> None:
+    """Given two sessions started together that receive identical turns, when they pass the snapshot
+    interval, then each saves at its own versions (no snapshot storm), never more than snapshot_every
+    events apart, and after a restart both read back exactly the state their logs replay to."""
+    every = 8
+    first, second = key("a"), key("b")
+    assert snapshot_offset(first, every) != snapshot_offset(second, every)  # given: different places
+    system = harness.system(TRUNCATION, snapshot_every=every)
+    saved: dict[MemoryKey, list[int]] = {first: [], second: []}
+    for i in range(20):  # when: the same turns, in lockstep
+        for k in (first, second):
+            system.session(k).add_turn(turn(f"t{i}"))
+            snapshot = harness.snapshots.load(k)
+            if snapshot is not None and (not saved[k] or saved[k][-1] != snapshot.seq):
+                saved[k].append(snapshot.seq)
+    assert not set(saved[first]) & set(saved[second])  # then: never at the same version
+    for k, points in saved.items():
+        last = harness.log.last_seq(k)
+        assert 0 < points[0] <= every  # the first within the interval
+        assert all(b - a == every for a, b in itertools.pairwise(points))
+        assert last - points[-1] < every  # and no more than the interval left unsaved
+    system.close()
+    restarted = harness.system(TRUNCATION, snapshot_every=every)
+    for k in (first, second):
+        state, report = restarted.load(k)
+        assert report.snapshot_seq == saved[k][-1]
+        assert state == replay_log(harness.log, k)
+        assert users(restarted.session(k).snapshot_state()) == [f"t{i}" for i in range(20)]
 
 
 def test_a_snapshot_with_a_wrong_hash_is_ignored(harness: Harness) -> None:

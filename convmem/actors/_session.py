@@ -32,7 +32,7 @@ from convmem.actors._ids import new_command_id
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
-from convmem.actors._storage import SessionStorage
+from convmem.actors._storage import SessionStorage, snapshot_due
 from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
@@ -206,7 +206,6 @@ class SessionActor(PooledActor):
         self._timer: Timer | None = None
         self._timeout_timer: Timer | None = None
         self._flushes: list[concurrent.futures.Future[None]] = []
-        self._events_since_snapshot = 0
         self._doubts = NO_DOUBTS
         """Appends that failed without an answer (the step machine's rules use it; kept between writes)."""
 
@@ -424,9 +423,7 @@ class SessionActor(PooledActor):
         """Make `state` (`old` plus the acknowledged `events`) the session's, and tell who listens."""
         self._cell.state = state
         self._host.notify(self.key, old, state, events)
-        self._events_since_snapshot += len(events)
-        if self._events_since_snapshot >= self._storage.snapshot_every:
-            self._events_since_snapshot = 0
+        if snapshot_due(self.key, self._storage.snapshot_every, old.version, state.version):
             if self._storage.settles_here:  # settled on the thread that holds the actor: save now
                 self._storage.save_snapshot(self.key, state, events[-1].event_id)
             else:  # settled on the log's loop, where saving would wait for that loop: after this write
