@@ -18,16 +18,16 @@ rolling summary needs:
   preferred for eviction: a fact stated once early keeps its place for as
   long as newer sentences do not carry more per character.
 
-Values are kept up to date as facts come and go (a fact's value is recomputed
-from its terms and their holder counts whenever one of them changes, so it
-depends only on the facts in the pool, never on the order they came in), and
-so is each fact's rank, so an eviction is one scan in C over the ranks, not a
-recount.
-Ties go to the earlier day, then the smaller key: the choice depends only on
-the facts, never on the order in which they were met, so a pool rebuilt from
-the summary's text chooses exactly as the pool that wrote it. The rendered
-text is kept per (section, day) group, so a call re-renders only the groups
-it changed.
+Values are integers (units of 1 / `_SCALE` weight) kept up to date as facts
+come and go: when a term gains or loses a holder, each other holder's value
+moves by the exact change of its share, so a value depends only on the facts
+in the pool, never on the order they came in. So is each fact's rank, so an
+eviction is one scan in C over the ranks, not a recount. Ties go to the
+earlier day, then the smaller key: the choice depends only on the facts,
+never on the order in which they were met, so a pool rebuilt from the
+summary's text chooses exactly as the pool that wrote it. The rendered text
+is kept per (section, day) group, so a call re-renders only the groups it
+changed.
 """
 
 from __future__ import annotations
