@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,14 +40,34 @@ def write(memory: MemorySystem, key: MemoryKey, text: str, turns: int = 6) -> No
         session.add_turn(ConversationTurn(user_message=f"{text} #{n}", assistant_response=f"noted {text}"))
 
 
-def wait_for(fact: Callable[[], bool], what: str, timeout: float = WAIT) -> float:
-    """Seconds until `fact()` holds (failing after `timeout`); checks without sleeping blindly."""
-    started = time.monotonic()
-    pause = threading.Event()
-    while not fact():
-        assert time.monotonic() - started < timeout, f"not within {timeout}s: {what}"
-        pause.wait(0.002)
-    return time.monotonic() - started
+class Told:
+    """A metrics sink that tells a waiting test what its system counted: a fact announced, not polled.
+
+    A system counts ``erasures_seen`` once it has dropped the sessions an erasure made elsewhere.
+    """
+
+    def __init__(self) -> None:
+        self._counted = threading.Condition()
+        self._counts: Counter[str] = Counter()
+
+    def count(self, name: str, n: int) -> None:
+        with self._counted:
+            self._counts[name] += n
+            self._counted.notify_all()
+
+    def observe_append(self, seconds: float) -> None:
+        pass
+
+    def watch(self, system: object) -> None:
+        pass
+
+    def wait(self, name: str, at_least: int, what: str, timeout: float = WAIT) -> float:
+        """Seconds until `at_least` of `name` are counted (failing after `timeout`)."""
+        started = time.monotonic()
+        with self._counted:
+            counted = self._counted.wait_for(lambda: self._counts[name] >= at_least, timeout)
+        assert counted, f"not within {timeout}s: {what} ({self._counts[name]} of {at_least} {name})"
+        return time.monotonic() - started
 
 
 @pytest.mark.parametrize("scope", ["session", "user"])
@@ -88,17 +109,25 @@ def test_snapshots_replaced_over_time_leave_no_old_bytes(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def two_processes(nats_server: EmbeddedNatsServer) -> Iterator[tuple[MemorySystem, MemorySystem]]:
-    """Two memory systems on one server, each with its own connection (two processes, in effect)."""
+def told() -> Told:
+    return Told()
+
+
+@pytest.fixture
+def two_processes(nats_server: EmbeddedNatsServer, told: Told) -> Iterator[tuple[MemorySystem, MemorySystem]]:
+    """Two memory systems on one server, each with its own connection (two processes, in effect).
+
+    The holder (the second) counts into `told`."""
     with (
         convmem.connect(nats_server.url, config=CONFIG) as eraser,
-        convmem.connect(nats_server.url, config=CONFIG) as holder,
+        convmem.connect(nats_server.url, config=CONFIG, metrics=told) as holder,
     ):
         yield eraser, holder
 
 
 def test_another_process_drops_its_live_copy_of_an_erased_session(
     two_processes: tuple[MemorySystem, MemorySystem],
+    told: Told,
 ) -> None:
     """The holder serves the session live; once the eraser's erase returns it drops it within a second."""
     eraser, holder = two_processes
@@ -106,7 +135,8 @@ def test_another_process_drops_its_live_copy_of_an_erased_session(
     write(holder, KEPT, KEPT_TEXT)
     assert SECRET in str(holder.session(ERASED).get_llm_context())
     eraser.erase(ERASED)
-    took = wait_for(lambda: not holder.is_live(ERASED), "the holder drops the erased session")
+    took = told.wait("erasures_seen", 1, "the holder drops the erased session")
+    assert not holder.is_live(ERASED)
     assert took < 1.0
     assert holder.session(ERASED).get_llm_context() == EMPTY
     assert holder.session(ERASED).to_dict()["turns"] == []
@@ -116,6 +146,7 @@ def test_another_process_drops_its_live_copy_of_an_erased_session(
 
 def test_another_process_drops_every_session_of_an_erased_user(
     two_processes: tuple[MemorySystem, MemorySystem],
+    told: Told,
 ) -> None:
     """erase_user reaches every live session of that user in the other process, and no other."""
     eraser, holder = two_processes
@@ -123,7 +154,9 @@ def test_another_process_drops_every_session_of_an_erased_user(
     for key in (ERASED, other_session, KEPT):
         write(holder, key, SECRET if key != KEPT else KEPT_TEXT, turns=2)
     eraser.erase_user(ERASED.tenant_id, ERASED.user_id)
-    wait_for(lambda: not holder.is_live(ERASED) and not holder.is_live(other_session), "both dropped")
+    told.wait("erasures_seen", 2, "both dropped")
+    assert not holder.is_live(ERASED)
+    assert not holder.is_live(other_session)
     assert holder.is_live(KEPT)
     assert holder.session(other_session).get_llm_context() == EMPTY
 
@@ -174,9 +207,10 @@ def test_in_memory_systems_sharing_a_log_drop_erased_sessions_too() -> None:
     log, journal = InMemoryEventLog(), InMemoryErasureJournal()
     with (
         MemorySystem(CONFIG, log=log, journal=journal) as eraser,
-        MemorySystem(CONFIG, log=log, journal=journal) as holder,
+        MemorySystem(CONFIG, log=log, journal=journal, metrics=(told := Told())) as holder,
     ):
         write(holder, ERASED, SECRET)
         eraser.erase(ERASED)
-        wait_for(lambda: not holder.is_live(ERASED), "the other system drops the session")
+        told.wait("erasures_seen", 1, "the other system drops the session")
+        assert not holder.is_live(ERASED)
         assert holder.session(ERASED).get_llm_context() == EMPTY
