@@ -58,6 +58,8 @@ _NUMBERS = {
 }
 _DAY_TEXT = re.compile(r"(\d{1,2}) ([A-Z][a-z]+) (\d{1,4})")
 _TRIGGER = re.compile(r"yesterday|tomorrow|ago\b|last|next|past|from now", re.IGNORECASE)
+_TRIGGER_WORDS = ("yesterday", "tomorrow", "ago", "last", "next", "past", "from now")
+"""`_TRIGGER`'s words (a superset test: "ago" without its word boundary)."""
 _AMOUNT = r"(?P<n>\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _WEEKDAY = r"(?P<weekday>" + "|".join(sorted(_WEEKDAYS, key=len, reverse=True)) + r")\.?"
@@ -178,7 +180,11 @@ def _absolute(match: re.Match[str], today: date, day: int) -> str | None:
 
 def resolve(sentence: str, day: int) -> str:
     """`sentence` with the absolute date after each relative expression its day fixes."""
-    if not _TRIGGER.search(sentence):
+    if sentence.isascii():  # ASCII: lower() is exact, so plain substring tests find every trigger
+        lowered = sentence.lower()
+        if not any(word in lowered for word in _TRIGGER_WORDS):
+            return sentence
+    elif not _TRIGGER.search(sentence):
         return sentence
     today = date.fromordinal(day)
     out: list[str] = []

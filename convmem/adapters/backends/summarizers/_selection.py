@@ -77,15 +77,40 @@ class Pool:
         """Each fact's value in units of 1 / `_SCALE` weight (integers: exact whatever the order)."""
         self._weights: dict[str, dict[str, int]] = {}
         self._rank: dict[str, tuple[float, int, str]] = {}
+        self._fixed: dict[str, tuple[int, int, int]] = {}
+        """Per fact what its rank needs besides its value: kind, cost with overhead, day (-1: none)."""
         self._holders: dict[str, list[str]] = {}
         self._groups: dict[Group, dict[str, Fact]] = {}
         self._blocks: dict[Group, str] = {}
         self._sections: dict[str, int] = {}
         self.chars = 0
         """Characters of the sections, day headers and bullets (prose and outer tags not included)."""
+        self._build(facts)
+
+    def _build(self, facts: Iterable[Fact]) -> None:
+        """Take `facts` in at once (a repeated key: the first stays): each term's holders first, then
+        each value in one pass, so a rebuild is linear in the terms, not in holders times facts. A
+        value depends only on the facts held, so this equals adding them one by one."""
+        holders, weights = self._holders, self._weights
         for fact in facts:
-            if fact.key not in self.facts:
-                self.add(fact)
+            key = fact.key
+            if key in self.facts:
+                continue
+            self.facts[key] = fact
+            weights[key] = dict(fact.terms)
+            for stem, _ in fact.terms:
+                held = holders.get(stem)
+                if held is None:
+                    holders[stem] = [key]
+                else:
+                    held.append(key)
+            self._fixed[key] = (fact.kind, fact.cost + BULLET_OVERHEAD, -1 if fact.day is None else fact.day)
+            self._place(fact)
+        shares = {stem: _share(len(held)) for stem, held in holders.items()}
+        values = self.value
+        for key, fact in self.facts.items():
+            values[key] = sum([weight * shares[stem] for stem, weight in fact.terms])
+        self._rerank_all(self.facts)
 
     def __len__(self) -> int:
         return len(self.facts)
@@ -93,7 +118,7 @@ class Pool:
     def gain(self, fact: Fact) -> int:
         """Weight of the fact's terms that no fact in the pool covers yet."""
         holders = self._holders
-        return sum(weight for stem, weight in fact.terms if stem not in holders)
+        return sum([weight for stem, weight in fact.terms if stem not in holders])
 
     def add(self, fact: Fact) -> None:
         """Take `fact` in (its key must be new)."""
@@ -118,16 +143,19 @@ class Pool:
             held.append(key)
             value += weight * share
         values[key] = value
-        self._rerank(fact)
-        facts = self.facts
-        for other in touched:
-            self._rerank(facts[other])
+        self._fixed[key] = (fact.kind, fact.cost + BULLET_OVERHEAD, -1 if fact.day is None else fact.day)
+        touched[key] = None
+        self._rerank_all(touched)
+        self._place(fact)
+
+    def _place(self, fact: Fact) -> None:
+        """Count a new fact into its (section, day) group and the rendered length."""
         group = (fact.section, fact.day)
         members = self._groups.get(group)
         if members is None:
             members = self._groups[group] = {}
             self.chars += _header_chars(fact)
-        members[key] = fact
+        members[fact.key] = fact
         self._blocks.pop(group, None)
         self._open_section(fact.section, 1)
         self.chars += fact.cost
@@ -138,6 +166,7 @@ class Pool:
         del self.value[key]
         del self._rank[key]
         del self._weights[key]
+        del self._fixed[key]
         values, holders, weights = self.value, self._holders, self._weights
         touched: dict[str, None] = {}
         for stem, _ in fact.terms:
@@ -151,9 +180,8 @@ class Pool:
             for other in held:
                 values[other] += weights[other][stem] * change
                 touched[other] = None
-        facts = self.facts
-        for other in touched:
-            self._rerank(facts[other])
+        if touched:
+            self._rerank_all(touched)
         group = (fact.section, fact.day)
         members = self._groups[group]
         del members[key]
@@ -190,17 +218,18 @@ class Pool:
         parts.append(CLOSE)
         return "".join(parts)
 
-    def _rerank(self, fact: Fact) -> None:
-        value: float = self.value[fact.key] / _SCALE
-        if fact.kind == IDENTITY:
-            value += IDENTITY_BONUS
-        elif fact.kind == WEAK:
-            value /= WEAK_SHARE
-        self._rank[fact.key] = (
-            value / (fact.cost + BULLET_OVERHEAD),
-            -1 if fact.day is None else fact.day,
-            fact.key,
-        )
+    def _rerank_all(self, keys: Iterable[str]) -> None:
+        """Rank each fact of `keys` by its value now: value per character of its cost (a bullet's
+        overhead added), then the earlier day, then the smaller key."""
+        values, fixed, rank = self.value, self._fixed, self._rank
+        for key in keys:
+            kind, cost, day = fixed[key]
+            value: float = values[key] / _SCALE
+            if kind == IDENTITY:
+                value += IDENTITY_BONUS
+            elif kind == WEAK:
+                value /= WEAK_SHARE
+            rank[key] = (value / cost, day, key)
 
     def _open_section(self, section: str, change: int) -> None:
         count = self._sections.get(section, 0) + change

@@ -50,7 +50,6 @@ Terms = tuple[tuple[str, int], ...]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # and lone surrogates: UTF-8 cannot carry them
 _TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
-_SPACES = re.compile(r"\s+")
 _ABBREVIATIONS = "".join(
     rf"(?<!\b{re.escape(a)})"
     for a in ("Dr.", "Mr.", "Mrs.", "Ms.", "Mx.", "Prof.", "St.", "Jr.", "Sr.", "vs.", "e.g.", "i.e.")
@@ -58,6 +57,7 @@ _ABBREVIATIONS = "".join(
 _SENTENCE_END = re.compile(rf"(?<=[.!?…]){_ABBREVIATIONS}\s+|(?<=[.!?…][\"'”’)])\s+")
 """Within a line, a sentence ends at . ! ? or … and a space (not after a title such as "Dr." or "e.g.")."""
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
+_MARKER_STARTS = frozenset("-*•")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _KEY_DROP = re.compile(r"[^\w\s]+")
 _INTERJECTION = (
@@ -154,7 +154,9 @@ def clean(text: str) -> str:
     """
     if "<" in text:
         text = _TAG.sub(lambda m: m.group().replace("<", "‹").replace(">", "›"), text)
-    return _SPACES.sub(" ", _CONTROL.sub(" ", text)).strip()
+    # str.split() and the regex ``\s`` agree on what is white space: this is
+    # ``re.sub(r"\s+", " ", ...).strip()`` with one regex pass fewer.
+    return " ".join(_CONTROL.sub(" ", text).split())
 
 
 def sentences(text: str) -> list[str]:
@@ -162,7 +164,10 @@ def sentences(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
         for raw in _SENTENCE_END.split(line):
-            sentence = clean(_LIST_MARKER.sub("", raw.strip()))
+            part = raw.strip()
+            if part[:1] in _MARKER_STARTS or part[:1].isdecimal():  # else the marker pattern cannot match
+                part = _LIST_MARKER.sub("", part)
+            sentence = clean(part)
             if sentence:
                 out.append(sentence)
     return out
@@ -210,15 +215,33 @@ def terms(text: str) -> Terms:
 def body_terms(body: str) -> Terms:
     """The weighted content terms of a text with no label."""
     seen: dict[str, int] = {}
+    cache = _term_cache
     for found in _WORD.findall(body.lower().replace("’", "'")):
-        word = found[:-2] if found.endswith("'s") else found
-        if word in _STOPWORDS or (len(word) < 2 and not word.isdigit()):
+        term = cache.get(found, _UNSEEN)
+        if term is _UNSEEN:
+            term = _term(found)
+        if term is None:
             continue
-        weight = _COMMON_WEIGHT if word in _COMMON else FULL_WEIGHT
-        stem = _stem(word)
+        stem, weight = term
         if seen.get(stem, 0) < weight:
             seen[stem] = weight
     return tuple(seen.items())
+
+
+_UNSEEN = ("", 0)
+_term_cache: dict[str, tuple[str, int] | None] = {}
+
+
+def _term(found: str) -> tuple[str, int] | None:
+    """A lower-case word's (stem, weight), None for a word that is no term; cached (a pure function)."""
+    word = found[:-2] if found.endswith("'s") else found
+    term: tuple[str, int] | None = None
+    if word not in _STOPWORDS and (len(word) >= 2 or word.isdigit()):
+        term = (_stem(word), _COMMON_WEIGHT if word in _COMMON else FULL_WEIGHT)
+    if len(_term_cache) >= _STEM_CACHE_LIMIT:
+        _term_cache.clear()
+    _term_cache[found] = term
+    return term
 
 
 def fact_key(text: str) -> str:
@@ -228,7 +251,7 @@ def fact_key(text: str) -> str:
 
 def body_key(body: str) -> str:
     """`fact_key` of a text with no label."""
-    return _SPACES.sub(" ", _KEY_DROP.sub(" ", body.casefold())).strip()
+    return " ".join(_KEY_DROP.sub(" ", body.casefold()).split())
 
 
 _SPEAKER_LABEL = re.compile(r"[A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){0,3}")
@@ -237,7 +260,16 @@ _SPEAKER_LABEL = re.compile(r"[A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){0,3}")
 def speaker_label(label: str) -> str:
     """`label` when it is a speaker's (capitalised words: "Alice", "Dr. Osei"), else "" ("Selected
     plan: Pro tier" is a free-text fact, not a line of someone's)."""
-    return label if label and _SPEAKER_LABEL.fullmatch(label) is not None else ""
+    known = _label_cache.get(label)
+    if known is None:
+        known = label if label and _SPEAKER_LABEL.fullmatch(label) is not None else ""
+        if len(_label_cache) >= _STEM_CACHE_LIMIT:
+            _label_cache.clear()
+        _label_cache[label] = known
+    return known
+
+
+_label_cache: dict[str, str] = {}
 
 
 def label_of(text: str) -> str:
@@ -282,6 +314,8 @@ _DEMONYM_ENDINGS = ("ish", "ese", "ian", "can", "ean")
 
 def intro_name(sentence: str) -> str | None:
     """The name a self-introduction gives ("Hi, I'm Alice." -> "Alice"), or None."""
+    if "I" not in sentence and "y name" not in sentence and "all me" not in sentence:
+        return None  # every introduction has one of these: most sentences are done here
     found = _INTRO.search(sentence)
     if found is None:
         return None
