@@ -163,3 +163,13 @@ def test_a_budget_holds_with_dated_turns() -> None:
     }
     assert len(render(one_more)) // 4 + 1 > 60
     assert json.dumps(memory).count("8 May 2023") == shown
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["I moved YESTERDAY.", "I moved Yesterday.", "Café opened yesterday.", "Na café, 2 weeks AGO."],
+)
+def test_relative_words_are_found_in_any_case_with_or_without_non_ascii_letters(sentence: str) -> None:
+    """The quick test for ASCII text (plain substrings of the lower-cased sentence) and the regex for
+    the rest find the same relative words."""
+    assert resolve(sentence, date(2023, 5, 8).toordinal()) != sentence

@@ -58,8 +58,6 @@ _NUMBERS = {
 }
 _DAY_TEXT = re.compile(r"(\d{1,2}) ([A-Z][a-z]+) (\d{1,4})")
 _TRIGGER = re.compile(r"yesterday|tomorrow|ago\b|last|next|past|from now", re.IGNORECASE)
-_TRIGGER_WORDS = ("yesterday", "tomorrow", "ago", "last", "next", "past", "from now")
-"""`_TRIGGER`'s words (a superset test: "ago" without its word boundary)."""
 _AMOUNT = r"(?P<n>\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _WEEKDAY = r"(?P<weekday>" + "|".join(sorted(_WEEKDAYS, key=len, reverse=True)) + r")\.?"
@@ -180,9 +178,17 @@ def _absolute(match: re.Match[str], today: date, day: int) -> str | None:
 
 def resolve(sentence: str, day: int) -> str:
     """`sentence` with the absolute date after each relative expression its day fixes."""
-    if sentence.isascii():  # ASCII: lower() is exact, so plain substring tests find every trigger
+    if sentence.isascii():  # ASCII: lower() is exact, so `_TRIGGER`'s words are plain substring tests
         lowered = sentence.lower()
-        if not any(word in lowered for word in _TRIGGER_WORDS):
+        if not (
+            "ago" in lowered
+            or "last" in lowered
+            or "next" in lowered
+            or "past" in lowered
+            or "yesterday" in lowered
+            or "tomorrow" in lowered
+            or "from now" in lowered
+        ):
             return sentence
     elif not _TRIGGER.search(sentence):
         return sentence
