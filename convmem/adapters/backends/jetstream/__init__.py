@@ -26,6 +26,7 @@ from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.backends.jetstream._keystore import NatsKeyStore
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.adapters.backends.jetstream._watch import answered_first
 
 __all__ = [
     "EmbeddedNatsServer",
@@ -35,6 +36,7 @@ __all__ = [
     "JetStreamSnapshotStore",
     "NatsConnection",
     "NatsKeyStore",
+    "answered_first",
     "close_quietly",
     "default_store_dir",
     "open_key_store",

@@ -119,15 +119,28 @@ class ConnectionWatch:
                 _log.exception("a reconnection listener failed")
 
 
+async def answered_first(request: asyncio.Future[Any], denied: asyncio.Future[None]) -> bool:
+    """Wait for `request` or its refusal; True when the request finished first.
+
+    A caller cancelled meanwhile takes the request with it: it is cancelled and its outcome read,
+    so no request is left to time out on its own with an exception nobody retrieves.
+    """
+    try:
+        done, _ = await asyncio.wait({request, denied}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        request.cancel()
+        request.add_done_callback(lambda gone: None if gone.cancelled() else gone.exception())
+        raise
+    return request in done
+
+
 async def request_denied(
     nc: Client, watch: ConnectionWatch, subject: str, payload: bytes, timeout: float
 ) -> Any:
     """`nc.request`, failing at once with `PermissionDenied` when the server refuses the subject."""
     with watch.expect(subject) as denied:
         request = asyncio.ensure_future(nc.request(subject, payload, timeout=timeout))
-        waits: set[asyncio.Future[Any]] = {request, denied}
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        if request not in done:
+        if not await answered_first(request, denied):
             request.cancel()
             with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
                 await request

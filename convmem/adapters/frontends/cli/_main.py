@@ -225,8 +225,15 @@ def main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> int
     `interrupted`: a Ctrl-C came while the command line loaded (`python -m convmem`); the
     command does not start: exit 130 (`serve`, which had started nothing, stops cleanly: 0).
     """
-    with guarded():
-        return _main(argv, interrupted=interrupted)
+    root, nats_log = logging.getLogger(), logging.getLogger("nats")
+    handlers, level, nats_level = root.handlers[:], root.level, nats_log.level
+    try:
+        with guarded():
+            return _main(argv, interrupted=interrupted)
+    finally:  # called in process (a test, an embedding program): its logging is as it was
+        root.handlers = handlers
+        root.setLevel(level)
+        nats_log.setLevel(nats_level)
 
 
 def _main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> int:

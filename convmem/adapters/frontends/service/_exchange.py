@@ -30,7 +30,7 @@ from nats.aio.subscription import Subscription
 from nats.nuid import NUID
 
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
-from convmem.adapters.backends.jetstream import close_quietly, server_list
+from convmem.adapters.backends.jetstream import answered_first, close_quietly, server_list
 from convmem.adapters.frontends.service._errors import PermissionDenied, ServiceUnavailable, exception_of
 from convmem.adapters.frontends.service._inboxes import reply_inbox
 from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX, decode_reply, unrouted
@@ -233,10 +233,8 @@ class Exchange:
         watchers = self._waiting.setdefault(subject.lower(), set())
         watchers.add(denied)
         request = asyncio.ensure_future(self._request(inbox, subject, payload, wait))
-        waits: set[asyncio.Future[Any]] = {request, denied}
         try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if request not in done:
+            if not await answered_first(request, denied):
                 request.cancel()
                 with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
                     await request
