@@ -15,8 +15,9 @@ langchain-core), so importing one adapter loads no other.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from convmem._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from convmem.adapters._auth import NatsAuth, redact_url
@@ -204,13 +205,4 @@ _LAZY = {
 """Where each name lives: each is imported on first use, so importing one adapter loads no other."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'convmem.adapters' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

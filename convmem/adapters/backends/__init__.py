@@ -15,8 +15,9 @@ imported on first use, so importing the in-memory log loads no NATS client.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from convmem._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from convmem.adapters.backends._exports import FileExportRegistry, default_export_registry
@@ -73,13 +74,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'convmem.adapters.backends' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
