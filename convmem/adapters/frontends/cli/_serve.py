@@ -18,8 +18,9 @@ import sys
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -96,13 +97,19 @@ def _env_int(name: str, default: int) -> int:
         raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
 
 
-def _env_positive(name: str, default: int) -> int:
-    """A whole number above zero from `name`, checked as its flag is (a bad one: one line, exit 2)."""
+D = TypeVar("D")
+
+
+def _env_checked(name: str, check: Callable[[str], int], default: D) -> int | D:
+    """`name`'s value checked as its flag is, by the flag's argparse type `check`, else `default`.
+
+    A bad value is one line naming the variable, exit 2.
+    """
     raw = os.environ.get(name)
     if not raw:
         return default
     try:
-        return positive_int(raw)
+        return check(raw)
     except argparse.ArgumentTypeError as exc:
         raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
 
@@ -123,26 +130,6 @@ def api_prefix(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _env_workers() -> int | None:
-    raw = os.environ.get("CONVMEM_WORKERS")
-    if not raw:
-        return None
-    try:
-        return positive_int(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"CONVMEM_WORKERS={raw!r}: {exc}", EXIT_USAGE) from None
-
-
-def _env_replicas() -> int:
-    raw = os.environ.get("CONVMEM_REPLICAS")
-    if not raw:
-        return 1
-    try:
-        return replica_count(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"CONVMEM_REPLICAS={raw!r}: {exc}", EXIT_USAGE) from None
-
-
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 1 to 65535."""
     try:
@@ -152,16 +139,6 @@ def port_number(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} must be a port from 1 to 65535")
     return value
-
-
-def _env_port(name: str = "CONVMEM_PORT") -> int | None:
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    try:
-        return port_number(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
 
 
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -182,23 +159,31 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
     )
     p.add_argument(
-        "--max-live-sessions", type=positive_int, default=_env_positive("CONVMEM_MAX_LIVE_SESSIONS", 256)
+        "--max-live-sessions",
+        type=positive_int,
+        default=_env_checked("CONVMEM_MAX_LIVE_SESSIONS", positive_int, 256),
     )
-    p.add_argument("--actor-threads", type=positive_int, default=_env_positive("CONVMEM_ACTOR_THREADS", 64))
     p.add_argument(
-        "--summarizer-workers", type=positive_int, default=_env_positive("CONVMEM_SUMMARIZER_WORKERS", 4)
+        "--actor-threads", type=positive_int, default=_env_checked("CONVMEM_ACTOR_THREADS", positive_int, 64)
     )
-    p.add_argument("--replicas", type=replica_count, default=_env_replicas())
+    p.add_argument(
+        "--summarizer-workers",
+        type=positive_int,
+        default=_env_checked("CONVMEM_SUMMARIZER_WORKERS", positive_int, 4),
+    )
+    p.add_argument(
+        "--replicas", type=replica_count, default=_env_checked("CONVMEM_REPLICAS", replica_count, 1)
+    )
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=_env_workers(),
+        default=_env_checked("CONVMEM_WORKERS", positive_int, None),
         help="service processes sharing the sessions (default: this machine's cores)",
     )
     p.add_argument(
         "--port",
         type=port_number,
-        default=_env_port(),
+        default=_env_checked("CONVMEM_PORT", port_number, None),
         help="the embedded nats-server's port, so planners elsewhere know the URL "
         "(default: a free one; not with --nats; env CONVMEM_PORT)",
     )
@@ -224,7 +209,7 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics-port",
         type=port_number,
-        default=_env_port("CONVMEM_METRICS_PORT"),
+        default=_env_checked("CONVMEM_METRICS_PORT", port_number, None),
         help="expose Prometheus metrics over HTTP: worker i on this port + i, at /metrics "
         "(default: none; env CONVMEM_METRICS_PORT)",
     )
