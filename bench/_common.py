@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import random
@@ -286,6 +287,14 @@ def sample_turn(n: int, *, user_words: int = 24, assistant_words: int = 60) -> C
 
 def session_keys(count: int, *, tenant: str = "bench", user: str = "user") -> list[MemoryKey]:
     return [MemoryKey(tenant, f"{user}-{i % 97}", f"session-{i}") for i in range(count)]
+
+
+def write_json(out: str | os.PathLike[str] | None, result: dict[str, Any]) -> None:
+    """Write a side run's `result` to `out` (indented, one newline at the end); nothing when `out` is None."""
+    if out is not None:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
 
 
 # Servers -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from bench._common import nats_server, sample_turn
+from bench._common import nats_server, sample_turn, write_json
 from convmem.actors import Metrics
 from convmem.adapters import PrometheusMetrics, connect
 from convmem.events import MemoryKey, ShortTermMemoryConfig
@@ -87,10 +87,7 @@ def main(out: str | None) -> dict[str, Any]:
             "metrics": statistics.median(sink_metered),
         },
     }
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+    write_json(out, result)
     return result
 
 

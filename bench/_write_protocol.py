@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench._common import nats_server
+from bench._common import nats_server, write_json
 
 ROUNDS = 4
 TURNS_MEMORY = 3000
@@ -132,10 +132,7 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
         "runs": rounds,
         "median": medians,
     }
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+    write_json(out, result)
     return result
 
 
