@@ -347,6 +347,19 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     live_turns: int = 0
     """Turns in its live state (since the last clear, at most ``live_turns`` of the configuration)."""
 
+    def as_json(self) -> dict[str, Any]:
+        """The row as the CLI's and the service's JSON show it, from ``user_id`` on (no tenant)."""
+        return {
+            "user_id": self.key.user_id,
+            "session_id": self.key.session_id,
+            "events": self.events,
+            "last_seq": self.last_seq,
+            "last_at": self.last_at,
+            "health": self.health,
+            "turns": self.turns,
+            "live_turns": self.live_turns,
+        }
+
 
 class _ReadOnlySnapshots:
     """A snapshot store as a reader uses it: loads pass through; nothing is saved or deleted."""

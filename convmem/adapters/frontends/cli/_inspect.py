@@ -161,23 +161,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         )
         raise CliError(f"no sessions in {scope}", EXIT_NOT_FOUND)
     if args.json:
-        emit_json(
-            [
-                {
-                    "key": r.key.composite(),
-                    "tenant_id": r.key.tenant_id,
-                    "user_id": r.key.user_id,
-                    "session_id": r.key.session_id,
-                    "events": r.events,
-                    "last_seq": r.last_seq,
-                    "last_at": r.last_at,
-                    "health": r.health,
-                    "turns": r.turns,
-                    "live_turns": r.live_turns,
-                }
-                for r in rows
-            ]
-        )
+        emit_json([{"key": r.key.composite(), "tenant_id": r.key.tenant_id, **r.as_json()} for r in rows])
     else:
         table(
             [(r.key.composite(), r.events, r.turns, r.live_turns, stamp(r.last_at), r.health) for r in rows],

@@ -256,19 +256,7 @@ class ApiOperations:
         rows = list_sessions(
             self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=request.limit
         )
-        return [
-            {
-                "user_id": r.key.user_id,
-                "session_id": r.key.session_id,
-                "events": r.events,
-                "last_seq": r.last_seq,
-                "last_at": r.last_at,
-                "health": r.health,
-                "turns": r.turns,
-                "live_turns": r.live_turns,
-            }
-            for r in rows
-        ]
+        return [r.as_json() for r in rows]
 
     def _fork(self, key: MemoryKey, request: ForkRequest) -> dict[str, int]:
         if request.at_position is not None and request.at_time is not None:
