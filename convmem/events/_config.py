@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+import unicodedata
 from typing import Literal, assert_never, get_args
 
 import msgspec
@@ -80,11 +81,11 @@ def _one_of(field: str, value: object, names: tuple[str, ...]) -> None:
 
 def _speaker_names(names: object) -> None:
     if not isinstance(names, dict):
-        raise InvalidConfig("speaker_names", f"must map 'user'/'assistant' to a name, got {names!r}")
+        raise InvalidConfig("speaker_names", f"must map 'user'/'assistant' to a name, got {shown(names)}")
     for role, name in names.items():
         if role not in ("user", "assistant"):
             raise InvalidConfig(
-                "speaker_names", f"names the speakers 'user' and 'assistant' only, got {role!r}"
+                "speaker_names", f"names the speakers 'user' and 'assistant' only, got {shown(role)}"
             )
         if (
             not isinstance(name, str)
@@ -95,8 +96,44 @@ def _speaker_names(names: object) -> None:
         ):
             raise InvalidConfig(
                 f"speaker_names.{role}",
-                f"must be a name of 1 to 40 printable characters with no colon, got {name!r}",
+                f"must be a name of 1 to 40 printable characters with no colon, got {shown(name)}",
             )
+        taken = speaker_name_taken(role, name, names.get(_OTHER_ROLE[role]))
+        if taken:
+            raise InvalidConfig(f"speaker_names.{role}", f"{taken}, got {shown(name)}")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """`value`'s repr for an error message, cut to about `limit` characters (a hostile value may be
+    megabytes long: the message names it, it does not carry it)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f", {len(value)} long" if isinstance(value, str | bytes | dict | list) else ""
+    return f"{text[:limit]}... ({type(value).__name__}{size})"
+
+
+_OTHER_ROLE = {"user": "assistant", "assistant": "user"}
+_DEFAULT_LABEL = {"user": "User", "assistant": "Assistant"}
+
+
+def _folded(name: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def speaker_name_taken(role: str, name: str, other: object) -> str | None:
+    """Why `name` cannot label `role`'s lines ("Alice: ...") beside the `other` speaker's name, or None.
+
+    A summary's fact says who said it by its label: a name equal (ignoring case, width and spacing)
+    to the other speaker's label ("Assistant", or its name) or to the tools' label ("Tools") would
+    attribute one speaker's words to another.
+    """
+    folded = _folded(name)
+    if folded in ("tools", _folded(_DEFAULT_LABEL[_OTHER_ROLE[role]])):
+        return f"must not be a label the summary gives to another speaker ({folded!r})"
+    if isinstance(other, str) and folded == _folded(other):
+        return "must differ from the other speaker's name"
+    return None
 
 
 class MemoryHealth(enum.Enum):

@@ -56,6 +56,7 @@ from convmem.adapters.backends.summarizers._text import (
     unlabelled,
 )
 from convmem.errors import InvalidConfig, SummarizerError
+from convmem.events._config import shown, speaker_name_taken
 from convmem.projections import TokenEstimator, default_token_estimator
 
 __all__ = ["ExtractiveSummarizer"]
@@ -155,10 +156,18 @@ class ExtractiveSummarizer:
         pool = rolled.pool
         first, last = rolled.first_day, rolled.last_day
         texts = [{role: _text(turn, role) for role in ROLES} for turn in turns]
-        names = _learn(rolled.names, texts)
-        names.update(self.speaker_names)
+        given = dict(self.speaker_names)
         if speaker_names:
-            names.update(speaker_names_of(speaker_names, _request_error, "speaker_names"))
+            asked = speaker_names_of(speaker_names, _request_error, "speaker_names")
+            for role in ROLES:  # the request's (the session's) names win over the summarizer's own
+                if (
+                    role in given
+                    and role not in asked
+                    and speaker_name_taken(role, given[role], asked.get(_OTHER[role]))
+                ):
+                    del given[role]
+            given.update(asked)
+        names = _learn(rolled.names, texts, given)
         labels = {role: names.get(role) or _DEFAULT_LABELS[role] for role in ROLES}
         _relabel(pool, {rolled.names.get(role) or _DEFAULT_LABELS[role]: labels[role] for role in ROLES})
         for turn, said in zip(turns, texts, strict=True):
@@ -229,23 +238,39 @@ def speaker_names_of(value: object, error: Callable[[str, str], Exception], wher
     names: dict[str, str] = {}
     for role, name in value.items():
         if role not in ROLES:
-            raise error(where, f"names the speakers 'user' and 'assistant' only, got {role!r}")
+            raise error(where, f"names the speakers 'user' and 'assistant' only, got {shown(role)}")
         if not isinstance(name, str):
             raise error(f"{where}.{role}", f"must be a string, got {type(name).__name__}")
         cleaned = clean(name.replace(":", " "))
         if not cleaned or len(cleaned) > MAX_NAME_CHARS:
             raise error(
-                f"{where}.{role}", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {name!r}"
+                f"{where}.{role}", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {shown(name)}"
             )
         names[role] = cleaned
+    for role, name in names.items():
+        taken = speaker_name_taken(role, name, names.get(_OTHER[role]))
+        if taken:
+            raise error(f"{where}.{role}", f"{taken}, got {shown(name)}")
     return names
 
 
-def _learn(known: dict[str, str], texts: list[dict[str, str]]) -> dict[str, str]:
-    """The speakers' names after `texts`: a self-introduction names its speaker (the latest wins); a
-    greeting ("Hey Mel!") names the other speaker when nothing named them yet, or gives the full form
-    of the name known ("Melanie" after "Mel")."""
-    names = dict(known)
+def _learn(known: dict[str, str], texts: list[dict[str, str]], given: dict[str, str]) -> dict[str, str]:
+    """The speakers' names after `texts`, the `given` (configured) names fixed: a self-introduction
+    names its speaker (the latest wins); a greeting ("Hey Mel!") names the other speaker when nothing
+    named them yet, or gives the full form of the name known ("Melanie" after "Mel"). A name that
+    would label a speaker's lines as another's ("I'm Assistant.", the other speaker's own name, or
+    "Tools") is not learned: a turn cannot put words in someone else's mouth."""
+    names = dict(given)
+
+    def learn(role: str, name: str) -> None:
+        name = name[:MAX_NAME_CHARS]
+        if role not in given and not speaker_name_taken(role, name, names.get(_OTHER[role])):
+            names[role] = name
+
+    for role in ROLES:  # a previous summary's names (another summarizer may have written them)
+        if role in known:
+            learn(role, known[role])
+
     for said in texts:
         for role in ROLES:
             text = said[role]
@@ -253,14 +278,14 @@ def _learn(known: dict[str, str], texts: list[dict[str, str]]) -> dict[str, str]
                 continue
             introduced = intro_name(text)
             if introduced is not None:
-                names[role] = introduced[:MAX_NAME_CHARS]
+                learn(role, introduced)
             addressed = addressed_name(text)
             other = _OTHER[role]
             if addressed is None or addressed == names.get(role):
                 continue
             now = names.get(other)
             if now is None or (len(addressed) > len(now) and addressed.startswith(now)):
-                names[other] = addressed[:MAX_NAME_CHARS]
+                learn(other, addressed)
     return names
 
 
