@@ -212,6 +212,27 @@ def test_the_demo_plays_and_verifies_every_session(capsys: pytest.CaptureFixture
     assert summary["summaries"] > 0
 
 
+def test_a_demo_rerun_in_the_same_data_folder_is_refused_and_leaves_the_first_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Given a demo run kept in --data-dir, when the demo runs again there, then it refuses with a
+    clear error naming the folder (rather than appending every turn a second time), and the first
+    run's sessions still verify with the same events."""
+    folder = str(tmp_path / "demo")
+    argv = ("--data-dir", folder, "demo", "--sessions", "2", "--max-turns", "2", "--planners", "1", "--json")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    first = json.loads(out)
+    code, out, err = run(capsys, *argv)
+    assert code == 5
+    assert "earlier demo run" in err
+    assert folder in err
+    assert out == ""
+    code, out, _ = run(capsys, "--data-dir", folder, "verify", "--all", "--json")
+    assert code == 0
+    assert sum(row["events"] for row in json.loads(out)["checks"]) == first["events"]
+
+
 def test_the_console_script_runs() -> None:
     """`python -m convmem --version` works from a fresh process."""
     done = subprocess.run(

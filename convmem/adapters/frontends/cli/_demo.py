@@ -34,6 +34,7 @@ from convmem.adapters.backends.summarizers import ExtractiveSummarizer, ProcessS
 from convmem.adapters.frontends._connect import connect
 from convmem.adapters.frontends.cli._common import (
     EXIT_FAILED,
+    EXIT_INVALID,
     EXIT_OK,
     CliError,
     Progress,
@@ -198,6 +199,19 @@ def _run(
         snapshot_every=20,
         auth=args.auth,
     ) as memory:
+        earlier = sum(session_counts(memory.log, tenant_id=TENANT).values())
+        if earlier:
+            # Playing again would append the same conversations to the sessions already there (each
+            # turn twice) and audit the two runs as one: refuse, and leave the stored run as it is.
+            where = (
+                f"the NATS server at {redact_url(args.nats)}" if args.nats else f"the data folder {data_dir}"
+            )
+            raise CliError(
+                f"{where} already holds an earlier demo run (tenant {TENANT!r}, {earlier} events): "
+                "give the demo a fresh --data-dir (or none, for a temporary one), or audit that run with "
+                "'verify --all'",
+                EXIT_INVALID,
+            )
         progress = Progress("planners: turns stored", total, quiet=args.json)
         done = 0
         lock = threading.Lock()
