@@ -234,11 +234,11 @@ class Noted(list[str]):
             raise AssertionError(f"{what}: {len(self)} of {n} within {WAIT:g}s: {list(self)}") from None
 
 
-async def _until(fact: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(WAIT):
-        while not fact():
-            await asyncio.sleep(0.005)  # polling a counter of the service in this process
-    assert fact(), what
+async def _until(deployment: Deployment, fact: Callable[[], bool], what: str) -> None:
+    """Until `fact` (about the service's counters) holds: re-checked when the service announces a change
+    of its counters (`MemoryService.wait_for`), never polled; fails the test after WAIT."""
+    held = await asyncio.to_thread(deployment.service.wait_for, fact, WAIT)
+    assert held, f"{what}: not within {WAIT:g}s"
 
 
 def _own_beat(deployment: Deployment, data: bytes) -> bool:
@@ -272,7 +272,9 @@ async def _probe(
         refused = deployment.refused(who)
         await sender.publish(subject, payload, reply=target)
         await sender.flush()
-        await _until(lambda: deployment.refused(who) > refused, f"the service refusing {target!r}")
+        await _until(
+            deployment, lambda: deployment.refused(who) > refused, f"the service refusing {target!r}"
+        )
         legal = await nats.connect(deployment.tenant_url, inbox_prefix="_INBOX_acme")
         try:
             api = deployment.service.api_prefix
@@ -354,7 +356,7 @@ def test_the_victim_verifies_clean_and_nothing_the_attacker_asked_for_ran(
         finally:
             await sender.close()
         total = len(SESSION_OPS) * len(aimed)
-        await _until(lambda: shipped.refused("acme") == refused + total, "every request refused")
+        await _until(shipped, lambda: shipped.refused("acme") == refused + total, "every request refused")
         return total
 
     asyncio.run(attack())
@@ -489,7 +491,9 @@ def test_an_operators_flood_of_worker_announcements_changes_no_owner(shipped: De
                 await spy.publish(members_subject(api), fake.replace(b"zz-fake", f"spy-{n}".encode()))
             await spy.flush()
             await _until(
-                lambda: worker.worker()["rejected"] >= before + flood, "the worker dropping the flood"
+                shipped,
+                lambda: worker.worker()["rejected"] >= before + flood,
+                "the worker dropping the flood",
             )
             return worker.worker()["rejected"] - before, len(denied)
         finally:

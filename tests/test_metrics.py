@@ -216,9 +216,8 @@ def test_busy_and_hostile_reply_subjects_are_counted_as_refusals_by_reason(
                         await acme.add_turn(turn(f"a{n}"))
                     await asyncio.to_thread(summarizer.wait_calls, 1)
                     held = asyncio.ensure_future(acme.flush())
-                    async with asyncio.timeout(WAIT):
-                        while service.in_flight < 1:
-                            await asyncio.sleep(0.005)  # polling a counter of the service in this process
+                    admitted = await asyncio.to_thread(service.wait_for, lambda: service.in_flight >= 1, WAIT)
+                    assert admitted, f"the held flush not admitted within {WAIT:g}s"
                     with pytest.raises(Busy):
                         await acme.flush()
                     nc = await nats.connect(url)

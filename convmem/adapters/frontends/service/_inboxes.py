@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -127,8 +128,11 @@ class ReplyGuard:
     leaves a few lines, each with the running count.
     """
 
-    def __init__(self, api_prefix: str, *, max_requesters: int = 1024) -> None:
+    def __init__(
+        self, api_prefix: str, *, max_requesters: int = 1024, on_refused: Callable[[], None] | None = None
+    ) -> None:
         self.api_prefix = api_prefix
+        self._on_refused = on_refused  # told after each refusal is counted (`MemoryService.wait_for`)
         self.max_requesters = max_requesters
         self.refused = 0
         """Requests refused for their reply subject, in all."""
@@ -146,6 +150,8 @@ class ReplyGuard:
             if who not in self._by_requester and len(self._by_requester) >= self.max_requesters:
                 who = "(others)"
             count = self._by_requester[who] = self._by_requester.get(who, 0) + 1
+        if self._on_refused is not None:
+            self._on_refused()
         if count & (count - 1) == 0:
             _log.warning(
                 "convmem service: refused a request of %s on %r, not answered (%s); %d refused from it",

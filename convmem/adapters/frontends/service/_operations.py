@@ -47,7 +47,7 @@ from convmem.projections import (
     to_dict,
 )
 
-__all__ = ["Answer", "ApiOperations", "RequestStats"]
+__all__ = ["Answer", "ApiOperations", "Changes", "RequestStats"]
 
 _log = logging.getLogger("convmem.service")
 
@@ -73,6 +73,32 @@ class Answer(msgspec.Struct, frozen=True):
     op: str
     error: str | None
     reply: bytes
+
+
+class Changes:
+    """A change of a service's counters, announced: a waiter re-checks its fact at each one (no polling)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+
+    def note(self) -> None:
+        """A counter changed (called after the change is made, outside the counter's own lock)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, fact: Callable[[], bool], timeout: float) -> bool:
+        """Until `fact()` holds, re-checked after each change; False when `timeout` seconds pass first.
+
+        A wait that runs out is False even if the fact holds by then: a change that was never
+        announced is a broken counter, not one to be found by looking again.
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not fact():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._changed.wait(remaining):
+                    return False
+            return True
 
 
 class RequestStats:

@@ -111,6 +111,7 @@ class Partitions:
         clock: Callable[[], float] = time.monotonic,
         max_members: int = MAX_MEMBERS,
         wall: Callable[[], float] = time.time,
+        on_rejected: Callable[[], None] | None = None,
     ) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
             raise InvalidConfig(
@@ -132,6 +133,7 @@ class Partitions:
         self._secret = secret
         self._clock = clock
         self._on_message = on_message
+        self._on_rejected = on_rejected  # told after each dropped announcement is counted
         self._seen: dict[str, float] = {}
         self._wall = wall
         self._said_at: dict[str, float] = {}  # the latest announcement's time, by worker
@@ -192,6 +194,8 @@ class Partitions:
 
     def _reject(self, why: str) -> None:
         self.rejected += 1
+        if self._on_rejected is not None:
+            self._on_rejected()
         if self.rejected & (self.rejected - 1) == 0:
             _log.warning(
                 "convmem service %s: dropped a member announcement on %s (%s); %d dropped so far",

@@ -58,7 +58,7 @@ from convmem.adapters.backends import PrometheusMetrics
 from convmem.adapters.backends.jetstream import close_quietly, server_list
 from convmem.adapters.frontends.service._errors import ErrorInfo, error_info
 from convmem.adapters.frontends.service._inboxes import ReplyGuard
-from convmem.adapters.frontends.service._operations import Answer, ApiOperations
+from convmem.adapters.frontends.service._operations import Answer, ApiOperations, Changes
 from convmem.adapters.frontends.service._partitions import Partitions
 from convmem.adapters.frontends.service._protocol import (
     DEFAULT_API_PREFIX,
@@ -161,7 +161,8 @@ class MemoryService:
         self._auth = auth or NatsAuth()
         self._connect_options = {**self._auth.options(), **(connect_options or {})}
         self._secrets = (*url_secrets(url), *self._auth.secrets)
-        self._guard = ReplyGuard(self.api_prefix)
+        self._changes = Changes()  # told when a counter changes: `wait_for` re-checks its fact then
+        self._guard = ReplyGuard(self.api_prefix, on_refused=self._changes.note)
         self._ops = ApiOperations(
             system,
             api_prefix=self.api_prefix,
@@ -217,6 +218,15 @@ class MemoryService:
     def in_flight(self) -> int:
         """Requests received and not yet answered."""
         return self._ops.stats.in_flight
+
+    def wait_for(self, fact: Callable[[], bool], timeout: float) -> bool:
+        """Block until `fact()` holds, re-checked each time a counter of this service changes.
+
+        The changes: a request begun, answered or refused as Busy, a reply subject refused, a member
+        announcement dropped. False when `timeout` seconds pass first. For tests and tools that wait
+        on what the service counted, without polling.
+        """
+        return self._changes.wait_for(fact, timeout)
 
     def start(self) -> MemoryService:
         """Connect and subscribe; returns once requests are being received. Idempotent."""
@@ -337,6 +347,7 @@ class MemoryService:
                     instance=self.instance,
                     on_message=self._on_message,
                     secret=self._members_secret,
+                    on_rejected=self._changes.note,
                 )
                 await self._partitions.start()
             await nc.flush(timeout=max(1, int(self.connect_timeout)))
@@ -363,8 +374,10 @@ class MemoryService:
         token = tenant_token(self.api_prefix, msg.subject)
         if self._shares.admit(token, lambda: self._start(msg, token)):
             self._ops.stats.begin()
+            self._changes.note()
             return
         self._ops.stats.refused(_op_token(msg.subject), "Busy")
+        self._changes.note()
         if self._prometheus is not None:
             self._prometheus.refused(token, "Busy")
         if msg.reply:  # as cheap as can be: a flood is refused here, on the loop, at its full rate
@@ -429,6 +442,7 @@ class MemoryService:
             _log.exception("convmem service: request on %s not answered", msg.subject)
         finally:
             self._ops.stats.end(op, error)
+            self._changes.note()
             if self._prometheus is not None:
                 self._count(msg.subject, op, error, refused)
 
