@@ -117,16 +117,25 @@ _OTHER_ROLE = {"user": "assistant", "assistant": "user"}
 _DEFAULT_LABEL = {"user": "User", "assistant": "Assistant"}
 
 
+_LOOKALIKES = str.maketrans(
+    # Lower-case Cyrillic and Greek letters that look like Latin ones (not Unicode's whole confusables
+    # table: the common look-alikes, enough that "Assist\u0430nt", Cyrillic a inside, is "assistant").
+    "аеорсухіјѕԁһԛԝӏвкмнтɡαβεζηικμνορτυχγ",
+    "aeopcyxijsdhqwlbkmhtgabezhikmvoptuxy",
+)
+
+
 def _folded(name: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+    """`name` as compared with another: case, width, spacing and Cyrillic/Greek look-alikes folded."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().translate(_LOOKALIKES).split())
 
 
 def speaker_name_taken(role: str, name: str, other: object) -> str | None:
     """Why `name` cannot label `role`'s lines ("Alice: ...") beside the `other` speaker's name, or None.
 
-    A summary's fact says who said it by its label: a name equal (ignoring case, width and spacing)
-    to the other speaker's label ("Assistant", or its name) or to the tools' label ("Tools") would
-    attribute one speaker's words to another.
+    A summary's fact says who said it by its label: a name equal (ignoring case, width, spacing and
+    letters that look alike) to the other speaker's label ("Assistant", or its name) or to the tools'
+    label ("Tools") would attribute one speaker's words to another.
     """
     folded = _folded(name)
     if folded in ("tools", _folded(_DEFAULT_LABEL[_OTHER_ROLE[role]])):
