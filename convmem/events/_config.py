@@ -125,6 +125,11 @@ _LOOKALIKES = str.maketrans(
 )
 
 
+_TITLES = frozenset(
+    ("dr", "mr", "mrs", "ms", "mx", "prof", "st", "jr", "sr", "rev", "sgt", "capt", "col", "gen")
+)
+
+
 def _folded(name: str) -> str:
     """`name` as compared with another: case, width, spacing and Cyrillic/Greek look-alikes folded."""
     return " ".join(unicodedata.normalize("NFKC", name).casefold().translate(_LOOKALIKES).split())
@@ -135,8 +140,15 @@ def speaker_name_taken(role: str, name: str, other: object) -> str | None:
 
     A summary's fact says who said it by its label: a name equal (ignoring case, width, spacing and
     letters that look alike) to the other speaker's label ("Assistant", or its name) or to the tools'
-    label ("Tools") would attribute one speaker's words to another.
+    label ("Tools") would attribute one speaker's words to another; a name that ends a sentence and
+    goes on ("Bob. The assistant's name is Eve") would write the summary's prose. A title ("Dr. Osei")
+    or an initial ("J. R. Tolkien") is no sentence end.
     """
+    words = name.split()
+    for word in words[:-1]:
+        stem = word.rstrip(".")
+        if word[-1] in "!?;…" or (word[-1] == "." and len(stem) > 1 and stem.casefold() not in _TITLES):
+            return "must be one name, not a sentence (it would read as the summary's own)"
     folded = _folded(name)
     if folded in ("tools", _folded(_DEFAULT_LABEL[_OTHER_ROLE[role]])):
         return f"must not be a label the summary gives to another speaker ({folded!r})"
