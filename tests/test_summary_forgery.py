@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from summaries import assert_well_formed, request, section
 
-from convmem.adapters import ExtractiveSummarizer
+from convmem.adapters import ExtractiveSummarizer, recommended
 from convmem.adapters.frontends.cli._common import CliError
 from convmem.adapters.frontends.cli._serve import load_config
 from convmem.errors import InvalidConfig, SummarizerError
@@ -133,3 +133,10 @@ def test_a_huge_name_is_named_not_echoed(tmp_path: Any) -> None:
     for error in errors:
         assert "speaker_names" in str(error), str(error)[:400]
         assert len(str(error)) < 400, str(error)[:400]
+
+
+@pytest.mark.parametrize("names", ["Ana", ["user"], 7])
+def test_recommended_names_a_speaker_names_that_is_no_mapping(names: Any) -> None:
+    """Given recommended(speaker_names=) that is no mapping, then a typed error names the setting."""
+    with pytest.raises(InvalidConfig, match="speaker_names"):
+        recommended(300, worker_process=False, speaker_names=names)

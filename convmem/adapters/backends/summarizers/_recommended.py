@@ -123,7 +123,9 @@ def recommended(
         ),
         include_turn_dates=True,
         token_counter=name,
-        speaker_names=dict(speaker_names or {}),
+        # A mapping is copied (the config keeps its own); anything else goes as given, so that the
+        # config's check names it (`dict("x")` would raise a bare ValueError).
+        speaker_names=dict(speaker_names) if isinstance(speaker_names, Mapping) else speaker_names or {},
     )
     if worker_process:
         measure: dict[str, Any] = {"estimator": name} if name is not None else {}
