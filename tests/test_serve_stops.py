@@ -207,7 +207,10 @@ def test_a_program_interrupted_before_it_closed_its_embedded_server_leaves_none_
     program's exit stops what it left running.
     """
     script = (
-        "import sys\n"
+        "import signal, sys\n"
+        # A program in a terminal takes Ctrl-C; a runner started in the background (nohup, `&`
+        # without job control) hands its children SIGINT ignored, which Python then keeps.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from convmem.adapters import EmbeddedNatsServer\n"
         f"server = EmbeddedNatsServer({str(tmp_path / 'store')!r}).start()\n"
         "print(server.pid, flush=True)\n"
