@@ -69,7 +69,8 @@ EXIT_CODES = {
     EXIT_USAGE: "bad arguments",
     EXIT_NOT_FOUND: "the key, user or stream has no events",
     EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",
-    EXIT_INVALID: "an input is wrong (a file, data)",
+    EXIT_INVALID: "an input is wrong (a file, data; or the demo's `--data-dir` already holds an earlier "
+    "demo run, left as it is)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
     EXIT_DAMAGED: "verification found damaged or missing events or a damaged snapshot (`convmem repair`)",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
