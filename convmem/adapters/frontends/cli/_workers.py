@@ -322,7 +322,14 @@ class Supervisor:
 
     def start(self, stop: threading.Event, timeout: float = 120.0) -> bool:
         """Start every worker; True once all serve, False if `stop` came first. A worker that fails
-        before it ever served stops them all with `WorkersFailed` (its error is on stderr)."""
+        before it ever served stops them all with `WorkersFailed` (its error is on stderr); one that
+        ended with 0 before it served was stopped, so serve stops too (`stop` is set).
+
+        A Ctrl-C to the group can reach a starting worker (pending while it ignores the signals, then
+        delivered once it takes them) and not this process: Python drops a signal whose handler
+        becomes SIG_IGN before its Python-level handler ran, as it does for a moment around each
+        worker's start.
+        """
         for slot in self._slots:
             self._start(slot)
         deadline = time.monotonic() + timeout
@@ -334,6 +341,9 @@ class Supervisor:
                 return False
             for slot in self._slots:
                 if not slot.ready and slot.process is not None and slot.process.exitcode is not None:
+                    if slot.process.exitcode == 0:  # a worker ends 0 only when told to stop: a stop
+                        stop.set()  # signal reached serve's group, and this process may have missed it
+                        return False
                     raise WorkersFailed(
                         f"worker {slot.spec.index} exited with {slot.process.exitcode} before serving"
                     )

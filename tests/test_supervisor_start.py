@@ -1,0 +1,49 @@
+"""`Supervisor.start`: a worker that ends before it served, by how it ended.
+
+Exit 0 is a worker that was told to stop (a Ctrl-C to serve's group reached it while it
+started, and can miss serve itself): serve stops cleanly. Any other exit is a failure.
+The workers here are real spawned processes that end at once with a given code.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from convmem.adapters.frontends.cli._workers import Supervisor, WorkersFailed, _Slot
+
+
+class _EndsAtOnce(Supervisor):
+    """A supervisor of one worker that exits with `code` as soon as it starts."""
+
+    def __init__(self, code: int) -> None:  # no WorkerSpec: these workers serve nothing
+        self.drain_timeout = 5.0
+        self._context = multiprocessing.get_context("spawn")
+        self._slots = [_Slot(cast(Any, SimpleNamespace(index=0)))]
+        self.code = code
+
+    def _start(self, slot: _Slot) -> None:
+        slot.process = self._context.Process(target=sys.exit, args=(self.code,))
+        slot.process.start()
+        slot.started, slot.ready = time.monotonic(), False
+
+
+def test_a_worker_that_ended_with_0_before_serving_stops_serve() -> None:
+    """Given a worker that ends 0 while starting, when serve starts, start is False and stop is set."""
+    supervisor, stop = _EndsAtOnce(0), threading.Event()
+    assert supervisor.start(stop, timeout=60.0) is False
+    assert stop.is_set()
+
+
+def test_a_worker_that_failed_before_serving_fails_serve() -> None:
+    """Given a worker that ends 1 while starting, when serve starts, it fails naming the worker and code."""
+    supervisor, stop = _EndsAtOnce(1), threading.Event()
+    with pytest.raises(WorkersFailed, match="worker 0 exited with 1 before serving"):
+        supervisor.start(stop, timeout=60.0)
+    assert not stop.is_set()
