@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import convmem
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
-from convmem.errors import ConvmemError, EventDecodeError
+from convmem.errors import ConvmemError, EventDecodeError, LogUnavailable
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
 
 __all__ = [
@@ -185,11 +185,25 @@ class Tally:
         assert self.reordered == 0, f"{self.case}: sessions out of order: {self.row()}"
 
 
-def stored_texts(url: str, keys: dict[str, MemoryKey], **options: Any) -> dict[str, list[str]]:
+def stored_texts(
+    url: str, keys: dict[str, MemoryKey], *, settle: float = 90.0, **options: Any
+) -> dict[str, list[str]]:
     """Every TurnAdded of each labelled session, in log order, read by a fresh connection.
 
-    A turn stored twice shows twice; a message that is no event is passed over.
+    A turn stored twice shows twice; a message that is no event is passed over. A cluster
+    that has just lost a node may not answer at once (its leaders re-elect): the reading is
+    tried again, each try bounded by the connection's own timeout, for up to `settle` seconds.
     """
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            return _stored_texts(url, keys, **options)
+        except LogUnavailable:
+            if time.monotonic() > deadline:
+                raise
+
+
+def _stored_texts(url: str, keys: dict[str, MemoryKey], **options: Any) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     with JetStreamBackend.connect(url, **options) as backend:
         for label, key in keys.items():
