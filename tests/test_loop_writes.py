@@ -21,10 +21,10 @@ from runtime_helpers import WAIT, key, live_state, turn, users, wait_until
 import convmem
 from convmem.actors import MemorySystem, Settle, load_state
 from convmem.actors._answers import LoopAnswer
-from convmem.actors._storage import snapshot_offset
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.errors import InvalidInput, LogUnavailable, MemoryBudgetExceeded, OperationTimeout, SessionClosed
 from convmem.events import Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import snapshot_offset
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation")
 
@@ -299,6 +299,8 @@ def test_a_backend_on_the_planners_loop_writes_there_and_refuses_blocking_calls_
             for n in range(5):  # the first activates the session on a worker thread; the rest stay here
                 assert await handle.aio.add_turn(turn(f"t{n}")) == n + 1
             assert "t4" in str(await handle.aio.get_llm_context())
+            await handle.aio.flush()  # awaitables wait without blocking the loop: never refused here
+            assert (await handle.aio.refresh()).version == 6  # its start and five turns
             with pytest.raises(RuntimeError, match="event loop thread"):
                 handle.add_turn(turn("blocking, on the loop"))
             with pytest.raises(RuntimeError, match="event loop thread"):

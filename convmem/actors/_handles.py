@@ -267,7 +267,6 @@ class AsyncSessionHandle(_Core):
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
-        self._refuse_on_the_log_loop("flush")
         await self._ask(Flush(concurrent.futures.Future()), timeout, "flush")
 
     async def refresh(self, *, timeout: float | None = None) -> SessionState:
@@ -276,6 +275,8 @@ class AsyncSessionHandle(_Core):
         return state
 
     async def _ask(self, message: Flush | Refresh, timeout: float | None, what: str) -> Any:
+        # No `_refuse_on_the_log_loop` here, unlike the blocking twins: this awaits, so the log's
+        # loop stays free to answer the reads the session makes for it on its own thread.
         await self._deliver(message)
         reply: concurrent.futures.Future[Any] = message.reply
         return await await_for(reply, self._wait(timeout), what)
