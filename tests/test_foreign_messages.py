@@ -11,12 +11,19 @@ from log_faults import POISON_KINDS, PoisonKind, poison, write_poison
 from nats_fixtures import JetStreamNames
 from runtime_helpers import Harness, key, live_state, turn
 
-from convmem.actors import EventLog, MemorySystem, SessionSequence, load_state, replay_session, verify
+from convmem.actors import EventLog, MemorySystem, load_state, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamEventLog
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._timeline import page_data
-from convmem.events import MemoryKey, ShortTermMemoryConfig, TurnAdded, decode_event
-from convmem.projections import SessionState
+from convmem.events import (
+    MemoryKey,
+    SessionErased,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    decode_event,
+    encode_event,
+)
+from convmem.projections import SessionSequence, SessionState
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
 
@@ -142,6 +149,21 @@ def test_session_sequence_takes_the_next_seq_and_reports_anything_else() -> None
     assert walk.version == 1
     assert walk.take(2, data) is None
     assert walk.version == 2
+
+
+def test_session_sequence_lets_a_fence_or_an_intact_message_open_a_history_above_it() -> None:
+    """Given a session at seq 2, when an erasure fence with its own seq 7 comes, then it is taken;
+    when an intact message skips seqs, it is taken and the seqs it skipped are the gap (lost);
+    the same bytes without a matching checksum do not fit."""
+    walk = SessionSequence(2)
+    fence = encode_event(SessionErased(seq=7, event_id="erased/x", at=1.0, reason="asked"))
+    assert walk.take(7, fence) is None
+    assert (walk.version, walk.gap) == (7, None)
+    assert "skips 2 seq(s)" in (walk.take(10, b"?") or "")
+    assert walk.take(10, b"?", intact=True) is None
+    assert (walk.version, walk.gap) == (10, (8, 9))
+    assert walk.take(11, b"") is None
+    assert walk.gap is None  # told once, for the message that skipped
 
 
 def test_a_poison_turn_forged_without_a_header_is_no_turn() -> None:

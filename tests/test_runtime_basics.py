@@ -25,7 +25,6 @@ from runtime_helpers import (
 )
 
 from convmem.actors import MemorySystem, Snapshot, load_state
-from convmem.actors._storage import snapshot_offset
 from convmem.adapters import InMemoryEventLog
 from convmem.errors import (
     InvalidConfig,
@@ -47,7 +46,7 @@ from convmem.events import (
     SummaryProduced,
     TurnAdded,
 )
-from convmem.projections import encode_state, estimate_tokens, llm_context, state_hash
+from convmem.projections import encode_state, estimate_tokens, llm_context, snapshot_offset, state_hash
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
 

@@ -12,7 +12,8 @@
   (`_idle`), which serves reads with no actor.
 - What sessions run with: `SessionStorage` (`_storage`, over the log and
   snapshots; rebuilding in `_load`, which counts a session's version as every
-  log's writer does, by `SessionSequence` in `_sequence`), `ServiceRegistry` and `SessionServices`
+  log's writer does, by `SessionSequence`, a pure rule of `convmem.projections`),
+  `ServiceRegistry` and `SessionServices`
   (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`,
   its call threads and coroutine summarizers' loops in `_calls`), clocks
   (`_clock`), `Metrics` and the `MetricsSink` port (`_metrics`).
@@ -73,11 +74,11 @@ from convmem.actors._retention import (
     RetentionSweeper,
     sweep_retention,
 )
-from convmem.actors._sequence import SessionSequence
 from convmem.actors._services import SessionServices
 from convmem.actors._system import MemorySystem
 from convmem.actors._system_settings import SystemOptions, SystemSettings
 from convmem.actors._tokens import TokenCounter, encoding_counter, token_counter_of
+from convmem.projections import SessionSequence  # a pure rule; re-exported where users found it
 
 __all__ = [
     "ERASURE_STEPS",

@@ -27,7 +27,6 @@ import msgspec
 from convmem.actors._journal import ErasureJournal, JournaledLog, find_erasure
 from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
-from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput, ReplayError, SessionLost
 from convmem.events import (
     AnyEvent,
@@ -50,7 +49,7 @@ from convmem.events import (
     encode_event,
     encode_event_json,
 )
-from convmem.projections import SessionState, SkippedEvent, decode_state, state_hash
+from convmem.projections import SessionSequence, SessionState, SkippedEvent, decode_state, state_hash
 
 __all__ = [
     "SessionCheck",

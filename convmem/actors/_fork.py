@@ -17,7 +17,6 @@ from datetime import datetime
 import msgspec
 
 from convmem.actors._ports import EventLog, LoggedEvent
-from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, InvalidInput, SessionDamaged
 from convmem.events import (
     AnyEvent,
@@ -28,7 +27,7 @@ from convmem.events import (
     SessionStarted,
     decode_event,
 )
-from convmem.projections import decode_state
+from convmem.projections import SessionSequence, decode_state
 
 __all__ = ["Forked", "fork_events", "fork_session"]
 

@@ -28,10 +28,10 @@ import msgspec
 
 from convmem.actors._journal import ErasureJournal, ErasureReceipt, find_erasure
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
-from convmem.actors._sequence import SessionSequence
 from convmem.errors import EventDecodeError, ReplayError, SessionDamaged, SessionLost
 from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, SessionErased, SessionRepaired, decode_event
 from convmem.projections import (
+    SessionSequence,
     SessionState,
     SkippedEvent,
     decode_state,

@@ -32,7 +32,7 @@ from convmem.actors._ids import new_command_id
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
-from convmem.actors._storage import SessionStorage, snapshot_due
+from convmem.actors._storage import SessionStorage
 from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
@@ -45,6 +45,7 @@ from convmem.projections import (
     command_id_for,
     decide,
     next_due_at,
+    snapshot_due,
     summary_due,
 )
 from convmem.projections._write_protocol import (

@@ -6,21 +6,12 @@ session (`load`: snapshot plus the log's tail), beginning a write's append
 right here), reading what the log holds, and saving snapshots (never
 failing a write for want of one: a lost snapshot only costs a longer replay).
 
-When a snapshot falls due (`snapshot_due`): a session saves one each time
-its version (the seq of its last event) passes ``n * snapshot_every +
-offset``, where ``offset`` (`snapshot_offset`) is a number in
-``[0, snapshot_every)`` drawn from a stable hash (BLAKE2b) of the session's
-key. Sessions started together with identical turns therefore save at
-different versions instead of all at once (a "snapshot storm" that held many
-actors' threads at the same moment), while each session still saves every
-``snapshot_every`` events: two saves are never further apart than that, and
-the rule depends only on the key and the version, so it is the same in every
-process and after every restart (no randomness, no Python ``hash()``).
+When a snapshot falls due is a pure rule of the session's key and version
+(`snapshot_due`, in `convmem.projections`); saving it is done here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -30,26 +21,9 @@ from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, S
 from convmem.events import Event, MemoryKey
 from convmem.projections import SessionState
 
-__all__ = ["SessionStorage", "snapshot_due", "snapshot_offset"]
+__all__ = ["SessionStorage"]
 
 _log = logging.getLogger("convmem.session")
-
-
-def snapshot_offset(key: MemoryKey, every: int) -> int:
-    """`key`'s place in ``[0, every)`` on the snapshot cadence: the same in every process and run."""
-    if every <= 1:
-        return 0
-    digest = hashlib.blake2b(
-        "\x00".join((key.tenant_id, key.user_id, key.session_id)).encode(), digest_size=8
-    ).digest()
-    return int.from_bytes(digest, "big") % every
-
-
-def snapshot_due(key: MemoryKey, every: int, before: int, after: int) -> bool:
-    """Whether a session going from version `before` to `after` passed one of its snapshot points
-    (the versions ``n * every + snapshot_offset(key, every)``, n >= 1 when the offset is 0)."""
-    offset = snapshot_offset(key, every)
-    return (after - offset) // every > (before - offset) // every
 
 
 class SessionStorage:

@@ -6,7 +6,10 @@ entry of the tables in ``_strategies``, beside what it shows. What a session
 remembers of its keyed writes, for exactly-once without a time limit, is in
 ``_idempotency``. Retention's decisions (erase an idle session, compact a
 history to its summary and newest turns, and the fold of a compaction) are in
-``_retention``.
+``_retention``. The runtime's pure rules live here too, the actors only
+carrying them out: a write's steps (``_write_protocol``), which stored
+messages of a session are its events (``_sequence``), and when a live session
+saves a snapshot (``_snapshot_cadence``).
 """
 
 from convmem.projections._agents import (
@@ -85,6 +88,7 @@ from convmem.projections._retention import (
     history_facts,
     plan_retention,
 )
+from convmem.projections._sequence import SessionSequence
 from convmem.projections._serial import (
     EXPORT_VERSION,
     decode_state,
@@ -93,6 +97,7 @@ from convmem.projections._serial import (
     state_hash,
     to_dict,
 )
+from convmem.projections._snapshot_cadence import snapshot_due, snapshot_offset
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 from convmem.projections._strategies import (
     AGENTS_STRATEGIES,
@@ -138,6 +143,7 @@ __all__ = [
     "PopItem",
     "Restore",
     "RetentionAction",
+    "SessionSequence",
     "SessionState",
     "Shown",
     "SkippedEvent",
@@ -183,6 +189,8 @@ __all__ = [
     "replay",
     "select_context",
     "skipped_from_error",
+    "snapshot_due",
+    "snapshot_offset",
     "state_hash",
     "strategy_table",
     "summary_due",

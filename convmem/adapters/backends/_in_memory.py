@@ -21,7 +21,6 @@ from convmem.actors import (
     ErasureReceipt,
     ErasureRequest,
     LoggedEvent,
-    SessionSequence,
     Snapshot,
     Unwatch,
 )
@@ -29,6 +28,7 @@ from convmem.adapters.backends._checksum import check
 from convmem.adapters.backends._log_bytes import opens_history
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
 from convmem.events import Event, MemoryKey, encode_event
+from convmem.projections import SessionSequence
 
 __all__ = [
     "MEMORY_URL",

@@ -44,7 +44,6 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from convmem.actors import SessionSequence
 from convmem.adapters.backends._checksum import SUM_HEADER, check, seal
 from convmem.adapters.backends._log_bytes import opens_history
 from convmem.adapters.backends.jetstream._appends import (
@@ -82,6 +81,7 @@ from convmem.events import (
     decode_event,
     encode_event,
 )
+from convmem.projections import SessionSequence
 
 __all__ = ["PendingAppend", "SessionWriter"]
 
