@@ -403,3 +403,31 @@ def test_a_replayed_announcement_changes_nothing(nats_server: EmbeddedNatsServer
         (["w-a"], 2),
         (["w-a", "w-b"], 2),
     ]
+
+
+def test_a_worker_that_left_takes_no_partition_when_another_member_leaves(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """Both workers of a `serve` stop at once: one's leaving is heard by the other after that one left
+    (its members subscription is drained last). The worker that left must not take the partitions
+    again: subscriptions made then would never be drained, and it would keep taking requests."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.api"
+
+    async def scenario() -> tuple[int, int, list[int]]:
+        nc = await nats.connect(nats_server.url)
+        mine = worker_a(nc, prefix)
+        try:
+            await mine.start()
+            await nc.publish(members_subject(prefix), announcement("w-b"))
+            await flushed_until(nc, lambda: len(mine.owned) == SLOTS // 2, "w-b counted")
+            shared = len(mine.owned)
+            subs = await mine.leave()
+            await nc.publish(members_subject(prefix), announcement("w-b", leaving=True))
+            await nc.publish(members_subject(prefix), b"not signed")  # heard after the leave: a marker
+            await flushed_until(nc, lambda: mine.rejected == 1, "the leave heard")
+            return shared, len(subs), mine.owned
+        finally:
+            await leave(mine)
+            await nc.close()
+
+    assert asyncio.run(scenario()) == (SLOTS // 2, SLOTS // 2 + 1, [])

@@ -142,6 +142,7 @@ class Partitions:
         self._ticker: asyncio.Task[None] | None = None
         self._draining: set[asyncio.Task[None]] = set()
         self._dealing = asyncio.Lock()
+        self._left = False
 
     @property
     def subject(self) -> str:
@@ -174,10 +175,12 @@ class Partitions:
                 await self._ticker
         with contextlib.suppress(nats.errors.Error):
             await self._say(leaving=True)
-        subs = list(self._subs.values())
+        async with self._dealing:  # a deal under way (another member joined or left) ends first
+            self._left = True  # and none after: a leaving worker takes no partition again
+            subs = list(self._subs.values())
+            self._subs.clear()
         if self._members_sub is not None:
             subs.append(self._members_sub)
-        self._subs.clear()
         if self._draining:
             await asyncio.wait(set(self._draining), timeout=self.expiry * 2)
         return subs
@@ -263,6 +266,8 @@ class Partitions:
             await self._deal_now()
 
     async def _deal_now(self) -> None:
+        if self._left:
+            return
         mine = {slot for slot, owner in owners(self.members).items() if owner == self.instance}
         gained, lost = mine - self._subs.keys(), self._subs.keys() - mine
         if not gained and not lost:
