@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import gc
 import logging
 import multiprocessing
@@ -64,6 +65,8 @@ _RESTART_MAX = 30.0
 _PR_SET_PDEATHSIG = 1
 _STABLE = 60.0  # a worker that ran this long before dying is restarted after the first delay again
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_DUMP_SIGNAL = signal.SIGUSR1
+"""Sent by the supervisor to a worker that did not stop in time: the worker writes its threads' stacks."""
 
 
 class WorkersFailed(ConvmemError, RuntimeError):
@@ -148,6 +151,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     for sig in _STOP_SIGNALS:
         signal.signal(sig, lambda _signum, _frame: stop.set())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # the mask came from the supervisor too
+    _dump_stacks_on(_DUMP_SIGNAL)
     _stop_with_parent(stop)
     try:
         if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
@@ -169,6 +173,19 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
         # shutdown (which puts back the default action of a signal that has a Python handler).
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def _dump_stacks_on(signum: int) -> None:
+    """Have `signum` write every thread's stack to stderr (file and function names only, no values).
+
+    The supervisor sends it to a worker that did not stop in time, before killing it, so
+    that the operator sees where the worker was stuck.
+    """
+    stream = sys.__stderr__
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError, RuntimeError, AttributeError):
+        faulthandler.register(signum, file=stream, all_threads=True)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -292,6 +309,9 @@ class _Slot:
 class Supervisor:
     """Starts the workers, restarts a dead one, stops them all (see the module docstring)."""
 
+    stop_grace = 15.0
+    """Seconds past the drain time a stopping worker has to close the memory and the log."""
+
     def __init__(self, spec: WorkerSpec, workers: int, *, drain_timeout: float = 30.0) -> None:
         self.serve = spec.serve
         self.drain_timeout = drain_timeout
@@ -397,7 +417,7 @@ class Supervisor:
         """SIGTERM to every worker, wait for them (SIGKILL past the drain time); True if all exited 0."""
         running = [s.process for s in self._slots if s.process is not None and s.process.exitcode is None]
         clean = True
-        deadline = time.monotonic() + self.drain_timeout + 15.0
+        deadline = time.monotonic() + self.drain_timeout + self.stop_grace
         # Again and again: a worker still starting ignores SIGTERM until `run_worker` takes it
         # (a handler that only sets its stop flag, so a repeat changes nothing for one that has).
         while (left := [p for p in running if p.exitcode is None]) and time.monotonic() < deadline:
@@ -407,7 +427,15 @@ class Supervisor:
         for process in running:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.exitcode is None:
-                print(f"convmem serve: worker pid {process.pid} did not stop; killing it", file=sys.stderr)
+                print(
+                    f"convmem serve: worker pid {process.pid} did not stop; its threads' stacks follow, "
+                    "then it is killed",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with contextlib.suppress(ProcessLookupError, TypeError):
+                    os.kill(process.pid, _DUMP_SIGNAL)  # type: ignore[arg-type]  # pid is set once started
+                process.join(1.0)  # the dump is written from the signal handler at once
                 process.kill()
                 process.join(10.0)
             if process.exitcode != 0:
