@@ -70,23 +70,33 @@ class Tally:
     stored: dict[str, list[str]] = field(default_factory=dict)
     faults: list[float] = field(default_factory=list)
     """When each fault was injected (monotonic seconds)."""
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    """(started, ended) of each write whose writer said when it started, acknowledged or failed."""
     notes: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     # Recording (from any thread) --------------------------------------------------------
 
-    def ack(self, session: str, text: str, at: float | None = None) -> None:
+    def ack(self, session: str, text: str, at: float | None = None, *, started: float | None = None) -> None:
         with self._lock:
+            ended = time.monotonic() if at is None else at
             self.acked[session].append(text)
-            self.stamps.append(time.monotonic() if at is None else at)
+            self.stamps.append(ended)
+            if started is not None:
+                self.spans.append((started, ended))
             self._lock.notify_all()
 
-    def error(self, name: str, at: float | None = None, message: str = "") -> None:
+    def error(
+        self, name: str, at: float | None = None, message: str = "", *, started: float | None = None
+    ) -> None:
         with self._lock:
+            ended = time.monotonic() if at is None else at
             self.errors[name] += 1
             if message and len(self.messages) < 1000:
                 self.messages[f"{name}: {message}"] += 1
-            self.error_stamps.append(time.monotonic() if at is None else at)
+            self.error_stamps.append(ended)
+            if started is not None:
+                self.spans.append((started, ended))
             self._lock.notify_all()
 
     def fault(self) -> None:
@@ -162,6 +172,22 @@ class Tally:
             window = max(window, max(failed, default=at) - at)
         return window
 
+    @property
+    def faults_hit(self) -> int:
+        """The faults that landed on the load: a write was in flight across it, or one failed after it.
+
+        A write in flight when a server dies may still be acknowledged (the client resends it on
+        reconnecting and the log drops the copy), so a fault can land without any failed write:
+        that it hit a write in flight is the fact a case needs, not that a planner saw an error.
+        """
+        bounds = [*self.faults, float("inf")]
+        hit = 0
+        for at, until in itertools.pairwise(bounds):
+            spanned = any(started < at < ended for started, ended in self.spans)
+            failed = any(at <= t < until for t in self.error_stamps)
+            hit += spanned or failed
+        return hit
+
     def row(self) -> dict[str, Any]:
         return {
             "case": self.case,
@@ -174,6 +200,7 @@ class Tally:
             "error_window_s": round(self.error_window, 3),
             "failed_writes": dict(self.errors),
             "faults": len(self.faults),
+            "faults_hit": self.faults_hit,
             **self.notes,
         }
 
@@ -280,14 +307,15 @@ class ThreadLoad:
     def _add(self, key: MemoryKey, text: str) -> None:
         deadline = time.monotonic() + self.give_up
         while True:
+            started = time.monotonic()
             try:
                 self.session(key).add_turn(self.make_turn(text), timeout=3, idempotency_key=text)
             except ConvmemError as exc:  # a clear error: the planner retries with the same key
-                self.tally.error(type(exc).__name__, message=str(exc))
+                self.tally.error(type(exc).__name__, message=str(exc), started=started)
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{text}: never acknowledged") from exc
                 continue
-            self.tally.ack(key.session_id, text)
+            self.tally.ack(key.session_id, text, started=started)
             return
 
 
@@ -330,14 +358,15 @@ class AsyncLoad:
                 text = f"{key.session_id}-{n}"
                 deadline = time.monotonic() + DEADLINE
                 while True:
+                    started = time.monotonic()
                     try:
                         await memory.session(key).aio.add_turn(_turn(text), timeout=3, idempotency_key=text)
                     except ConvmemError as exc:
-                        self.tally.error(type(exc).__name__)
+                        self.tally.error(type(exc).__name__, started=started)
                         if time.monotonic() > deadline:
                             raise AssertionError(f"{text}: never acknowledged") from exc
                         continue
-                    self.tally.ack(key.session_id, text)
+                    self.tally.ack(key.session_id, text, started=started)
                     break
 
 

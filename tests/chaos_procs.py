@@ -35,9 +35,14 @@ def take_lines(tally: Tally, process: Process, label: Callable[[str], str] = str
     for at, line in list(process.lines):
         kind, *rest = line.split() or [""]
         if kind == "ACK":
-            tally.ack(label(rest[0]), rest[1], at)
+            tally.ack(label(rest[0]), rest[1], at, started=_started(rest, 2))
         elif kind == "RETRY":
-            tally.error(rest[2], at)
+            tally.error(rest[2], at, started=_started(rest, 3))
+
+
+def _started(fields: list[str], at: int) -> float | None:
+    """When the try began, if the line says (its writer's monotonic clock is the machine's, as ours)."""
+    return float(fields[at]) if len(fields) > at else None
 
 
 # A writing process dies ---------------------------------------------------------------

@@ -5,8 +5,8 @@
 Writes turns START .. TURNS-1 to each of the sessions ``chaos:user:s0`` ..
 (round robin, four threads), each with its idempotency key (its text,
 ``s<i>-<n>``), retrying a failed write with the same key. After each
-acknowledgement it prints ``ACK <session> <text>``, after each failure
-``RETRY <session> <text> <error>``, flushed, so the parent knows exactly what
+acknowledgement it prints ``ACK <session> <text> <started>``, after each failure
+``RETRY <session> <text> <error> <started>``, flushed, so the parent knows exactly what
 was acknowledged when it kills this process; ``DONE`` at the end. A process
 started after another was killed continues the same sessions from the
 lowest turn any session had acknowledged: turns already stored are sent

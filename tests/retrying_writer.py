@@ -3,8 +3,10 @@
 Four threads go round their share of `keys` (round robin), each turn with its
 idempotency key (its text), retrying a failed write with the same key until it
 is acknowledged or `retry_for` seconds have passed. Each acknowledgement is
-told as ``ACK <session> <text>`` and each failure as ``RETRY <session> <text>
-<error>``, so the parent knows what was acknowledged when it kills the process.
+told as ``ACK <session> <text> <started>`` and each failure as ``RETRY <session>
+<text> <error> <started>`` (`started`: when that try began, on the machine's
+monotonic clock, which every process shares), so the parent knows what was
+acknowledged when it kills the process, and which writes were in flight.
 """
 
 from __future__ import annotations
@@ -45,15 +47,16 @@ def write_rounds(
                 turn = ConversationTurn(user_message=text, assistant_response="ok")
                 deadline = time.monotonic() + retry_for
                 while True:
+                    started = time.monotonic()
                     try:
                         memory.session(key).add_turn(turn, timeout=timeout, idempotency_key=text)
                         break
                     except ConvmemError as exc:
-                        say(f"RETRY {key.session_id} {text} {type(exc).__name__}")
+                        say(f"RETRY {key.session_id} {text} {type(exc).__name__} {started!r}")
                         if time.monotonic() > deadline:
                             failed.append(f"{key.session_id} {text}")
                             return
-                say(f"ACK {key.session_id} {text}")
+                say(f"ACK {key.session_id} {text} {started!r}")
 
     threads = [threading.Thread(target=plan, args=(keys[i::4],)) for i in range(min(4, len(keys)))]
     for thread in threads:
