@@ -71,6 +71,9 @@ from convmem.events import (
     parse_duration,
 )
 from convmem.projections import (
+    RetentionOutcome,
+    RetentionProblem,
+    RetentionReport,
     SessionState,
     compacted_state,
     compaction,
@@ -282,6 +285,32 @@ def test_a_history_opened_by_a_repair_counts_from_the_turns_it_restored() -> Non
         START + 4 * DAY,
         None,
     )
+
+
+def test_a_sweep_s_report_counts_what_was_done_and_says_it_in_one_line() -> None:
+    """Given outcomes done, skipped and unreadable sessions, when the report is read, then only what
+    was carried out counts (a dry run counts what it planned), and the line says both."""
+    k = key()
+    outcomes = [
+        RetentionOutcome(key=k, action="erase", reason="idle", done=True, events_removed=4),
+        RetentionOutcome(
+            key=k, action="compact", reason="cap", events_removed=9, skipped="written meanwhile"
+        ),
+        RetentionOutcome(key=k, action="finish", reason="left", done=True, events_removed=2),
+    ]
+    problems = [RetentionProblem(key=k, problem="poison")]
+    report = RetentionReport(dry_run=False, at=START, sessions=5, outcomes=outcomes, problems=problems)
+    assert (report.count("erase"), report.count("compact"), report.count("finish")) == (1, 0, 1)
+    assert report.skipped == 1
+    assert report.summary() == (
+        "5 session(s) examined; did erase 1, compact 0, finish 1 compaction(s); 6 event(s) removed; "
+        "1 skipped, 1 unreadable"
+    )
+    planned = [msgspec.structs.replace(o, done=False, skipped=None) for o in outcomes]
+    dry = RetentionReport(dry_run=True, at=START, sessions=5, outcomes=planned)
+    assert dry.count("compact") == 1
+    assert dry.summary().startswith("5 session(s) examined; would erase 1, compact 1, finish 1")
+    assert "15 event(s) to remove; 0 skipped" in dry.summary()
 
 
 # Sweeping a real log ---------------------------------------------------------------------

@@ -67,18 +67,17 @@ from convmem.actors._ports import (
 )
 from convmem.actors._repair import RepairPlan, plan_repair, repair_session
 from convmem.actors._restore import Restored, restore_lost
-from convmem.actors._retention import (
-    RetentionOutcome,
-    RetentionProblem,
-    RetentionReport,
-    RetentionSweeper,
-    sweep_retention,
-)
+from convmem.actors._retention import RetentionSweeper, sweep_retention
 from convmem.actors._services import SessionServices
 from convmem.actors._system import MemorySystem
 from convmem.actors._system_settings import SystemOptions, SystemSettings
 from convmem.actors._tokens import TokenCounter, encoding_counter, token_counter_of
-from convmem.projections import SessionSequence  # a pure rule; re-exported where users found it
+from convmem.projections import (  # pure values and rules, re-exported where users found them
+    RetentionOutcome,
+    RetentionProblem,
+    RetentionReport,
+    SessionSequence,
+)
 
 __all__ = [
     "ERASURE_STEPS",

@@ -10,7 +10,8 @@ on the in-memory log, on JetStream, and on an exported JSONL file.
   damage: each event that failed its checksum, is missing (a gap between
   intact events, a snapshot beyond the log's last event, a session with a
   snapshot and no event) or is held by the store but cannot be read back;
-* `timeline`: a session's events as rows for people;
+* `timeline`: a session's events as rows for people (each described by
+  `describe_event`, pure, in `convmem.projections`);
 * `export_jsonl` / `read_jsonl`: one event per line, for offline audits.
 """
 
@@ -29,27 +30,24 @@ from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, 
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import EventDecodeError, InvalidInput, ReplayError, SessionLost
 from convmem.events import (
-    AnyEvent,
-    BacklogTrimmed,
-    HealthChanged,
     HistoryCompacted,
-    ItemPopped,
-    ItemsAdded,
     MemoryKey,
-    SessionCleared,
-    SessionErased,
     SessionRepaired,
-    SessionRestored,
-    SessionStarted,
     SummaryProduced,
     TurnAdded,
-    TurnsAdopted,
     decode_event,
     decode_event_json,
     encode_event,
     encode_event_json,
 )
-from convmem.projections import SessionSequence, SessionState, SkippedEvent, decode_state, state_hash
+from convmem.projections import (
+    SessionSequence,
+    SessionState,
+    SkippedEvent,
+    decode_state,
+    describe_event,
+    state_hash,
+)
 
 __all__ = [
     "SessionCheck",
@@ -439,70 +437,6 @@ class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
-def _describe(event: AnyEvent, _clip: Callable[[str], str]) -> tuple[str, str]:
-    match event:
-        case SessionStarted():
-            extra = f", injected summary from {event.injected_from}" if event.injected_from else ""
-            if event.forked_from is not None:
-                extra += f", forked from {event.forked_from} as of position {event.forked_at}"
-            return "session.started", f"strategy={event.config.strategy}{extra}"
-        case TurnAdded():
-            return "turn.added", f"#{event.index} user: {_clip(event.turn.user_message)}"
-        case SummaryProduced():
-            return (
-                "summary.produced",
-                f"turns {event.covers_from}-{event.covers_through}: {_clip(event.summary)}",
-            )
-        case HealthChanged():
-            return (
-                "health.changed",
-                f"{event.old.value} -> {event.new.value} (attempt {event.attempt}): {event.reason}",
-            )
-        case BacklogTrimmed():
-            return "backlog.trimmed", f"dropped through #{event.dropped_through}"
-        case SessionCleared():
-            moved = f", moved to {event.moved_to}" if event.moved_to is not None else ""
-            return "session.cleared", f"through #{event.cleared_through}{moved}: {event.reason}"
-        case SessionRestored():
-            origin = f" ({event.origin})" if event.origin else ""
-            return "session.restored", f"{len(event.turns)} turns from #{event.first_index}{origin}"
-        case TurnsAdopted():
-            return (
-                "turns.adopted",
-                f"{len(event.turns)} turns from #{event.first_index}, moved from {event.source} "
-                f"(its events through seq {event.source_seq})",
-            )
-        case SessionErased():
-            return "session.erased", event.reason
-        case SessionRepaired():
-            found = f"; found: {'; '.join(event.damage)}" if event.damage else ""
-            return (
-                "session.repaired",
-                f"restored to seq {event.restored_seq} ({event.method}){found}",
-            )
-        case ItemsAdded():
-            return "items.added", f"{len(event.items)} items from #{event.first_index}"
-        case ItemPopped():
-            return "item.popped", f"{event.item.kind}"
-        case HistoryCompacted():
-            turns = (*event.history, *event.turns)
-            kept = f"turns #{turns[0].index}-#{turns[-1].index} kept" if turns else "no turn kept"
-            return (
-                "history.compacted",
-                f"{event.dropped_events} earlier events dropped ({event.dropped_turns} turns), {kept}, "
-                f"summary through #{event.summary_through}: {_clip(event.reason)}",
-            )
-
-
-def _clip(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _whole(text: str) -> str:
-    return text
-
-
 def timeline(
     records: Iterable[LoggedEvent],
     *,
@@ -515,7 +449,6 @@ def timeline(
     poison too; pass the same `walks` to calls that go on from each other (a
     follower). Details are cut at about 60 characters, or kept whole with `full`.
     """
-    clip = _whole if full else _clip
     rows = []
     walks = {} if walks is None else walks
     for record in records:
@@ -545,7 +478,7 @@ def timeline(
                 TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=str(exc))
             )
             continue
-        kind, detail = _describe(event, clip)
+        kind, detail = describe_event(event, full=full)
         rows.append(
             TimelineRow(position=record.position, seq=event.seq, at=event.at, type=kind, detail=detail)
         )

@@ -23,7 +23,8 @@ Every change is conditional on the session's seq, and dropping events
 before a stored compaction can be done again: sweeps are idempotent and
 safe to run concurrently (two sweepers, or a sweeper and a writer, never
 lose a turn; the loser of a race skips the session until the next sweep).
-A dry run reads and plans the same way and writes nothing.
+A dry run reads and plans the same way and writes nothing. What a sweep did
+is a `RetentionReport`, a pure value of `projections` (`_retention`).
 
 A session with a message that does not decode or does not fit is never
 touched: the sweep reports it (``convmem verify`` says more).
@@ -37,7 +38,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Literal
 
 import msgspec
 
@@ -49,6 +49,9 @@ from convmem.projections import (
     Compact,
     EraseIdle,
     FinishCompaction,
+    RetentionOutcome,
+    RetentionProblem,
+    RetentionReport,
     SkippedEvent,
     compacted_state,
     compaction,
@@ -58,70 +61,11 @@ from convmem.projections import (
     without_horizon,
 )
 
-__all__ = ["RetentionOutcome", "RetentionReport", "RetentionSweeper", "sweep_retention"]
+__all__ = ["RetentionSweeper", "sweep_retention"]
 
 _log = logging.getLogger("convmem.retention")
 
-Action = Literal["erase", "compact", "finish"]
-
 _NO_ERASER = "not erased: no erasure path given (erase through MemorySystem.sweep_retention, journaled)"
-
-
-class RetentionOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """What a sweep did to one session, or (a dry run, or `skipped`) would have done."""
-
-    key: MemoryKey
-    action: Action
-    reason: str
-    done: bool = False
-    """Carried out (False in a dry run, and when skipped)."""
-    events_removed: int = 0
-    """Events erased or dropped (in a dry run: that would be)."""
-    turns_dropped: int = 0
-    turns_kept: int = 0
-    skipped: str | None = None
-    """Why it was not carried out (written meanwhile, the log failed)."""
-
-
-class RetentionProblem(msgspec.Struct, frozen=True, kw_only=True):
-    """A session the sweep would not touch, and why (poison, a history that does not fold)."""
-
-    key: MemoryKey
-    problem: str
-
-
-class RetentionReport(msgspec.Struct, kw_only=True):
-    """The outcome of one sweep."""
-
-    dry_run: bool
-    at: float
-    """The clock's time the policies were applied at."""
-    sessions: int = 0
-    """Sessions examined (those of tenants without a policy are not read)."""
-    outcomes: list[RetentionOutcome] = msgspec.field(default_factory=list)
-    problems: list[RetentionProblem] = msgspec.field(default_factory=list)
-    stopped: bool = False
-    """The sweep stopped early (the system closed)."""
-
-    def count(self, action: Action) -> int:
-        """Sessions `action` was carried out on (dry run: planned for)."""
-        return sum(1 for o in self.outcomes if o.action == action and (o.done or self.dry_run))
-
-    @property
-    def skipped(self) -> int:
-        """Planned actions not carried out (the session moved on, or the log failed)."""
-        return sum(1 for o in self.outcomes if o.skipped is not None)
-
-    def summary(self) -> str:
-        """One line for people."""
-        verb = "would" if self.dry_run else "did"
-        removed = sum(o.events_removed for o in self.outcomes if o.done or self.dry_run)
-        return (
-            f"{self.sessions} session(s) examined; {verb} erase {self.count('erase')}, "
-            f"compact {self.count('compact')}, finish {self.count('finish')} compaction(s); "
-            f"{removed} event(s) {'to remove' if self.dry_run else 'removed'}; "
-            f"{self.skipped} skipped, {len(self.problems)} unreadable"
-        )
 
 
 def sweep_retention(

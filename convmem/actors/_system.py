@@ -48,13 +48,13 @@ from convmem.actors._pool import SummarizerPool
 from convmem.actors._ports import Clock, EventLog, LoopEventLog
 from convmem.actors._repair import RepairPlan, repair_session
 from convmem.actors._restore import Restored, restore_lost
-from convmem.actors._retention import RetentionReport, RetentionSweeper, sweep_retention
+from convmem.actors._retention import RetentionSweeper, sweep_retention
 from convmem.actors._services import ServiceRegistry, SessionServices
 from convmem.actors._storage import SessionStorage
 from convmem.actors._system_settings import SystemOptions
 from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClosed, UnknownSetting
 from convmem.events import MemoryKey, RetentionPolicies, ShortTermMemoryConfig
-from convmem.projections import SessionState, TokenEstimator, default_token_estimator
+from convmem.projections import RetentionReport, SessionState, TokenEstimator, default_token_estimator
 
 __all__ = ["Erased", "MemorySystem"]
 

@@ -6,10 +6,11 @@ entry of the tables in ``_strategies``, beside what it shows. What a session
 remembers of its keyed writes, for exactly-once without a time limit, is in
 ``_idempotency``. Retention's decisions (erase an idle session, compact a
 history to its summary and newest turns, and the fold of a compaction) are in
-``_retention``. The runtime's pure rules live here too, the actors only
+``_retention``, with the report of a sweep. The runtime's pure rules live here too, the actors only
 carrying them out: a write's steps (``_write_protocol``), which stored
 messages of a session are its events (``_sequence``), and when a live session
-saves a snapshot (``_snapshot_cadence``).
+saves a snapshot (``_snapshot_cadence``); how an event reads in a timeline
+(``_describe``).
 """
 
 from convmem.projections._agents import (
@@ -49,6 +50,7 @@ from convmem.projections._context import (
     view_tokens,
 )
 from convmem.projections._decide import decide
+from convmem.projections._describe import describe_event
 from convmem.projections._entities import EntityRecord, EntityTable, parse_entities
 from convmem.projections._evolve import SkippedEvent, evolve, replay, skipped_from_error
 from convmem.projections._health import (
@@ -83,6 +85,9 @@ from convmem.projections._retention import (
     FinishCompaction,
     HistoryFacts,
     RetentionAction,
+    RetentionOutcome,
+    RetentionProblem,
+    RetentionReport,
     compacted_state,
     compaction,
     history_facts,
@@ -143,6 +148,9 @@ __all__ = [
     "PopItem",
     "Restore",
     "RetentionAction",
+    "RetentionOutcome",
+    "RetentionProblem",
+    "RetentionReport",
     "SessionSequence",
     "SessionState",
     "Shown",
@@ -169,6 +177,7 @@ __all__ = [
     "decide",
     "decode_state",
     "default_token_estimator",
+    "describe_event",
     "encode_state",
     "entity_messages",
     "entity_table",

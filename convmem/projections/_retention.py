@@ -8,7 +8,11 @@
 * `compaction`: the `HistoryCompacted` event that keeps the summary, the
   newest turns and the rest of the state; `compacted_state` is the fold of
   that event (`evolve` calls it), so a replay that begins there rebuilds the
-  very state the live session holds.
+  very state the live session holds;
+* `RetentionReport`: what a sweep did (or, dry, would do) to each session
+  (`RetentionOutcome`) and the sessions it would not touch
+  (`RetentionProblem`), counted and said in one line; the sweep itself, which
+  reads and writes the log, is the runtime's (`convmem.actors.sweep_retention`).
 
 The turns a compaction drops leave the state as the live horizon retires
 turns (`_horizon`): their entity mentions are folded into the entity table
@@ -18,6 +22,7 @@ that stays, and `retired_through` moves past them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import msgspec
 
@@ -27,6 +32,7 @@ from convmem.events import (
     EntityTally,
     HistoryCompacted,
     KeptTurn,
+    MemoryKey,
     RetentionPolicy,
     SessionErased,
     SessionRepaired,
@@ -50,6 +56,9 @@ __all__ = [
 ]
 
 _NO_ENTITIES = EntityTable()
+
+Action = Literal["erase", "compact", "finish"]
+"""What a sweep does to a session (`RetentionOutcome.action`)."""
 
 
 class HistoryFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -336,3 +345,60 @@ def compacted_state(event: HistoryCompacted) -> SessionState:
             retired_entities=entities,
         )
     )
+
+
+class RetentionOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a sweep did to one session, or (a dry run, or `skipped`) would have done."""
+
+    key: MemoryKey
+    action: Action
+    reason: str
+    done: bool = False
+    """Carried out (False in a dry run, and when skipped)."""
+    events_removed: int = 0
+    """Events erased or dropped (in a dry run: that would be)."""
+    turns_dropped: int = 0
+    turns_kept: int = 0
+    skipped: str | None = None
+    """Why it was not carried out (written meanwhile, the log failed)."""
+
+
+class RetentionProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """A session the sweep would not touch, and why (poison, a history that does not fold)."""
+
+    key: MemoryKey
+    problem: str
+
+
+class RetentionReport(msgspec.Struct, kw_only=True):
+    """The outcome of one sweep."""
+
+    dry_run: bool
+    at: float
+    """The clock's time the policies were applied at."""
+    sessions: int = 0
+    """Sessions examined (those of tenants without a policy are not read)."""
+    outcomes: list[RetentionOutcome] = msgspec.field(default_factory=list)
+    problems: list[RetentionProblem] = msgspec.field(default_factory=list)
+    stopped: bool = False
+    """The sweep stopped early (the system closed)."""
+
+    def count(self, action: Action) -> int:
+        """Sessions `action` was carried out on (dry run: planned for)."""
+        return sum(1 for o in self.outcomes if o.action == action and (o.done or self.dry_run))
+
+    @property
+    def skipped(self) -> int:
+        """Planned actions not carried out (the session moved on, or the log failed)."""
+        return sum(1 for o in self.outcomes if o.skipped is not None)
+
+    def summary(self) -> str:
+        """One line for people."""
+        verb = "would" if self.dry_run else "did"
+        removed = sum(o.events_removed for o in self.outcomes if o.done or self.dry_run)
+        return (
+            f"{self.sessions} session(s) examined; {verb} erase {self.count('erase')}, "
+            f"compact {self.count('compact')}, finish {self.count('finish')} compaction(s); "
+            f"{removed} event(s) {'to remove' if self.dry_run else 'removed'}; "
+            f"{self.skipped} skipped, {len(self.problems)} unreadable"
+        )
