@@ -95,7 +95,7 @@ def wait_past_duplicate_window(url: str, subject: str, timeout: float = 30.0) ->
         try:
             headers = {"Nats-Msg-Id": f"probe-{uuid.uuid4().hex}"}
             await nc.request(subject, b"probe", timeout=5, headers=headers)
-            pause = threading.Event()  # never set: a short wait between probes, not a sleep to sync
+            pause = threading.Event()  # never set: it paces the probes; the window's end is the fact
             deadline = time.monotonic() + timeout
             while True:
                 reply = await nc.request(subject, b"probe", timeout=5, headers=headers)

@@ -50,7 +50,7 @@ def announcement(instance: str, *, leaving: bool = False, at: float | None = Non
 
 
 def wait_until(fact: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Poll `fact`, pausing on an event that never fires (a bounded wait, not a sleep to synchronise)."""
+    """Poll `fact` every 20 ms (a pause on an event never set) until it holds or `timeout` passes."""
     deadline, pause = time.monotonic() + timeout, threading.Event()
     while not fact():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
