@@ -60,6 +60,7 @@ from convmem.projections import (
     SummarySucceeded,
     TokenEstimator,
     decide,
+    decide_folded,
     default_token_estimator,
     evolve,
     summary_due,
@@ -510,6 +511,9 @@ class History:
     settled: set[int] = field(default_factory=set)
     """Indexes into `states` where a whole decision had been applied (rules that hold between
     decisions, such as the backlog bound, need not hold inside one)."""
+    folds: list[tuple[SessionState, SessionState]] = field(default_factory=list)
+    """For each decision: the state its events reached folded one by one, and the state the
+    decision reported it folds them into (`decide_folded`): the write protocol takes the latter."""
 
     @property
     def state(self) -> SessionState:
@@ -564,19 +568,20 @@ def run_commands(
 
     def run(command: Any) -> None:
         try:
-            apply(
-                decide(
-                    state,
-                    command,
-                    now=now,
-                    command_id=f"c{len(history.events)}",
-                    key=key,
-                    config=config,
-                    estimator=estimator,
-                )
+            decision = decide_folded(
+                state,
+                command,
+                now=now,
+                command_id=f"c{len(history.events)}",
+                key=key,
+                config=config,
+                estimator=estimator,
             )
         except (MemoryBudgetExceeded, InvalidInput):
             history.refused += 1
+            return
+        apply(decision.events)
+        history.folds.append((state, decision.state))
 
     run(StartSession(key=key, config=config))
     for command in commands:

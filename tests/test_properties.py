@@ -93,6 +93,15 @@ def test_replay_equals_the_incremental_fold(history: History) -> None:
         assert replay(history.events[:end]) == fold(history.events[:end])
 
 
+@given(histories())
+def test_a_decision_folds_its_events_into_the_state_evolve_reaches(history: History) -> None:
+    """decide_folded's state (what a write makes the session's on acknowledgement, without folding
+    again) is the state its events reach evolved one by one, for every decision of a history."""
+    assert history.folds
+    for by_event, decided in history.folds:
+        assert decided == by_event
+
+
 @given(histories(), st.data())
 def test_a_snapshot_plus_the_rest_equals_the_full_replay(history: History, data: st.DataObject) -> None:
     """decode_state(encode_state(prefix state)) + replay(rest) == replay(all), with equal hashes."""

@@ -15,7 +15,17 @@ from strategies import rolling, turn
 
 from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
 from convmem.events import AnyEvent, SessionStarted, TurnAdded
-from convmem.projections import AddTurn, Command, SessionState, StartSession, command_id_for, decide, replay
+from convmem.projections import (
+    AddTurn,
+    Command,
+    Decision,
+    SessionState,
+    StartSession,
+    command_id_for,
+    decide,
+    decide_folded,
+    replay,
+)
 from convmem.projections._write_protocol import (
     DOUBTS_KEPT,
     MAX_CONFLICT_RETRIES,
@@ -44,6 +54,11 @@ class Clock:
         self.now += 1.0
         return decide(state, command, now=self.now, command_id=command_id, key=KEY, config=CONFIG)
 
+    def decider(self, state: SessionState, command: Command, command_id: str) -> Decision:
+        """The write protocol's decider: the events with the state they fold `state` into."""
+        self.now += 1.0
+        return decide_folded(state, command, now=self.now, command_id=command_id, key=KEY, config=CONFIG)
+
 
 def opening() -> StartSession:
     return StartSession(key=KEY, config=CONFIG)
@@ -55,14 +70,14 @@ def start(
     command_id: str = "c1",
     *,
     doubts: Doubts = NO_DOUBTS,
-    decider: Callable[[SessionState, Command, str], list[AnyEvent]] | None = None,
+    decider: Callable[[SessionState, Command, str], Decision] | None = None,
 ) -> tuple[PendingWrite, Effect]:
     return begin(
         state,
         command,
         key=KEY,
         command_id=command_id,
-        decide=decider or Clock().decide,
+        decide=decider or Clock().decider,
         opening=opening,
         doubts=doubts,
     )
@@ -202,13 +217,13 @@ def test_an_acknowledgement_of_other_events_rechecks_and_answers_nothing_stored(
 # Confirm a refusal against the newest log --------------------------------------------------------
 
 
-def refuse_before(version: int) -> Callable[[SessionState, Command, str], list[AnyEvent]]:
+def refuse_before(version: int) -> Callable[[SessionState, Command, str], Decision]:
     clock = Clock()
 
-    def decider(state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
+    def decider(state: SessionState, command: Command, command_id: str) -> Decision:
         if isinstance(command, AddTurn) and state.version < version:
             raise InvalidInput("turn", f"refused below version {version}")
-        return clock.decide(state, command, command_id)
+        return clock.decider(state, command, command_id)
 
     return decider
 
@@ -417,7 +432,7 @@ class WriteMachine(RuleBasedStateMachine):
             add(int(key[1:])),
             key=KEY,
             command_id=command_id,
-            decide=self.clock.decide,
+            decide=self.clock.decider,
             opening=opening,
             doubts=self.doubts,
         )

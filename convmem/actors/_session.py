@@ -37,13 +37,14 @@ from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, Ses
 from convmem.events import AnyEvent, MemoryHealth, MemoryKey
 from convmem.projections import (
     Command,
+    Decision,
     SessionState,
     StartSession,
     SummaryFailed,
     SummaryRequest,
     SummarySucceeded,
     command_id_for,
-    decide,
+    decide_folded,
     next_due_at,
     snapshot_due,
     summary_due,
@@ -401,9 +402,9 @@ class SessionActor(PooledActor):
         else:
             reply.set_result(outcome)
 
-    def _decide(self, state: SessionState, command: Command, command_id: str) -> list[AnyEvent]:
+    def _decide(self, state: SessionState, command: Command, command_id: str) -> Decision:
         services = self._services
-        return decide(
+        return decide_folded(
             state,
             command,
             now=self._host.clock.now(),

@@ -49,7 +49,7 @@ from convmem.projections._context import (
     select_context,
     view_tokens,
 )
-from convmem.projections._decide import decide
+from convmem.projections._decide import Decision, decide, decide_folded
 from convmem.projections._describe import describe_event
 from convmem.projections._entities import EntityRecord, EntityTable, parse_entities
 from convmem.projections._evolve import SkippedEvent, evolve, replay, skipped_from_error
@@ -134,6 +134,7 @@ __all__ = [
     "Compact",
     "ContextSelection",
     "ContextStrategy",
+    "Decision",
     "EntityMemory",
     "EntityRecord",
     "EntityTable",
@@ -175,6 +176,7 @@ __all__ = [
     "create_memory",
     "cross_session_instructions",
     "decide",
+    "decide_folded",
     "decode_state",
     "default_token_estimator",
     "describe_event",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import assert_never
 
+import msgspec
+
 from convmem.errors import InvalidInput, MemoryBudgetExceeded
 from convmem.events import (
     AnyEvent,
@@ -43,7 +45,7 @@ from convmem.projections._commands import (
     SummarySucceeded,
 )
 from convmem.projections._context import over_budget
-from convmem.projections._evolve import evolve
+from convmem.projections._evolve import evolve, replay
 from convmem.projections._health import SURROGATE
 from convmem.projections._idempotency import already_applied
 from convmem.projections._state import SessionState
@@ -55,7 +57,15 @@ from convmem.projections._transitions import (
     trim_backlog,
 )
 
-__all__ = ["decide"]
+__all__ = ["Decision", "decide", "decide_folded"]
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What `decide_folded` returns: the events, and the state they fold the given state into."""
+
+    events: list[AnyEvent]
+    state: SessionState
+    """``replay(events, state=given)``: the state the log will hold once it stored `events`."""
 
 
 def decide(
@@ -75,39 +85,62 @@ def decide(
     for the ``error`` policy and `InvalidInput` for a command that cannot apply.
     A repeat of a keyed write that the session remembers (`command_id_for`) decides nothing.
     """
+    return _decided(state, command, now, command_id, key, config, estimator)[0]
+
+
+def decide_folded(
+    state: SessionState,
+    command: Command,
+    *,
+    now: float,
+    command_id: str,
+    key: MemoryKey | None = None,
+    config: ShortTermMemoryConfig | None = None,
+    estimator: TokenEstimator = default_token_estimator,
+) -> Decision:
+    """`decide`, with the state its events fold `state` into (what an acknowledgement makes the session's).
+
+    A decision folds most of its events already (a new turn's budget is checked on
+    the state after it): those are not folded twice, so a write evolves its state
+    once, on deciding, rather than again when the log acknowledged it.
+    """
+    events, folded, through = _decided(state, command, now, command_id, key, config, estimator)
+    if through < len(events):
+        folded = replay(events[through:], state=folded)
+    return Decision(events, folded)
+
+
+def _decided(
+    state: SessionState,
+    command: Command,
+    now: float,
+    command_id: str,
+    key: MemoryKey | None,
+    config: ShortTermMemoryConfig | None,
+    estimator: TokenEstimator,
+) -> tuple[list[AnyEvent], SessionState, int]:
+    """The events, and the given state folded through the first `through` of them (the rest are not)."""
     if not command_id:
         raise InvalidInput("command_id", "must not be empty")
     if already_applied(state.idempotency_keys, state.key, command_id):
-        return []  # a retry of a keyed write the session stored already, however long ago
+        return [], state, 0  # a retry of a keyed write the session stored already, however long ago
     ids = EventIds(command_id, state.version)
     events: list[AnyEvent] = []
     if not state.started and isinstance(command, SummarySucceeded | SummaryFailed):
-        return []  # a result for a session that no longer exists (erased) is stale
+        return [], state, 0  # a result for a session that no longer exists (erased) is stale
     if not state.started:
-        start = command if isinstance(command, StartSession) else None
-        start_key = start.key if start else key
-        start_config = start.config if start else config
-        if start_key is None or start_config is None:
-            raise InvalidInput("key", "a session that has not started needs a key and a config")
-        seq, event_id = ids.next("session.started")
-        opened = SessionStarted(
-            seq=seq,
-            event_id=event_id,
-            at=now,
-            key=start_key,
-            config=start_config,
-            injected_summary=start.injected_summary if start else None,
-            injected_from=start.injected_from if start else None,
-        )
+        opened = _opening(command, ids, now, key, config)
         events.append(opened)
         state = evolve(state, opened)
+    folded, through = state, len(events)
     match command:
         case StartSession():
             pass
         case AddTurn():
             seq, event_id = ids.next("turn.added")
             added = TurnAdded(seq=seq, event_id=event_id, at=now, index=state.next_index, turn=command.turn)
-            events.extend(_grow(state, added, ids, now, estimator))
+            folded = _grow(state, added, ids, now, estimator, events)
+            through += 1
         case AddItems():
             if not command.items:
                 raise InvalidInput("items", "must not be empty")
@@ -115,7 +148,8 @@ def decide(
             items = ItemsAdded(
                 seq=seq, event_id=event_id, at=now, items=command.items, first_index=state.next_index
             )
-            events.extend(_grow(state, items, ids, now, estimator))
+            folded = _grow(state, items, ids, now, estimator, events)
+            through += 1
         case PopItem():
             if state.turns:
                 last = state.turns[-1].turn
@@ -136,14 +170,36 @@ def decide(
         case Restore():
             events.extend(_restore(state, command, ids, now, estimator))
         case AdoptTurns():
-            events.extend(_adopt(state, command, ids, now, estimator))
+            folded = _adopt(state, command, ids, now, estimator, events)
+            through += 1
         case SummarySucceeded():
             events.extend(summary_succeeded(state, command, ids, now, estimator))
         case SummaryFailed():
             events.extend(summary_failed(state, command.request, command.reason, ids, now))
         case _:
             assert_never(command)
-    return events
+    return events, folded, through
+
+
+def _opening(
+    command: Command, ids: EventIds, now: float, key: MemoryKey | None, config: ShortTermMemoryConfig | None
+) -> SessionStarted:
+    """The event that starts a session: the command's own start, or `key` and `config`."""
+    start = command if isinstance(command, StartSession) else None
+    start_key = start.key if start else key
+    start_config = start.config if start else config
+    if start_key is None or start_config is None:
+        raise InvalidInput("key", "a session that has not started needs a key and a config")
+    seq, event_id = ids.next("session.started")
+    return SessionStarted(
+        seq=seq,
+        event_id=event_id,
+        at=now,
+        key=start_key,
+        config=start_config,
+        injected_summary=start.injected_summary if start else None,
+        injected_from=start.injected_from if start else None,
+    )
 
 
 # Turns ---------------------------------------------------------------------------
@@ -155,15 +211,19 @@ def _grow(
     ids: EventIds,
     now: float,
     estimator: TokenEstimator,
-) -> list[AnyEvent]:
-    """Store new content: refused under the ``error`` policy when over budget; trims a DEGRADED backlog."""
+    events: list[AnyEvent],
+) -> SessionState:
+    """Store new content: refused under the ``error`` policy when over budget; trims a DEGRADED backlog.
+
+    Appends the events to `events`; returns the state after `added` (the trim is not folded in).
+    """
     after = evolve(state, added)  # also validates item turns (a result needs its call first)
     _refuse_over_budget(after, estimator)
-    events: list[AnyEvent] = [added]
+    events.append(added)
     trimmed = trim_backlog(after, ids, now)
     if trimmed is not None:
         events.append(trimmed)
-    return events
+    return after
 
 
 def _refuse_over_budget(state: SessionState, estimator: TokenEstimator) -> None:
@@ -228,9 +288,17 @@ def _restore(
 
 
 def _adopt(
-    state: SessionState, command: AdoptTurns, ids: EventIds, now: float, estimator: TokenEstimator
-) -> list[AnyEvent]:
-    """Append moved turns; under the ``error`` policy refused, like a restore, when over budget."""
+    state: SessionState,
+    command: AdoptTurns,
+    ids: EventIds,
+    now: float,
+    estimator: TokenEstimator,
+    events: list[AnyEvent],
+) -> SessionState:
+    """Append moved turns; under the ``error`` policy refused, like a restore, when over budget.
+
+    Appends the events to `events`; returns the state after the adoption (a trim is not folded in).
+    """
     if command.source == state.key:
         raise InvalidInput("source", "a session cannot adopt its own turns")
     if command.source_seq < 1:
@@ -247,8 +315,8 @@ def _adopt(
     )
     after = evolve(state, adopted)
     _refuse_over_budget(after, estimator)
-    events: list[AnyEvent] = [adopted]
+    events.append(adopted)
     trimmed = trim_backlog(after, ids, now)
     if trimmed is not None:
         events.append(trimmed)
-    return events
+    return after

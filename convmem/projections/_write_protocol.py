@@ -25,7 +25,9 @@ The rules:
   on the state; its events are appended after the state's version. Nothing
   decided: done, nothing stored.
 - **Evolve on acknowledgement.** The state changes only by folding
-  acknowledged events, so it always equals a replay of the log.
+  acknowledged events, so it always equals a replay of the log. The fold is
+  the decision's own (`decide_folded` folds its events as it checks them),
+  taken once the log acknowledged them: a write evolves its state once.
 - **Reread on conflict, up to `MAX_CONFLICT_RETRIES` attempts.** Another
   writer came first: read the log and decide again. When the log did not
   move past the state this write decided on, the log may hold some of our
@@ -64,7 +66,7 @@ import msgspec
 from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
 from convmem.events import AnyEvent, MemoryKey
 from convmem.projections._commands import AddItems, AddTurn, AdoptTurns, Command, StartSession
-from convmem.projections._evolve import replay
+from convmem.projections._decide import Decision
 from convmem.projections._state import SessionState
 
 __all__ = [
@@ -96,8 +98,9 @@ DOUBTS_KEPT = 1024
 _GROWS = (AddTurn, AddItems, AdoptTurns)
 """Commands that store turns."""
 
-Decider = Callable[[SessionState, Command, str], list[AnyEvent]]
-"""`decide(state, command, command_id)` with the carrier's clock and services: the events, or a refusal."""
+Decider = Callable[[SessionState, Command, str], Decision]
+"""`decide_folded(state, command, command_id)` with the carrier's clock and services: the events and
+the state they fold `state` into, or a refusal."""
 
 
 class Reason(enum.Enum):
@@ -202,6 +205,8 @@ class PendingWrite(msgspec.Struct, frozen=True):
     """The state the append under way is after."""
     events: list[AnyEvent] = msgspec.field(default_factory=list)
     """The events of the append under way."""
+    after: SessionState = msgspec.field(default_factory=SessionState)
+    """`base` with `events` folded in (the decision's): the state once the append is stored."""
     opens: bool = False
     """The append under way is the session's opening."""
     attempts: int = 0
@@ -246,7 +251,7 @@ def acknowledged(pending: PendingWrite, last_seq: int) -> Step:
     if attempt in pending.doubts.ids:
         pending = msgspec.structs.replace(pending, doubts=pending.doubts.settle(attempt))
         return _read(pending, Reason.VERIFY, None)
-    new = replay(events, state=pending.base)
+    new = pending.after  # folded once, by the decision
     published = Published(pending.base, new, events)
     pending = msgspec.structs.replace(pending, state=new)
     if pending.opens:  # the session is open: now the command
@@ -292,7 +297,7 @@ def reread(
     if log_state is None:
         raise InternalError(f"a read for {reason} must report the log's state")
     if reason is Reason.VERIFY:
-        mine = replay(pending.events, state=pending.base)
+        mine = pending.after
         published = None
         if log_state == mine:
             published = Published(pending.base, mine, pending.events)
@@ -321,7 +326,8 @@ def _decide(pending: PendingWrite, published: Published | None) -> Step:
             # keeps its refusals before anything is stored.
             pending.decide(state, command, command_id)
             command, command_id = pending.opening(), command_id + ".start"
-        events = pending.decide(state, command, command_id)
+        decision = pending.decide(state, command, command_id)
+        events = decision.events
     except ConvmemError as refusal:
         pending = msgspec.structs.replace(pending, opens=opens)
         if pending.confirmed:
@@ -332,7 +338,9 @@ def _decide(pending: PendingWrite, published: Published | None) -> Step:
         return _read(pending, Reason.CONFIRM, published, unless_at=unless)
     if not events:
         return _done(pending, [], published)
-    pending = msgspec.structs.replace(pending, base=state, events=events, opens=opens, reading=None)
+    pending = msgspec.structs.replace(
+        pending, base=state, events=events, after=decision.state, opens=opens, reading=None
+    )
     return pending, Append(events, state.version, state, published)
 
 
