@@ -387,8 +387,8 @@ class SessionActor(PooledActor):
             self.actor_ref.tell(
                 Wake(done.grew)
             )  # a full summarizer queue stores a failure: a write of its own
-        else:
-            self._schedule()
+        else:  # none is due at `now` (with or without a turn added): only the timer and flushes
+            self._schedule(now=now, not_due=True)
         if held:
             self.let_go()
         reply = write.reply
@@ -433,15 +433,19 @@ class SessionActor(PooledActor):
 
     # Summaries -----------------------------------------------------------------------
 
-    def _schedule(self, *, turn_added: bool = False) -> None:
-        """Ask for a summary when one is due; otherwise set a timer for when it will be."""
+    def _schedule(self, *, turn_added: bool = False, now: float | None = None, not_due: bool = False) -> None:
+        """Ask for a summary when one is due; otherwise set a timer for when it will be.
+
+        `not_due`: the caller found none due at `now` already (a write's end), so it is not asked again.
+        """
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._in_flight is None:
             clock = self._host.clock
-            now = clock.now()
-            request = summary_due(self.state, now, turn_added=turn_added)
+            if now is None:
+                now = clock.now()
+            request = None if not_due else summary_due(self.state, now, turn_added=turn_added)
             if request is not None:
                 self._submit(request)
             else:
