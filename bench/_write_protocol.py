@@ -9,13 +9,16 @@ its own tree's convmem and measures, on its own stream:
 
 - ``memory``: `TURNS_MEMORY` ``add_turn``s from one thread over 8 sessions on
   the in-memory log: process CPU per turn (the write path's own cost, no network);
+  ``memory_best``: the best of 5 more runs of 1,000;
+- ``steps``: the write protocol's pure steps of one ``add_turn`` (`begin`, its
+  decision, `acknowledged`) on a session of 40 turns, best of 5 runs of 3,000;
 - ``threads``: `TURNS_NATS` durable ``add_turn``s from one thread: mean latency
   and process CPU per turn;
 - ``asyncio``: `TASKS` asyncio tasks on `connect_here`'s loop, `TURNS_NATS`
   turns in all over `TASKS` sessions: turns/s and process CPU per turn.
 
 Opening each session is not measured. The figures are the medians over the
-rounds; CPU time is the steadier one on a shared machine.
+rounds (4, or ``CONVMEM_BENCH_ROUNDS``); CPU time is the steadier one on a shared machine.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from typing import Any
 
 from bench._common import nats_server, write_json
 
-ROUNDS = 4
+ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
+"""Rounds (each runs both trees, in alternating order); `CONVMEM_BENCH_ROUNDS` sets more."""
 TURNS_MEMORY = 3000
 TURNS_NATS = 600
 TASKS = 16
@@ -44,6 +48,9 @@ from convmem.adapters import connect, connect_here
 from convmem.events import MemoryKey, ShortTermMemoryConfig
 
 url, tag, turns_memory, turns_nats, tasks = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+import convmem
+if not convmem.__file__.startswith(sys.argv[6]):  # measure the tree asked for, not another checkout
+    raise SystemExit(f"imported {convmem.__file__}, not the tree {sys.argv[6]}")
 config = ShortTermMemoryConfig(strategy="truncation")
 turns = [sample_turn(n) for n in range(64)]
 out = {}
@@ -63,7 +70,33 @@ def memory():
     for n in range(turns_memory):
         handles[n % 8].add_turn(turns[n % 64])
 out["memory_cpu_us"], out["memory_wall_us"] = cpu_per_turn(memory, turns_memory)
+def memory_1000():
+    for n in range(1000):
+        handles[n % 8].add_turn(turns[n % 64])
+out["memory_best_cpu_us"] = min(cpu_per_turn(memory_1000, 1000)[0] for _ in range(5))
 system.close()
+
+from convmem import projections as P
+from convmem.projections import _write_protocol as W
+key = MemoryKey("bench", "u", "steps")
+decision = getattr(P, "decide_folded", P.decide)  # the write protocol's decider in each tree
+def decider(state, command, command_id):
+    return decision(state, command, now=1.0, command_id=command_id, key=key, config=config)
+def opening():
+    return P.StartSession(key=key, config=config)
+log = P.decide(P.SessionState(), opening(), now=1.0, command_id="open", key=key, config=config)
+for n in range(40):
+    state = P.replay(log)
+    log += P.decide(state, P.AddTurn(turn=turns[n]), now=1.0, command_id=f"t{n}", key=key, config=config)
+session = P.replay(log)
+def steps():
+    for n in range(3000):
+        command = P.AddTurn(turn=turns[n % 64])
+        pending, effect = W.begin(
+            session, command, key=key, command_id=f"s{n}", decide=decider, opening=opening
+        )
+        W.acknowledged(pending, effect.events[-1].seq)
+out["steps_best_cpu_us"] = min(cpu_per_turn(steps, 3000)[0] for _ in range(5))
 
 names = dict(stream=f"W{tag}", prefix=f"w{tag}.ev", bucket=f"WS{tag}", config=config)
 system = connect(url, **names)
@@ -96,9 +129,10 @@ print(json.dumps(out))
 
 def _child(tree: Path, url: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    args = [str(a) for a in (url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS)]
-    done = subprocess.run(
+    args = [str(a) for a in (url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS, tree.resolve())]
+    done = subprocess.run(  # run in the tree: ``-c`` puts the working directory first on sys.path
         [sys.executable, "-c", _CHILD, *args],
+        cwd=tree,
         env=env,
         capture_output=True,
         text=True,
