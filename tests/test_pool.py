@@ -1,5 +1,5 @@
-"""The summarizer pool on its own: worker actors with long-lived call threads, placement, timeouts,
-failures, close, a bounded queue."""
+"""The summarizer pool on its own: worker actors that make their calls on their own threads, placement,
+timeouts, failures, close, a bounded queue."""
 
 from __future__ import annotations
 

@@ -64,7 +64,8 @@ def never() -> Iterator[NeverReturns]:
 
 
 def test_a_summarizer_that_never_returns_leaves_the_thread_count_flat(never: NeverReturns) -> None:
-    """Past `workers + max_abandoned` call threads the pool answers at once naming the cap: no new thread."""
+    """Past `workers + max_abandoned` threads making calls the pool answers at once naming the cap: no
+    new thread."""
     before = summarizer_threads()
     pool = SummarizerPool(never, workers=2, max_abandoned=2, call_timeout=SHORT)
     try:
@@ -80,7 +81,7 @@ def test_a_summarizer_that_never_returns_leaves_the_thread_count_flat(never: Nev
         assert len(refused) == 36
         assert "still running past their" in refused[0]
         grown = summarizer_threads() - before
-        assert len(grown) == 2 + 4  # the two worker actors' threads and the four call threads
+        assert len(grown) == 4 + 1  # four worker threads, each in a hanging call, and the watchdog
         for n in range(40, 80):
             pool.submit(request(n), replies)
         replies.wait(80)

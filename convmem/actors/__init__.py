@@ -15,7 +15,7 @@
   log's writer does, by `SessionSequence`, a pure rule of `convmem.projections`),
   `ServiceRegistry` and `SessionServices`
   (`_services`), `Callbacks` (`_callbacks`), the `SummarizerPool` (`_pool`,
-  its call threads and coroutine summarizers' loops in `_calls`), clocks
+  a call's outcome and coroutine summarizers' loops in `_calls`), clocks
   (`_clock`), `Metrics` and the `MetricsSink` port (`_metrics`).
 - The ports adapters implement (`_ports`: `EventLog`, `LoopEventLog`,
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an

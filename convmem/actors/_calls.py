@@ -1,39 +1,36 @@
-"""One summarizer call: the call thread that makes it, and the event loop a coroutine summarizer runs on.
+"""One summarizer call: its outcome, and the event loop a coroutine summarizer runs on.
 
-A `_Caller` is a worker's call thread (`SummarizerPool`): it runs the
-requests its worker hands it, one at a time, and turns whatever the
-summarizer returns or raises into a `SummaryOutcome`.
+A worker of the `SummarizerPool` makes each call on its own thread and turns
+whatever the summarizer returns or raises into a `SummaryOutcome`.
 
 A summarizer that returns an awaitable (an ``async def``) is run on an event
-loop where it works, not under ``asyncio.run`` on the call thread: a
+loop where it works, not under ``asyncio.run`` on the worker's thread: a
 coroutine that awaits an object of the planner's loop (an event, a shared
 HTTP client) can only finish there. `SummaryLoops` picks the loop: the one
 the system was made on (or that an integration names) while it runs, else a
 loop of the pool's own on a thread of its own, kept for every call, so a
 client the summarizer binds to its loop on the first call still works on the
-next. The call thread waits for the coroutine; a call past its limit is
-cancelled on its loop (`_Caller.cancel`), which frees the call thread at once.
+next. The worker waits for the coroutine; a call past its limit is
+cancelled on its loop (by the pool's watchdog), which frees the worker at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import inspect
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import msgspec
 
-from convmem.actors._ports import Summarizer
 from convmem.errors import SessionClosed, SummarizerError
 from convmem.projections import SummaryRequest
 
-__all__ = ["Caller", "SummaryLoops", "SummaryOutcome", "failure"]
+__all__ = ["SummaryLoops", "SummaryOutcome", "extract", "failure"]
 
 _log = logging.getLogger("convmem.summarizer")
 
@@ -49,7 +46,7 @@ class SummaryOutcome(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def _extract(result: object) -> str:
+def extract(result: object) -> str:
     """The summary text from a summarizer's return value (mapping or string)."""
     if isinstance(result, Mapping):
         if "summary" not in result:
@@ -144,83 +141,3 @@ async def _cancel_all() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class Caller:
-    """A worker's call thread: runs the requests its worker hands it, one at a time, until retired.
-
-    Its conditions share the pool's lock; `hand`, `cancel` and `retire` are
-    called with it held. `on_return` is called (lock held) when a call that was
-    abandoned (retired while calling) returns at last.
-    """
-
-    def __init__(
-        self, lock: threading.Lock, name: str, loops: SummaryLoops, on_return: Callable[[], None]
-    ) -> None:
-        self._lock = lock
-        self._handed = threading.Condition(lock)  # a request was handed, or retired
-        self.answered = threading.Condition(lock)  # the outcome is in, or retired
-        self._loops = loops
-        self._on_return = on_return
-        self._request: SummaryRequest | None = None
-        self._summarizer: Summarizer | None = None
-        self._awaiting: concurrent.futures.Future[Any] | None = None
-        self.outcome: SummaryOutcome | None = None
-        self.calling = False
-        self.retired = False
-        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
-
-    def hand(self, request: SummaryRequest, summarizer: Summarizer) -> None:
-        self._request = request
-        self._summarizer = summarizer
-        self.outcome = None
-        self._handed.notify()
-
-    def cancel(self) -> bool:
-        """Cancel the coroutine the call awaits, if it awaits one (its thread is then free at once)."""
-        awaiting = self._awaiting
-        return awaiting is not None and awaiting.cancel()
-
-    def retire(self) -> None:
-        """Serve no more requests; a call running now ends with its summarizer, and its answer is dropped."""
-        self.retired = True
-        self._handed.notify()
-        self.answered.notify()
-
-    def _serve(self) -> None:
-        while True:
-            with self._handed:
-                self._handed.wait_for(lambda: self._request is not None or self.retired)
-                request, summarizer = self._request, self._summarizer
-                if self.retired or request is None or summarizer is None:
-                    return
-                self._request = self._summarizer = None
-                self.calling = True
-            outcome = self._outcome(summarizer, request)
-            with self.answered:
-                self.calling = False
-                self._awaiting = None
-                if self.retired:
-                    self._on_return()  # an abandoned call came back: its thread ends here
-                    return
-                self.outcome = outcome
-                self.answered.notify()
-
-    def _outcome(self, summarizer: Summarizer, request: SummaryRequest) -> SummaryOutcome:
-        """Run the summarizer in an empty context (as on a new thread); every failure becomes an error."""
-        try:
-            summary = contextvars.Context().run(self._summarize, summarizer, request)
-        except BaseException as exc:  # a summarizer must never take a call thread down
-            return failure(request, exc)
-        return SummaryOutcome(request=request, summary=summary)
-
-    def _summarize(self, summarizer: Summarizer, request: SummaryRequest) -> str:
-        result = summarizer(request.payload())
-        if inspect.isawaitable(result):
-            awaiting = self._loops.run(result)
-            with self._lock:
-                self._awaiting = awaiting
-                if self.retired:
-                    awaiting.cancel()
-            result = awaiting.result()
-        return _extract(result)

@@ -1,32 +1,35 @@
-"""The summarizer pool: N pykka worker actors, each with one long-lived call thread.
+"""The summarizer pool: N pykka worker actors, each making its calls on its own thread.
 
 A session submits a `SummaryRequest` with a reply callback (and its own
 summarizer, when it has one: see `SessionServices`) and goes on; it never
-waits for a summarizer. `submit` hands the job to the worker actor that
-holds the fewest jobs, so no job queues behind a busy or hanging worker while
-another is idle. The queue is bounded: `queue_limit` counts every job
+waits for a summarizer. `submit` hands the job to the serving worker actor
+that holds the fewest jobs, so no job queues behind a busy or hanging worker
+while another is idle. The queue is bounded: `queue_limit` counts every job
 submitted and not yet answered, queued or running.
 
-A worker hands each job to its call thread and waits for the answer at most
-`call_timeout`, or until the pool closes. The call thread stays for the next
-job: no thread is made per call (under load a session asks for about one
-summary per turn, and a thread start costs more than a summarizer that
-answers at once). The worker waits on its own thread rather than calling the
-summarizer there, so it can time a call out: a call that outlives
-`call_timeout` is answered with a timeout error and its thread abandoned to
-the hanging summarizer, and the worker starts a fresh call thread for its
-next job. A hanging call costs one abandoned thread until it returns, never a
-worker. Call threads, serving or abandoned, number at most `workers +
-max_abandoned`: a worker that would start one past that starts none and
-answers its job at once with an error saying so (the session's health goes
-RETRY, then DEGRADED, with that reason), until an abandoned call returns. A
+A worker calls the summarizer on its own thread and answers the job there:
+a summary costs two thread wake-ups (the worker takes the job, the session
+takes the answer), where a worker that handed each call to a call thread of
+its own and waited for it cost four (under load a session asks for about one
+summary per turn). No thread is made per call. One watchdog thread per pool
+times calls out: it sleeps until the oldest running call's limit (a later
+call's limit is never earlier, so a call that starts wakes nobody). A call
+that outlives `call_timeout` is answered with a timeout error, and its worker
+is abandoned to the hanging summarizer: it serves no more, hands the jobs
+still in its inbox to a fresh worker actor that takes its place, and stops
+once the call returns. A hanging call costs one abandoned thread until it
+returns, never a worker. Worker threads, serving or abandoned, number at most
+`workers + max_abandoned`: where a fresh worker would pass that, none starts,
+and a job with no serving worker left is answered at once with an error
+saying so (the session's health goes RETRY, then DEGRADED, with that reason),
+until an abandoned call returns and its worker's place is taken again. A
 summarizer that never returns thus costs at most that many threads, whatever
 the time.
 
 A coroutine summarizer is awaited on an event loop (`SummaryLoops`: the
 system's caller's loop while it runs, else the pool's own); past
-`call_timeout` its task is cancelled there, which frees the call thread, so
-it abandons no thread at all unless its synchronous part hangs.
+`call_timeout` its task is cancelled there, which frees the worker, so it
+abandons no thread at all unless its synchronous part hangs.
 
 Whatever the summarizer returns or raises (a `BaseException` included)
 becomes a `SummaryOutcome`, and so does a reply callback's failure (logged);
@@ -38,6 +41,9 @@ waits for no hanging call, and stops the workers.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import inspect
 import itertools
 import logging
 import threading
@@ -47,7 +53,7 @@ from typing import Any
 
 import pykka
 
-from convmem.actors._calls import Caller, SummaryLoops, SummaryOutcome, failure
+from convmem.actors._calls import SummaryLoops, SummaryOutcome, extract, failure
 from convmem.actors._ports import Summarizer
 from convmem.errors import InternalError, InvalidConfig, InvalidInput
 from convmem.projections import SummaryRequest
@@ -61,25 +67,24 @@ Reply = Callable[[SummaryOutcome], object]
 
 
 class _Slot:
-    """The pool's side of one worker: its actor, its call thread, the jobs it holds.
+    """The pool's side of one worker's place: the worker serving it now, the jobs it holds.
 
-    `jobs`, `caller` and `thread` change only under the pool's lock.
+    Every field changes only under the pool's lock.
     """
-
-    ref: pykka.ActorRef[_Worker]
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.jobs: dict[_Job, None] = {}
-        """Jobs told to the worker and not answered yet, oldest first."""
-        self.caller: Caller | None = None
-        self.calls = itertools.count()
-        self.thread: threading.Thread | None = None
-        """The worker actor's thread, once it started."""
+        """Jobs told to the slot's workers and not answered yet, oldest first."""
+        self.worker: _Worker | None = None
+        """The worker serving the slot: None while every thread the pool may have is taken."""
+        self.ref: pykka.ActorRef[_Worker] | None = None
+        """The serving worker's ref (kept once it stopped from outside: a job told to it is refused)."""
+        self.generation = itertools.count(1)
 
 
 class _Job:
-    """A submitted request, answered once: by its worker or by `close()`."""
+    """A submitted request, answered once: by its worker, the watchdog or `close()`."""
 
     __slots__ = ("reply", "request", "settled", "slot", "started", "summarizer")
 
@@ -90,7 +95,7 @@ class _Job:
         self.summarizer = summarizer
         """Who answers it: the session's own summarizer, or the pool's."""
         self.started = False
-        """Whether its worker handed it to a call thread."""
+        """Whether its worker started its call."""
         self.settled = False
 
 
@@ -102,24 +107,40 @@ def _deliver(job: _Job, outcome: SummaryOutcome) -> None:
 
 
 class _Worker(pykka.ThreadingActor):
-    """A summarizer worker: runs its jobs in turn on its call thread and answers each."""
+    """A summarizer worker: makes its jobs' calls in turn on its own thread and answers each.
+
+    The call it is making (`job`, `deadline`, the coroutine it `awaiting`) is
+    read and written under the pool's lock; `abandoned` once the watchdog or
+    `close()` gave up on that call (the worker then stops when it returns).
+    """
 
     use_daemon_thread = True
 
-    def __init__(self, pool: SummarizerPool, slot: _Slot) -> None:
+    def __init__(self, pool: SummarizerPool, slot: _Slot, name: str) -> None:
         super().__init__()
         self._pool = pool
-        self._slot = slot
+        self.slot = slot
+        self.name = name
+        self.thread: threading.Thread | None = None
+        self.job: _Job | None = None
+        self.deadline = 0.0
+        self.cancelled = False
+        """The coroutine of the call was cancelled at its limit (the call then gets that error)."""
+        self.awaiting: concurrent.futures.Future[Any] | None = None
+        self.abandoned = False
+        slot.worker = self  # made by `SummarizerPool._staff`, under the pool's lock
 
     def on_start(self) -> None:
-        self._pool._started(self._slot)
+        thread = threading.current_thread()
+        thread.name = self.name
+        self.thread = thread
 
     def on_receive(self, message: Any) -> Any:
         if not isinstance(message, _Job):
             raise InternalError(f"summarizer worker got an unknown message {type(message).__name__}")
         try:
-            outcome = self._pool._run(message)
-        except BaseException as exc:  # no call thread to be had, say: the job gets the error, the actor lives
+            outcome = self._pool._run(self, message)
+        except BaseException as exc:  # the job gets the error, the actor lives
             _log.exception("running a summary for %s failed", message.request.key)
             outcome = self._pool._give_up(message, exc)
         if outcome is not None:
@@ -127,10 +148,29 @@ class _Worker(pykka.ThreadingActor):
         return None
 
     def on_stop(self) -> None:
-        self._pool._stopped(self._slot)
+        self._pool._stopped(self)
 
     def on_failure(self, *exc_info: Any) -> None:
-        self._pool._stopped(self._slot)
+        self._pool._stopped(self)
+
+    def call(self, summarizer: Summarizer, request: SummaryRequest) -> SummaryOutcome:
+        """Run the summarizer in an empty context (as on a new thread); every failure becomes an error."""
+        try:
+            summary = contextvars.Context().run(self._summarize, summarizer, request)
+        except BaseException as exc:  # a summarizer must never take a worker down
+            return failure(request, exc)
+        return SummaryOutcome(request=request, summary=summary)
+
+    def _summarize(self, summarizer: Summarizer, request: SummaryRequest) -> str:
+        result = summarizer(request.payload())
+        if inspect.isawaitable(result):
+            awaiting = self._pool._loops.run(result)
+            with self._pool._lock:
+                self.awaiting = awaiting
+                if self.abandoned:
+                    awaiting.cancel()
+            result = awaiting.result()
+        return extract(result)
 
 
 class SummarizerPool:
@@ -164,6 +204,7 @@ class SummarizerPool:
         self._queue_limit = queue_limit
         self._call_timeout = call_timeout
         self._lock = threading.Lock()
+        self._watch = threading.Condition(self._lock)
         self._queued = 0
         self._abandoned = 0
         self._hanging = 0
@@ -173,11 +214,16 @@ class SummarizerPool:
         self._slots = [_Slot(f"convmem-summarizer-{n}") for n in range(workers)]
         for n, slot in enumerate(self._slots):
             try:
-                slot.ref = _Worker.start(self, slot)
+                self._staff(slot, slot.name)
             except BaseException:
                 for started in self._slots[:n]:
-                    started.ref.stop(block=False)
+                    if started.ref is not None:
+                        started.ref.stop(block=False)
                 raise
+        self._watchdog = threading.Thread(
+            target=self._watch_calls, name="convmem-summarizer-watchdog", daemon=True
+        )
+        self._watchdog.start()
 
     @property
     def queued(self) -> int:
@@ -193,7 +239,7 @@ class SummarizerPool:
 
     @property
     def hanging(self) -> int:
-        """Abandoned calls still running now: each holds a thread (serving and abandoned call threads
+        """Abandoned calls still running now: each holds a thread (serving and abandoned worker threads
         together are at most `workers + max_abandoned`)."""
         with self._lock:
             return self._hanging
@@ -209,32 +255,45 @@ class SummarizerPool:
         with self._lock:
             if self._closing or self._queued >= self._queue_limit:
                 return False
-            slot = min(self._slots, key=lambda slot: len(slot.jobs))
-            job = _Job(request, reply, slot, chosen)
-            try:
-                slot.ref.tell(job)
-            except pykka.ActorDeadError:  # stopped from outside (pykka's stop_all)
-                return False
-            slot.jobs[job] = None
-            self._queued += 1
+            serving = [slot for slot in self._slots if slot.worker is not None]
+            if not serving:  # every worker's call hangs and no fresh one may start: answered at once
+                full = self._full_error()
+            else:
+                slot = min(serving, key=lambda slot: len(slot.jobs))
+                job = _Job(request, reply, slot, chosen)
+                try:
+                    slot.ref.tell(job)  # type: ignore[union-attr]  # a serving slot has a ref
+                except pykka.ActorDeadError:  # stopped from outside (pykka's stop_all)
+                    return False
+                slot.jobs[job] = None
+                self._queued += 1
+                return True
+        try:
+            reply(SummaryOutcome(request=request, error=full))
+        except BaseException:
+            _log.exception("delivering a summary to %s failed", request.key)
         return True
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, answer every queued and running one, stop the workers."""
         queued: list[_Job] = []
         running: list[_Job] = []
-        idle: list[threading.Thread] = []
         with self._lock:
             self._closing = True
+            self._watch.notify_all()
             for slot in self._slots:
                 for job in list(slot.jobs):
                     (running if job.started else queued).append(job)
                     self._settle(job)
-                if slot.caller is not None and not slot.caller.calling:
-                    idle.append(slot.caller.thread)
-                self._drop_caller(slot)
+                worker = slot.worker
+                if worker is not None and worker.job is not None:
+                    self._abandon(worker)
             self._abandoned += len(running)
-        stopping = [(slot.thread, slot.ref.stop(block=False)) for slot in self._slots]
+            stopping = [
+                (slot.worker.thread, slot.ref.stop(block=False))
+                for slot in self._slots
+                if slot.worker is not None and slot.ref is not None and not slot.worker.abandoned
+            ]
         for job in queued:
             _deliver(job, SummaryOutcome(request=job.request, error="summarizer pool closed"))
         for job in running:
@@ -248,80 +307,144 @@ class SummarizerPool:
                 stopped.get(timeout=max(0.0, deadline - time.monotonic()))
             except pykka.Timeout:
                 _log.warning("summarizer worker %s did not stop within %ss", thread and thread.name, timeout)
-        for thread in idle:
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                _log.warning("summarizer thread %s did not stop within %ss", thread.name, timeout)
+        if self._watchdog is not me:
+            self._watchdog.join(max(0.0, deadline - time.monotonic()))
         self._loops.close()
 
     # The workers' side (each called on a worker's thread) ------------------------------
 
-    def _started(self, slot: _Slot) -> None:
-        thread = threading.current_thread()
-        thread.name = slot.name
-        with self._lock:
-            slot.thread = thread
-
-    def _run(self, job: _Job) -> SummaryOutcome | None:
-        """Run `job` on its worker's call thread; its outcome, or None if `close()` answered it."""
-        slot = job.slot
+    def _run(self, worker: _Worker, job: _Job) -> SummaryOutcome | None:
+        """Make `job`'s call on this worker's thread; its outcome, or None if it was answered already
+        (by `close()`, or by the watchdog that gave up on the call)."""
         with self._lock:
             if job.settled:
                 return None  # answered by close() while it waited in the inbox
-            caller = slot.caller
-            if caller is None:
-                callers = sum(1 for other in self._slots if other.caller is not None)
-                if self._hanging + callers >= len(self._slots) + self._max_abandoned:
-                    self._settle(job)
-                    return SummaryOutcome(request=job.request, error=self._full_error())
-                name = f"{slot.name}-call-{next(slot.calls)}"
-                caller = Caller(self._lock, name, self._loops, self._returned)
-                caller.thread.start()
-                slot.caller = caller
             job.started = True
-            caller.hand(job.request, job.summarizer)
-            answered = lambda: caller.outcome is not None or caller.retired  # noqa: E731
-            caller.answered.wait_for(answered, self._call_timeout)
-            limit = f"{self._call_timeout:g}s limit"
-            if caller.outcome is None and not job.settled and caller.cancel():
-                # A coroutine: cancelled on its loop, its call thread answers at once (and stays).
-                caller.answered.wait_for(answered, self._call_timeout)
-                if caller.outcome is not None:
-                    caller.outcome = SummaryOutcome(
-                        request=job.request,
-                        error=f"summarizer coroutine did not finish within the {limit}; it was cancelled",
-                    )
+            worker.job, worker.deadline = job, time.monotonic() + self._call_timeout
+            worker.cancelled, worker.awaiting = False, None
+        outcome = worker.call(job.summarizer, job.request)
+        with self._lock:
+            worker.job = worker.awaiting = None
+            if worker.abandoned:  # given up on: its answer is dropped, and its thread ends here
+                self._hanging -= 1
+                self._restaff()
+                return None
             if job.settled:
-                return None  # close() answered it and abandoned the call
-            outcome = caller.outcome
-            if outcome is None:
-                caller.retire()  # its thread stays with the hanging call; the next job gets a fresh one
-                slot.caller = None
-                self._abandoned += 1
-                self._hanging += 1
-                outcome = SummaryOutcome(request=job.request, error=f"summarizer timed out after {limit}")
+                return None
+            if worker.cancelled:
+                limit = f"{self._call_timeout:g}s limit"
+                outcome = SummaryOutcome(
+                    request=job.request,
+                    error=f"summarizer coroutine did not finish within the {limit}; it was cancelled",
+                )
             self._settle(job)
         return outcome
 
-    def _drop_caller(self, slot: _Slot) -> None:
-        """Retire the slot's call thread (lock held); a call it is making is cancelled if it can be."""
-        caller, slot.caller = slot.caller, None
-        if caller is None:
-            return
-        if caller.calling:
-            caller.cancel()
-            self._hanging += 1  # until it returns (`_returned`)
-        caller.retire()
+    def _watch_calls(self) -> None:
+        """The watchdog: at each running call's limit, cancel its coroutine, else give up on it.
 
-    def _returned(self) -> None:
-        """An abandoned call returned at last (on its thread, lock held): its thread ends."""
-        self._hanging -= 1
+        It sleeps until the earliest limit of the calls running now; a call
+        that starts later has a later limit, so starting one wakes nobody.
+        """
+        answers: list[tuple[_Job, SummaryOutcome]] = []
+        with self._lock:
+            while not self._closing:
+                now = time.monotonic()
+                wake = now + self._call_timeout
+                for slot in self._slots:
+                    worker = slot.worker
+                    if worker is not None and worker.job is not None and worker.deadline <= now:
+                        answers += self._time_out(worker, now)
+                        worker = slot.worker  # a fresh one, when the call was abandoned
+                    if worker is not None and worker.job is not None:
+                        wake = min(wake, worker.deadline)
+                if answers:
+                    self._lock.release()
+                    try:
+                        for job, outcome in answers:
+                            _deliver(job, outcome)
+                    finally:
+                        self._lock.acquire()
+                    answers = []
+                    continue
+                self._watch.wait(max(0.0, wake - time.monotonic()))
+
+    def _time_out(self, worker: _Worker, now: float) -> list[tuple[_Job, SummaryOutcome]]:
+        """A call reached its limit (lock held): cancel its coroutine once; else abandon it. The jobs
+        to answer off the lock: the call's, with the timeout, and any the cap leaves no thread for."""
+        awaiting = worker.awaiting
+        if not worker.cancelled and awaiting is not None and awaiting.cancel():
+            # A coroutine: cancelled on its loop, the worker answers at once (and serves on).
+            worker.cancelled = True
+            worker.deadline = now + self._call_timeout
+            return []
+        job = worker.job
+        answers = [
+            (refused, SummaryOutcome(request=refused.request, error=self._full_error()))
+            for refused in self._abandon(worker)
+        ]
+        self._abandoned += 1
+        if job is not None and not job.settled:
+            self._settle(job)
+            limit = f"{self._call_timeout:g}s limit"
+            answers.insert(
+                0, (job, SummaryOutcome(request=job.request, error=f"summarizer timed out after {limit}"))
+            )
+        return answers
+
+    def _abandon(self, worker: _Worker) -> list[_Job]:
+        """Give up on `worker`'s call (lock held): it serves no more, and stops once the call returns;
+        the jobs still in its inbox go to a fresh worker in its place, if one may start, else they are
+        returned, settled, to be answered with the cap's error (`_full_error`) off the lock."""
+        slot = worker.slot
+        worker.abandoned = True
+        self._hanging += 1
+        if worker.awaiting is not None:
+            worker.awaiting.cancel()
+        moved: list[Any] = []
+        inbox = worker.actor_inbox  # only its worker takes from it, and not while in a call, as now
+        while not inbox.empty():
+            moved.append(inbox.get())
+        if slot.ref is not None:
+            slot.ref.stop(block=False)  # runs once the call returns
+        slot.worker = None
+        if not self._closing:
+            self._staff(slot, f"{slot.name}-{next(slot.generation)}")
+        refused: list[_Job] = []
+        for envelope in moved:
+            job = envelope.message
+            if not isinstance(job, _Job):  # a stop from outside, say: it stays the old worker's
+                worker.actor_inbox.put(envelope)
+                continue
+            if job.settled:
+                continue
+            if slot.worker is not None and slot.ref is not None:
+                slot.ref.tell(job)
+            else:  # no thread to be had: its turn comes at once, with the error
+                self._settle(job)
+                refused.append(job)
+        return refused
+
+    def _staff(self, slot: _Slot, name: str) -> None:
+        """Start a worker for `slot` if the threads allow (lock held, or at construction)."""
+        serving = sum(1 for other in self._slots if other.worker is not None)
+        if self._hanging + serving >= len(self._slots) + self._max_abandoned:
+            return
+        slot.ref = _Worker.start(self, slot, name)  # its constructor makes it the slot's worker
+
+    def _restaff(self) -> None:
+        """An abandoned call returned (lock held): a slot left without a worker gets one again."""
+        if self._closing:
+            return
+        for slot in self._slots:
+            if slot.worker is None:
+                self._staff(slot, f"{slot.name}-{next(slot.generation)}")
 
     def _full_error(self) -> str:
         return (
             f"summarizer: {self._hanging} earlier calls are still running past their "
             f"{self._call_timeout:g}s limit, the most this pool leaves running (workers + max_abandoned="
-            f"{self._max_abandoned} call threads in all); no new call is started until one returns"
+            f"{self._max_abandoned} threads in all); no new call is started until one returns"
         )
 
     def _give_up(self, job: _Job, exc: BaseException) -> SummaryOutcome | None:
@@ -332,13 +455,17 @@ class SummarizerPool:
             self._settle(job)
         return failure(job.request, exc)
 
-    def _stopped(self, slot: _Slot) -> None:
-        """A worker stopped: retire its call thread and answer the jobs it still held.
+    def _stopped(self, worker: _Worker) -> None:
+        """A worker stopped: when it was its slot's serving worker (stopped from outside the pool, not
+        abandoned and not closed), answer the jobs the slot still held.
 
         It holds none after `close()`; only a stop from outside the pool leaves any.
         """
         with self._lock:
-            self._drop_caller(slot)
+            slot = worker.slot
+            if worker.abandoned or slot.worker is not worker:
+                return
+            # It stays the slot's: a job told to it now is refused (`submit` returns False).
             orphans = list(slot.jobs)
             for job in orphans:
                 self._settle(job)

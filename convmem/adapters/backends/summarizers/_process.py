@@ -14,7 +14,7 @@ it and waits, without the GIL, for the reply.
   ``start=False`` it starts on the first call instead (on the summarizer
   pool's thread: the writes do not wait for it, the first summary does).
 * **Bounded.** One call at a time goes to the child; the callers (the
-  summarizer pool's call threads, at most its workers) wait their turn, and
+  summarizer pool's workers) wait their turn, and
   the pool's own queue bounds the rest. Nothing queues without bound here.
 * **A call past its limit** (`timeout`) kills the child and starts a fresh
   one, warmed, before the next call: a hung summarizer never holds a thread
