@@ -3,7 +3,8 @@
 Plays every LoCoMo dialogue through the pure core with ``recommended(budget)``'s summarizer in this
 process (a summary per evicted turn, as the `quality` measure does), and reads every summary it
 writes. Per line (a bullet of ``<key_facts>``): the share that name one of the dialogue's two
-speakers (as the line's label or anywhere in it), that are a photo's caption, that open by pointing
+speakers (as the line's label, the heading it stands under, "8 May 2023, Caroline:", or anywhere
+in it), that are a photo's caption, that open by pointing
 back ("It was...", "That's...") with nothing before them in the line, that are bare
 questions, and that are pleasantries. Speed: input turns per second of summarizer CPU time (process
 time), best of `rounds` replays of the recorded requests. Issue 25, item 3.
@@ -28,6 +29,8 @@ from convmem.events import MemoryKey
 from convmem.projections import AddTurn, SessionState, SummarySucceeded, decide, evolve, summary_due
 
 _BULLET = re.compile(r"^- (?:([^:\n]{1,40}): )?(.*)$")
+_SPEAKER_HEADING = re.compile(r"^\d{1,2} [A-Z][a-z]+ \d{1,4}(?:, ([^:\n]{1,40}))?:$")
+"""A day's heading; one that names a speaker ("8 May 2023, Caroline:") stands over their lines."""
 _POINTS_BACK = re.compile(
     r"^(?:It|It's|They|They're|He|He's|She|She's|That's|That was|This is|This was|These are|Those are)\b"
 )
@@ -75,11 +78,16 @@ def _lines(
     counts = {"lines": 0, "named": 0, "captions": 0, "points_back": 0, "questions": 0, "pleasantries": 0}
     for summary, name in zip(summaries, dialogues, strict=True):
         people = {full.lower() for full in speakers[name]}
+        speaker = ""
         for line in summary.splitlines():
+            heading = _SPEAKER_HEADING.match(line)
+            if heading is not None:
+                speaker = heading.group(1) or ""
+                continue
             found = _BULLET.match(line)
             if found is None:
                 continue
-            label, body = found.group(1) or "", found.group(2)
+            label, body = found.group(1) or speaker, found.group(2)
             counts["lines"] += 1
             words = {w.lower() for w in re.findall(r"[A-Za-z]+", line)}
             counts["named"] += bool(label.lower() in people or words & people)

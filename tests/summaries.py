@@ -11,7 +11,8 @@ from convmem.projections import summary_problem
 
 SECTION_TAG = re.compile(r"<(/?)(key_facts|tools_used|pending)>")
 ANY_TAG = re.compile(r"</?(?:session_summary|key_facts|tools_used|pending)>")
-DAY_HEADER = re.compile(r"\d{1,2} [A-Z][a-z]+ \d{1,4}:")
+DAY_HEADER = re.compile(r"\d{1,2} [A-Z][a-z]+ \d{1,4}(?:, [^:\n]{1,40})?:")
+SPEAKER_HEADER = re.compile(r"(\d{1,2} [A-Z][a-z]+ \d{1,4})(?:, ([^:\n]{1,40}))?:")
 
 
 def request(turns: list[dict[str, Any]], previous: str = "") -> dict[str, Any]:
@@ -19,23 +20,33 @@ def request(turns: list[dict[str, Any]], previous: str = "") -> dict[str, Any]:
 
 
 def section(summary: str, name: str) -> list[str]:
-    """The bullet texts of one section, date headers left out (empty when the section is absent)."""
+    """The bullet texts of one section, date headers left out (empty when the section is absent); a
+    key fact under a speaker's heading ("8 May 2023, Alice:") read with its speaker's label, as
+    "Alice: ..." (once: a bullet that opens with the label already carries it)."""
     match = re.search(rf"<{name}>\n(.*?)\n</{name}>", summary, re.DOTALL)
     if not match:
         return []
+    if name == "key_facts":
+        return [fact for facts in days(summary).values() for fact in facts]
     return [line[2:] for line in match.group(1).split("\n") if line.startswith("- ")]
 
 
 def days(summary: str) -> dict[str, list[str]]:
-    """Key facts by the day header they stand under ("" for undated ones)."""
+    """Key facts by the day they stand under ("" for undated ones), each with its speaker's label
+    (as `section` reads them)."""
     out: dict[str, list[str]] = {}
     match = re.search(r"<key_facts>\n(.*?)\n</key_facts>", summary, re.DOTALL)
-    day = ""
+    day, speaker = "", ""
     for line in match.group(1).split("\n") if match else []:
         if line.startswith("- "):
-            out.setdefault(day, []).append(line[2:])
+            text = line[2:]
+            if speaker and not text.startswith(speaker + ": "):
+                text = f"{speaker}: {text}"
+            out.setdefault(day, []).append(text)
         else:
-            day = line[:-1]
+            header = SPEAKER_HEADER.fullmatch(line)
+            assert header is not None, f"not a day heading: {line!r}"
+            day, speaker = header.group(1), header.group(2) or ""
     return out
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from convmem.adapters.backends.summarizers._dates import format_day
 from convmem.adapters.backends.summarizers._summary import (
     CLOSE,
     FACTS,
@@ -43,7 +42,11 @@ from convmem.adapters.backends.summarizers._summary import (
     SECTIONS,
     WEAK,
     Fact,
-    by_speaker,
+    Group,
+    block,
+    group_order,
+    headed,
+    heading_chars,
 )
 
 __all__ = ["Pool"]
@@ -64,9 +67,6 @@ is the same whatever order its facts came and went in."""
 _SECTION_OVERHEAD = {"key_facts": 25, "tools_used": 27, "pending": 21}
 """``<name>\\n`` + ``</name>\\n`` for each section."""
 
-Group = tuple[str, int | None]
-"""(section, day): the facts rendered together, under one day header for dated key facts."""
-
 
 class Pool:
     """The facts a summary holds, with term holders, values, ranks and its rendered length."""
@@ -82,6 +82,10 @@ class Pool:
         self._holders: dict[str, list[str]] = {}
         self._groups: dict[Group, dict[str, Fact]] = {}
         self._blocks: dict[Group, str] = {}
+        self._tallies: dict[Group, dict[str, list[int]]] = {}
+        """Per dated key-fact group, per speaker: [facts, their full cost, their characters headed]."""
+        self._day: dict[Group, int] = {}
+        """Per dated key-fact group: the characters of its lines and headings."""
         self._sections: dict[str, int] = {}
         self.chars = 0
         """Characters of the sections, day headers and bullets (prose and outer tags not included)."""
@@ -154,11 +158,10 @@ class Pool:
         members = self._groups.get(group)
         if members is None:
             members = self._groups[group] = {}
-            self.chars += _header_chars(fact)
         members[fact.key] = fact
         self._blocks.pop(group, None)
         self._open_section(fact.section, 1)
-        self.chars += fact.cost
+        self._count(fact, 1)
 
     def remove(self, key: str) -> Fact:
         """Take the fact with `key` out; the facts that shared a term with it are valued again."""
@@ -188,10 +191,35 @@ class Pool:
         self._blocks.pop(group, None)
         if not members:
             del self._groups[group]
-            self.chars -= _header_chars(fact)
         self._open_section(fact.section, -1)
-        self.chars -= fact.cost
+        self._count(fact, -1)
         return fact
+
+    def _count(self, fact: Fact, sign: int) -> None:
+        """Count a fact in (`sign` 1) or out (-1) of the rendered length. A dated key fact's line and
+        the day's headings depend on how many facts each speaker has that day (`_summary.block`), so
+        its day's characters are counted again from the day's tally."""
+        if fact.section != FACTS or fact.day is None:
+            self.chars += sign * fact.cost
+            return
+        group = (fact.section, fact.day)
+        tallies = self._tallies.setdefault(group, {})
+        tally = tallies.get(fact.label)
+        if tally is None:
+            tally = tallies[fact.label] = [0, 0, 0]
+        tally[0] += sign
+        tally[1] += sign * fact.cost
+        tally[2] += sign * fact.chars
+        if not tally[0]:
+            del tallies[fact.label]
+        now = _day_chars(fact.day, tallies) if tallies else 0
+        if not tallies:
+            del self._tallies[group]
+        self.chars += now - self._day.get(group, 0)
+        if now:
+            self._day[group] = now
+        else:
+            self._day.pop(group, None)
 
     def cheapest(self) -> str | None:
         """The key of the fact whose loss costs least coverage per character (None: empty)."""
@@ -207,13 +235,11 @@ class Pool:
             if not self._sections.get(section):
                 continue
             parts.append(f"<{section}>\n")
-            days = sorted((d for s, d in groups if s == section), key=lambda d: -1 if d is None else d)
-            for day in days:
-                group = (section, day)
-                block = blocks.get(group)
-                if block is None:
-                    block = blocks[group] = _block(section, day, groups[group].values())
-                parts.append(block)
+            for group in sorted((g for g in groups if g[0] == section), key=group_order):
+                text = blocks.get(group)
+                if text is None:
+                    text = blocks[group] = "".join(row + "\n" for row in block(group, groups[group].values()))
+                parts.append(text)
             parts.append(f"</{section}>\n")
         parts.append(CLOSE)
         return "".join(parts)
@@ -238,16 +264,21 @@ class Pool:
             self.chars += change * _SECTION_OVERHEAD[section]
 
 
-def _block(section: str, day: int | None, facts: Iterable[Fact]) -> str:
-    header = f"{format_day(day)}:\n" if section == FACTS and day is not None else ""
-    if section == FACTS:
-        facts = by_speaker(facts)
-    return header + "".join(f"- {fact.text}\n" for fact in facts)
-
-
-def _header_chars(fact: Fact) -> int:
-    """Characters of the day header a dated key fact's group opens ("8 May 2023:" and its line break)."""
-    return len(format_day(fact.day)) + 2 if fact.section == FACTS and fact.day is not None else 0
+def _day_chars(day: int, tallies: dict[str, list[int]]) -> int:
+    """Characters of a day's block (`_summary.block`) from its tally per speaker ("" for facts with
+    none): [facts, their full cost, their characters without the label]."""
+    day_heading = heading_chars(day)
+    said = {name: tally[0] for name, tally in tallies.items() if name}
+    own = headed(day_heading, said, "" in tallies)
+    chars = 0
+    plain = False
+    for name, (_, cost, bare) in tallies.items():
+        if name in own:
+            chars += bare + day_heading + len(name) + 2
+        else:
+            chars += cost
+            plain = True
+    return chars + day_heading if plain else chars
 
 
 def _share(holders: int) -> int:

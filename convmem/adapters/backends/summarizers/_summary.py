@@ -1,16 +1,27 @@
 """The summary's shape: facts, how they are written, and how any previous summary is read back.
 
 The RFC's tagged shape, with the key facts grouped under the day they were
-said (undated facts first)::
+said (undated facts first) and, within a day, under the person who said them:
+a heading names the day and the speaker once, and the speaker's facts of that
+day follow it, so what one person said or did sits together and each line is
+known to be theirs::
 
     <session_summary>
     42 turns summarized, from 8 May 2023 to 25 May 2023.
     <key_facts>
-    8 May 2023:
-    - User: I went to a support group yesterday (7 May 2023).
-    25 May 2023:
-    - Assistant: I ran a charity race last Sunday (21 May 2023).
+    8 May 2023, Caroline:
+    - I went to a support group yesterday (7 May 2023).
+    - I'm researching adoption agencies.
+    25 May 2023, Melanie:
+    - I ran a charity race last Sunday (21 May 2023).
     </key_facts>
+
+A fact's text keeps its label ("Caroline: I went ..."); only the rendering
+writes it once per group (`heading`, `bullet`). A bullet whose own words open
+like a label ("Melanie: ...", said by Caroline) is written with its speaker's
+label in front ("- Caroline: Melanie: ..."), so nothing a speaker says can
+read as another speaker's line. Undated facts and facts with no speaker keep
+the label in the bullet, under the plain day heading.
     <tools_used>
     - search_pricing: Retrieved 3 pricing tier options.
     </tools_used>
@@ -24,7 +35,7 @@ and its prose as (undated) facts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from convmem.adapters.backends.summarizers._dates import format_day, parse_day
@@ -51,7 +62,12 @@ __all__ = [
     "SECTIONS",
     "WEAK",
     "Fact",
+    "Group",
     "Parsed",
+    "block",
+    "group_order",
+    "headed",
+    "heading_chars",
     "make_fact",
     "parse",
     "prose",
@@ -67,7 +83,7 @@ OPEN, CLOSE = "<session_summary>", "</session_summary>"
 _TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _SECTION = re.compile(r"<(key_facts|tools_used|pending)>(.*?)</\1>", re.DOTALL)
 _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
-_HEADER = re.compile(r"(\d{1,2} [A-Z][a-z]+ \d{1,4}):")
+_HEADER = re.compile(r"(\d{1,2} [A-Z][a-z]+ \d{1,4})(?:, ([^:\n]{1,40}))?:")
 _PROSE = re.compile(r"(\d+) turns? summarized(?:, from (.+?) to (.+?)|, on (.+?))?\.")
 _NAMES = re.compile(r"The (user|assistant)'s name is ([^\n:]{1,40})\.")
 _OLD_GIST = re.compile(r"The conversation so far \((\d+) turns?\)")
@@ -96,17 +112,20 @@ class Fact:
     key: str
     terms: Terms
     cost: int
-    """Characters of its line: ``- `` + text + line break."""
+    """Characters of the fact written out in full: ``- `` + text (label included) + line break; what
+    selection weighs it by, however it is rendered."""
     kind: int = PLAIN
     label: str = ""
     """Its speaker label ("Alice" of "Alice: I paint."; "" for none): facts are grouped by it."""
+    chars: int = 0
+    """Characters of its rendered line (`bullet`): the label left to the group's heading."""
 
 
 def make_fact(section: str, text: str, day: int | None) -> Fact:
     """The fact for a cleaned bullet text; a pure function of its three arguments."""
     if section != FACTS:
         key = section + ":" + _item_key(section, text)
-        return Fact(section, text, None, key, terms(text), len(text) + 3)
+        return Fact(section, text, None, key, terms(text), len(text) + 3, chars=len(text) + 3)
     label, body = split_label(text)
     if body.startswith(_CAPTION) or is_question(body):
         kind = WEAK
@@ -114,9 +133,109 @@ def make_fact(section: str, text: str, day: int | None) -> Fact:
         kind = IDENTITY
     else:
         kind = PLAIN
-    return Fact(
-        section, text, day, body_key(body), body_terms(body), len(text) + 3, kind, speaker_label(label)
+    speaker = speaker_label(label)
+    chars = len(text) + 3 if not speaker or day is None else len(_bullet_text(speaker, body)) + 3
+    return Fact(section, text, day, body_key(body), body_terms(body), len(text) + 3, kind, speaker, chars)
+
+
+Group = tuple[str, int | None]
+"""(section, day): the facts rendered together, under the day's headings for dated key facts."""
+
+
+def group_order(group: Group) -> int:
+    """A section's groups by day, undated first."""
+    return -1 if group[1] is None else group[1]
+
+
+def block(group: Group, facts: Iterable[Fact]) -> list[str]:
+    """The lines of a group's facts, each speaker's together, in the order given. On a day, a speaker
+    `headed` stands under a heading that names the day and them ("8 May 2023, Caroline:"), their
+    label left out of each bullet; the day's other facts keep their labels under the plain heading
+    "8 May 2023:", before the speakers' headings."""
+    section, day = group
+    facts = sorted(facts, key=_label_key)
+    if section != FACTS or day is None:
+        return ["- " + fact.text for fact in facts]
+    said = _speakers(facts)
+    own = headed(heading_chars(day), said, len(facts) > sum(said.values()))
+    plain = [fact for fact in facts if fact.label not in own]
+    date = _day_text(day)
+    lines = [date + ":", *("- " + fact.text for fact in plain)] if plain else []
+    speaker = ""
+    for fact in facts:
+        if fact.label not in own:
+            continue
+        if fact.label != speaker:
+            speaker = fact.label
+            lines.append(f"{date}, {speaker}:")
+        body = fact.text[len(speaker) + 2 :]  # a speaker's fact opens with their label and ": "
+        lines.append("- " + body if fact.chars == len(body) + 3 else "- " + fact.text)
+    return lines
+
+
+def headed(day_heading: int, said: Mapping[str, int], unlabelled: bool) -> frozenset[str]:
+    """The speakers of a day who get their own heading, from how many facts each has that day
+    (`said`), whether the day has facts with no speaker, and the characters of its plain heading:
+    the choice that writes the fewest characters (counting each label "Name: " on a bullet against a
+    heading "8 May 2023, Name:"), ties kept plain. A pure function of its arguments, so the pool that
+    counts and the text that renders always agree."""
+    each = frozenset(
+        name for name, count in said.items() if day_heading + len(name) + 2 < count * (len(name) + 2)
     )
+    if unlabelled or not said:
+        return each
+    plain = day_heading + sum(
+        day_heading + len(name) + 2 if name in each else count * (len(name) + 2)
+        for name, count in said.items()
+    )
+    if len(each) < len(said) and sum(day_heading + len(name) + 2 for name in said) < plain:
+        return frozenset(said)
+    return each
+
+
+def heading_chars(day: int) -> int:
+    """Characters of the plain heading of `day` ("8 May 2023:" and its line break); a speaker's
+    heading adds ", " and the name."""
+    known = _heading_chars.get(day)
+    if known is None:
+        if len(_heading_chars) >= 4096:
+            _heading_chars.clear()
+        known = _heading_chars[day] = len(_day_text(day)) + 2
+    return known
+
+
+def _day_text(day: int) -> str:
+    """`format_day`, cached (a pure function)."""
+    known = _day_texts.get(day)
+    if known is None:
+        if len(_day_texts) >= 4096:
+            _day_texts.clear()
+        known = _day_texts[day] = format_day(day)
+    return known
+
+
+_heading_chars: dict[int, int] = {}
+_day_texts: dict[int, str] = {}
+
+
+def _speakers(facts: Iterable[Fact]) -> dict[str, int]:
+    said: dict[str, int] = {}
+    for fact in facts:
+        if fact.label:
+            said[fact.label] = said.get(fact.label, 0) + 1
+    return said
+
+
+def _label_key(fact: Fact) -> str:
+    return fact.label
+
+
+def _bullet_text(speaker: str, body: str) -> str:
+    """`body` under `speaker`'s heading; with the label in front when the body itself opens like a
+    label (or is empty), so that it cannot read as another speaker's line."""
+    if not body or split_label(body)[0]:
+        return f"{speaker}: {body}"
+    return body
 
 
 def _item_key(section: str, text: str) -> str:
@@ -155,7 +274,8 @@ def prose(
 
 
 def render(line: str, facts: Iterable[Fact]) -> str:
-    """The summary text: `line` of prose, then each section's facts (key facts grouped by day)."""
+    """The summary text: `line` of prose, then each section's facts (key facts grouped by day, and
+    within a day by speaker: `block`)."""
     by_section: dict[str, list[Fact]] = {}
     for fact in facts:
         by_section.setdefault(fact.section, []).append(fact)
@@ -165,29 +285,14 @@ def render(line: str, facts: Iterable[Fact]) -> str:
         if not chosen:
             continue
         lines.append(f"<{section}>")
-        if section == FACTS:
-            days: dict[int | None, list[Fact]] = {}
-            for fact in chosen:
-                days.setdefault(fact.day, []).append(fact)
-            for day in sorted(days, key=lambda d: -1 if d is None else d):
-                if day is not None:
-                    lines.append(format_day(day) + ":")
-                lines.extend("- " + fact.text for fact in by_speaker(days[day]))
-        else:
-            lines.extend("- " + fact.text for fact in chosen)
+        groups: dict[Group, list[Fact]] = {}
+        for fact in chosen:
+            groups.setdefault((section, fact.day), []).append(fact)
+        for group in sorted(groups, key=group_order):
+            lines.extend(block(group, groups[group]))
         lines.append(f"</{section}>")
     lines.append(CLOSE)
     return "\n".join(lines)
-
-
-def by_speaker(facts: Iterable[Fact]) -> list[Fact]:
-    """Facts grouped by speaker (in label order), each speaker's in the order given: what one person
-    said or did sits together, so a question about two people finds both in two runs of lines."""
-    return sorted(facts, key=_label_key)
-
-
-def _label_key(fact: Fact) -> str:
-    return fact.label
 
 
 def parse(summary: str) -> Parsed:
@@ -233,6 +338,7 @@ def parse(summary: str) -> Parsed:
 
 def _section(section: str, body: str, facts: list[Fact]) -> None:
     day: int | None = None
+    speaker = ""
     for raw in body.splitlines():
         line = raw.strip()
         if not line:
@@ -240,8 +346,12 @@ def _section(section: str, body: str, facts: list[Fact]) -> None:
         if section == FACTS and not line.startswith("- "):
             header = _HEADER.fullmatch(line)
             if header is not None and (parsed := parse_day(header.group(1))) is not None:
-                day = parsed
-                continue
+                named = header.group(2)
+                if named is None or speaker_label(named) == named:
+                    day, speaker = parsed, named or ""
+                    continue
         text = clean(line[2:] if line.startswith("- ") else _LIST_MARKER.sub("", line))
         if text:
+            if speaker and day is not None and not text.startswith(speaker + ": "):
+                text = f"{speaker}: {text}"
             facts.append(make_fact(section, text, day))
