@@ -10,6 +10,8 @@ to the same facts.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given
@@ -255,3 +257,25 @@ def test_the_speakers_given_a_heading_write_the_fewest_characters(
         frozenset(name for i, name in enumerate(said) if mask >> i & 1) for mask in range(1 << len(said))
     ]
     assert chars(chosen) == min(chars(own) for own in every)
+
+
+def test_the_readme_example_of_grouped_facts_is_what_the_summarizer_writes() -> None:
+    """Given the README's example conversation (Mariana and the assistant on 1 and 12 March 2024),
+    then the key facts are written exactly as the README shows them."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("  The user's name is Mariana.\n  <key_facts>\n", 1)[1].split("\n  </key_facts>", 1)[
+        0
+    ]
+    first = datetime(2024, 3, 1, 9, tzinfo=UTC).timestamp()
+    later = datetime(2024, 3, 12, 9, tzinfo=UTC).timestamp()
+    turns = [
+        {
+            "user": "Hi, I'm Mariana. I adopted a greyhound called Pixel yesterday. She is three.",
+            "assistant": "The shelter on Rua Augusta opens at 9am on Saturdays.",
+            "ts": first,
+        },
+        {"user": "I work as a nurse in Lisbon.", "assistant": "", "ts": first},
+        {"user": "The vet visit last Friday cost €80.", "assistant": "", "ts": later},
+    ]
+    summary = ExtractiveSummarizer(max_tokens=1000)(request(turns))["summary"]
+    assert _key_facts(summary) == [line.removeprefix("  ") for line in shown.split("\n")]
