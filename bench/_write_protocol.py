@@ -10,6 +10,9 @@ its own tree's convmem and measures, on its own stream:
 - ``memory``: `TURNS_MEMORY` ``add_turn``s from one thread over 8 sessions on
   the in-memory log: process CPU per turn (the write path's own cost, no network);
   ``memory_best``: the best of 5 more runs of 1,000;
+- ``summarizing``: the same on ``rolling_summary`` sessions (3 turns in full) whose
+  summarizer answers at once, so nearly every turn asks for a summary (the summarizer pool and
+  the summary's own write in the process's CPU), flushed at the end;
 - ``steps``: the write protocol's pure steps of one ``add_turn`` (`begin`, its
   decision, `acknowledged`) on a session of 40 turns, best of 5 runs of 3,000;
 - ``threads``: `TURNS_NATS` durable ``add_turn``s from one thread: mean latency
@@ -74,6 +77,25 @@ def memory_1000():
     for n in range(1000):
         handles[n % 8].add_turn(turns[n % 64])
 out["memory_best_cpu_us"] = min(cpu_per_turn(memory_1000, 1000)[0] for _ in range(5))
+system.close()
+
+from convmem.events import MemoryBudget
+summarizing = ShortTermMemoryConfig(strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=3))
+system = MemorySystem(
+    summarizing,
+    log=InMemoryEventLog(),
+    summarizer=lambda payload: {"summary": "<session_summary>\nso far\n</session_summary>"},
+)
+handles = [system.session(MemoryKey("bench", "u", f"s{n}")) for n in range(8)]
+for h in handles:
+    h.add_turn(turns[0])
+    h.flush(timeout=60)
+def summarizing_run():
+    for n in range(turns_memory):
+        handles[n % 8].add_turn(turns[n % 64])
+    for h in handles:
+        h.flush(timeout=60)
+out["summarizing_cpu_us"], out["summarizing_wall_us"] = cpu_per_turn(summarizing_run, turns_memory)
 system.close()
 
 from convmem import projections as P
