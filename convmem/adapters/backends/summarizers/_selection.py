@@ -45,7 +45,6 @@ from convmem.adapters.backends.summarizers._summary import (
     Group,
     block,
     group_order,
-    headed,
     heading_chars,
 )
 
@@ -266,19 +265,34 @@ class Pool:
 
 def _day_chars(day: int, tallies: dict[str, list[int]]) -> int:
     """Characters of a day's block (`_summary.block`) from its tally per speaker ("" for facts with
-    none): [facts, their full cost, their characters without the label]."""
+    none): [facts, their full cost, their characters without the label]. The speakers with a heading
+    are `_summary.headed`'s, worked out in the same pass (the pool's exact count checks the two agree)."""
     day_heading = heading_chars(day)
-    said = {name: tally[0] for name, tally in tallies.items() if name}
-    own = headed(day_heading, said, "" in tallies)
-    chars = 0
-    plain = False
-    for name, (_, cost, bare) in tallies.items():
-        if name in own:
-            chars += bare + day_heading + len(name) + 2
+    unlabelled = False
+    split = False  # some speaker stays under the plain heading when each chooses alone
+    guess_each = guess_all = 0  # `headed`'s character counts of the two choices (no plain heading)
+    each = every = 0  # the characters each choice writes
+    for name, (count, cost, bare) in tallies.items():
+        if not name:
+            unlabelled = True
+            each += cost
+            continue
+        width = len(name) + 2
+        own = day_heading + width
+        guess_all += own
+        every += bare + own
+        if own < count * width:
+            guess_each += own
+            each += bare + own
         else:
-            chars += cost
-            plain = True
-    return chars + day_heading if plain else chars
+            guess_each += count * width
+            each += cost
+            split = True
+    if unlabelled:
+        return each + day_heading
+    if split and guess_all < day_heading + guess_each:
+        return every
+    return each + day_heading if split else each
 
 
 def _share(holders: int) -> int:

@@ -179,18 +179,21 @@ def headed(day_heading: int, said: Mapping[str, int], unlabelled: bool) -> froze
     the choice that writes the fewest characters (counting each label "Name: " on a bullet against a
     heading "8 May 2023, Name:"), ties kept plain. A pure function of its arguments, so the pool that
     counts and the text that renders always agree."""
-    each = frozenset(
-        name for name, count in said.items() if day_heading + len(name) + 2 < count * (len(name) + 2)
-    )
-    if unlabelled or not said:
-        return each
-    plain = day_heading + sum(
-        day_heading + len(name) + 2 if name in each else count * (len(name) + 2)
-        for name, count in said.items()
-    )
-    if len(each) < len(said) and sum(day_heading + len(name) + 2 for name in said) < plain:
+    each: list[str] = []
+    guess_each = day_heading
+    guess_all = 0
+    for name, count in said.items():
+        width = len(name) + 2
+        own = day_heading + width
+        guess_all += own
+        if own < count * width:
+            each.append(name)
+            guess_each += own
+        else:
+            guess_each += count * width
+    if not unlabelled and len(each) < len(said) and guess_all < guess_each:
         return frozenset(said)
-    return each
+    return frozenset(each)
 
 
 def heading_chars(day: int) -> int:
