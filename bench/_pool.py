@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from bench._common import write_json
+from bench._side_by_side import run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
 JOBS = 2000
@@ -88,41 +86,20 @@ print(json.dumps(out))
 
 
 def _child(tree: Path) -> dict[str, float]:
-    done = subprocess.run(  # run in the tree: ``-c`` puts the working directory first on sys.path
-        [sys.executable, "-c", _CHILD, str(JOBS), str(tree.resolve())],
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
+    return run_in_tree(tree, _CHILD, JOBS)
 
 
 def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    load = [os.getloadavg()[0]]
-    for r in range(ROUNDS):
-        order = [("before", before), ("after", after)]
-        for name, tree in order if r % 2 == 0 else order[::-1]:
-            rounds[name].append(_child(tree))
-        load.append(os.getloadavg()[0])
-    medians = {
-        name: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for name, runs in rounds.items()
-    }
-    result = {
-        "what": "the summarizer pool before and after a change: CPU, context switches and wall time per "
+    result = side_by_side(
+        before,
+        after,
+        _child,
+        rounds=ROUNDS,
+        what="the summarizer pool before and after a change: CPU, context switches and wall time per "
         "summary (4 workers, a summarizer that answers at once), serial and in a burst; child processes "
         "in alternating rounds",
-        "command": f"python -m bench._pool {before} {after} {out}",
-        "rounds": ROUNDS,
-        "load_average": load,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "runs": rounds,
-        "median": medians,
-    }
+        command=f"python -m bench._pool {before} {after} {out}",
+    )
     write_json(out, result)
     return result
 

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from bench._common import nats_server, write_json
+from bench._side_by_side import run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
 """Rounds (each runs both trees, in alternating order); `CONVMEM_BENCH_ROUNDS` sets more."""
@@ -150,44 +148,21 @@ print(json.dumps(out))
 
 
 def _child(tree: Path, url: str) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    args = [str(a) for a in (url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS, tree.resolve())]
-    done = subprocess.run(  # run in the tree: ``-c`` puts the working directory first on sys.path
-        [sys.executable, "-c", _CHILD, *args],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
+    return run_in_tree(tree, _CHILD, url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS)
 
 
 def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    load = [os.getloadavg()[0]]
     with nats_server(None) as server:
-        for r in range(ROUNDS):
-            order = [("before", before), ("after", after)]
-            for name, tree in order if r % 2 == 0 else order[::-1]:
-                rounds[name].append(_child(tree, server.url))
-            load.append(os.getloadavg()[0])
-    medians = {
-        name: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for name, runs in rounds.items()
-    }
-    result = {
-        "what": "the write path before and after a change: CPU per add_turn (in-memory log), durable "
-        "add_turn latency and CPU from one thread, turns/s and CPU from asyncio tasks on the "
-        "connection's loop; child processes in alternating rounds",
-        "command": f"python -m bench._write_protocol {before} {after} {out}",
-        "rounds": ROUNDS,
-        "load_average": load,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "runs": rounds,
-        "median": medians,
-    }
+        result = side_by_side(
+            before,
+            after,
+            lambda tree: _child(tree, server.url),
+            rounds=ROUNDS,
+            what="the write path before and after a change: CPU per add_turn (in-memory log), durable "
+            "add_turn latency and CPU from one thread, turns/s and CPU from asyncio tasks on the "
+            "connection's loop; child processes in alternating rounds",
+            command=f"python -m bench._write_protocol {before} {after} {out}",
+        )
     write_json(out, result)
     return result
 
