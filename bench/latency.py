@@ -17,7 +17,11 @@ none. A fourth system runs `convmem.recommended(total_tokens=4000)` with its
 real `ExtractiveSummarizer` (full zone 3: every turn past the third is
 summarized in the background, competing for the interpreter with the writes),
 and a fifth the same with the summarizer in a warm worker process of its own
-(`ProcessSummarizer`: issue 15's fix for that contention).
+(`ProcessSummarizer`: issue 15's fix for that contention). Beside them, the floor: a raw
+nats-py JetStream publish of a turn-sized message to a stream of its own on the same server,
+driven by the same open loop on a connection of its own (no convmem code), so that a durable
+`add_turn`'s tail reads against what the server and its disk take for one acknowledged
+append (issue 28: with ``sync_interval: always``, p99 within 1.5x of the raw publish's).
 The five systems share one server (each on sessions of its own) and run side
 by side, each rate in four bursts per system taken in turn, so a slow moment
 of the machine falls on all of them; once with the server's
@@ -34,7 +38,11 @@ import gc
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import nats
+from nats.js.api import StorageType, StreamConfig
 
 from bench._common import (
     Figure,
@@ -48,10 +56,13 @@ from bench._common import (
     sync_label,
 )
 from bench._profile import py_spy
-from convmem.actors import AsyncSessionHandle, MemorySystem
+from convmem.actors import MemorySystem
 from convmem.adapters import ExtractiveSummarizer, JetStreamBackend, recommended
 from convmem.adapters.backends.summarizers._process import ProcessSummarizer
 from convmem.events import ConversationTurn, ShortTermMemoryConfig
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 __all__ = ["run"]
 
@@ -61,6 +72,32 @@ _SUMMARY = "<session_summary>\nThe user asked about budgets and orders.\n</sessi
 
 Latencies = dict[int, tuple[list[float], float, int]]
 """Per offered rate: latencies (s), the rate the scheduler achieved, failed requests."""
+
+
+_RAW_STREAM = "BENCH_RAW_PUBLISH"
+_RAW_SUBJECT = "bench.raw.publish"
+
+
+class _RawPublish:
+    """A raw nats-py JetStream publish standing where a session handle would: the floor of a durable
+    append on this server (a turn's JSON as the message, one subject per "session")."""
+
+    def __init__(self, client: Client, index: int) -> None:
+        self._js = client.jetstream()
+        self._subject = f"{_RAW_SUBJECT}.{index}"
+
+    async def add_turn(self, turn: ConversationTurn, *, timeout: float) -> None:
+        payload = msgspec.json.encode(turn)
+        await self._js.publish(self._subject, payload, timeout=timeout)
+
+
+async def _raw_publishers(url: str, count: int) -> tuple[Client, list[_RawPublish]]:
+    """A connection of its own to the server at `url`, a file stream of its own, `count` publishers."""
+    client = await nats.connect(url)
+    await client.jetstream().add_stream(
+        StreamConfig(name=_RAW_STREAM, subjects=[f"{_RAW_SUBJECT}.>"], storage=StorageType.FILE)
+    )
+    return client, [_RawPublish(client, i) for i in range(count)]
 
 
 class _Summarizer:
@@ -82,7 +119,7 @@ class _Summarizer:
 
 
 async def _open_loop(
-    handles: list[AsyncSessionHandle], turns: list[ConversationTurn], rate: float, seconds: float
+    handles: list[Any], turns: list[ConversationTurn], rate: float, seconds: float
 ) -> tuple[list[float], float, int]:
     """Latencies (s) from scheduled time to acknowledgement; achieved rate; failures."""
     loop = asyncio.get_running_loop()
@@ -147,12 +184,14 @@ def _merge(parts: list[tuple[list[float], float, int]]) -> tuple[list[float], fl
     return latencies, sum(p[1] for p in parts) / len(parts), sum(p[2] for p in parts)
 
 
-async def _settle(name: str, handles: list[AsyncSessionHandle]) -> None:
+async def _settle(name: str, handles: list[Any]) -> None:
     """After a burst, let its background summaries finish, so none of them falls into the next burst.
 
     A working summarizer is flushed (its sessions' summaries all made); a hung one never finishes, and
     its calls only wait, so its bursts are followed by a short pause alone.
     """
+    if name == "raw":
+        return
     if name == "hung":
         await asyncio.sleep(0.1)
         return
@@ -179,7 +218,7 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
     }
     turns = [sample_turn(n) for n in range(64)]
     systems: dict[str, MemorySystem] = {}
-    parts: dict[str, dict[int, list[tuple[list[float], float, int]]]] = {n: {} for n in summarizers}
+    parts: dict[str, dict[int, list[tuple[list[float], float, int]]]] = {n: {} for n in [*summarizers, "raw"]}
     try:
         for name, summarizer in summarizers.items():
             config = ShortTermMemoryConfig(strategy="rolling_summary" if summarizer else "truncation")
@@ -188,21 +227,28 @@ def _runs(sizes: Sizes, backend: JetStreamBackend, label: str, result: Result) -
             systems[name] = MemorySystem(
                 config, log=backend.log, snapshots=backend.snapshots, summarizer=summarizer
             )
-        handles = {
+        handles: dict[str, list[Any]] = {
             name: [system.async_session(k) for k in session_keys(sizes.lat_sessions, user=f"lat-{name}")]
             for name, system in systems.items()
         }
 
         async def drive() -> None:
-            for name in systems:  # start every session and fill its full zone before timing anything
+            client, handles["raw"] = await _raw_publishers(backend.url, sizes.lat_sessions)
+            try:
+                await bursts()
+            finally:
+                await client.close()
+
+        async def bursts() -> None:
+            for group in handles.values():  # start every session, fill its full zone, before timing
                 for _ in range(6):
-                    await asyncio.gather(*(h.add_turn(turns[0], timeout=120) for h in handles[name]))
+                    await asyncio.gather(*(h.add_turn(turns[0], timeout=120) for h in group))
             for rate, seconds in zip(sizes.lat_rates, sizes.lat_seconds, strict=True):
                 for _ in range(rounds):
-                    for name in systems:
-                        burst = await _open_loop(handles[name], turns, rate, seconds / rounds)
+                    for name, group in handles.items():
+                        burst = await _open_loop(group, turns, rate, seconds / rounds)
                         parts[name].setdefault(rate, []).append(burst)
-                        await _settle(name, handles[name])
+                        await _settle(name, group)
             healthy_p99 = percentile(_merge(parts["healthy"].get(1000, [([], 0.0, 0)]))[0], 99.0)
             if sizes.profile and healthy_p99 > 0.005:
                 with py_spy(sizes.out_dir, f"latency-{label}", result.details):
@@ -246,6 +292,7 @@ def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Resul
         base, base_rate, base_failed = runs["plain"][rate]
         real, real_rate, real_failed = runs["recommended"][rate]
         apart, apart_rate, apart_failed = runs["recommended_process"][rate]
+        raw, raw_rate, raw_failed = runs["raw"][rate]
         for p in (50.0, 99.0, 99.9):
             result.add(
                 Figure(
@@ -299,7 +346,23 @@ def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Resul
                 target=Target("ratio", "<=", 1.2) if rate == 1000 else None,
             )
         )
+        for p in (99.0, 99.9):
+            result.add(
+                Figure(
+                    f"p{p:g} @ {rate}/s healthy vs a raw nats-py JetStream publish [{label}]",
+                    percentile(ok, p) * 1000,
+                    "ms",
+                    reference=percentile(raw, p) * 1000,
+                    reference_label=f"p{p:g} of a raw nats-py JetStream publish, same server and rate",
+                    target=(
+                        Target("ratio", "<=", 1.5)
+                        if (rate == 1000 and p == 99.0 and label == sync_label("always"))
+                        else None
+                    ),
+                )
+            )
         result.details[f"{label} {rate}/s"] = {
+            "raw_publish": _summary(raw, raw_rate, raw_failed),
             "recommended_process": _summary(apart, apart_rate, apart_failed),
             "healthy": _summary(ok, ok_rate, ok_failed),
             "hung": _summary(bad, bad_rate, bad_failed),

@@ -17,6 +17,7 @@ EXPECTED = {
         "p99 @ 1000/s healthy [sync=always]",
         "p99 @ 1000/s hung summarizer vs healthy",
         "p99 @ 1000/s recommended, extractive in a worker process",
+        "p99 @ 1000/s healthy vs a raw nats-py JetStream publish [sync=always]",
     ],
     "context": ["SessionHandle.get_llm_context @ 100 turns", "llm_context(state), pure @ 5 turns"],
     "replay": ["JetStream read_all + decode + fold", "in memory: fold only, replay() per session"],
@@ -86,3 +87,32 @@ def test_smoke_run_writes_every_figure_of_every_measure(tmp_path: Path) -> None:
             assert isinstance(figure["value"], int | float), (name, figure)
     assert "measure" in done.stdout
     assert "figure" in done.stdout
+
+
+@pytest.mark.slow
+def test_device_script_runs_each_measure_within_its_limit(tmp_path: Path) -> None:
+    """bench/device.sh (issue 28's one device call) writes each measure's JSON and the machine's
+    record under $OUT, and skips what no longer fits in its overall limit rather than overrunning."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp_path), "DEVICE_SMOKE": "1"}
+    env["DEVICE_MEASURES"] = "cores peers"
+    env["DEVICE_LIMIT_CORES"] = "120"
+    env["DEVICE_TOTAL"] = "30"  # cores starts with 20 s left (its limit cut to that), peers with < 20: not run
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench" / "device.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    machine = (tmp_path / "machine.txt").read_text()
+    assert "cores: limit 20s" in machine, machine
+    assert "peers: not run" in machine, machine
+    assert not (tmp_path / "peers.json").exists()
+    if "cores: exit 0" in machine:
+        figures = json.loads((tmp_path / "cores.json").read_text())["measures"]["cores"]
+        assert figures["error"] is None
+    else:  # the machine was too slow for 20 s: the limit stopped it, and its log says so
+        assert "ran past its 20s limit" in (tmp_path / "cores.log").read_text()
