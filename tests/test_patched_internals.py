@@ -132,9 +132,13 @@ def test_nats_clients_private_state_that_the_shortcuts_use_is_there() -> None:
         assert isinstance(getattr(client, name, None), kind), (
             f"nats-py {version}'s Client.{name} is no longer a {kind.__name__}: {CLIENT} uses it"
         )
-    assert hasattr(client, "_flush_queue"), (
-        f"nats-py {version}'s Client._flush_queue is gone: {CLIENT} uses it"
-    )
+    for name in ("_flush_queue", "_flusher_task"):  # made on connect
+        assert hasattr(client, name), f"nats-py {version}'s Client.{name} is gone: {CLIENT} uses it"
+    for name, kind in (("_pending", list), ("_pending_data_size", int), ("_max_pending_size", int)):
+        assert isinstance(getattr(client, name, None), kind), (
+            f"nats-py {version}'s Client.{name} is no longer a {kind.__name__}: {CLIENT}'s send_now "
+            "queues commands there as _send_command does"
+        )
     for counter in ("in_msgs", "in_bytes", "out_msgs", "out_bytes"):
         assert counter in client.stats, (
             f"nats-py {version}'s Client.stats has no {counter!r}: {CLIENT} counts it"

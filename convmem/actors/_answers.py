@@ -15,11 +15,14 @@ import concurrent.futures
 import contextlib
 import threading
 import weakref
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
+from convmem.actors._ports import Settle
 from convmem.errors import ConvmemError, InternalError, OperationTimeout, SessionClosed
+from convmem.events import AnyEvent
 
-__all__ = ["LoopAnswer", "await_for", "wait_for"]
+__all__ = ["Answering", "LoopAnswer", "await_for", "wait_for"]
 
 T = TypeVar("T")
 
@@ -143,7 +146,45 @@ class LoopAnswer:
             if self._state >= _CANCELLED:
                 raise concurrent.futures.InvalidStateError("the write was answered already")
             self._state = _FINISHED
-        self._inbox.deliver(self.future, result, error)
+        future = self.future
+        if asyncio._get_running_loop() is future.get_loop():  # settled on the caller's own loop: at once
+            if not future.done():  # (done: its caller stopped waiting, a timeout)
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+            return
+        self._inbox.deliver(future, result, error)
+
+
+class Answering(Generic[T]):
+    """A write's `Settle` that hands its caller's `reply` what the stored events read as (`answer`)."""
+
+    __slots__ = ("_answer", "_reply")
+
+    def __init__(self, reply: Settle[T], answer: Callable[[list[AnyEvent]], T]) -> None:
+        self._reply = reply
+        self._answer = answer
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return self._reply.set_running_or_notify_cancel()
+
+    def done(self) -> bool:
+        return self._reply.done()
+
+    def cancel(self) -> bool:
+        return self._reply.cancel()
+
+    def set_result(self, events: list[AnyEvent], /) -> None:
+        try:
+            value = self._answer(events)
+        except Exception as exc:
+            self._reply.set_exception(exc)
+        else:
+            self._reply.set_result(value)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._reply.set_exception(exception)
 
 
 def wait_for(reply: concurrent.futures.Future[T], timeout: float, what: str) -> T:

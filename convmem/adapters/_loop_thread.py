@@ -111,7 +111,15 @@ class EventLoopThread:
             if self._draining:
                 return
             self._draining = True
-        self._loop.call_soon_threadsafe(self._drain)
+        if threading.current_thread() is self._thread:
+            self._loop.call_soon(self._drain)  # from the loop itself: no wake-up through its self-pipe
+        else:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def start_here(self, start: Start, future: Settle[Any]) -> None:
+        """On the loop's thread, `start()` in a task of its own, `future` already running (asked
+        `set_running_or_notify_cancel`): what `post` does for one piece of work, without the batch."""
+        self._loop.create_task(_start_all([(start, future)], running=True))
 
     def _drain(self) -> None:
         with self._lock:
@@ -149,9 +157,9 @@ class EventLoopThread:
             self._thread.join(timeout)
 
 
-async def _start_all(batch: list[tuple[Start, Settle[Any]]]) -> None:
+async def _start_all(batch: list[tuple[Start, Settle[Any]]], *, running: bool = False) -> None:
     for index, (start, future) in enumerate(batch):
-        if not future.set_running_or_notify_cancel():
+        if not running and not future.set_running_or_notify_cancel():
             continue  # its caller stopped waiting before the loop got to it
         try:
             await start()

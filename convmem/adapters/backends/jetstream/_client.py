@@ -10,6 +10,7 @@ changes shape in the installed nats-py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -17,7 +18,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
-__all__ = ["DirectHandler", "NatsClient", "close_quietly", "parse_headers"]
+__all__ = ["DirectHandler", "NatsClient", "RequestHandler", "close_quietly", "parse_headers"]
 
 _log = logging.getLogger("convmem.nats")
 
@@ -47,9 +48,12 @@ def parse_headers(raw: bytes) -> dict[str, str]:
 DirectHandler = Callable[[bytes, bytes, bytes], None]
 """Told (subject, data, raw header block) of each message of a direct subscription, on the loop."""
 
+RequestHandler = Callable[[bytes, bytes, bytes], None]
+"""Told (subject, reply subject, data) of each message of a request subscription, on the loop."""
+
 
 class NatsClient(Client):
-    """nats-py's client with three shortcuts for convmem's hot paths (nats-py 2.x internals).
+    """nats-py's client with shortcuts for convmem's hot paths (nats-py 2.x internals).
 
     - Plain header blocks are parsed faster. nats-py checks every header name
       character by character; a stream read brings ~9 headers per message and
@@ -58,12 +62,17 @@ class NatsClient(Client):
     - `publish_prepared` sends a header block the caller built from checked
       parts, without nats-py's per-header checks and encoding.
     - A `subscribe_direct` subscription hands each message to a plain function
-      as it is parsed: no `Msg`, no queue, no task wake per message (acks).
+      as it is parsed: no `Msg`, no queue, no task wake per message (acks);
+      `subscribe_requests` the same with the reply subject (the service's requests).
+    - `send_now` publishes from the loop without awaiting (a task-free hot path),
+      or says it cannot and the caller awaits `publish_prepared` / `publish`.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
+        self._requests: dict[int, RequestHandler] = {}
+        self._kick: asyncio.Future[None] | None = None
 
     async def _process_headers(self, headers: bytes | None) -> dict[str, str] | None:
         if headers and headers.startswith(b"NATS/1.0\r\n"):
@@ -93,6 +102,51 @@ class NatsClient(Client):
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
+    def send_now(self, subject: str, reply: str, header: bytes, payload: bytes) -> bool:
+        """`publish_prepared` (or a plain publish, with `header` b"" and `reply` "") without awaiting.
+
+        On the connection's loop only. False, with nothing sent, whenever nats-py's own publish
+        would have to check, buffer or wait: not connected, draining, over `max_payload`, the
+        pending buffer at its limit, no flusher task. The caller then takes the awaited way.
+        """
+        flush_queue = self._flush_queue
+        if (
+            not self.is_connected
+            or self.is_draining_pubs
+            or flush_queue is None
+            or self._flusher_task is None
+            or self._flusher_task.done()
+            or len(payload) > self._max_payload
+        ):
+            return False
+        if header:
+            command = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+                subject.encode(),
+                reply.encode(),
+                len(header),
+                len(header) + len(payload),
+                header,
+                payload,
+            )
+        elif reply:
+            command = b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+        else:
+            command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+        size = self._pending_data_size + len(command)
+        if self._max_pending_size > 0 and size > self._max_pending_size:
+            return False  # nats-py flushes and waits here: the awaited way does
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        self._pending.append(command)
+        self._pending_data_size = size
+        if flush_queue.empty():  # kick the flusher (it writes whatever is pending by the time it runs)
+            kick = self._kick
+            if kick is None:  # one future, done at once: the flusher settles only what nobody has
+                kick = self._kick = asyncio.get_running_loop().create_future()
+                kick.set_result(None)
+            flush_queue.put_nowait(kick)
+        return True
+
     async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
         """Subscribe with `handler` called for each message on the loop, as the message is read.
 
@@ -102,9 +156,33 @@ class NatsClient(Client):
         self._direct[subscription._id] = handler
         return subscription
 
+    async def subscribe_requests(self, subject: str, queue: str, handler: RequestHandler) -> Subscription:
+        """Subscribe (in `queue`'s group, "" for none) with `handler` called for each message on the
+        loop as it is read, with its reply subject (b"" for none): no `Msg`, no queue, no task wake.
+
+        `handler` must not block and must not raise. A request's headers are not read. Draining the
+        subscription ends it once the server sent its last message: each was handled as it came.
+        """
+        subscription = await self.subscribe(subject, queue=queue)
+        self._requests[subscription._id] = handler
+        return subscription
+
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         handler = self._direct.get(sid)
-        if handler is None or sid not in self._subs:
+        if handler is None:
+            served = self._requests.get(sid)
+            if served is None or sid not in self._subs:
+                self._requests.pop(sid, None)
+                await super()._process_msg(sid, subject, reply, data, headers)
+                return
+            self.stats["in_msgs"] += 1
+            self.stats["in_bytes"] += len(data)
+            try:
+                served(subject, reply, data)
+            except Exception:  # never into nats-py's read loop, which would drop the connection
+                _log.exception("a handler of subscription %s failed", sid)
+            return
+        if sid not in self._subs:
             self._direct.pop(sid, None)
             await super()._process_msg(sid, subject, reply, data, headers)
             return

@@ -247,6 +247,13 @@ class NatsConnection:
             raise SessionClosed("the NATS connection is closed")
         self._loop.post(_guarded(start, what), future)
 
+    def start_here(self, start: Start, future: Settle[Any], *, what: str) -> None:
+        """`post` from the loop's own thread, for work already started (`future` asked): a task of its own."""
+        if self._closed:
+            future.set_exception(SessionClosed("the NATS connection is closed"))
+            return
+        self._loop.start_here(_guarded(start, what), future)
+
     def close(self) -> None:
         """Drain and close the connection and stop the loop. Idempotent."""
         with self._lock:

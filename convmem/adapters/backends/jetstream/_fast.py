@@ -115,13 +115,36 @@ class FastAppends:
         except BaseException:
             self._writer.forget(subject)  # it may have gone out: ask the server next time
             raise
+        self._track(pending, token)
+        return True
+
+    def start_now(self, pending: PendingAppend, last: Last) -> bool:
+        """`start` without awaiting, from the loop: False (nothing sent) when it would have to wait.
+
+        It would wait for its acknowledgements' subscription (the first append) or for the
+        client (`NatsClient.send_now`: reconnecting, its buffer full); `start` takes those.
+        """
+        subject, prefix = pending.subject, self._ack_prefix
+        if prefix is None or subject in self._fast:
+            return False
+        event = pending.events[0]
+        token = str(next(self._tokens))
+        payload = pending.payloads[0]
+        checksum = seal(event.seq, event.event_id, payload).encode()
+        header = _FAST_HEADER % (event.event_id.encode(), event.seq, last.stream_seq, checksum)
+        if not self._conn.nc.send_now(subject, prefix + token, header, payload):
+            return False
+        self._track(pending, token)
+        return True
+
+    def _track(self, pending: PendingAppend, token: str) -> None:
+        """`pending` went out with the reply token `token`: await its acknowledgement (or its expiry)."""
         loop = asyncio.get_running_loop()
         flight = _InFlight(pending, loop.time() + self._conn.timeout)
         self._acks[token] = flight
-        self._fast[subject] = flight
+        self._fast[pending.subject] = flight
         if self._sweep is None:
             self._sweep = loop.call_at(flight.deadline, self._expire)
-        return True
 
     def _on_ack(self, subject: bytes, data: bytes, header: bytes) -> None:
         assert self._ack_prefix is not None

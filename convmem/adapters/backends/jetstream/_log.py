@@ -226,9 +226,23 @@ class JetStreamEventLog:
         self._start(pending)
 
     def _start(self, pending: PendingAppend) -> None:
-        """Start `pending` on the loop, in a batch with other appends posted meanwhile."""
+        """Start `pending` on the loop, in a batch with other appends posted meanwhile.
+
+        On the loop itself, an append the fast path takes at once is sent right here (no task).
+        """
         writer = self._writer
-        self._conn.post(lambda: writer.start_append(pending), pending.done, what=pending.what)
+        if not self._conn.on_loop_thread():
+            self._conn.post(lambda: writer.start_append(pending), pending.done, what=pending.what)
+            return
+        if not pending.done.set_running_or_notify_cancel():
+            return  # its caller stopped waiting
+        try:
+            if writer.start_now(pending):
+                return
+        except BaseException as exc:
+            pending.done.set_exception(log_error(exc, pending.what))
+            return
+        self._conn.start_here(lambda: writer.start_append(pending), pending.done, what=pending.what)
 
     def on_loop_thread(self) -> bool:
         """See `LoopEventLog.on_loop_thread`."""

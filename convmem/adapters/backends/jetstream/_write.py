@@ -127,6 +127,17 @@ class SessionWriter:
         ):
             self._append_in_task(pending)
 
+    def start_now(self, pending: PendingAppend) -> bool:
+        """`start_append` without awaiting, from the loop, when the fast path takes `pending` at once.
+
+        False, with nothing done, otherwise: the caller then starts it the awaited way.
+        """
+        subject = pending.subject
+        last = self._last.get(subject)
+        if len(pending.events) > 1 or last is None or last.seq != pending.expected or subject in self._locks:
+            return False
+        return self._fast.start_now(pending, last)
+
     def append_in_task(self, pending: PendingAppend) -> None:
         """Take `pending` the full way (`append`) in a task of its own; settle it from there."""
         self._append_in_task(pending)
