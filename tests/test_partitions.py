@@ -233,7 +233,7 @@ def worker_a(nc: Any, prefix: str, **options: Any) -> Partitions:
         api_prefix=prefix,
         queue_group="convmem",
         instance="w-a",
-        on_message=ignore,
+        subscribe=lambda subject, queue: nc.subscribe(subject, queue=queue, cb=ignore),
         secret=SECRET,
         **options,
     )

@@ -29,7 +29,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 
-from convmem.actors._answers import LoopAnswer, await_for, wait_for
+from convmem.actors._answers import Answering, LoopAnswer, await_for, wait_for
 from convmem.actors._handle_writes import (
     Call,
     Handle,
@@ -43,9 +43,10 @@ from convmem.actors._handle_writes import (
     start,
 )
 from convmem.actors._live import LiveSessions
+from convmem.actors._ports import Settle
 from convmem.actors._session import Flush, Refresh, StateCell, Write
 from convmem.errors import WrongThread
-from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig
+from convmem.events import AnyEvent, ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState, TokenEstimator, estimate_tokens, llm_context, to_dict
 
 __all__ = ["AsyncSessionHandle", "SessionHandle"]
@@ -252,6 +253,26 @@ class AsyncSessionHandle(_Core):
             return call.answer(events)
         finally:
             expiry.cancel()
+
+    def add_turn_now(
+        self, turn: ConversationTurn, reply: Settle[int], *, idempotency_key: str | None = None
+    ) -> bool:
+        """`add_turn` begun from the log's own loop without awaiting: `reply` gets the turn's number.
+
+        For a caller that answers from a callback (the service): no task, no future. The write runs
+        here when the session is idle, else queues behind its mail; `reply` is settled on this loop
+        once the log acknowledged (or from an actor's thread, when the session was busy: the caller
+        hands it over), perhaps before this returns. False, with nothing done, when the log does not
+        append on a loop or the session is neither live nor cached here (activating it reads the
+        log): `await add_turn(...)` then. The caller keeps the timeout.
+        """
+        call = add_turn(self, turn, idempotency_key=idempotency_key)
+        sessions = self._sessions
+        if sessions.storage.loop_log is None:
+            return False
+        return sessions.claim_live(
+            self.key, Write(call.command, Answering(reply, call.answer), call.command_id)
+        )
 
     async def _deliver(self, message: Write | Flush | Refresh) -> None:
         sessions = self._sessions

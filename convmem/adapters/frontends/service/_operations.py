@@ -80,11 +80,17 @@ class Changes:
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
+        self._waiting = 0  # waiters, counted under the condition's lock before they look at their fact
 
     def note(self) -> None:
-        """A counter changed (called after the change is made, outside the counter's own lock)."""
-        with self._changed:
-            self._changed.notify_all()
+        """A counter changed (called after the change is made, outside the counter's own lock).
+
+        Nobody waiting, nobody to tell: a waiter counts itself before it first looks at its fact,
+        so one that looked before this change is counted here, and one that looks after sees it.
+        """
+        if self._waiting:
+            with self._changed:
+                self._changed.notify_all()
 
     def wait_for(self, fact: Callable[[], bool], timeout: float) -> bool:
         """Until `fact()` holds, re-checked after each change; False when `timeout` seconds pass first.
@@ -94,11 +100,15 @@ class Changes:
         """
         deadline = time.monotonic() + timeout
         with self._changed:
-            while not fact():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
-                    return False
-            return True
+            self._waiting += 1
+            try:
+                while not fact():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not self._changed.wait(remaining):
+                        return False
+                return True
+            finally:
+                self._waiting -= 1
 
 
 class RequestStats:
@@ -199,6 +209,15 @@ class ApiOperations:
             return Answer(op, None, encode_ok(result, msgpack=msgpack))
         except Exception as exc:
             return _failed(op, subject, exc, msgpack=msgpack)
+
+    def timeout_of(self, request: Request) -> float:
+        """The seconds `request` may take: its timeout within `max_timeout` (`MalformedRequest`: not > 0)."""
+        return self._timeout(request)
+
+    @staticmethod
+    def failed(op: str, subject: str, exc: Exception, *, msgpack: bool) -> Answer:
+        """The error reply to `op` on `subject` (anything but a `ConvmemError` logged with its traceback)."""
+        return _failed(op, subject, exc, msgpack=msgpack)
 
     def _timeout(self, request: Request) -> float:
         if request.timeout is None:

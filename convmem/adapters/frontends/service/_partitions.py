@@ -104,7 +104,7 @@ class Partitions:
         api_prefix: str,
         queue_group: str,
         instance: str,
-        on_message: Callable[[Msg], Awaitable[None]],
+        subscribe: Callable[[str, str], Awaitable[Subscription]],
         secret: bytes,
         beat: float = 0.5,
         expiry: float = 3.0,
@@ -132,7 +132,7 @@ class Partitions:
         self.max_members = max_members
         self._secret = secret
         self._clock = clock
-        self._on_message = on_message
+        self._subscribe = subscribe  # (subject, queue group): a partition's requests, to the service
         self._on_rejected = on_rejected  # told after each dropped announcement is counted
         self._seen: dict[str, float] = {}
         self._wall = wall
@@ -273,8 +273,8 @@ class Partitions:
         if not gained and not lost:
             return
         for slot in sorted(gained):  # take the new ones before letting the old ones go
-            self._subs[slot] = await self.nc.subscribe(
-                partition_subject(self.api_prefix, slot), queue=self.queue_group, cb=self._on_message
+            self._subs[slot] = await self._subscribe(
+                partition_subject(self.api_prefix, slot), self.queue_group
             )
         for slot in lost:
             task = asyncio.get_running_loop().create_task(self._drain(self._subs.pop(slot)))

@@ -30,6 +30,8 @@ it unsubscribes, answers every request already received, then closes.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -39,7 +41,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import nats
 import nats.errors
@@ -51,11 +53,12 @@ from nats.aio.subscription import Subscription
 from nats.micro.request import Request as MicroRequest
 
 from convmem import __version__
-from convmem.actors import MemorySystem
+from convmem.actors import AsyncSessionHandle, MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import PrometheusMetrics
 from convmem.adapters.backends.jetstream import close_quietly, server_list
+from convmem.adapters.backends.jetstream._client import NatsClient
 from convmem.adapters.frontends.service._errors import ErrorInfo, error_info
 from convmem.adapters.frontends.service._inboxes import ReplyGuard
 from convmem.adapters.frontends.service._operations import Answer, ApiOperations, Changes
@@ -65,8 +68,11 @@ from convmem.adapters.frontends.service._protocol import (
     MICRO_NAME,
     OPERATOR_OPS,
     SESSION_OPS,
+    AddTurnRequest,
     check_api_prefix,
+    decode_request,
     encode_error,
+    encode_ok,
     parse_subject,
     status_subject,
     wants_msgpack,
@@ -74,7 +80,8 @@ from convmem.adapters.frontends.service._protocol import (
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._shares import FairShares, tenant_token
 from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
-from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, SessionClosed
+from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, OperationTimeout, SessionClosed
+from convmem.events import MemoryKey
 
 __all__ = ["WRITES", "MemoryService"]
 
@@ -82,6 +89,9 @@ T = TypeVar("T")
 _OPS = frozenset((*SESSION_OPS, *OPERATOR_OPS))
 
 _log = logging.getLogger("convmem.service")
+
+_HANDLES = 8192
+"""Session handles `MemoryService` keeps by their ids (`_handle`); past it, it starts again."""
 
 WRITES = frozenset({"add_turn", "add_items", "pop_item", "clear", "restore", "fork", "agents_start"})
 """Operations that store events: refused with `QuotaExceeded` past the tenant's ``max_bytes``."""
@@ -180,6 +190,10 @@ class MemoryService:
         self._nc: Client | None = None
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._admitting: list[tuple[_Request, str]] | None = None  # started while `admit` runs: run after
+        self._finishing = False  # a request's answer frees its place: what that starts runs next, not inside
+        self._handles: dict[tuple[str, str, str], AsyncSessionHandle] = {}  # checked keys' handles, bounded
+        self._deadlines = _Deadlines()  # the timeouts of the requests `_add_turn_now` answers
         self.quotas = quotas if quotas is not None else Quotas()
         if not isinstance(self.quotas, Quotas):
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
@@ -310,10 +324,9 @@ class MemoryService:
             "error_cb": self._on_error,
         }
         options.update(self._connect_options)
+        nc = NatsClient()  # nats-py's client with the shortcuts of the request path
         try:
-            nc = await asyncio.wait_for(
-                nats.connect(servers=server_list(self.url), **options), self.connect_timeout
-            )
+            await asyncio.wait_for(nc.connect(servers=server_list(self.url), **options), self.connect_timeout)
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             detail = scrub(str(exc) or type(exc).__name__, self._secrets)
             raise LogUnavailable(
@@ -325,8 +338,8 @@ class MemoryService:
         try:
             sessions, operators = self.subjects
             self._subs = [
-                await nc.subscribe(sessions, queue=self.queue_group, cb=self._on_message),
-                await nc.subscribe(operators, cb=self._on_message),
+                await nc.subscribe_requests(sessions, self.queue_group, self._on_request),
+                await nc.subscribe_requests(operators, "", self._on_request),
             ]
             self._micro = await nats.micro.add_service(
                 _Guarded(nc, self._guard),  # type: ignore[arg-type]  # a Client in all it uses
@@ -345,7 +358,7 @@ class MemoryService:
                     api_prefix=self.api_prefix,
                     queue_group=self.queue_group,
                     instance=self.instance,
-                    on_message=self._on_message,
+                    subscribe=lambda subject, queue: nc.subscribe_requests(subject, queue, self._on_request),
                     secret=self._members_secret,
                     on_rejected=self._changes.note,
                 )
@@ -365,24 +378,33 @@ class MemoryService:
     async def _off_loop(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
-    async def _on_message(self, msg: Msg) -> None:
-        """Admit the request into its tenant's turn (`FairShares`), or refuse it at once with `Busy`."""
+    def _on_request(self, subject: bytes, reply: bytes, data: bytes) -> None:
+        """A request as it is read: admitted into its tenant's turn (`FairShares`), or refused at
+        once with `Busy` (as cheap as can be: a flood is refused here, on the loop, at its full rate)."""
+        msg = _Request(subject.decode(), reply.decode(), data)
         if msg.reply and not self._guard.allows(msg.subject, msg.reply):
             if self._prometheus is not None:
                 self._prometheus.refused(tenant_token(self.api_prefix, msg.subject), "reply_subject")
             return  # a reply subject its requester may not listen on: not run, not answered
         token = tenant_token(self.api_prefix, msg.subject)
-        if self._shares.admit(token, lambda: self._start(msg, token)):
+        started: list[tuple[_Request, str]] = []
+        self._admitting = started
+        try:
+            admitted = self._shares.admit(token, lambda: self._start(msg, token))
+        finally:
+            self._admitting = None
+        if admitted:
             self._ops.stats.begin()
             self._changes.note()
+            for request, its_token in started:  # counted in flight first, then run (it may end at once)
+                self._run(request, its_token)
             return
         self._ops.stats.refused(_op_token(msg.subject), "Busy")
         self._changes.note()
         if self._prometheus is not None:
             self._prometheus.refused(token, "Busy")
-        if msg.reply:  # as cheap as can be: a flood is refused here, on the loop, at its full rate
-            assert self._nc is not None
-            await self._respond(self._nc, msg, self._busy_reply(token, wants_msgpack(msg.data)))
+        if msg.reply:
+            self._answer_now(msg, self._busy_reply(token, wants_msgpack(msg.data)))
 
     def _busy_reply(self, token: str, msgpack: bool) -> bytes:
         """The `Busy` reply of `token`'s tenant (the same every time: made once, kept for a while)."""
@@ -394,16 +416,125 @@ class MemoryService:
             self._busy_replies[token, msgpack] = reply
         return reply
 
-    def _start(self, msg: Msg, token: str) -> None:
+    def _start(self, msg: _Request, token: str) -> None:
+        """`FairShares` starts the request: now, after its admission is counted, or after the answer
+        that freed its place has been given (never inside it: a queue of requests that end at once
+        would nest)."""
+        if self._admitting is not None:
+            self._admitting.append((msg, token))
+        elif self._finishing:
+            asyncio.get_running_loop().call_soon(self._run, msg, token)
+        else:
+            self._run(msg, token)
+
+    def _run(self, msg: _Request, token: str) -> None:
+        """An ``add_turn`` of a live session on the log's own loop is begun here and answered from the
+        log's acknowledgement (`_add_turn_now`); any other request is served in a task of its own."""
+        if self._given_loop is not None and self._ops.on_loop(msg.subject) and self._add_turn_now(msg, token):
+            return
         task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._finished(done, token))
 
     def _finished(self, task: asyncio.Task[None], token: str) -> None:
         self._tasks.discard(task)
-        self._shares.done(token)
+        self._done(token)
 
-    async def _over_quota(self, msg: Msg) -> tuple[str, str] | Answer | None:
+    def _done(self, token: str) -> None:
+        """A request of `token`'s tenant was answered: its place goes to the next (started after this)."""
+        self._finishing = True
+        try:
+            self._shares.done(token)
+        finally:
+            self._finishing = False
+
+    def _add_turn_now(self, msg: _Request, token: str) -> bool:
+        """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
+        reply goes out from the log's acknowledgement (`_TurnReply`). False, with nothing done, when
+        it needs to wait first (its tenant's bytes to be counted, its session to be read from the
+        log): `_serve` takes it then."""
+        subject, data = msg.subject, msg.data
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, subject)
+        except ConvmemError:
+            return False  # answered as it deserves by the operation itself
+        if tenant_id is None:
+            return False
+        allowed = self.quotas.of_token(token).max_bytes
+        if allowed is not None and not self._usage.within(tenant_id, allowed):
+            return False  # a count first, or a refusal on a fresh count: `_over_quota` awaits it
+        msgpack = wants_msgpack(data)
+        reply = _TurnReply(self, msg, token, tenant_id, msgpack)
+        try:
+            request = decode_request(op, data)
+            assert isinstance(request, AddTurnRequest)
+            wait = self._ops.timeout_of(request)
+            begun = self._handle(tenant_id, request.user_id, request.session_id).add_turn_now(
+                request.turn, reply, idempotency_key=request.idempotency_key
+            )
+        except Exception as exc:
+            self._answered(reply, self._ops.failed(op, subject, exc, msgpack=msgpack))
+            return True
+        if not begun:
+            return False  # not live here: activating reads the log, off this loop
+        if not reply.sent:
+            self._deadlines.add(reply, wait)
+        return True
+
+    def _handle(self, tenant_id: str, user_id: str, session_id: str) -> AsyncSessionHandle:
+        """The asyncio handle of a session, its key checked once (kept for the sessions seen lately)."""
+        ids = (tenant_id, user_id, session_id)
+        handle = self._handles.get(ids)
+        if handle is None:
+            handle = self.system.async_session(MemoryKey(tenant_id, user_id, session_id))
+            if len(self._handles) >= _HANDLES:
+                self._handles.clear()
+            self._handles[ids] = handle
+        return handle
+
+    def _answered(self, reply: _TurnReply, answer: Answer) -> None:
+        """On the loop: `_add_turn_now`'s request answered (once; a late outcome after its timeout
+        is dropped), counted as `_serve` counts, and its place freed."""
+        if reply.sent:
+            return
+        reply.sent = True
+        if reply.wait is not None:
+            self._deadlines.answered(reply.wait)
+        msg, error = reply.msg, answer.error
+        try:
+            if error is None:
+                self._used(reply.tenant_id, "add_turn", len(msg.data))
+            if msg.reply:
+                self._answer_now(msg, answer.reply)
+        except Exception:
+            _log.exception("convmem service: request on %s not answered", msg.subject)
+        finally:
+            self._ops.stats.end(answer.op, error)
+            self._changes.note()
+            if self._prometheus is not None:
+                self._count(msg.subject, answer.op, error, False)
+            self._done(reply.token)
+
+    def _answer_now(self, msg: _Request, reply: bytes) -> None:
+        """`_respond` from a callback, for a request whose reply subject `_on_request` let through
+        (`ReplyGuard`'s rule is a function of the subject and the reply subject alone): sent at once
+        when the client can take it without waiting, else in a task (a reconnecting client, a reply
+        over ``max_payload``...), which checks it again as every other answer is checked."""
+        nc = self._nc
+        assert nc is not None
+        if isinstance(nc, NatsClient) and nc.send_now(msg.reply, "", b"", reply):
+            return
+        task = asyncio.get_running_loop().create_task(self._respond_logged(nc, msg, reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _respond_logged(self, nc: Client, msg: _Request, reply: bytes) -> None:
+        try:
+            await self._respond(nc, msg, reply)
+        except Exception:
+            _log.exception("convmem service: request on %s not answered", msg.subject)
+
+    async def _over_quota(self, msg: _Request) -> tuple[str, str] | Answer | None:
         """(tenant id, op) of a request within its quota, or its refusal; None: no tenant's request."""
         try:
             tenant_id, op = parse_subject(self.api_prefix, msg.subject)
@@ -420,7 +551,7 @@ class MemoryService:
                 return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
         return tenant_id, op
 
-    async def _serve(self, msg: Msg) -> None:
+    async def _serve(self, msg: _Request) -> None:
         assert self._nc is not None
         op, error, refused = "unknown", None, False
         try:
@@ -460,7 +591,7 @@ class MemoryService:
         elif op == "erase":
             self._usage.erased(tenant_id)
 
-    async def _respond(self, nc: Client, msg: Msg, reply: bytes) -> None:
+    async def _respond(self, nc: Client, msg: _Request, reply: bytes) -> None:
         if not self._guard.allows(msg.subject, msg.reply):  # checked on receipt too: every answer passes here
             return
         try:
@@ -547,6 +678,177 @@ class MemoryService:
 
     async def _on_error(self, exc: Exception) -> None:
         _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
+
+
+class _Request(NamedTuple):
+    """A request as the service reads it (what it reads of nats-py's `Msg`)."""
+
+    subject: str
+    reply: str
+    data: bytes
+
+
+_PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+
+
+class _TurnReply:
+    """The answer of an ``add_turn`` begun by `MemoryService._add_turn_now` (a `Settle` of its turn number).
+
+    Settled on the service's loop (the log's acknowledgement), or on an actor's thread when the
+    session was busy (handed to the loop then). `expire` answers `OperationTimeout` when the
+    request's timeout runs out first; the write may still complete, and its late outcome is dropped.
+    """
+
+    __slots__ = (
+        "_lock",
+        "_loop",
+        "_service",
+        "_state",
+        "msg",
+        "msgpack",
+        "sent",
+        "tenant_id",
+        "token",
+        "wait",
+    )
+
+    def __init__(
+        self, service: MemoryService, msg: _Request, token: str, tenant_id: str, msgpack: bool
+    ) -> None:
+        self._service = service
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._state = _PENDING
+        self.msg = msg
+        self.token = token
+        self.tenant_id = tenant_id
+        self.msgpack = msgpack
+        self.wait: float | None = None
+        """Its timeout, once `_Deadlines` keeps it."""
+        self.sent = False
+        """Answered (on the loop)."""
+
+    def set_running_or_notify_cancel(self) -> bool:
+        with self._lock:
+            if self._state == _CANCELLED:
+                return False
+            if self._state != _PENDING:
+                raise RuntimeError("the write's reply was started twice")
+            self._state = _RUNNING
+            return True
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def done(self) -> bool:
+        return self._state >= _CANCELLED
+
+    def cancel(self) -> bool:
+        """Before the write starts: it never will (it timed out, or the session's actor stopped)."""
+        with self._lock:
+            if self._state != _PENDING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+        self._settled(None, SessionClosed("the write was cancelled before it started"))
+        return True
+
+    def expire(self, wait: float) -> None:
+        """On the loop, once the request's timeout ran out: `OperationTimeout`; the write may go on."""
+        if self.sent:
+            return
+        with self._lock:
+            if self._state == _PENDING:
+                self._state = _CANCELLED  # not started yet: it never will be
+        error = OperationTimeout(
+            f"write did not finish within {wait:g}s (it may still complete; retry with the same "
+            "idempotency_key to store it once)"
+        )
+        self._on_loop(None, error)
+
+    def set_result(self, number: int, /) -> None:
+        self._finish(number, None)
+
+    def set_exception(self, exception: BaseException | None, /) -> None:
+        self._finish(None, exception or RuntimeError("a write failed without an error"))
+
+    def _finish(self, number: int | None, error: BaseException | None) -> None:
+        with self._lock:
+            if self._state >= _CANCELLED:
+                raise concurrent.futures.InvalidStateError("the write was answered already")
+            self._state = _FINISHED
+        self._settled(number, error)
+
+    def _settled(self, number: int | None, error: BaseException | None) -> None:
+        if asyncio._get_running_loop() is self._loop:
+            self._on_loop(number, error)
+        else:  # an actor's thread (the session was busy): the loop answers
+            with contextlib.suppress(RuntimeError):  # a closed loop: the service is gone
+                self._loop.call_soon_threadsafe(self._on_loop, number, error)
+
+    def _on_loop(self, number: int | None, error: BaseException | None) -> None:
+        if self.sent:
+            return
+        msgpack, service = self.msgpack, self._service
+        if error is None:
+            try:
+                answer = Answer("add_turn", None, encode_ok(number, msgpack=msgpack))
+            except Exception as exc:
+                answer = service._ops.failed("add_turn", self.msg.subject, exc, msgpack=msgpack)
+        elif isinstance(error, Exception):
+            answer = service._ops.failed("add_turn", self.msg.subject, error, msgpack=msgpack)
+        else:  # an interrupt on the thread that ran the write: not ours to swallow, but answered
+            closed = SessionClosed(f"the write was interrupted: {error!r}")
+            answer = service._ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
+        service._answered(self, answer)
+
+
+class _Deadlines:
+    """The timeouts of the requests answered from callbacks, on the service's loop: one line per
+    timeout in seconds, in the order the requests came (so by deadline), one timer per line.
+
+    A request answered leaves the head of its line at once (answers mostly come in order); one
+    answered behind an older one waits there, holding nothing but its reply, until the older one
+    leaves. The timer wakes at the head's deadline, expires what is due (`_TurnReply.expire`) and
+    sleeps until the next head's. No timer made and cancelled per request, as `call_later` would.
+    """
+
+    def __init__(self) -> None:
+        self._lines: dict[float, collections.deque[tuple[float, _TurnReply]]] = {}
+        self._timers: dict[float, asyncio.TimerHandle] = {}
+
+    def add(self, reply: _TurnReply, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        line = self._lines.get(wait)
+        if line is None:
+            line = self._lines[wait] = collections.deque()
+        deadline = loop.time() + wait
+        line.append((deadline, reply))
+        reply.wait = wait
+        if wait not in self._timers:
+            self._timers[wait] = loop.call_at(deadline, self._expire, wait)
+
+    def answered(self, wait: float) -> None:
+        """A request of the line `wait` was answered: the answered ones leave its head."""
+        line = self._lines.get(wait)
+        while line and line[0][1].sent:
+            line.popleft()
+
+    def _expire(self, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        del self._timers[wait]
+        line = self._lines.get(wait)
+        now = loop.time()
+        while line:
+            deadline, reply = line[0]
+            if reply.sent:
+                line.popleft()
+            elif deadline <= now:
+                line.popleft()
+                reply.expire(wait)  # answered now: nothing of it is kept
+            else:
+                self._timers[wait] = loop.call_at(deadline, self._expire, wait)
+                return
+        self._lines.pop(wait, None)
 
 
 def _op_token(subject: str) -> str:

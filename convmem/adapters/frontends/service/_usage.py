@@ -137,6 +137,16 @@ class TenantUsage:
         if tally.total >= allowed:
             raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=tally.total)
 
+    def within(self, tenant_id: str, allowed: int) -> bool:
+        """`check` when it needs no count first: True when `tenant_id` is counted and below `allowed`
+        (a recount that fell due starts in the background, as `check` starts it). False: await `check`."""
+        tally = self._tallies.get(tenant_id)
+        if tally is None or tally.counted_at is None or tally.total >= allowed:
+            return False
+        if self._clock() - tally.counted_at >= self._every:
+            self._count_later(tenant_id, tally)
+        return True
+
     def wrote(self, tenant_id: str, size: int) -> None:
         """A write of `size` request bytes for `tenant_id` was answered through this instance."""
         tally = self._tallies.get(tenant_id)
