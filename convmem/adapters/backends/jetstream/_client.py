@@ -79,6 +79,25 @@ class NatsClient(Client):
             return parse_headers(headers) or None
         return await super()._process_headers(headers)
 
+    def headers_of(self, raw: bytes) -> dict[str, str] | None:
+        """A message's raw header block read as `_process_headers` reads it (None: no headers), at once.
+
+        For direct handlers. An inline status block (``NATS/1.0 204 EOB``) goes to nats-py's own
+        parser, a coroutine that never waits: it is run to its end right here.
+        """
+        if not raw:
+            return None
+        if raw.startswith(b"NATS/1.0\r\n"):
+            return parse_headers(raw) or None
+        reading = Client._process_headers(self, raw)
+        try:
+            reading.send(None)
+        except StopIteration as done:
+            parsed: dict[str, str] | None = done.value
+            return parsed
+        reading.close()
+        raise RuntimeError("nats-py's header parser waited for something: it cannot be read at once")
+
     async def publish_prepared(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
         """`publish` of a complete header block (``NATS/1.0`` line to blank line) built by the caller.
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 import nats.js.errors
-from nats.aio.msg import Msg
 
 from convmem.actors import LoggedEvent
 from convmem.adapters._loop_thread import wait
@@ -63,8 +62,10 @@ async def fetch_batch(
     done: asyncio.Future[int] = loop.create_future()
     messages: list[StoredMessage] = []
 
-    async def on_message(msg: Msg) -> None:
-        headers = msg.headers or {}
+    nc = conn.nc
+
+    def on_message(_subject: bytes, data: bytes, raw: bytes) -> None:  # as each is read: no Msg, no task
+        headers = nc.headers_of(raw) or {}
         status = headers.get("Status")
         if status is None:
             messages.append(
@@ -72,7 +73,7 @@ async def fetch_batch(
                     subject=headers.get("Nats-Subject", ""),
                     seq=int(headers.get("Nats-Sequence", "0")),
                     headers=headers,
-                    data=msg.data,
+                    data=data,
                 )
             )
         elif not done.done():
@@ -85,8 +86,8 @@ async def fetch_batch(
                     nats.js.errors.APIError(code=int(status), description=headers.get("Description"))
                 )
 
-    inbox = conn.nc.new_inbox()
-    sub = await conn.nc.subscribe(inbox, cb=on_message)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe_direct(inbox, on_message)
     try:
         request = {"seq": start, "next_by_subj": subject, "batch": batch, "max_bytes": max_bytes}
         await conn.nc.publish(f"$JS.API.DIRECT.GET.{stream}", msgspec.json.encode(request), reply=inbox)
