@@ -335,9 +335,12 @@ def _words(text: str) -> set[str]:
 
 def test_real_chats_give_summaries_within_budget_that_keep_more_words_than_recent_turns() -> None:
     """Chitchat conversations rolled one turn at a time: every summary fits, and the summary at the
-    end holds more of the conversation's words than its newest turns of the same length do."""
+    end holds more of the conversation's words than its newest turns of the same length do, in three
+    conversations of four and over all of them together. (Names and numbers weigh twice a rare word
+    since issue 25's density work, so a summary keeps fewer distinct words for more specifics: 15 of
+    these 19 conversations and 1.18 times the newest turns' words over all, against 16 and 1.27.)"""
     data = json.loads((Path(chitchat_dataset.__file__).parent / "dataset.json").read_text(encoding="utf-8"))
-    wins = played = 0
+    wins = played = kept_all = shown_all = 0
     for conversation_id in sorted(data)[:80]:
         texts = [" ".join(m["text"] for m in group) for group in data[conversation_id]["messages"]]
         turns = [{"user": texts[i], "assistant": texts[i + 1]} for i in range(0, len(texts) - 1, 2)]
@@ -357,9 +360,13 @@ def test_real_chats_give_summaries_within_budget_that_keep_more_words_than_recen
                 break
             newest.append(turn["user"] + " " + turn["assistant"])
         played += 1
-        wins += len(_words(summary)) > len(_words(" ".join(newest)))
+        kept, shown = len(_words(summary)), len(_words(" ".join(newest)))
+        wins += kept > shown
+        kept_all += kept
+        shown_all += shown
     assert played >= 10
-    assert wins >= 0.8 * played
+    assert wins >= 0.75 * played
+    assert kept_all >= 1.1 * shown_all
 
 
 # Laws --------------------------------------------------------------------------------------------

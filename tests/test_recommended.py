@@ -33,8 +33,8 @@ def test_the_setup_is_a_rolling_summary_whose_summary_takes_what_recent_turns_le
     assert setup.config.strategy == "rolling_summary"
     assert setup.config.include_turn_dates
     assert budget.total_max_tokens == 4000
-    assert budget.full_zone_turns == 3
-    assert budget.summary_max_tokens == 3800
+    assert budget.full_zone_turns == 2
+    assert budget.summary_max_tokens == 3900
     assert budget.overflow_policy == "truncate_summary"
     assert isinstance(setup.summarizer, ProcessSummarizer)  # issue 15: off this process's interpreter
     assert setup.summarizer.target == "convmem.adapters.backends.summarizers:ExtractiveSummarizer"
@@ -83,7 +83,7 @@ def test_one_line_gives_a_memory_whose_context_uses_its_budget_and_keeps_the_new
         tokens = session.estimate_tokens()
     assert tokens <= 600
     assert tokens == default_token_estimator(render(context))
-    assert [t["user"] for t in context["recent_turns"]] == facts[-3:]
+    assert [t["user"] for t in context["recent_turns"]] == facts[-2:]
     assert context["recent_turns"][-1]["date"] == "30 March 2024"
     assert "1 March 2024:" in context["summary"]
     assert tokens > 450, "the summary grows into what the recent turns leave"

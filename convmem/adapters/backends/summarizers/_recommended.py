@@ -14,9 +14,11 @@ from convmem.projections import TokenEstimator, default_token_estimator
 
 __all__ = ["MemorySetup", "recommended"]
 
-FULL_ZONE_TURNS = 3
-"""Recent turns shown verbatim: enough for a planner to follow the thread."""
-RESERVE_TOKENS = 200
+FULL_ZONE_TURNS = 2
+"""Recent turns shown verbatim: the last two exchanges, enough for a planner to follow the thread (a
+third verbatim turn costs as much as several summary facts: on LoCoMo, 2 turns and a reserve of 100
+tokens held more answers than 3 and 200 at every budget, `bench/RESULTS.md`)."""
+RESERVE_TOKENS = 100
 """The budget the summary leaves free at least; recent turns get more by trimming its view."""
 SMALLEST_BUDGET = 200
 EXTRACTIVE = "convmem.adapters.backends.summarizers:ExtractiveSummarizer"

@@ -3,9 +3,12 @@
 A sentence's *terms* are its content words, stemmed (Snowball's English
 stemmer, so "painted", "painting" and "paints" are one term), each with an
 integer weight: 0 for function words, small talk and fillers (not kept at
-all), 1 for the very common words of everyday talk, 4 for every other word.
-Words outside everyday vocabulary (names, places, objects, numbers) are the
-rare ones a later question asks about, so they weigh most. Weights are
+all), 1 for the very common words of everyday talk, 4 for every other word,
+8 for such a word written as a name (capitalised inside a sentence) or a
+number of two digits or more. Words outside everyday vocabulary (names, places, objects,
+numbers, dates) are the rare ones a later question asks about, so they weigh
+most, and the specifics among them (who, where, which title, how many, when)
+twice that. Weights are
 integers so that sums kept incrementally equal sums computed afresh: the
 summary must come out the same to the byte however it was reached.
 """
@@ -34,6 +37,7 @@ __all__ = [
     "label_of",
     "sentences",
     "speaker_label",
+    "specifics",
     "split_label",
     "split_media",
     "strip_filler",
@@ -42,6 +46,9 @@ __all__ = [
 ]
 
 FULL_WEIGHT = 4
+SPECIFIC_WEIGHT = 8
+"""A rare word written as a name (capitalised inside a sentence: "Sweden", "Becoming Nicole") or a
+number ("2023", "18th"): the specifics a later question asks after, twice a rare word (`_SPECIFIC`)."""
 _COMMON_WEIGHT = 1
 _STEM_CACHE_LIMIT = 50_000
 
@@ -60,6 +67,13 @@ _LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
 _MARKER_STARTS = frozenset("-*•")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _KEY_DROP = re.compile(r"[^\w\s]+")
+_SPECIFIC = re.compile(r" ([A-Z](?:[a-z][^\W_]*(?:['’][^\W_]+)*|[A-Z]{1,4}\b))|\d\d+(?:st|nd|rd|th|s)?\b")
+"""A specific: a word capitalised inside a sentence (after a word or a comma and a space, so not
+the sentence's first word): a name or title ("Sweden", "Becoming Nicole") or an acronym of 2 to 5
+capitals ("LGBTQ"); or a number of two digits or more ("2023", "18th", "1990s"). Written to start
+with a space or a digit, so the scan skips the rest; `specifics` checks what stands before."""
+_BEFORE_NAME = frozenset(",;:)]'’\"-_")
+"""Besides a letter or a digit, what may stand before the space before a name (not . ! ? …)."""
 _INTERJECTION = (
     r"(?:hey|hi|hello|hiya|yo|wow|whoa|woah|oh|ooh|ah|aw+|aww+|haha+|hah|lol|omg|yeah|yep|yup|yes|no|nope"
     r"|ok|okay|sure|well|so|um+|uh+|hmm+|cool|great|awesome|nice|thanks|thank you|sorry|congrats"
@@ -225,7 +239,29 @@ def body_terms(body: str) -> Terms:
         stem, weight = term
         if seen.get(stem, 0) < weight:
             seen[stem] = weight
+    for found in specifics(body):
+        word = found.lower().replace("’", "'")
+        term = cache.get(word, _UNSEEN)
+        if term is _UNSEEN:
+            term = _term(word)
+        if term is not None and seen.get(term[0]) == FULL_WEIGHT:
+            seen[term[0]] = SPECIFIC_WEIGHT
     return tuple(seen.items())
+
+
+def specifics(body: str) -> list[str]:
+    """The names, titles, acronyms and numbers of a text (`_SPECIFIC`), as written, in order."""
+    found: list[str] = []
+    for match in _SPECIFIC.finditer(body):
+        start = match.start()
+        before = body[start - 1] if start else ""
+        name = match.group(1)
+        if name is not None:
+            if before and (before.isalnum() or before in _BEFORE_NAME):
+                found.append(name)
+        elif not (before.isalnum() or before == "_"):
+            found.append(match.group())
+    return found
 
 
 _UNSEEN = ("", 0)
