@@ -70,7 +70,8 @@ _KEY_DROP = re.compile(r"[^\w\s]+")
 _SPECIFIC = re.compile(r" ([A-Z](?:[a-z][^\W_]*(?:['’][^\W_]+)*|[A-Z]{1,4}\b))|\d\d+(?:st|nd|rd|th|s)?\b")
 """A specific: a word capitalised inside a sentence (after a word or a comma and a space, so not
 the sentence's first word): a name or title ("Sweden", "Becoming Nicole") or an acronym of 2 to 5
-capitals ("LGBTQ"); or a number of two digits or more ("2023", "18th", "1990s"). Written to start
+capitals ("LGBTQ"), ASCII capitals only; or a number of two digits or more ("2023", "18th",
+"1990s"). Written to start
 with a space or a digit, so the scan skips the rest; `specifics` checks what stands before."""
 _BEFORE_NAME = frozenset(",;:)]'’\"-_")
 """Besides a letter or a digit, what may stand before the space before a name (not . ! ? …)."""
