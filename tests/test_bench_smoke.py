@@ -96,7 +96,7 @@ def test_device_script_runs_each_measure_within_its_limit(tmp_path: Path) -> Non
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp_path), "DEVICE_SMOKE": "1"}
     env["DEVICE_MEASURES"] = "cores peers"
     env["DEVICE_LIMIT_CORES"] = "120"
-    env["DEVICE_TOTAL"] = "30"  # cores starts with 20 s left (its limit cut to that), peers with < 20: not run
+    env["DEVICE_TOTAL"] = "30"  # cores starts with 20 s left (its limit cut to that); peers: not run
     done = subprocess.run(
         ["bash", str(ROOT / "bench" / "device.sh")],
         cwd=ROOT,
