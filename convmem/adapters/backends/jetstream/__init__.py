@@ -15,7 +15,7 @@ rest), and `_keystore` keeps data keys in a key-value bucket of their own
 """
 
 from convmem.adapters.backends.jetstream._backend import JetStreamBackend, open_key_store
-from convmem.adapters.backends.jetstream._client import close_quietly
+from convmem.adapters.backends.jetstream._client import NatsClient, close_quietly
 from convmem.adapters.backends.jetstream._connection import NatsConnection, server_list
 from convmem.adapters.backends.jetstream._embedded import (
     EmbeddedNatsServer,
@@ -34,6 +34,7 @@ __all__ = [
     "JetStreamErasureJournal",
     "JetStreamEventLog",
     "JetStreamSnapshotStore",
+    "NatsClient",
     "NatsConnection",
     "NatsKeyStore",
     "answered_first",

@@ -18,6 +18,8 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from convmem.errors import InternalError
+
 __all__ = ["DirectHandler", "NatsClient", "RequestHandler", "close_quietly", "parse_headers"]
 
 _log = logging.getLogger("convmem.nats")
@@ -96,7 +98,7 @@ class NatsClient(Client):
             parsed: dict[str, str] | None = done.value
             return parsed
         reading.close()
-        raise RuntimeError("nats-py's header parser waited for something: it cannot be read at once")
+        raise InternalError("nats-py's header parser waited for something: it cannot be read at once")
 
     async def publish_prepared(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
         """`publish` of a complete header block (``NATS/1.0`` line to blank line) built by the caller.

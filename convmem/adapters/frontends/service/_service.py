@@ -57,8 +57,7 @@ from convmem.actors import AsyncSessionHandle, MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import PrometheusMetrics
-from convmem.adapters.backends.jetstream import close_quietly, server_list
-from convmem.adapters.backends.jetstream._client import NatsClient
+from convmem.adapters.backends.jetstream import NatsClient, close_quietly, server_list
 from convmem.adapters.frontends.service._errors import ErrorInfo, error_info
 from convmem.adapters.frontends.service._inboxes import ReplyGuard
 from convmem.adapters.frontends.service._operations import Answer, ApiOperations, Changes
@@ -80,7 +79,14 @@ from convmem.adapters.frontends.service._protocol import (
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._shares import FairShares, tenant_token
 from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
-from convmem.errors import ConvmemError, InvalidConfig, LogUnavailable, OperationTimeout, SessionClosed
+from convmem.errors import (
+    ConvmemError,
+    InternalError,
+    InvalidConfig,
+    LogUnavailable,
+    OperationTimeout,
+    SessionClosed,
+)
 from convmem.events import MemoryKey
 
 __all__ = ["WRITES", "MemoryService"]
@@ -733,7 +739,7 @@ class _TurnReply:
             if self._state == _CANCELLED:
                 return False
             if self._state != _PENDING:
-                raise RuntimeError("the write's reply was started twice")
+                raise InternalError("the write's reply was started twice")
             self._state = _RUNNING
             return True
 
