@@ -134,6 +134,9 @@ def test_nats_clients_private_state_that_the_shortcuts_use_is_there() -> None:
         )
     for name in ("_flush_queue", "_flusher_task"):  # made on connect
         assert hasattr(client, name), f"nats-py {version}'s Client.{name} is gone: {CLIENT} uses it"
+    status = f"nats-py {version}'s Client._status / Client.CONNECTED changed: {CLIENT}'s send_now reads them"
+    assert isinstance(Client.CONNECTED, int), status
+    assert client._status == Client.DISCONNECTED, status
     for name, kind in (("_pending", list), ("_pending_data_size", int), ("_max_pending_size", int)):
         assert isinstance(getattr(client, name, None), kind), (
             f"nats-py {version}'s Client.{name} is no longer a {kind.__name__}: {CLIENT}'s send_now "

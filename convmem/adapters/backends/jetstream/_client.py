@@ -132,8 +132,7 @@ class NatsClient(Client):
         """
         flush_queue = self._flush_queue
         if (
-            not self.is_connected
-            or self.is_draining_pubs
+            self._status != Client.CONNECTED  # (draining or reconnecting: nats-py's publish decides)
             or flush_queue is None
             or self._flusher_task is None
             or self._flusher_task.done()

@@ -250,7 +250,7 @@ class MemoryService:
 
     def start(self) -> MemoryService:
         """Connect and subscribe; returns once requests are being received. Idempotent."""
-        with self._lock:
+        with _REPLIES:
             if self._state == "running":
                 return self
             if self._state != "new":
@@ -277,7 +277,7 @@ class MemoryService:
         A second caller waits for the first to finish. Must not be called
         from a request handler (it waits for the handlers).
         """
-        with self._lock:
+        with _REPLIES:
             state = self._state
             if state in ("new", "running"):
                 self._state = "stopping"
@@ -509,7 +509,7 @@ class MemoryService:
         msg, error = reply.msg, answer.error
         try:
             if error is None:
-                self._used(reply.tenant_id, "add_turn", len(msg.data))
+                self._usage.wrote(reply.tenant_id, len(msg.data))  # `_used` of a write
             if msg.reply:
                 self._answer_now(msg, answer.reply)
         except Exception:
@@ -695,6 +695,8 @@ class _Request(NamedTuple):
 
 
 _PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+_REPLIES = threading.Lock()
+"""Guards every `_TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
 
 
 class _TurnReply:
@@ -706,7 +708,6 @@ class _TurnReply:
     """
 
     __slots__ = (
-        "_lock",
         "_loop",
         "_service",
         "_state",
@@ -723,7 +724,6 @@ class _TurnReply:
     ) -> None:
         self._service = service
         self._loop = asyncio.get_running_loop()
-        self._lock = threading.Lock()
         self._state = _PENDING
         self.msg = msg
         self.token = token
@@ -735,7 +735,7 @@ class _TurnReply:
         """Answered (on the loop)."""
 
     def set_running_or_notify_cancel(self) -> bool:
-        with self._lock:
+        with _REPLIES:
             if self._state == _CANCELLED:
                 return False
             if self._state != _PENDING:
@@ -751,7 +751,7 @@ class _TurnReply:
 
     def cancel(self) -> bool:
         """Before the write starts: it never will (it timed out, or the session's actor stopped)."""
-        with self._lock:
+        with _REPLIES:
             if self._state != _PENDING:
                 return self._state == _CANCELLED
             self._state = _CANCELLED
@@ -762,7 +762,7 @@ class _TurnReply:
         """On the loop, once the request's timeout ran out: `OperationTimeout`; the write may go on."""
         if self.sent:
             return
-        with self._lock:
+        with _REPLIES:
             if self._state == _PENDING:
                 self._state = _CANCELLED  # not started yet: it never will be
         error = OperationTimeout(
@@ -772,13 +772,20 @@ class _TurnReply:
         self._on_loop(None, error)
 
     def set_result(self, number: int, /) -> None:
-        self._finish(number, None)
+        with _REPLIES:
+            if self._state >= _CANCELLED:
+                raise concurrent.futures.InvalidStateError("the write was answered already")
+            self._state = _FINISHED
+        if asyncio._get_running_loop() is not self._loop:
+            self._settled(number, None)
+        elif not self.sent:  # the usual way, straight from the log's acknowledgement
+            self._service._answered(self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack)))
 
     def set_exception(self, exception: BaseException | None, /) -> None:
         self._finish(None, exception or RuntimeError("a write failed without an error"))
 
     def _finish(self, number: int | None, error: BaseException | None) -> None:
-        with self._lock:
+        with _REPLIES:
             if self._state >= _CANCELLED:
                 raise concurrent.futures.InvalidStateError("the write was answered already")
             self._state = _FINISHED
