@@ -72,6 +72,7 @@ INTERNALS = [
         "nats-py", Client, "_process_msg", "coroutine", ("sid", "subject", "reply", "data", "headers"), CLIENT
     ),
     Internal("nats-py", Client, "_send_command", "coroutine", ("cmd", "priority"), CLIENT),
+    Internal("nats-py", Client, "_remove_sub", "method", ("sid", "max_msgs"), CLIENT),
     Internal("nats-py", Client, "_flush_pending", "coroutine", ("force_flush",), CLIENT),
 ]
 

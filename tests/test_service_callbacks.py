@@ -203,3 +203,17 @@ def test_send_now_publishes_without_awaiting_or_says_it_cannot(nats_server: Embe
     assert got == [("now.a", "back.1", b"first", {"Convmem-Seq": "7"}), ("now.b", "", b"second", None)]
     assert not too_large
     assert not after_close
+
+
+def test_a_reads_direct_subscription_leaves_no_handler_behind(on_loop: _OnLoop) -> None:
+    """Every read of the log subscribes for its own replies, directly: once it unsubscribes, its
+    handler is gone from the client too (reads would otherwise pile handlers up without end)."""
+    key = MemoryKey("acme", "u", "reads")
+    with RemoteMemory(on_loop.service.url, api_prefix=on_loop.prefix, timeout=WAIT) as remote:
+        remote.session(key).add_turn(_turn(0))
+    log = on_loop.backend.log
+    nc = log._conn.nc  # type: ignore[attr-defined]
+    before = len(nc._direct)
+    for _ in range(5):
+        assert len(log.read(key)) == 2  # SessionStarted, TurnAdded
+    assert len(nc._direct) == before

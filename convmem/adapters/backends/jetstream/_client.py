@@ -187,6 +187,13 @@ class NatsClient(Client):
         self._requests[subscription._id] = handler
         return subscription
 
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        """A subscription ended (unsubscribed, drained): its direct or request handler goes with it
+        (a read's subscription lives for one read: kept, they would pile up)."""
+        self._direct.pop(sid, None)
+        self._requests.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
+
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         handler = self._direct.get(sid)
         if handler is None:
