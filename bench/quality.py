@@ -225,7 +225,7 @@ class _Game:
             state = evolve(state, event)
         summarizer = self.player.summarizer
         for attempt in range(4):  # a summary per evicted turn, bounded
-            request = summary_due(state, now) if summarizer is not None else None
+            request = summary_due(state, now, estimator=estimator) if summarizer is not None else None
             if request is None or summarizer is None:
                 break
             payload = request.payload()

@@ -445,7 +445,18 @@ class SessionActor(PooledActor):
             clock = self._host.clock
             if now is None:
                 now = clock.now()
-            request = None if not_due else summary_due(self.state, now, turn_added=turn_added)
+            request = (
+                None
+                if not_due
+                else summary_due(
+                    self.state,
+                    now,
+                    turn_added=turn_added,
+                    estimator=self._services.estimator_for(
+                        self.key, self.state.config if self.state.started else None
+                    ),
+                )
+            )
             if request is not None:
                 self._submit(request)
             else:

@@ -59,6 +59,7 @@ from convmem.projections._health import (
     next_due_at,
     summary_due,
     summary_problem,
+    summary_room,
 )
 from convmem.projections._horizon import live_horizon, without_horizon
 from convmem.projections._idempotency import already_applied, command_id_for
@@ -207,6 +208,7 @@ __all__ = [
     "summary_due",
     "summary_messages",
     "summary_problem",
+    "summary_room",
     "to_dict",
     "trim_summary",
     "view_tokens",

@@ -16,7 +16,13 @@ from typing import Any, Protocol, assert_never, runtime_checkable
 import msgspec
 
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
-from convmem.projections._budget import TokenEstimator
+from convmem.projections._budget import (
+    ContextSelection,
+    TokenEstimator,
+    default_token_estimator,
+    render,
+    selection_tokens,
+)
 from convmem.projections._state import SessionState, TurnRecord
 from convmem.projections._strategies import AGENTS_STRATEGIES
 
@@ -29,6 +35,7 @@ __all__ = [
     "summarizable",
     "summary_due",
     "summary_problem",
+    "summary_room",
     "summary_zone",
 ]
 
@@ -48,13 +55,17 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     include_digest: bool = True
     speaker_names: dict[str, str] = msgspec.field(default_factory=dict)
+    max_tokens: int = 0
+    """The room the summary will really have in the view (`summary_room`); 0: not known."""
 
     def payload(self) -> dict[str, Any]:
         """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them.
 
         A turn whose time is known also carries ``ts`` (epoch seconds, UTC), so that a
         summarizer can date what was said and resolve "yesterday" or "last week". The
-        session's ``speaker_names`` ride along when it sets them.
+        session's ``speaker_names`` ride along when it sets them, and ``max_tokens``
+        (the room the summary will have beside the turns the view shows with it, as the
+        summary's JSON string counts) when the session has an overall budget.
         """
         turns = []
         for turn in self.turns:
@@ -62,13 +73,12 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
             if turn.ts > 0:
                 shown["ts"] = turn.ts
             turns.append(shown)
+        out: dict[str, Any] = {"previous_summary": self.previous_summary, "turns": turns}
         if self.speaker_names:
-            return {
-                "previous_summary": self.previous_summary,
-                "turns": turns,
-                "speaker_names": dict(self.speaker_names),
-            }
-        return {"previous_summary": self.previous_summary, "turns": turns}
+            out["speaker_names"] = dict(self.speaker_names)
+        if self.max_tokens:
+            out["max_tokens"] = self.max_tokens
+        return out
 
 
 @runtime_checkable
@@ -128,11 +138,54 @@ def next_due_at(state: SessionState) -> float | None:
             assert_never(state.health)
 
 
-def summary_due(state: SessionState, now: float, *, turn_added: bool = False) -> SummaryRequest | None:
+def summary_room(state: SessionState, through: int, estimator: TokenEstimator) -> int:
+    """The tokens a summary covering turns through `through` will have in the view: 0 when unbounded.
+
+    The overall budget less what the view shows beside the summary once it lands
+    (the turns it does not cover), so that the summary is written to the room it
+    will really have rather than cut by the view to make room for those turns (the
+    view cuts whole lines from its end: the newest facts). Counted as the view
+    counts, with the summary as a JSON string: for the default estimator exactly
+    (a summary whose escaped JSON string is within the room keeps the view within
+    the budget), for another counter up to how its tokens join at the boundary
+    (the view still trims as a guard). At least 1; it may exceed ``summary_max_tokens``,
+    which a summary must keep as well.
+    """
+    config = state.config
+    budget, allowance = config.budget.total_max_tokens, config.budget.summary_max_tokens
+    if not budget or not allowance or config.strategy != "rolling_summary":
+        return 0
+    rest = ContextSelection(
+        summary="",
+        pending=tuple(r for r in state.pending() if r.index > through),
+        recent=state.recent(),
+    )
+    include, dated = config.include_trajectory_digest, config.include_turn_dates
+    if estimator is default_token_estimator:
+        # The view is (rest + len(', "summary": ') + S) // 4 + 1 <= budget tokens, i.e.
+        # rest + 13 + S <= 4 * budget - 1, and the summarizer keeps S // 4 + 1 <= room, i.e.
+        # S <= 4 * room - 1.
+        rest_len = 4 * (selection_tokens(rest, estimator, include, dated) - 1) + 3  # the most it can be
+        room = (4 * budget - rest_len - 13) // 4
+    else:
+        shown = rest.payload(include_digest=include, include_date=dated)
+        shown["summary"] = ""
+        room = budget - estimator(render(shown))
+    return max(1, room)
+
+
+def summary_due(
+    state: SessionState,
+    now: float,
+    *,
+    turn_added: bool = False,
+    estimator: TokenEstimator = default_token_estimator,
+) -> SummaryRequest | None:
     """The summary the session should ask for at `now`, if any (no call in flight assumed).
 
     `turn_added` says a turn was just stored: a DEGRADED session whose
     `degraded_retry_seconds` is 0 probes then (PenguiFlow's trigger), and only then.
+    `estimator` counts the room the summary will have (`summary_room`).
     """
     due = next_due_at(state)
     if (
@@ -157,6 +210,7 @@ def summary_due(state: SessionState, now: float, *, turn_added: bool = False) ->
         attempt=state.attempt,
         include_digest=state.config.include_trajectory_digest,
         speaker_names=state.config.speaker_names,
+        max_tokens=summary_room(state, turns[-1].index, estimator),
     )
 
 

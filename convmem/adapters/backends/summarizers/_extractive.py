@@ -18,6 +18,7 @@ the same bytes).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import OrderedDict
@@ -141,8 +142,8 @@ class ExtractiveSummarizer:
         return f"ExtractiveSummarizer(max_tokens={self.max_tokens})"
 
     def __call__(self, request: Mapping[str, Any], /) -> dict[str, str]:
-        previous, turns, names = _read_request(request)
-        return {"summary": self.summarize(previous, turns, speaker_names=names)}
+        previous, turns, names, room = _read_request(request)
+        return {"summary": self.summarize(previous, turns, speaker_names=names, room=room)}
 
     def summarize(
         self,
@@ -150,8 +151,15 @@ class ExtractiveSummarizer:
         turns: Sequence[Mapping[str, Any]],
         *,
         speaker_names: Mapping[str, str] | None = None,
+        room: int = 0,
     ) -> str:
-        """The merged summary text of `previous_summary` and `turns` (`speaker_names`: as the setting)."""
+        """The merged summary text of `previous_summary` and `turns` (`speaker_names`: as the setting).
+
+        `room` (a request's ``max_tokens``: the tokens the summary will have in the
+        session's view beside the turns shown with it) bounds the summary's JSON
+        string as well as `max_tokens` bounds its text, so that the view need not
+        cut its newest lines: the facts that leave are the cheapest, as always.
+        """
         rolled = self._take(previous_summary)
         pool = rolled.pool
         first, last = rolled.first_day, rolled.last_day
@@ -181,22 +189,25 @@ class ExtractiveSummarizer:
             _offer_tools(pool, turn.get("trajectory_digest"), day)
         count = rolled.turns + len(turns)
         line = prose(count, first, last, names)
-        text = self._fit(pool, line)
+        text = self._fit(pool, line, room)
         if text is None:
             return self._smallest(count)
         self._keep(text, _Rolled(pool, count, first, last, names))
         return text
 
-    def _fit(self, pool: Pool, line: str) -> str | None:
-        """The pool's summary within `max_tokens`, evicting the cheapest facts (None: not even empty)."""
+    def _fit(self, pool: Pool, line: str, room: int) -> str | None:
+        """The pool's summary within `max_tokens` (and its JSON string within `room`, when given),
+        evicting the cheapest facts (None: not even empty)."""
         estimator, budget = self._estimator, self.max_tokens
         if estimator is default_token_estimator:
             frame = len(OPEN) + len(line) + len(CLOSE) + 2
             limit = 4 * budget - 1  # len // 4 + 1 <= budget
+            if room:  # the JSON string is at least the text and its two quotes
+                limit = min(limit, 4 * room - 3)
             while pool.chars + frame > limit and len(pool):
                 pool.remove(pool.cheapest())  # type: ignore[arg-type]
         text = pool.render(line)
-        while estimator(text) > budget:
+        while estimator(text) > budget or (room and estimator(_json(text)) > room):
             cheapest = pool.cheapest()
             if cheapest is None:
                 return None
@@ -392,9 +403,14 @@ def _offer_tools(pool: Pool, digest: object, day: int | None) -> None:
         pool.add(fact)
 
 
+def _json(text: str) -> str:
+    """The summary as the view's rendering writes it: a JSON string."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _read_request(
     request: Mapping[str, Any],
-) -> tuple[str, Sequence[Mapping[str, Any]], dict[str, str]]:
+) -> tuple[str, Sequence[Mapping[str, Any]], dict[str, str], int]:
     if not isinstance(request, Mapping):
         raise SummarizerError(f"request must be a mapping, got {type(request).__name__}")
     previous = request.get("previous_summary") or ""
@@ -410,7 +426,11 @@ def _read_request(
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
             raise SummarizerError(f"request.turns[{i}].ts must be epoch seconds, got {type(ts).__name__}")
     names = speaker_names_of(request.get("speaker_names"), _request_error, "request.speaker_names")
-    return previous, turns, names
+    room = request.get("max_tokens")
+    room = 0 if room is None else room
+    if isinstance(room, bool) or not isinstance(room, int) or room < 0:
+        raise SummarizerError(f"request.max_tokens must be an int >= 0, got {room!r}")
+    return previous, turns, names, room
 
 
 def _request_error(where: str, why: str) -> SummarizerError:
