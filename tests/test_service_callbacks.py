@@ -28,6 +28,7 @@ from convmem.adapters.frontends._connect import open_backend_here
 from convmem.adapters.frontends.service._errors import ServiceUnavailable
 from convmem.adapters.frontends.service._inboxes import tenant_inbox
 from convmem.adapters.frontends.service._protocol import decode_reply, routed_subject
+from convmem.adapters.frontends.service._service import _Deadlines
 from convmem.errors import OperationTimeout
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, encode_token
 
@@ -217,3 +218,39 @@ def test_a_reads_direct_subscription_leaves_no_handler_behind(on_loop: _OnLoop) 
     for _ in range(5):
         assert len(log.read(key)) == 2  # SessionStarted, TurnAdded
     assert len(nc._direct) == before
+
+
+def test_answers_behind_a_slow_request_do_not_pile_up_in_the_timeouts_line() -> None:
+    """One request kept waiting at the head of its timeout's line, 10,000 answered behind it: the
+    line is compacted as they pile up (about twice the unanswered ones at most, at least 1,024),
+    and the slow one still expires, by the line's one timer."""
+
+    class Reply:
+        def __init__(self, expired: asyncio.Future[float] | None = None) -> None:
+            self.sent = False
+            self.wait: float | None = None
+            self.expired = expired
+
+        def expire(self, wait: float) -> None:
+            self.sent = True
+            if self.expired is not None:
+                self.expired.set_result(wait)
+
+    async def run() -> tuple[int, float, int]:
+        deadlines = _Deadlines()
+        expired: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        deadlines.add(Reply(expired), 0.0)  # type: ignore[arg-type]  # what a _TurnReply offers it
+        most = 0
+        for _ in range(10_000):
+            fast = Reply()
+            deadlines.add(fast, 0.0)  # type: ignore[arg-type]
+            fast.sent = True
+            deadlines.answered(0.0)
+            most = max(most, deadlines.waiting(0.0))
+        wait = await asyncio.wait_for(expired, WAIT)
+        return most, wait, deadlines.waiting(0.0)
+
+    most, wait, left = asyncio.run(run())
+    assert most <= 1025
+    assert wait == 0.0
+    assert left == 0

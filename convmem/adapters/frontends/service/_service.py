@@ -695,6 +695,8 @@ class _Request(NamedTuple):
 
 
 _PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+_LINE = 1024
+"""`_Deadlines` compacts a line past this many requests at the least."""
 _REPLIES = threading.Lock()
 """Guards every `_TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
 
@@ -820,14 +822,18 @@ class _Deadlines:
     timeout in seconds, in the order the requests came (so by deadline), one timer per line.
 
     A request answered leaves the head of its line at once (answers mostly come in order); one
-    answered behind an older one waits there, holding nothing but its reply, until the older one
-    leaves. The timer wakes at the head's deadline, expires what is due (`_TurnReply.expire`) and
-    sleeps until the next head's. No timer made and cancelled per request, as `call_later` would.
+    answered behind an older, slower one stays in the line until the older one leaves, and when
+    those outnumber the line's last compacted length twice over (a session kept busy for its whole
+    timeout, say) the line is compacted: it holds at most about twice the requests unanswered (at
+    least `_LINE`). The timer wakes at the head's deadline, expires what is due
+    (`_TurnReply.expire`) and sleeps until the next head's. No timer made and cancelled per
+    request, as `call_later` would.
     """
 
     def __init__(self) -> None:
         self._lines: dict[float, collections.deque[tuple[float, _TurnReply]]] = {}
         self._timers: dict[float, asyncio.TimerHandle] = {}
+        self._compact_at: dict[float, int] = {}
 
     def add(self, reply: _TurnReply, wait: float) -> None:
         loop = asyncio.get_running_loop()
@@ -843,15 +849,24 @@ class _Deadlines:
     def answered(self, wait: float) -> None:
         """A request of the line `wait` was answered: the answered ones leave its head."""
         line = self._lines.get(wait)
+        if not line:
+            return
         while line and line[0][1].sent:
             line.popleft()
+        if len(line) > self._compact_at.get(wait, _LINE):
+            line = collections.deque(entry for entry in line if not entry[1].sent)
+            self._lines[wait] = line
+            self._compact_at[wait] = max(_LINE, 2 * len(line))
+
+    def waiting(self, wait: float) -> int:
+        """How many requests the line `wait` holds (answered ones behind an older one included)."""
+        return len(self._lines.get(wait, ()))
 
     def _expire(self, wait: float) -> None:
         loop = asyncio.get_running_loop()
         del self._timers[wait]
-        line = self._lines.get(wait)
         now = loop.time()
-        while line:
+        while line := self._lines.get(wait):  # (looked up again: an answer may compact it)
             deadline, reply = line[0]
             if reply.sent:
                 line.popleft()
@@ -862,6 +877,7 @@ class _Deadlines:
                 self._timers[wait] = loop.call_at(deadline, self._expire, wait)
                 return
         self._lines.pop(wait, None)
+        self._compact_at.pop(wait, None)
 
 
 def _op_token(subject: str) -> str:
