@@ -158,7 +158,24 @@ def test_a_request_covers_exactly_the_pending_turns() -> None:
             {"user": "question 1", "assistant": "answer 1"},
             {"user": "question 2", "assistant": "answer 2"},
         ],
+        "max_tokens": 1000,  # the room beside turns 3-4 is far larger: summary_max_tokens bounds it
     }
+
+
+def test_a_request_tells_the_summarizer_the_smaller_of_its_room_and_summary_max_tokens() -> None:
+    """``max_tokens`` is the one bound a summarizer keeps: the view's room for the summary when the
+    turns shown beside it leave less than ``summary_max_tokens``, else ``summary_max_tokens``."""
+    tight = Session(
+        rolling(budget=MemoryBudget(total_max_tokens=60, full_zone_turns=2, summary_max_tokens=50))
+    )
+    tight.add(1, 2, 3, 4)
+    room = tight.request().max_tokens
+    assert 1 <= room < 50  # turns 3 and 4 take part of the 60
+    roomy = Session(
+        rolling(budget=MemoryBudget(total_max_tokens=6000, full_zone_turns=2, summary_max_tokens=50))
+    )
+    roomy.add(1, 2, 3, 4)
+    assert roomy.request().max_tokens == 50
 
 
 def test_a_summary_result_stores_the_summary_of_its_range() -> None:

@@ -56,7 +56,8 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
     include_digest: bool = True
     speaker_names: dict[str, str] = msgspec.field(default_factory=dict)
     max_tokens: int = 0
-    """The room the summary will really have in the view (`summary_room`); 0: not known."""
+    """The tokens the summary may take: the room it will really have in the view (`summary_room`),
+    at most ``summary_max_tokens``; 0: not known."""
 
     def payload(self) -> dict[str, Any]:
         """The PenguiFlow summarizer payload: previous summary and turns as the LLM sees them.
@@ -65,7 +66,8 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
         summarizer can date what was said and resolve "yesterday" or "last week". The
         session's ``speaker_names`` ride along when it sets them, and ``max_tokens``
         (the room the summary will have beside the turns the view shows with it, as the
-        summary's JSON string counts) when the session has an overall budget.
+        summary's JSON string counts, at most ``summary_max_tokens``) when the session has
+        an overall budget.
         """
         turns = []
         for turn in self.turns:
@@ -210,8 +212,16 @@ def summary_due(
         attempt=state.attempt,
         include_digest=state.config.include_trajectory_digest,
         speaker_names=state.config.speaker_names,
-        max_tokens=summary_room(state, turns[-1].index, estimator),
+        max_tokens=_summary_bound(state, turns[-1].index, estimator),
     )
+
+
+def _summary_bound(state: SessionState, through: int, estimator: TokenEstimator) -> int:
+    """The one bound a summarizer is told to keep (``max_tokens``): the room the summary will have in
+    the view (`summary_room`), never above ``summary_max_tokens`` (which a summary must keep too, and
+    a summarizer that honours ``max_tokens`` alone would otherwise overrun). 0: not known."""
+    room = summary_room(state, through, estimator)
+    return min(room, state.config.budget.summary_max_tokens) if room else 0
 
 
 def is_stale(state: SessionState, request: SummaryRequest) -> bool:
