@@ -199,6 +199,9 @@ def test_the_byte_count_is_what_jetstream_counts(url: str, jetstream_names: Any)
         assert last == info["state"]["last_seq"]
         assert more > 0
         assert log.stored_bytes("globex") == (0, 0)
+        assert log.all_stored_bytes() == info["state"]["bytes"]  # the bound a first write may pass on
+        system.session(MemoryKey("globex", "u", "s")).add_turn(turn("other"))
+        assert log.all_stored_bytes() > total + more  # every tenant's: never below one tenant's count
     finally:
         system.close()
 
@@ -340,6 +343,72 @@ def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_
         assert (log.counts[-1], usage.usage("acme")) == (0, 0)
 
     asyncio.run(scenario())
+
+
+class _HeldLog(_Log):
+    """A `_Log` whose counts wait until `release` (a count of a large tenant, under way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def count(self, _tenant: str, after: int) -> tuple[int, int]:
+        self.counts.append(after)
+        self.entered.set()
+        await self.released.wait()
+        past = {p: s for p, s in self.sizes.items() if p > after}
+        return sum(past.values()), max(past, default=after)
+
+
+def test_a_first_write_the_logs_total_clears_is_admitted_while_the_first_count_runs() -> None:
+    """Before a tenant's first count, a write is admitted at once when the log's bytes in all (asked
+    once) plus what this instance answered since stay under the quota; the full count runs in the
+    background and then rules. A write that bound does not clear waits for the count, as before."""
+    log = _HeldLog()
+    asked: list[int] = []
+
+    async def bound() -> int:
+        asked.append(1)
+        return sum(log.sizes.values()) + 50  # the log holds more than the tenant: other tenants
+
+    usage = TenantUsage(log.count, bound=bound, recount_every=5.0, clock=lambda: 0.0)
+
+    async def scenario() -> None:
+        log.append(400)
+        await asyncio.wait_for(usage.check("acme", 1000), WAIT)  # 450 by the bound: in, the count held
+        await asyncio.wait_for(log.entered.wait(), WAIT)  # the full count is under way
+        assert (log.counts, usage.usage("acme")) == ([0], None)
+        usage.wrote("acme", 300)
+        await asyncio.wait_for(usage.check("acme", 1000), WAIT)  # 750 clears: no second ask or count
+        assert (len(asked), log.counts) == (1, [0])
+        usage.wrote("acme", 300)
+        waiting = asyncio.ensure_future(usage.check("acme", 1000))  # 1050: must wait for the count
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        log.append(600)  # what the 600 bytes of requests stored
+        log.released.set()
+        with pytest.raises(QuotaExceeded) as refused:  # the count rules: 1000 stored, and the 600 the
+            await asyncio.wait_for(waiting, WAIT)  # count may or may not have read kept (the safe side)
+        assert (refused.value.usage, log.counts) == (1600, [0])
+
+    asyncio.run(scenario())
+
+    over = _HeldLog()
+    over.append(1200)
+    over.released.set()
+
+    async def above() -> int:
+        return 1200
+
+    refusing = TenantUsage(over.count, bound=above, recount_every=5.0, clock=lambda: 0.0)
+
+    async def restarted_over_quota() -> None:  # a restart forgets nothing: the bound does not clear
+        with pytest.raises(QuotaExceeded):
+            await refusing.check("acme", 1000)
+        assert over.counts == [0]
+
+    asyncio.run(restarted_over_quota())
 
 
 # The stream's own cap ------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from convmem.errors import (
     ConvmemError,
     InvalidConfig,
     InvalidInput,
+    LogUnavailable,
     PermissionDenied,
     SessionClosed,
     StoreNotFound,
@@ -406,6 +407,34 @@ class JetStreamEventLog:
                 raise error from None
             total += counted
         return total, position
+
+    def all_stored_bytes(self) -> int:
+        """The bytes the whole stream holds, as JetStream counts them against ``max_bytes``: no
+        tenant's `stored_bytes` is more. One request, no message read (a bound a service admits a
+        tenant's writes on while its first count runs)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        return self._conn.call(self._stream_bytes, what=f"info of stream {self._stream!r}")
+
+    async def all_stored_bytes_here(self) -> int:
+        """`all_stored_bytes`, awaited on the connection's own loop (`on_loop_thread`)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        try:
+            return await self._stream_bytes()
+        except Exception as exc:  # nats-py's failures as `call` reports them: LogUnavailable
+            error = log_error(exc, f"info of stream {self._stream!r}")
+            if error is exc:
+                raise
+            raise error from None
+
+    async def _stream_bytes(self) -> int:
+        info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")
+        state = info.get("state") if isinstance(info, dict) else None
+        value = state.get("bytes") if isinstance(state, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise LogUnavailable(f"stream {self._stream!r}: its info holds no byte count (bytes: {value!r})")
+        return value
 
     def _tenant_filter(self, tenant_id: str) -> str | None:
         if self._closed:

@@ -78,7 +78,7 @@ from convmem.adapters.frontends.service._protocol import (
 )
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._shares import FairShares, tenant_token
-from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
+from convmem.adapters.frontends.service._usage import TenantUsage, bound_of, counter_of
 from convmem.errors import (
     ConvmemError,
     InternalError,
@@ -205,7 +205,9 @@ class MemoryService:
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
         self._shares = FairShares(self.quotas, max_concurrency)
         self._usage = TenantUsage(
-            counter_of(system.log, self._off_loop), recount_every=self.quotas.recount_every
+            counter_of(system.log, self._off_loop),
+            bound=bound_of(system.log, self._off_loop),
+            recount_every=self.quotas.recount_every,
         )
         self._unwatch: Callable[[], None] | None = None
         self._busy_replies: dict[tuple[str, bool], bytes] = {}

@@ -3,9 +3,15 @@
 Counting the log is exact and restart-safe, but reads the tenant's events;
 so each instance keeps a tally per tenant:
 
-* the first write of a tenant after the instance starts waits for a full
-  count of its events in the log (as JetStream counts them against
-  ``max_bytes``: subject, headers, payload and its record framing);
+* the first write of a tenant after the instance starts needs a full count
+  of its events in the log (as JetStream counts them against ``max_bytes``:
+  subject, headers, payload and its record framing). That count reads every
+  event of the tenant (some 28,000 a second), so where the log can say how
+  many bytes it holds in all (`bound_of`: the stream's own count, one
+  request), a tenant whose writes cannot reach its quota by that bound (the
+  log's bytes when first asked, plus what this instance answered for it
+  since) is admitted while its first count runs in the background; only a
+  write the bound does not clear waits for the count;
 * each write answered through this instance adds its request's size (an
   estimate of what it stored) until the next count;
 * a write more than `recount_every` seconds after the last count starts a
@@ -36,12 +42,14 @@ from typing import Protocol, runtime_checkable
 from convmem.actors import EventLog
 from convmem.errors import ConvmemError, QuotaExceeded
 
-__all__ = ["ByteCounter", "TenantUsage", "counter_of"]
+__all__ = ["ByteBound", "ByteCounter", "TenantUsage", "bound_of", "counter_of"]
 
 _log = logging.getLogger("convmem.service")
 
 ByteCounter = Callable[[str, int], Awaitable[tuple[int, int]]]
 """(tenant id, after position) -> (bytes of its events past that position, the last position counted)."""
+ByteBound = Callable[[], Awaitable[int]]
+"""() -> bytes the whole log holds: no tenant's count is more."""
 Blocking = Callable[[], tuple[int, int]]
 
 
@@ -78,8 +86,32 @@ def counter_of(log: EventLog, off_loop: Callable[[Blocking], Awaitable[tuple[int
     return lambda tenant_id, after: off_loop(lambda: by_reading(tenant_id, after))
 
 
+@runtime_checkable
+class _BoundsBytes(Protocol):
+    def all_stored_bytes(self) -> int: ...
+
+    async def all_stored_bytes_here(self) -> int: ...
+
+    def on_loop_thread(self) -> bool: ...
+
+
+def bound_of(log: EventLog, off_loop: Callable[[Callable[[], int]], Awaitable[int]]) -> ByteBound | None:
+    """How to ask `log` for the bytes it holds in all (JetStream: the stream's own count, awaited
+    here on its connection's loop, else on a thread by `off_loop`); None when it cannot say."""
+    if not isinstance(log, _BoundsBytes):
+        return None
+    bounds = log
+
+    async def bound() -> int:
+        if bounds.on_loop_thread():
+            return await bounds.all_stored_bytes_here()
+        return await off_loop(bounds.all_stored_bytes)
+
+    return bound
+
+
 class _Tally:
-    __slots__ = ("counted", "counted_at", "counting", "estimate", "full_at", "position", "stale")
+    __slots__ = ("bound", "counted", "counted_at", "counting", "estimate", "full_at", "position", "stale")
 
     def __init__(self) -> None:
         self.counted = 0  # bytes as of the last count, through log position `position`
@@ -89,6 +121,7 @@ class _Tally:
         self.full_at = 0.0  # when the last full count began
         self.stale = False  # erased since the last count: the next count is a full one
         self.counting: asyncio.Future[None] | None = None
+        self.bound: int | None = None  # the log's bytes in all when first asked (before the first count)
 
     @property
     def total(self) -> int:
@@ -98,7 +131,8 @@ class _Tally:
 class TenantUsage:
     """Per-tenant stored bytes for quota checks, on the service's loop (see the module docstring).
 
-    `counter` counts a tenant's bytes in the log (`counter_of`); `clock` is monotonic seconds.
+    `counter` counts a tenant's bytes in the log (`counter_of`); `bound`, when given, says how many
+    bytes the log holds in all (`bound_of`); `clock` is monotonic seconds.
     """
 
     def __init__(
@@ -106,10 +140,12 @@ class TenantUsage:
         counter: ByteCounter,
         *,
         recount_every: float,
+        bound: ByteBound | None = None,
         full_every: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._counter = counter
+        self._bound = bound
         self._every = recount_every
         self._full_every = max(full_every, recount_every)
         self._clock = clock
@@ -126,6 +162,9 @@ class TenantUsage:
         tally = self._tallies.setdefault(tenant_id, _Tally())
         now = self._clock()
         if tally.counted_at is None:
+            if await self._cleared_by_bound(tally, allowed):
+                self._count_later(tenant_id, tally, full=True)
+                return
             await self._count(tenant_id, tally, full=True)
         elif tally.total >= allowed:  # refuse on fresh counts only
             if tally.stale or now - tally.full_at >= self._full_every:
@@ -170,10 +209,23 @@ class TenantUsage:
             with contextlib.suppress(Exception):
                 await future
 
-    def _count_later(self, tenant_id: str, tally: _Tally) -> None:
+    async def _cleared_by_bound(self, tally: _Tally, allowed: int) -> bool:
+        """Before a tenant's first count: whether the log's bytes in all (asked once), plus what this
+        instance answered for the tenant since, stay below `allowed` (False when no bound is known)."""
+        if self._bound is None:
+            return False
+        if tally.bound is None:
+            try:
+                tally.bound = await self._bound()
+            except ConvmemError as exc:
+                _log.warning("convmem service: the log's bytes in all not known, counting first: %s", exc)
+                return False
+        return tally.bound + tally.estimate < allowed
+
+    def _count_later(self, tenant_id: str, tally: _Tally, *, full: bool = False) -> None:
         if tally.counting is not None:
             return
-        future = asyncio.ensure_future(self._count(tenant_id, tally, full=False))
+        future = asyncio.ensure_future(self._count(tenant_id, tally, full=full))
         self._background.add(future)
         future.add_done_callback(self._counted_later)
 
