@@ -41,6 +41,7 @@ from convmem.adapters.frontends.cli._common import (
     table,
 )
 from convmem.adapters.frontends.cli._retention import load_retention
+from convmem.adapters.frontends.cli._signals import SignalStop
 from convmem.adapters.frontends.cli._workers import (
     Supervisor,
     WorkerSpec,
@@ -319,11 +320,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     received: list[int] = []
 
-    def request_stop(signum: int, _frame: object) -> None:  # no I/O here: it may interrupt a write
-        received.append(signum)
-        stop.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    # The handler only notes the signal (no I/O: it may interrupt a write) and never takes `stop`'s
+    # lock on the thread it interrupts, which may hold it (`_signals`).
+    stops = SignalStop(stop, received.append).install((signal.SIGINT, signal.SIGTERM))
     try:
         return _serve(
             args,
@@ -336,8 +335,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             members_secret=members_secret,
         )
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        stops.close()
 
 
 def _serve(

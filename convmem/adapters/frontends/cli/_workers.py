@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
@@ -53,6 +53,7 @@ from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.backends.summarizers import ExtractiveSummarizer, OpenAIChatSummarizer
 from convmem.adapters.frontends._connect import open_backend_here
 from convmem.adapters.frontends.cli._safe import SafeStream
+from convmem.adapters.frontends.cli._signals import SignalStop
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._service import MemoryService
 from convmem.errors import ConvmemError
@@ -148,15 +149,14 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     stop = threading.Event()
     with contextlib.suppress(OSError):  # already a group leader (not under a supervisor)
         os.setpgid(0, 0)
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, lambda _signum, _frame: stop.set())
+    stops = SignalStop(stop).install(_STOP_SIGNALS)  # never `stop.set()` in the handler: see `_signals`
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # the mask came from the supervisor too
     _dump_stacks_on(_DUMP_SIGNAL)
     _stop_with_parent(stop)
     try:
-        if stop.is_set():  # asked to stop before it served: nothing to open, nothing to answer
+        if stops.stopping():  # asked to stop before it served: nothing to open, nothing to answer
             return
-        _serve(spec, report, stop)
+        _serve(spec, report, stop, stops.stopping)
     except (ConvmemError, ValueError) as exc:  # a setting or the log: one line, and the supervisor says more
         print(f"convmem serve worker {spec.index}: {_one_line(exc)}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -171,6 +171,7 @@ def run_worker(spec: WorkerSpec, report: Connection) -> None:
     finally:
         # Stopping already: the supervisor's repeated SIGTERM must not kill the interpreter's
         # shutdown (which puts back the default action of a signal that has a Python handler).
+        stops.close()
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
 
@@ -192,8 +193,12 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
 
 
-def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
-    """Open the log, build the system and the service, and serve until `stop`."""
+def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event, stopping: Callable[[], bool]) -> None:
+    """Open the log, build the system and the service, and serve until `stop`.
+
+    A stop asked for while it started (`stopping`) ends it before it says ``ready``: a worker that
+    exits 0 unready tells the supervisor, which may have missed the signal, that serve stops.
+    """
     options: dict[str, Any] = {
         "replicas": spec.replicas,
         "timeout": spec.timeout,
@@ -247,6 +252,9 @@ def _serve(spec: WorkerSpec, report: Connection, stop: threading.Event) -> None:
                 exposed, _thread = metrics.serve(spec.own_metrics_port, spec.metrics_host)
             service.start()
             _freeze_start_up()
+            if stopping():
+                service.stop()
+                return
             report.send(("ready", spec.instance))
             service.run_forever(stop)
         finally:
