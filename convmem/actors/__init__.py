@@ -25,6 +25,7 @@
   damaged sessions (`_repair`).
 """
 
+from convmem.actors._answers import SettleOnce
 from convmem.actors._audit import (
     SessionCheck,
     SessionRow,
@@ -118,6 +119,7 @@ __all__ = [
     "SessionSequence",
     "SessionServices",
     "Settle",
+    "SettleOnce",
     "Snapshot",
     "SnapshotStore",
     "Summarizer",

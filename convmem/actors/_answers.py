@@ -10,6 +10,7 @@ protocol.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import contextlib
@@ -22,7 +23,7 @@ from convmem.actors._ports import Settle
 from convmem.errors import ConvmemError, InternalError, OperationTimeout, SessionClosed
 from convmem.events import AnyEvent
 
-__all__ = ["Answering", "LoopAnswer", "await_for", "wait_for"]
+__all__ = ["Answering", "LoopAnswer", "SettleOnce", "await_for", "wait_for"]
 
 T = TypeVar("T")
 
@@ -83,20 +84,17 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
 _PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
 
 
-class LoopAnswer:
-    """A write's answer (`Settle`) for an asyncio caller: settled on any thread, answered on its loop.
-
-    What a write needs of a `concurrent.futures.Future`, without its
-    condition variable and per-answer wake-up: the answer goes to `future` on
-    the caller's loop through the loop's `_LoopInbox`.
+class SettleOnce(abc.ABC):
+    """A write's answer as the write sees it (`Settle`) without a `concurrent.futures.Future`: pending,
+    running, then cancelled or finished, each step once, under `_lock` (a subclass gives it: one of
+    its own, or one shared by many answers). A subclass delivers the outcome: `_cancelled` with the
+    error of a write that will never start, `_finished` with the write's result or error.
     """
 
-    __slots__ = ("_inbox", "_lock", "_state", "future")
+    __slots__ = ("_state",)
+    _lock: threading.Lock
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[Any] = loop.create_future()
-        self._inbox = _inbox(loop)
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._state = _PENDING
 
     def set_running_or_notify_cancel(self) -> bool:
@@ -115,13 +113,58 @@ class LoopAnswer:
         return self._state >= _CANCELLED
 
     def cancel(self) -> bool:
-        """Before the write starts: it never will (its caller gave up, or the loop closed)."""
+        """Before the write starts: it never will (its caller gave up, or its loop or actor stopped)."""
+        if not self._withdraw():
+            return self._state == _CANCELLED
+        self._cancelled(SessionClosed("the write was cancelled before it started"))
+        return True
+
+    def _withdraw(self) -> bool:
+        """Pending -> cancelled, telling no one: True if this call did it."""
         with self._lock:
             if self._state != _PENDING:
-                return self._state == _CANCELLED
+                return False
             self._state = _CANCELLED
-        self._inbox.deliver(self.future, None, SessionClosed("the write was cancelled before it started"))
-        return True
+            return True
+
+    def set_result(self, result: Any, /) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None, /) -> None:
+        self._finish(None, exception or RuntimeError("a write failed without an error"))
+
+    def _finish(self, result: Any, error: BaseException | None) -> None:
+        self._mark_finished()
+        self._finished(result, error)
+
+    def _mark_finished(self) -> None:
+        with self._lock:
+            if self._state >= _CANCELLED:
+                raise concurrent.futures.InvalidStateError("the write was answered already")
+            self._state = _FINISHED
+
+    @abc.abstractmethod
+    def _cancelled(self, error: BaseException) -> None: ...
+
+    @abc.abstractmethod
+    def _finished(self, result: Any, error: BaseException | None) -> None: ...
+
+
+class LoopAnswer(SettleOnce):
+    """A write's answer (`Settle`) for an asyncio caller: settled on any thread, answered on its loop.
+
+    What a write needs of a `concurrent.futures.Future`, without its
+    condition variable and per-answer wake-up: the answer goes to `future` on
+    the caller's loop through the loop's `_LoopInbox`.
+    """
+
+    __slots__ = ("_inbox", "_lock", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self._inbox = _inbox(loop)
+        self._lock = threading.Lock()
 
     def expire(self, wait: float) -> None:
         """On the caller's loop, once its wait ran out: it gets `OperationTimeout`; the write may go on."""
@@ -135,17 +178,10 @@ class LoopAnswer:
             )
         )
 
-    def set_result(self, result: Any, /) -> None:
-        self._finish(result, None)
+    def _cancelled(self, error: BaseException) -> None:
+        self._inbox.deliver(self.future, None, error)
 
-    def set_exception(self, exception: BaseException | None, /) -> None:
-        self._finish(None, exception or RuntimeError("a write failed without an error"))
-
-    def _finish(self, result: Any, error: BaseException | None) -> None:
-        with self._lock:
-            if self._state >= _CANCELLED:
-                raise concurrent.futures.InvalidStateError("the write was answered already")
-            self._state = _FINISHED
+    def _finished(self, result: Any, error: BaseException | None) -> None:
         future = self.future
         if asyncio._get_running_loop() is future.get_loop():  # settled on the caller's own loop: at once
             if not future.done():  # (done: its caller stopped waiting, a timeout)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -53,7 +52,7 @@ from nats.aio.subscription import Subscription
 from nats.micro.request import Request as MicroRequest
 
 from convmem import __version__
-from convmem.actors import AsyncSessionHandle, MemorySystem
+from convmem.actors import AsyncSessionHandle, MemorySystem, SettleOnce
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import PrometheusMetrics
@@ -81,7 +80,6 @@ from convmem.adapters.frontends.service._shares import FairShares, tenant_token
 from convmem.adapters.frontends.service._usage import TenantUsage, bound_of, counter_of
 from convmem.errors import (
     ConvmemError,
-    InternalError,
     InvalidConfig,
     LogUnavailable,
     OperationTimeout,
@@ -696,14 +694,13 @@ class _Request(NamedTuple):
     data: bytes
 
 
-_PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
 _LINE = 1024
 """`_Deadlines` compacts a line past this many requests at the least."""
 _REPLIES = threading.Lock()
 """Guards every `_TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
 
 
-class _TurnReply:
+class _TurnReply(SettleOnce):
     """The answer of an ``add_turn`` begun by `MemoryService._add_turn_now` (a `Settle` of its turn number).
 
     Settled on the service's loop (the log's acknowledgement), or on an actor's thread when the
@@ -714,7 +711,6 @@ class _TurnReply:
     __slots__ = (
         "_loop",
         "_service",
-        "_state",
         "msg",
         "msgpack",
         "sent",
@@ -722,13 +718,14 @@ class _TurnReply:
         "token",
         "wait",
     )
+    _lock = _REPLIES
 
     def __init__(
         self, service: MemoryService, msg: _Request, token: str, tenant_id: str, msgpack: bool
     ) -> None:
+        super().__init__()
         self._service = service
         self._loop = asyncio.get_running_loop()
-        self._state = _PENDING
         self.msg = msg
         self.token = token
         self.tenant_id = tenant_id
@@ -738,37 +735,11 @@ class _TurnReply:
         self.sent = False
         """Answered (on the loop)."""
 
-    def set_running_or_notify_cancel(self) -> bool:
-        with _REPLIES:
-            if self._state == _CANCELLED:
-                return False
-            if self._state != _PENDING:
-                raise InternalError("the write's reply was started twice")
-            self._state = _RUNNING
-            return True
-
-    def running(self) -> bool:
-        return self._state == _RUNNING
-
-    def done(self) -> bool:
-        return self._state >= _CANCELLED
-
-    def cancel(self) -> bool:
-        """Before the write starts: it never will (it timed out, or the session's actor stopped)."""
-        with _REPLIES:
-            if self._state != _PENDING:
-                return self._state == _CANCELLED
-            self._state = _CANCELLED
-        self._settled(None, SessionClosed("the write was cancelled before it started"))
-        return True
-
     def expire(self, wait: float) -> None:
         """On the loop, once the request's timeout ran out: `OperationTimeout`; the write may go on."""
         if self.sent:
             return
-        with _REPLIES:
-            if self._state == _PENDING:
-                self._state = _CANCELLED  # not started yet: it never will be
+        self._withdraw()  # not started yet: it never will be
         error = OperationTimeout(
             f"write did not finish within {wait:g}s (it may still complete; retry with the same "
             "idempotency_key to store it once)"
@@ -776,24 +747,17 @@ class _TurnReply:
         self._on_loop(None, error)
 
     def set_result(self, number: int, /) -> None:
-        with _REPLIES:
-            if self._state >= _CANCELLED:
-                raise concurrent.futures.InvalidStateError("the write was answered already")
-            self._state = _FINISHED
+        self._mark_finished()
         if asyncio._get_running_loop() is not self._loop:
             self._settled(number, None)
         elif not self.sent:  # the usual way, straight from the log's acknowledgement
             self._service._answered(self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack)))
 
-    def set_exception(self, exception: BaseException | None, /) -> None:
-        self._finish(None, exception or RuntimeError("a write failed without an error"))
+    def _cancelled(self, error: BaseException) -> None:
+        self._settled(None, error)
 
-    def _finish(self, number: int | None, error: BaseException | None) -> None:
-        with _REPLIES:
-            if self._state >= _CANCELLED:
-                raise concurrent.futures.InvalidStateError("the write was answered already")
-            self._state = _FINISHED
-        self._settled(number, error)
+    def _finished(self, result: Any, error: BaseException | None) -> None:
+        self._settled(result, error)
 
     def _settled(self, number: int | None, error: BaseException | None) -> None:
         if asyncio._get_running_loop() is self._loop:
