@@ -27,7 +27,7 @@ from convmem.adapters import (
 from convmem.adapters.frontends.cli._common import CliError
 from convmem.adapters.frontends.cli._serve import load_quotas
 from convmem.adapters.frontends.service._shares import FairShares
-from convmem.adapters.frontends.service._usage import TenantUsage
+from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
 from convmem.errors import Busy, InvalidConfig, QuotaExceeded, StoreFull, TenantLimitReached
 from convmem.events import MemoryKey
 
@@ -409,6 +409,42 @@ def test_a_first_write_the_logs_total_clears_is_admitted_while_the_first_count_r
         assert over.counts == [0]
 
     asyncio.run(restarted_over_quota())
+
+
+def test_writes_waiting_on_a_count_longer_than_recount_every_all_take_that_one_count(
+    url: str, jetstream_names: Any
+) -> None:
+    """Requests that arrive while a tenant's full count runs take that count when it ends, however
+    long it took: a count that outlasts recount_every (a large tenant on a busy machine) must not make
+    each waiter count again in turn (the cores bench's unanswered warm-up requests, issue 28)."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(3):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
+        now, counts = [0.0], []
+        real = counter_of(system.log, asyncio.to_thread)
+
+        async def scenario() -> None:
+            entered, released = asyncio.Event(), asyncio.Event()
+
+            async def counter(tenant_id: str, after: int) -> tuple[int, int]:  # the log's own count, held
+                counts.append(after)
+                entered.set()
+                await released.wait()
+                now[0] += 30.0  # the count took longer than recount_every
+                return await real(tenant_id, after)
+
+            usage = TenantUsage(counter, recount_every=5.0, clock=lambda: now[0])
+            waiting = [asyncio.ensure_future(usage.check("acme", 1 << 30)) for _ in range(16)]
+            await asyncio.wait_for(entered.wait(), WAIT)
+            released.set()
+            await asyncio.wait_for(asyncio.gather(*waiting), WAIT)
+            assert counts == [0]  # one full count for all sixteen, not one each after the other
+            assert usage.usage("acme") == system.log.stored_bytes("acme")[0] > 0  # type: ignore[attr-defined]
+
+        asyncio.run(scenario())
+    finally:
+        system.close()
 
 
 # The stream's own cap ------------------------------------------------------------------------

@@ -235,10 +235,20 @@ class TenantUsage:
             _log.warning("convmem service: counting a tenant's stored bytes failed: %s", future.exception())
 
     async def _count(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
-        """Bring the tally up to date (`full`: count every event again), one count at a time."""
+        """Bring the tally up to date (`full`: count every event again), one count at a time.
+
+        A caller that finds a count running waits for it and takes it when it is enough: any count
+        for a tally that is not `full`; for a `full` one, a full count that began at most
+        `recount_every` seconds before this caller asked, with no erasure since it began. Judged
+        from when the caller asked, never from when the count ended: a count longer than
+        `recount_every` (a large tenant on a busy machine) must not make every waiter count again,
+        one after the other (each request waiting on all the counts before it: the ``cores``
+        bench's 60 s stall, issue 28).
+        """
+        asked = self._clock()
         while tally.counting is not None:  # another count runs: wait for it, then see if it did enough
             await asyncio.shield(tally.counting)
-            if not full or tally.full_at >= self._clock() - self._every:
+            if not full or (tally.full_at >= asked - self._every and not tally.stale):
                 return
         tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally, full=full))
         await asyncio.shield(tally.counting)
@@ -255,6 +265,14 @@ class TenantUsage:
             except ConvmemError:
                 tally.stale = tally.stale or full
                 raise
+            took = self._clock() - started
+            if took >= self._every:  # writes that cannot be admitted on the tally wait this long
+                _log.warning(
+                    "convmem service: counting the stored bytes of tenant %r took %.1fs (%s count)",
+                    tenant_id,
+                    took,
+                    "a full" if full else "a partial",
+                )
             tally.counted = counted if full else tally.counted + counted
             tally.position = position
             tally.estimate = max(0, tally.estimate - estimate)  # writes during the count may count twice
