@@ -28,7 +28,7 @@ from convmem.adapters.frontends._connect import open_backend_here
 from convmem.adapters.frontends.service._errors import ServiceUnavailable
 from convmem.adapters.frontends.service._inboxes import tenant_inbox
 from convmem.adapters.frontends.service._protocol import decode_reply, routed_subject
-from convmem.adapters.frontends.service._service import _Deadlines
+from convmem.adapters.frontends.service._turn_lane import Deadlines
 from convmem.errors import OperationTimeout
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, encode_token
 
@@ -237,9 +237,9 @@ def test_answers_behind_a_slow_request_do_not_pile_up_in_the_timeouts_line() -> 
                 self.expired.set_result(wait)
 
     async def run() -> tuple[int, float, int]:
-        deadlines = _Deadlines()
+        deadlines = Deadlines()
         expired: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        deadlines.add(Reply(expired), 0.0)  # type: ignore[arg-type]  # what a _TurnReply offers it
+        deadlines.add(Reply(expired), 0.0)  # type: ignore[arg-type]  # what a TurnReply offers it
         most = 0
         for _ in range(10_000):
             fast = Reply()

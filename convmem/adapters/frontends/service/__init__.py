@@ -1,8 +1,8 @@
 """The memory service: the session protocol over NATS request/reply, and its clients.
 
 `_protocol` and `_errors` define subjects, payloads and the error wire form;
-`_service` answers requests, each handled by `_operations` against a
-`MemorySystem`, each tenant's share and quota kept by `_shares`, `_usage`
+`_service` answers requests (a live session's ``add_turn`` in `_turn_lane`, from callbacks), each
+handled by `_operations` against a `MemorySystem`, each tenant's share and quota kept by `_shares`, `_usage`
 and `_quotas`; `_partitions` deals the session partitions over the
 workers of `convmem serve --workers`; `_requests`, `_remote` and `_exchange` are the clients
 (`AsyncRemoteSession`, and `RemoteSession` derived from its operations on a

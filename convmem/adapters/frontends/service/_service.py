@@ -30,7 +30,6 @@ it unsubscribes, answers every request already received, then closes.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
@@ -40,7 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -52,7 +51,7 @@ from nats.aio.subscription import Subscription
 from nats.micro.request import Request as MicroRequest
 
 from convmem import __version__
-from convmem.actors import AsyncSessionHandle, MemorySystem, SettleOnce
+from convmem.actors import MemorySystem
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import PrometheusMetrics
@@ -66,26 +65,22 @@ from convmem.adapters.frontends.service._protocol import (
     MICRO_NAME,
     OPERATOR_OPS,
     SESSION_OPS,
-    AddTurnRequest,
     check_api_prefix,
-    decode_request,
     encode_error,
-    encode_ok,
     parse_subject,
     status_subject,
     wants_msgpack,
 )
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._shares import FairShares, tenant_token
+from convmem.adapters.frontends.service._turn_lane import REPLIES, Request, TurnLane
 from convmem.adapters.frontends.service._usage import TenantUsage, bound_of, counter_of
 from convmem.errors import (
     ConvmemError,
     InvalidConfig,
     LogUnavailable,
-    OperationTimeout,
     SessionClosed,
 )
-from convmem.events import MemoryKey
 
 __all__ = ["WRITES", "MemoryService"]
 
@@ -93,9 +88,6 @@ T = TypeVar("T")
 _OPS = frozenset((*SESSION_OPS, *OPERATOR_OPS))
 
 _log = logging.getLogger("convmem.service")
-
-_HANDLES = 8192
-"""Session handles `MemoryService` keeps by their ids (`_handle`); past it, it starts again."""
 
 WRITES = frozenset({"add_turn", "add_items", "pop_item", "clear", "restore", "fork", "agents_start"})
 """Operations that store events: refused with `QuotaExceeded` past the tenant's ``max_bytes``."""
@@ -194,10 +186,9 @@ class MemoryService:
         self._nc: Client | None = None
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._admitting: list[tuple[_Request, str]] | None = None  # started while `admit` runs: run after
+        self._admitting: list[tuple[Request, str]] | None = None  # started while `admit` runs: run after
         self._finishing = False  # a request's answer frees its place: what that starts runs next, not inside
-        self._handles: dict[tuple[str, str, str], AsyncSessionHandle] = {}  # checked keys' handles, bounded
-        self._deadlines = _Deadlines()  # the timeouts of the requests `_add_turn_now` answers
+        self._lane = TurnLane(self)  # a live session's add_turn, answered from callbacks
         self.quotas = quotas if quotas is not None else Quotas()
         if not isinstance(self.quotas, Quotas):
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
@@ -250,7 +241,7 @@ class MemoryService:
 
     def start(self) -> MemoryService:
         """Connect and subscribe; returns once requests are being received. Idempotent."""
-        with _REPLIES:
+        with REPLIES:
             if self._state == "running":
                 return self
             if self._state != "new":
@@ -277,7 +268,7 @@ class MemoryService:
         A second caller waits for the first to finish. Must not be called
         from a request handler (it waits for the handlers).
         """
-        with _REPLIES:
+        with REPLIES:
             state = self._state
             if state in ("new", "running"):
                 self._state = "stopping"
@@ -387,13 +378,13 @@ class MemoryService:
     def _on_request(self, subject: bytes, reply: bytes, data: bytes) -> None:
         """A request as it is read: admitted into its tenant's turn (`FairShares`), or refused at
         once with `Busy` (as cheap as can be: a flood is refused here, on the loop, at its full rate)."""
-        msg = _Request(subject.decode(), reply.decode(), data)
+        msg = Request(subject.decode(), reply.decode(), data)
         if msg.reply and not self._guard.allows(msg.subject, msg.reply):
             if self._prometheus is not None:
                 self._prometheus.refused(tenant_token(self.api_prefix, msg.subject), "reply_subject")
             return  # a reply subject its requester may not listen on: not run, not answered
         token = tenant_token(self.api_prefix, msg.subject)
-        started: list[tuple[_Request, str]] = []
+        started: list[tuple[Request, str]] = []
         self._admitting = started
         try:
             admitted = self._shares.admit(token, lambda: self._start(msg, token))
@@ -422,7 +413,7 @@ class MemoryService:
             self._busy_replies[token, msgpack] = reply
         return reply
 
-    def _start(self, msg: _Request, token: str) -> None:
+    def _start(self, msg: Request, token: str) -> None:
         """`FairShares` starts the request: now, after its admission is counted, or after the answer
         that freed its place has been given (never inside it: a queue of requests that end at once
         would nest)."""
@@ -433,10 +424,10 @@ class MemoryService:
         else:
             self._run(msg, token)
 
-    def _run(self, msg: _Request, token: str) -> None:
+    def _run(self, msg: Request, token: str) -> None:
         """An ``add_turn`` of a live session on the log's own loop is begun here and answered from the
-        log's acknowledgement (`_add_turn_now`); any other request is served in a task of its own."""
-        if self._given_loop is not None and self._ops.on_loop(msg.subject) and self._add_turn_now(msg, token):
+        log's acknowledgement (`TurnLane.begin`); any other request is served in a task of its own."""
+        if self._given_loop is not None and self._ops.on_loop(msg.subject) and self._lane.begin(msg, token):
             return
         task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._tasks.add(task)
@@ -454,74 +445,7 @@ class MemoryService:
         finally:
             self._finishing = False
 
-    def _add_turn_now(self, msg: _Request, token: str) -> bool:
-        """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
-        reply goes out from the log's acknowledgement (`_TurnReply`). False, with nothing done, when
-        it needs to wait first (its tenant's bytes to be counted, its session to be read from the
-        log): `_serve` takes it then."""
-        subject, data = msg.subject, msg.data
-        try:
-            tenant_id, op = parse_subject(self.api_prefix, subject)
-        except ConvmemError:
-            return False  # answered as it deserves by the operation itself
-        if tenant_id is None:
-            return False
-        allowed = self.quotas.of_token(token).max_bytes
-        if allowed is not None and not self._usage.within(tenant_id, allowed):
-            return False  # a count first, or a refusal on a fresh count: `_over_quota` awaits it
-        msgpack = wants_msgpack(data)
-        reply = _TurnReply(self, msg, token, tenant_id, msgpack)
-        try:
-            request = decode_request(op, data)
-            assert isinstance(request, AddTurnRequest)
-            wait = self._ops.timeout_of(request)
-            begun = self._handle(tenant_id, request.user_id, request.session_id).add_turn_now(
-                request.turn, reply, idempotency_key=request.idempotency_key
-            )
-        except Exception as exc:
-            self._answered(reply, self._ops.failed(op, subject, exc, msgpack=msgpack))
-            return True
-        if not begun:
-            return False  # not live here: activating reads the log, off this loop
-        if not reply.sent:
-            self._deadlines.add(reply, wait)
-        return True
-
-    def _handle(self, tenant_id: str, user_id: str, session_id: str) -> AsyncSessionHandle:
-        """The asyncio handle of a session, its key checked once (kept for the sessions seen lately)."""
-        ids = (tenant_id, user_id, session_id)
-        handle = self._handles.get(ids)
-        if handle is None:
-            handle = self.system.async_session(MemoryKey(tenant_id, user_id, session_id))
-            if len(self._handles) >= _HANDLES:
-                self._handles.clear()
-            self._handles[ids] = handle
-        return handle
-
-    def _answered(self, reply: _TurnReply, answer: Answer) -> None:
-        """On the loop: `_add_turn_now`'s request answered (once; a late outcome after its timeout
-        is dropped), counted as `_serve` counts, and its place freed."""
-        if reply.sent:
-            return
-        reply.sent = True
-        if reply.wait is not None:
-            self._deadlines.answered(reply.wait)
-        msg, error = reply.msg, answer.error
-        try:
-            if error is None:
-                self._usage.wrote(reply.tenant_id, len(msg.data))  # `_used` of a write
-            if msg.reply:
-                self._answer_now(msg, answer.reply)
-        except Exception:
-            _log.exception("convmem service: request on %s not answered", msg.subject)
-        finally:
-            self._ops.stats.end(answer.op, error)
-            self._changes.note()
-            if self._prometheus is not None:
-                self._count(msg.subject, answer.op, error, False)
-            self._done(reply.token)
-
-    def _answer_now(self, msg: _Request, reply: bytes) -> None:
+    def _answer_now(self, msg: Request, reply: bytes) -> None:
         """`_respond` from a callback, for a request whose reply subject `_on_request` let through
         (`ReplyGuard`'s rule is a function of the subject and the reply subject alone): sent at once
         when the client can take it without waiting, else in a task (a reconnecting client, a reply
@@ -534,13 +458,13 @@ class MemoryService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _respond_logged(self, nc: Client, msg: _Request, reply: bytes) -> None:
+    async def _respond_logged(self, nc: Client, msg: Request, reply: bytes) -> None:
         try:
             await self._respond(nc, msg, reply)
         except Exception:
             _log.exception("convmem service: request on %s not answered", msg.subject)
 
-    async def _over_quota(self, msg: _Request) -> tuple[str, str] | Answer | None:
+    async def _over_quota(self, msg: Request) -> tuple[str, str] | Answer | None:
         """(tenant id, op) of a request within its quota, or its refusal; None: no tenant's request."""
         try:
             tenant_id, op = parse_subject(self.api_prefix, msg.subject)
@@ -557,7 +481,7 @@ class MemoryService:
                 return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
         return tenant_id, op
 
-    async def _serve(self, msg: _Request) -> None:
+    async def _serve(self, msg: Request) -> None:
         assert self._nc is not None
         op, error, refused = "unknown", None, False
         try:
@@ -597,7 +521,7 @@ class MemoryService:
         elif op == "erase":
             self._usage.erased(tenant_id)
 
-    async def _respond(self, nc: Client, msg: _Request, reply: bytes) -> None:
+    async def _respond(self, nc: Client, msg: Request, reply: bytes) -> None:
         if not self._guard.allows(msg.subject, msg.reply):  # checked on receipt too: every answer passes here
             return
         try:
@@ -684,166 +608,6 @@ class MemoryService:
 
     async def _on_error(self, exc: Exception) -> None:
         _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
-
-
-class _Request(NamedTuple):
-    """A request as the service reads it (what it reads of nats-py's `Msg`)."""
-
-    subject: str
-    reply: str
-    data: bytes
-
-
-_LINE = 1024
-"""`_Deadlines` compacts a line past this many requests at the least."""
-_REPLIES = threading.Lock()
-"""Guards every `_TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
-
-
-class _TurnReply(SettleOnce):
-    """The answer of an ``add_turn`` begun by `MemoryService._add_turn_now` (a `Settle` of its turn number).
-
-    Settled on the service's loop (the log's acknowledgement), or on an actor's thread when the
-    session was busy (handed to the loop then). `expire` answers `OperationTimeout` when the
-    request's timeout runs out first; the write may still complete, and its late outcome is dropped.
-    """
-
-    __slots__ = (
-        "_loop",
-        "_service",
-        "msg",
-        "msgpack",
-        "sent",
-        "tenant_id",
-        "token",
-        "wait",
-    )
-    _lock = _REPLIES
-
-    def __init__(
-        self, service: MemoryService, msg: _Request, token: str, tenant_id: str, msgpack: bool
-    ) -> None:
-        super().__init__()
-        self._service = service
-        self._loop = asyncio.get_running_loop()
-        self.msg = msg
-        self.token = token
-        self.tenant_id = tenant_id
-        self.msgpack = msgpack
-        self.wait: float | None = None
-        """Its timeout, once `_Deadlines` keeps it."""
-        self.sent = False
-        """Answered (on the loop)."""
-
-    def expire(self, wait: float) -> None:
-        """On the loop, once the request's timeout ran out: `OperationTimeout`; the write may go on."""
-        if self.sent:
-            return
-        self._withdraw()  # not started yet: it never will be
-        error = OperationTimeout(
-            f"write did not finish within {wait:g}s (it may still complete; retry with the same "
-            "idempotency_key to store it once)"
-        )
-        self._on_loop(None, error)
-
-    def set_result(self, number: int, /) -> None:
-        self._mark_finished()
-        if asyncio._get_running_loop() is not self._loop:
-            self._settled(number, None)
-        elif not self.sent:  # the usual way, straight from the log's acknowledgement
-            self._service._answered(self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack)))
-
-    def _cancelled(self, error: BaseException) -> None:
-        self._settled(None, error)
-
-    def _finished(self, result: Any, error: BaseException | None) -> None:
-        self._settled(result, error)
-
-    def _settled(self, number: int | None, error: BaseException | None) -> None:
-        if asyncio._get_running_loop() is self._loop:
-            self._on_loop(number, error)
-        else:  # an actor's thread (the session was busy): the loop answers
-            with contextlib.suppress(RuntimeError):  # a closed loop: the service is gone
-                self._loop.call_soon_threadsafe(self._on_loop, number, error)
-
-    def _on_loop(self, number: int | None, error: BaseException | None) -> None:
-        if self.sent:
-            return
-        msgpack, service = self.msgpack, self._service
-        if error is None:
-            try:
-                answer = Answer("add_turn", None, encode_ok(number, msgpack=msgpack))
-            except Exception as exc:
-                answer = service._ops.failed("add_turn", self.msg.subject, exc, msgpack=msgpack)
-        elif isinstance(error, Exception):
-            answer = service._ops.failed("add_turn", self.msg.subject, error, msgpack=msgpack)
-        else:  # an interrupt on the thread that ran the write: not ours to swallow, but answered
-            closed = SessionClosed(f"the write was interrupted: {error!r}")
-            answer = service._ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
-        service._answered(self, answer)
-
-
-class _Deadlines:
-    """The timeouts of the requests answered from callbacks, on the service's loop: one line per
-    timeout in seconds, in the order the requests came (so by deadline), one timer per line.
-
-    A request answered leaves the head of its line at once (answers mostly come in order); one
-    answered behind an older, slower one stays in the line until the older one leaves, and when
-    those outnumber the line's last compacted length twice over (a session kept busy for its whole
-    timeout, say) the line is compacted: it holds at most about twice the requests unanswered (at
-    least `_LINE`). The timer wakes at the head's deadline, expires what is due
-    (`_TurnReply.expire`) and sleeps until the next head's. No timer made and cancelled per
-    request, as `call_later` would.
-    """
-
-    def __init__(self) -> None:
-        self._lines: dict[float, collections.deque[tuple[float, _TurnReply]]] = {}
-        self._timers: dict[float, asyncio.TimerHandle] = {}
-        self._compact_at: dict[float, int] = {}
-
-    def add(self, reply: _TurnReply, wait: float) -> None:
-        loop = asyncio.get_running_loop()
-        line = self._lines.get(wait)
-        if line is None:
-            line = self._lines[wait] = collections.deque()
-        deadline = loop.time() + wait
-        line.append((deadline, reply))
-        reply.wait = wait
-        if wait not in self._timers:
-            self._timers[wait] = loop.call_at(deadline, self._expire, wait)
-
-    def answered(self, wait: float) -> None:
-        """A request of the line `wait` was answered: the answered ones leave its head."""
-        line = self._lines.get(wait)
-        if not line:
-            return
-        while line and line[0][1].sent:
-            line.popleft()
-        if len(line) > self._compact_at.get(wait, _LINE):
-            line = collections.deque(entry for entry in line if not entry[1].sent)
-            self._lines[wait] = line
-            self._compact_at[wait] = max(_LINE, 2 * len(line))
-
-    def waiting(self, wait: float) -> int:
-        """How many requests the line `wait` holds (answered ones behind an older one included)."""
-        return len(self._lines.get(wait, ()))
-
-    def _expire(self, wait: float) -> None:
-        loop = asyncio.get_running_loop()
-        del self._timers[wait]
-        now = loop.time()
-        while line := self._lines.get(wait):  # (looked up again: an answer may compact it)
-            deadline, reply = line[0]
-            if reply.sent:
-                line.popleft()
-            elif deadline <= now:
-                line.popleft()
-                reply.expire(wait)  # answered now: nothing of it is kept
-            else:
-                self._timers[wait] = loop.call_at(deadline, self._expire, wait)
-                return
-        self._lines.pop(wait, None)
-        self._compact_at.pop(wait, None)
 
 
 def _op_token(subject: str) -> str:

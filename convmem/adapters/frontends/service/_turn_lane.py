@@ -1,0 +1,282 @@
+"""The service's ``add_turn`` lane: a live session's turn begun from the request's callback and
+answered from the log's acknowledgement, with no task, future or thread in between.
+
+`MemoryService._run` hands an ``add_turn`` of a session live on the log's own loop to `TurnLane.begin`:
+parsed, checked (its tenant's quota when the tally needs no count), decided and its append sent
+right there; `TurnReply` (a `Settle` of the turn's number) is settled by the log's acknowledgement
+and answers the request; `Deadlines` times the requests out, one timer per timeout value. A turn
+that must wait first (its tenant's bytes to be counted, its session to be read from the log) is
+left to the service's request path (`MemoryService._serve`), which answers it as any other request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from convmem.actors import AsyncSessionHandle, SettleOnce
+from convmem.adapters.frontends.service._operations import Answer
+from convmem.adapters.frontends.service._protocol import (
+    AddTurnRequest,
+    decode_request,
+    encode_ok,
+    parse_subject,
+    wants_msgpack,
+)
+from convmem.errors import ConvmemError, OperationTimeout, SessionClosed
+from convmem.events import MemoryKey
+
+if TYPE_CHECKING:
+    from convmem.adapters.frontends.service._service import MemoryService
+
+__all__ = ["REPLIES", "Deadlines", "Request", "TurnLane", "TurnReply"]
+
+_log = logging.getLogger("convmem.service")
+
+_HANDLES = 8192
+"""Session handles `TurnLane` keeps by their ids (`handle`); past it, it starts again."""
+
+
+class TurnLane:
+    """A `MemoryService`'s ``add_turn`` lane (see the module docstring); runs on the service's loop."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+        self._handles: dict[tuple[str, str, str], AsyncSessionHandle] = {}  # checked keys' handles, bounded
+        self.deadlines = Deadlines()  # the timeouts of the requests `begin` answers
+
+    def begin(self, msg: Request, token: str) -> bool:
+        """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
+        reply goes out from the log's acknowledgement (`TurnReply`). False, with nothing done, when
+        it needs to wait first (its tenant's bytes to be counted, its session to be read from the
+        log): `_serve` takes it then."""
+        service = self._service
+        subject, data = msg.subject, msg.data
+        try:
+            tenant_id, op = parse_subject(service.api_prefix, subject)
+        except ConvmemError:
+            return False  # answered as it deserves by the operation itself
+        if tenant_id is None:
+            return False
+        allowed = service.quotas.of_token(token).max_bytes
+        if allowed is not None and not service._usage.within(tenant_id, allowed):
+            return False  # a count first, or a refusal on a fresh count: `_over_quota` awaits it
+        msgpack = wants_msgpack(data)
+        reply = TurnReply(service, msg, token, tenant_id, msgpack)
+        try:
+            request = decode_request(op, data)
+            assert isinstance(request, AddTurnRequest)
+            wait = service._ops.timeout_of(request)
+            begun = self.handle(tenant_id, request.user_id, request.session_id).add_turn_now(
+                request.turn, reply, idempotency_key=request.idempotency_key
+            )
+        except Exception as exc:
+            self.answered(reply, service._ops.failed(op, subject, exc, msgpack=msgpack))
+            return True
+        if not begun:
+            return False  # not live here: activating reads the log, off this loop
+        if not reply.sent:
+            self.deadlines.add(reply, wait)
+        return True
+
+    def handle(self, tenant_id: str, user_id: str, session_id: str) -> AsyncSessionHandle:
+        """The asyncio handle of a session, its key checked once (kept for the sessions seen lately)."""
+        service = self._service
+        ids = (tenant_id, user_id, session_id)
+        handle = self._handles.get(ids)
+        if handle is None:
+            handle = service.system.async_session(MemoryKey(tenant_id, user_id, session_id))
+            if len(self._handles) >= _HANDLES:
+                self._handles.clear()
+            self._handles[ids] = handle
+        return handle
+
+    def answered(self, reply: TurnReply, answer: Answer) -> None:
+        """On the loop: `begin`'s request answered (once; a late outcome after its timeout
+        is dropped), counted as `_serve` counts, and its place freed."""
+        service = self._service
+        if reply.sent:
+            return
+        reply.sent = True
+        if reply.wait is not None:
+            self.deadlines.answered(reply.wait)
+        msg, error = reply.msg, answer.error
+        try:
+            if error is None:
+                service._usage.wrote(reply.tenant_id, len(msg.data))  # `_used` of a write
+            if msg.reply:
+                service._answer_now(msg, answer.reply)
+        except Exception:
+            _log.exception("convmem service: request on %s not answered", msg.subject)
+        finally:
+            service._ops.stats.end(answer.op, error)
+            service._changes.note()
+            if service._prometheus is not None:
+                service._count(msg.subject, answer.op, error, False)
+            service._done(reply.token)
+
+
+class Request(NamedTuple):
+    """A request as the service reads it (what it reads of nats-py's `Msg`)."""
+
+    subject: str
+    reply: str
+    data: bytes
+
+
+_LINE = 1024
+"""`Deadlines` compacts a line past this many requests at the least."""
+REPLIES = threading.Lock()
+"""Guards every `TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
+
+
+class TurnReply(SettleOnce):
+    """The answer of an ``add_turn`` begun by `TurnLane.begin` (a `Settle` of its turn number).
+
+    Settled on the service's loop (the log's acknowledgement), or on an actor's thread when the
+    session was busy (handed to the loop then). `expire` answers `OperationTimeout` when the
+    request's timeout runs out first; the write may still complete, and its late outcome is dropped.
+    """
+
+    __slots__ = (
+        "_loop",
+        "_service",
+        "msg",
+        "msgpack",
+        "sent",
+        "tenant_id",
+        "token",
+        "wait",
+    )
+    _lock = REPLIES
+
+    def __init__(
+        self, service: MemoryService, msg: Request, token: str, tenant_id: str, msgpack: bool
+    ) -> None:
+        super().__init__()
+        self._service = service
+        self._loop = asyncio.get_running_loop()
+        self.msg = msg
+        self.token = token
+        self.tenant_id = tenant_id
+        self.msgpack = msgpack
+        self.wait: float | None = None
+        """Its timeout, once `Deadlines` keeps it."""
+        self.sent = False
+        """Answered (on the loop)."""
+
+    def expire(self, wait: float) -> None:
+        """On the loop, once the request's timeout ran out: `OperationTimeout`; the write may go on."""
+        if self.sent:
+            return
+        self._withdraw()  # not started yet: it never will be
+        error = OperationTimeout(
+            f"write did not finish within {wait:g}s (it may still complete; retry with the same "
+            "idempotency_key to store it once)"
+        )
+        self._on_loop(None, error)
+
+    def set_result(self, number: int, /) -> None:
+        self._mark_finished()
+        if asyncio._get_running_loop() is not self._loop:
+            self._settled(number, None)
+        elif not self.sent:  # the usual way, straight from the log's acknowledgement
+            self._service._lane.answered(
+                self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack))
+            )
+
+    def _cancelled(self, error: BaseException) -> None:
+        self._settled(None, error)
+
+    def _finished(self, result: Any, error: BaseException | None) -> None:
+        self._settled(result, error)
+
+    def _settled(self, number: int | None, error: BaseException | None) -> None:
+        if asyncio._get_running_loop() is self._loop:
+            self._on_loop(number, error)
+        else:  # an actor's thread (the session was busy): the loop answers
+            with contextlib.suppress(RuntimeError):  # a closed loop: the service is gone
+                self._loop.call_soon_threadsafe(self._on_loop, number, error)
+
+    def _on_loop(self, number: int | None, error: BaseException | None) -> None:
+        if self.sent:
+            return
+        msgpack, service = self.msgpack, self._service
+        if error is None:
+            try:
+                answer = Answer("add_turn", None, encode_ok(number, msgpack=msgpack))
+            except Exception as exc:
+                answer = service._ops.failed("add_turn", self.msg.subject, exc, msgpack=msgpack)
+        elif isinstance(error, Exception):
+            answer = service._ops.failed("add_turn", self.msg.subject, error, msgpack=msgpack)
+        else:  # an interrupt on the thread that ran the write: not ours to swallow, but answered
+            closed = SessionClosed(f"the write was interrupted: {error!r}")
+            answer = service._ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
+        service._lane.answered(self, answer)
+
+
+class Deadlines:
+    """The timeouts of the requests answered from callbacks, on the service's loop: one line per
+    timeout in seconds, in the order the requests came (so by deadline), one timer per line.
+
+    A request answered leaves the head of its line at once (answers mostly come in order); one
+    answered behind an older, slower one stays in the line until the older one leaves, and when
+    those outnumber the line's last compacted length twice over (a session kept busy for its whole
+    timeout, say) the line is compacted: it holds at most about twice the requests unanswered (at
+    least `_LINE`). The timer wakes at the head's deadline, expires what is due
+    (`TurnReply.expire`) and sleeps until the next head's. No timer made and cancelled per
+    request, as `call_later` would.
+    """
+
+    def __init__(self) -> None:
+        self._lines: dict[float, collections.deque[tuple[float, TurnReply]]] = {}
+        self._timers: dict[float, asyncio.TimerHandle] = {}
+        self._compact_at: dict[float, int] = {}
+
+    def add(self, reply: TurnReply, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        line = self._lines.get(wait)
+        if line is None:
+            line = self._lines[wait] = collections.deque()
+        deadline = loop.time() + wait
+        line.append((deadline, reply))
+        reply.wait = wait
+        if wait not in self._timers:
+            self._timers[wait] = loop.call_at(deadline, self._expire, wait)
+
+    def answered(self, wait: float) -> None:
+        """A request of the line `wait` was answered: the answered ones leave its head."""
+        line = self._lines.get(wait)
+        if not line:
+            return
+        while line and line[0][1].sent:
+            line.popleft()
+        if len(line) > self._compact_at.get(wait, _LINE):
+            line = collections.deque(entry for entry in line if not entry[1].sent)
+            self._lines[wait] = line
+            self._compact_at[wait] = max(_LINE, 2 * len(line))
+
+    def waiting(self, wait: float) -> int:
+        """How many requests the line `wait` holds (answered ones behind an older one included)."""
+        return len(self._lines.get(wait, ()))
+
+    def _expire(self, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        del self._timers[wait]
+        now = loop.time()
+        while line := self._lines.get(wait):  # (looked up again: an answer may compact it)
+            deadline, reply = line[0]
+            if reply.sent:
+                line.popleft()
+            elif deadline <= now:
+                line.popleft()
+                reply.expire(wait)  # answered now: nothing of it is kept
+            else:
+                self._timers[wait] = loop.call_at(deadline, self._expire, wait)
+                return
+        self._lines.pop(wait, None)
+        self._compact_at.pop(wait, None)
