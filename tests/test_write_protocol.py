@@ -4,27 +4,35 @@ retries."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 
+import msgspec
 import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from strategies import SESSION_KEY as KEY
-from strategies import rolling, turn
+from strategies import History, configs, histories, rolling, turn
 
-from convmem.errors import ConcurrencyConflict, InvalidInput, LogUnavailable, SessionClosed
-from convmem.events import AnyEvent, SessionStarted, TurnAdded
+from convmem.errors import ConcurrencyConflict, ConvmemError, InvalidInput, LogUnavailable, SessionClosed
+from convmem.events import AnyEvent, MemoryHealth, SessionStarted, TurnAdded
 from convmem.projections import (
+    AddItems,
     AddTurn,
+    Clear,
     Command,
     Decision,
+    PopItem,
     SessionState,
     StartSession,
     command_id_for,
     decide,
     decide_folded,
+    next_due_at,
     replay,
+    summary_due,
 )
 from convmem.projections._write_protocol import (
     DOUBTS_KEPT,
@@ -35,8 +43,10 @@ from convmem.projections._write_protocol import (
     Doubts,
     Effect,
     PendingWrite,
+    Published,
     ReadLog,
     Reason,
+    _begin_general,
     acknowledged,
     begin,
     failed,
@@ -427,6 +437,11 @@ class WriteMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(["k1", "k2", "k3", "k4"]), data=st.data())
     def write(self, key: str, data: st.DataObject) -> None:
         command_id = command_id_for(KEY, key)
+        now = self.clock.now
+        general = _begin_general(
+            self.state, add(int(key[1:])), KEY, command_id, self.clock.decider, opening, self.doubts
+        )
+        self.clock.now = now  # the same clock reading for the fast lane
         pending, effect = begin(
             self.state,
             add(int(key[1:])),
@@ -436,6 +451,7 @@ class WriteMachine(RuleBasedStateMachine):
             opening=opening,
             doubts=self.doubts,
         )
+        assert (pending, effect) == general, "the fast lane begins the write as the general path does"
         for _ in range(200):
             if isinstance(effect, Done):
                 break
@@ -490,3 +506,81 @@ class WriteMachine(RuleBasedStateMachine):
 
 
 TestWriteMachine = WriteMachine.TestCase
+
+
+# The fast lane: the common write begun by the same step as the general path ----------------------
+
+
+FAST_COMMANDS = st.sampled_from(["turn", "keyed turn", "repeated keyed turn", "no items", "pop", "clear"])
+
+
+def _fast_command(kind: str) -> Command:
+    match kind:
+        case "no items":
+            return AddItems(items=())  # refused: a refusal begins the same way on both paths
+        case "pop":
+            return PopItem()
+        case "clear":
+            return Clear()
+        case _:
+            return add(7)
+
+
+@given(
+    history=histories(max_size=15),
+    pick=st.integers(0, 1000),
+    kind=FAST_COMMANDS,
+    doubts=st.sampled_from([NO_DOUBTS, Doubts(False, ("c9",)), Doubts(True, ("c9",))]),
+)
+def test_the_fast_lane_begins_a_write_as_the_general_path_does(
+    history: History, pick: int, kind: str, doubts: Doubts
+) -> None:
+    """Given any state of a random history and a command, when a write begins, then `begin` (the
+    fast lane where the session started and nothing is uncertain) gives the very write and effect
+    the general path gives, and an acknowledged append ends as the fold of its events."""
+    state = history.states[pick % len(history.states)]
+    config = history.config
+
+    def decider(state: SessionState, command: Command, command_id: str) -> Decision:
+        return decide_folded(
+            state, command, now=5000.0, command_id=command_id, key=history.key, config=config
+        )
+
+    def opens() -> StartSession:
+        return StartSession(key=history.key, config=config)
+
+    command = _fast_command(kind)
+    command_id = command_id_for(history.key, "k") if "keyed" in kind else "c-fresh"
+    if kind == "repeated keyed turn" and state.started:  # the session remembers the key: nothing to decide
+        with contextlib.suppress(ConvmemError):
+            state = decider(state, command, command_id).state
+    fast = begin(
+        state, command, key=history.key, command_id=command_id, decide=decider, opening=opens, doubts=doubts
+    )
+    general = _begin_general(state, command, history.key, command_id, decider, opens, doubts)
+    assert fast == general
+    pending, effect = fast
+    if isinstance(effect, Append) and not pending.opens:
+        _, done = acknowledged(pending, effect.events[-1].seq)
+        assert isinstance(done, Done)
+        assert done.answer == effect.events
+        assert done.state == replay(effect.events, state=state)
+        assert done.published == Published(state, done.state, effect.events)
+
+
+@given(
+    history=histories(config_strategy=configs(strategies=("none", "truncation")), max_size=15),
+    pick=st.integers(0, 1000),
+    health=st.sampled_from(list(MemoryHealth)),
+    turn_added=st.booleans(),
+)
+def test_a_session_that_never_summarizes_has_no_summary_due_ever(
+    history: History, pick: int, health: MemoryHealth, turn_added: bool
+) -> None:
+    """Given any state of a configuration that does not summarize (in any health), then no summary
+    is ever due nor a time to ask for one: what lets a write's end skip those checks (`_end`)."""
+    state = msgspec.structs.replace(history.states[pick % len(history.states)], health=health)
+    assert not state.config.summarizes
+    for now in (0.0, state.health_since, state.health_since + 1e6):
+        assert summary_due(state, now, turn_added=turn_added) is None
+    assert next_due_at(state) is None

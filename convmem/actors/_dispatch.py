@@ -345,8 +345,17 @@ class PooledActor(pykka.Actor):
         self._drop_holder()
 
     def _drop_holder(self) -> None:
-        if self.actor_inbox.drop_holder():
-            self._release()
+        # `drop_holder` then `_release`, under one lock for the common end: the last holder of an
+        # actor that runs on, with no mail come meanwhile, leaves it idle right here.
+        inbox = self.actor_inbox
+        with inbox._lock:
+            inbox.holders -= 1
+            if inbox.holders:
+                return
+            if not inbox._items and not self.actor_stopped.is_set():
+                inbox._scheduled = False
+                return
+        self._release()
 
     def _release(self) -> None:
         """Let go of the held actor: mail that came meanwhile goes to the dispatcher."""

@@ -84,7 +84,10 @@ def _check_idempotency_key(value: str | None) -> str | None:
 
 
 def _turn_index(events: list[AnyEvent]) -> int:
-    return next((event.index for event in events if isinstance(event, TurnAdded)), 0)
+    for event in events:  # (a loop, not next() over a generator: every add_turn's answer passes here)
+        if isinstance(event, TurnAdded):
+            return event.index
+    return 0
 
 
 def _popped(events: list[AnyEvent]) -> dict[str, Any] | None:

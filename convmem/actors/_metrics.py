@@ -49,6 +49,16 @@ class Metrics:
         if self._sink is not None:
             self._sink.observe_append(seconds)
 
+    def wrote(self, name: str, seconds: float) -> None:
+        """`count(name)` and `observe_append(seconds)` at once: a write that ended on its append's
+        acknowledgement (one lock, not two)."""
+        with self._lock:
+            self._counts[name] += 1
+            self._latencies.append(seconds)
+        if self._sink is not None:
+            self._sink.count(name, 1)
+            self._sink.observe_append(seconds)
+
     def snapshot(self) -> dict[str, Any]:
         """Counters and append latency percentiles (milliseconds)."""
         with self._lock:

@@ -102,6 +102,9 @@ class ServiceRegistry:
         self._services: weakref.WeakValueDictionary[MemoryKey, SessionServices] = (
             weakref.WeakValueDictionary()
         )
+        self._registered = False
+        """Some session registered its own services (until then nothing is looked up: a weak
+        dictionary's `get` is a Python call, and every write asks it three times)."""
         self.pool: SummarizerPool | None = self._new_pool() if summarizer is not None else None
 
     @staticmethod
@@ -131,10 +134,11 @@ class ServiceRegistry:
                 self._configs[key] = config
             if services is not None:
                 self._services[key] = services
+                self._registered = True
 
     def config_for(self, key: MemoryKey) -> ShortTermMemoryConfig:
         """The configuration a new session `key` starts with."""
-        services = self._services.get(key)
+        services = self._services.get(key) if self._registered else None
         if services is not None and services.config is not None:
             return services.config
         with self._lock:
@@ -149,21 +153,21 @@ class ServiceRegistry:
         named = (config if config is not None else self.config_for(key)).token_counter
         if named is not None:
             return encoding_counter(named)
-        services = self._services.get(key)
+        services = self._services.get(key) if self._registered else None
         if services is not None and services.token_estimator is not None:
             return services.token_estimator
         return self.estimator
 
     def summarizer_for(self, key: MemoryKey) -> Summarizer | None:
         """The summarizer of session `key` (its own, else the system's)."""
-        services = self._services.get(key)
+        services = self._services.get(key) if self._registered else None
         if services is not None and services.summarizer is not None:
             return services.summarizer
         return self.summarizer
 
     def callbacks_for(self, key: MemoryKey) -> Mapping[str, Callback | None] | None:
         """The session's own callbacks, if it registered services."""
-        services = self._services.get(key)
+        services = self._services.get(key) if self._registered else None
         return services.callbacks if services is not None else None
 
     def summarize(

@@ -34,7 +34,7 @@ from convmem.actors._ports import Clock, Settle, Timer
 from convmem.actors._services import ServiceRegistry
 from convmem.actors._storage import SessionStorage
 from convmem.errors import ConcurrencyConflict, ConvmemError, InternalError, SessionClosed
-from convmem.events import AnyEvent, MemoryHealth, MemoryKey
+from convmem.events import AnyEvent, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import (
     Command,
     Decision,
@@ -65,6 +65,18 @@ from convmem.projections._write_protocol import (
 __all__ = ["Message", "SessionActor", "SessionHost", "StateCell", "Write"]
 
 _log = logging.getLogger("convmem.session")
+
+_WROTE: dict[type, str] = {}
+"""The counter of each command's stored writes (``writes.AddTurn``...), made once."""
+_FAILED: dict[type, str] = {}
+"""The counter of each error's failed writes (``write_errors.InvalidInput``...), made once."""
+
+
+def _write_count(kind: type, failure: bool) -> str:
+    """The counter a write's end adds to, kept for the next (a closed set of commands and errors)."""
+    names = _FAILED if failure else _WROTE
+    name = names[kind] = f"write_errors.{kind.__name__}" if failure else f"writes.{kind.__name__}"
+    return name
 
 
 class StateCell:
@@ -210,6 +222,9 @@ class SessionActor(PooledActor):
         self._flushes: list[concurrent.futures.Future[None]] = []
         self._doubts = NO_DOUBTS
         """Appends that failed without an answer (the step machine's rules use it; kept between writes)."""
+        self._config_seen: ShortTermMemoryConfig | None = None
+        self._quiet = False
+        """`_config_seen` (the configuration of the state `_end` saw last) never summarizes."""
 
     @property
     def state(self) -> SessionState:
@@ -361,6 +376,11 @@ class SessionActor(PooledActor):
                 pending, effect = failed(appending.pending, outcome)
             else:
                 pending, effect = acknowledged(appending.pending, outcome)
+                if isinstance(
+                    effect, Done
+                ):  # the common end: `_carry_out`'s one pass, its latency counted at the end
+                    self._ended(appending, pending, effect)
+                    return
                 if not (isinstance(effect, ReadLog) and effect.reason is Reason.RECHECK):
                     self._host.metrics.observe_append(time.perf_counter() - appending.started)
         except Exception as exc:  # the last line of defence, as a handler's
@@ -368,27 +388,55 @@ class SessionActor(PooledActor):
             return
         self._carry_out(appending.write, pending, effect, can_read=False, held=True)
 
+    def _ended(self, appending: _Appending, pending: PendingWrite, done: Done) -> None:
+        """An acknowledgement that ended the write: what `_carry_out` does with a `Done`, the append's
+        latency and the write's count taken together (`_end`)."""
+        appended = time.perf_counter() - appending.started
+        try:
+            if done.published is not None:
+                self._publish(done.published.old, done.published.new, done.published.events)
+            elif done.state is not self._cell.state:
+                self._cell.state = done.state
+        except Exception as exc:  # the last line of defence
+            self._host.metrics.observe_append(appended)
+            self._end(appending.write, self._unexpected(pending, exc), held=True)
+            return
+        self._end(appending.write, done, held=True, appended=appended)
+
     def _unexpected(self, pending: PendingWrite | None, error: Exception) -> Done:
         """The end of a write cut short by `error`: the log could not be read, or a bug (logged)."""
         if not isinstance(error, ConvmemError):
             _log.error("session %s: unexpected failure of a write", self.key, exc_info=error)
         return Done(error, self.state, self._doubts if pending is None else pending.doubts)
 
-    def _end(self, write: Write, done: Done, *, held: bool = False) -> None:
+    def _end(self, write: Write, done: Done, *, held: bool = False, appended: float | None = None) -> None:
         """The write is over: ask for a summary when one fell due, else keep the timers and flushes right;
         let go of the actor when `held`; answer the caller last (writing again at once, it finds the
-        session free)."""
+        session free). `appended`: the seconds its acknowledged append took, counted with the write.
+
+        A session whose configuration never summarizes, with no timer set and no flush waiting,
+        skips the summary checks: `summary_due` and `next_due_at` are None for every state of such
+        a configuration (``tests/test_write_protocol.py`` checks it), so nothing would be asked,
+        set or settled.
+        """
         self._doubts, outcome = done.doubts, done.answer
         failure = isinstance(outcome, Exception)
-        kind = type(outcome if failure else write.command).__name__
-        self._host.metrics.count(f"write_errors.{kind}" if failure else f"writes.{kind}")
-        now = self._host.clock.now()
-        if self._in_flight is None and summary_due(self.state, now, turn_added=done.grew) is not None:
-            self.actor_ref.tell(
-                Wake(done.grew)
-            )  # a full summarizer queue stores a failure: a write of its own
-        else:  # none is due at `now` (with or without a turn added): only the timer and flushes
-            self._schedule(now=now, not_due=True)
+        kind = type(outcome if failure else write.command)
+        name = (_FAILED if failure else _WROTE).get(kind) or _write_count(kind, failure)
+        metrics = self._host.metrics
+        if appended is None:
+            metrics.count(name)
+        else:
+            metrics.wrote(name, appended)
+        state = self._cell.state
+        if state.config is not self._config_seen:
+            self._config_seen, self._quiet = state.config, not state.config.summarizes
+        if not self._quiet or self._timer is not None or self._flushes:
+            now = self._host.clock.now()
+            if self._in_flight is None and summary_due(state, now, turn_added=done.grew) is not None:
+                self.actor_ref.tell(Wake(done.grew))  # a full summarizer queue stores a failure: a write
+            else:  # none is due at `now` (with or without a turn added): only the timer and flushes
+                self._schedule(now=now, not_due=True)
         if held:
             self.let_go()
         reply = write.reply
@@ -404,14 +452,15 @@ class SessionActor(PooledActor):
 
     def _decide(self, state: SessionState, command: Command, command_id: str) -> Decision:
         services = self._services
+        started = state.started  # a started session's decision needs no starting configuration
         return decide_folded(
             state,
             command,
             now=self._host.clock.now(),
             command_id=command_id,
             key=self.key,
-            config=services.config_for(self.key),
-            estimator=services.estimator_for(self.key, state.config if state.started else None),
+            config=None if started else services.config_for(self.key),
+            estimator=services.estimator_for(self.key, state.config if started else None),
         )
 
     def _opening(self) -> StartSession:

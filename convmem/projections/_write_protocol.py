@@ -235,11 +235,56 @@ def begin(
     opening: Callable[[], StartSession],
     doubts: Doubts = NO_DOUBTS,
 ) -> Step:
-    """Start a write of `command` on `state`: read the log first when in doubt, else decide."""
+    """Start a write of `command` on `state`: read the log first when in doubt, else decide.
+
+    The common write (a started session, nothing uncertain) takes the fast lane, `_begin_started`:
+    the very step `_begin_general` takes for it (``tests/test_write_protocol.py`` checks the two
+    give equal writes and effects), its pending write made once instead of made and then replaced.
+    """
+    if state.started and not doubts.uncertain:
+        return _begin_started(state, command, key, command_id, decide, opening, doubts)
+    return _begin_general(state, command, key, command_id, decide, opening, doubts)
+
+
+def _begin_general(
+    state: SessionState,
+    command: Command,
+    key: MemoryKey,
+    command_id: str,
+    decide: Decider,
+    opening: Callable[[], StartSession],
+    doubts: Doubts,
+) -> Step:
+    """`begin` for any write: the rules as written (`_decide`)."""
     pending = PendingWrite(key, command, command_id, decide, opening, state, doubts)
     if doubts.uncertain:
         return _read(pending, Reason.DOUBT, None)
     return _decide(pending, None)
+
+
+def _begin_started(
+    state: SessionState,
+    command: Command,
+    key: MemoryKey,
+    command_id: str,
+    decide: Decider,
+    opening: Callable[[], StartSession],
+    doubts: Doubts,
+) -> Step:
+    """`_begin_general` where the session has started and nothing is uncertain (so nothing opens and
+    no read comes first): `_decide`'s step with `opens` False, no transition to publish, and the
+    pending write built whole. Its refusal and its empty decision end as `_decide`'s do."""
+    try:
+        decision = decide(state, command, command_id)
+    except ConvmemError as refusal:
+        return _refused(PendingWrite(key, command, command_id, decide, opening, state, doubts), refusal, None)
+    events = decision.events
+    if not events:
+        return _done(PendingWrite(key, command, command_id, decide, opening, state, doubts), [], None)
+    pending = PendingWrite(
+        key, command, command_id, decide, opening, state, doubts, state, events, decision.state
+    )
+    return pending, Append(events, state.version, state, None)
 
 
 def acknowledged(pending: PendingWrite, last_seq: int) -> Step:
@@ -247,8 +292,7 @@ def acknowledged(pending: PendingWrite, last_seq: int) -> Step:
     events = pending.events
     if last_seq != events[-1].seq:  # the log already held these event ids (a retry)
         return _read(pending, Reason.RECHECK, None)
-    attempt = pending.attempt
-    if attempt in pending.doubts.ids:
+    if pending.doubts.ids and (attempt := pending.attempt) in pending.doubts.ids:  # (none: not asked)
         pending = msgspec.structs.replace(pending, doubts=pending.doubts.settle(attempt))
         return _read(pending, Reason.VERIFY, None)
     new = pending.after  # folded once, by the decision
@@ -329,19 +373,23 @@ def _decide(pending: PendingWrite, published: Published | None) -> Step:
         decision = pending.decide(state, command, command_id)
         events = decision.events
     except ConvmemError as refusal:
-        pending = msgspec.structs.replace(pending, opens=opens)
-        if pending.confirmed:
-            return _done(pending, refusal, published)
-        pending = msgspec.structs.replace(pending, confirmed=True)
-        # Refusals are rare, so the log is read only for them (and only when it moved on).
-        unless = None if pending.doubts.uncertain else state.version
-        return _read(pending, Reason.CONFIRM, published, unless_at=unless)
+        return _refused(msgspec.structs.replace(pending, opens=opens), refusal, published)
     if not events:
         return _done(pending, [], published)
     pending = msgspec.structs.replace(
         pending, base=state, events=events, after=decision.state, opens=opens, reading=None
     )
     return pending, Append(events, state.version, state, published)
+
+
+def _refused(pending: PendingWrite, refusal: ConvmemError, published: Published | None) -> Step:
+    """The state refused the command: confirmed once against the newest log, then the answer."""
+    if pending.confirmed:
+        return _done(pending, refusal, published)
+    pending = msgspec.structs.replace(pending, confirmed=True)
+    # Refusals are rare, so the log is read only for them (and only when it moved on).
+    unless = None if pending.doubts.uncertain else pending.state.version
+    return _read(pending, Reason.CONFIRM, published, unless_at=unless)
 
 
 def _read(

@@ -188,7 +188,6 @@ class MemoryService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._admitting: list[tuple[Request, str]] | None = None  # started while `admit` runs: run after
         self._finishing = False  # a request's answer frees its place: what that starts runs next, not inside
-        self._lane = TurnLane(self)  # a live session's add_turn, answered from callbacks
         self.quotas = quotas if quotas is not None else Quotas()
         if not isinstance(self.quotas, Quotas):
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
@@ -197,6 +196,15 @@ class MemoryService:
             counter_of(system.log, self._off_loop),
             bound=bound_of(system.log, self._off_loop),
             recount_every=self.quotas.recount_every,
+        )
+        self._lane = TurnLane(  # a live session's add_turn, answered from callbacks
+            api_prefix=self.api_prefix,
+            quotas=self.quotas,
+            usage=self._usage,
+            ops=self._ops,
+            system=system,
+            send=self._answer_now,
+            finished=self._request_ended,
         )
         self._unwatch: Callable[[], None] | None = None
         self._busy_replies: dict[tuple[str, bool], bytes] = {}
@@ -444,6 +452,14 @@ class MemoryService:
             self._shares.done(token)
         finally:
             self._finishing = False
+
+    def _request_ended(self, msg: Request, op: str, error: str | None, token: str) -> None:
+        """A request answered from a callback (`TurnLane`): counted as `_serve` counts, its place freed."""
+        self._ops.stats.end(op, error)
+        self._changes.note()
+        if self._prometheus is not None:
+            self._count(msg.subject, op, error, False)
+        self._done(token)
 
     def _answer_now(self, msg: Request, reply: bytes) -> None:
         """`_respond` from a callback, for a request whose reply subject `_on_request` let through

@@ -115,10 +115,12 @@ class FairShares:
 
     def _dispatch(self) -> None:
         while self.running < self.capacity and self._turns:
-            token = next((t for t in self._turns if self._may_run(t)), None)
-            if token is None:
+            for token in self._turns:  # the first tenant in turn that may run one more
+                tenant = self._tenants[token]
+                if tenant.running < tenant.limits.max_running:
+                    break
+            else:
                 return  # every waiting tenant runs its most already
-            tenant = self._tenants[token]
             start = tenant.waiting.popleft()
             del self._turns[token]
             if tenant.waiting:
@@ -126,7 +128,3 @@ class FairShares:
             tenant.running += 1
             self.running += 1
             start()
-
-    def _may_run(self, token: str) -> bool:
-        tenant = self._tenants[token]
-        return tenant.running < tenant.limits.max_running

@@ -16,10 +16,11 @@ import collections
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from convmem.actors import AsyncSessionHandle, SettleOnce
-from convmem.adapters.frontends.service._operations import Answer
+from convmem.actors import AsyncSessionHandle, MemorySystem, SettleOnce
+from convmem.adapters.frontends.service._operations import Answer, ApiOperations
 from convmem.adapters.frontends.service._protocol import (
     AddTurnRequest,
     decode_request,
@@ -27,11 +28,10 @@ from convmem.adapters.frontends.service._protocol import (
     parse_subject,
     wants_msgpack,
 )
+from convmem.adapters.frontends.service._quotas import Quotas
+from convmem.adapters.frontends.service._usage import TenantUsage
 from convmem.errors import ConvmemError, OperationTimeout, SessionClosed
 from convmem.events import MemoryKey
-
-if TYPE_CHECKING:
-    from convmem.adapters.frontends.service._service import MemoryService
 
 __all__ = ["REPLIES", "Deadlines", "Request", "TurnLane", "TurnReply"]
 
@@ -42,10 +42,32 @@ _HANDLES = 8192
 
 
 class TurnLane:
-    """A `MemoryService`'s ``add_turn`` lane (see the module docstring); runs on the service's loop."""
+    """A `MemoryService`'s ``add_turn`` lane (see the module docstring); runs on the service's loop.
 
-    def __init__(self, service: MemoryService) -> None:
-        self._service = service
+    It is given what it uses of its service: the API prefix, the tenants' quotas and byte tally,
+    the operations (`ApiOperations`: timeouts, failures as answers), the memory system, `send`
+    (a reply on its way to the requester) and `finished` (the request counted as answered and its
+    tenant's place freed: `(request, op, error type or None, tenant token)`).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_prefix: str,
+        quotas: Quotas,
+        usage: TenantUsage,
+        ops: ApiOperations,
+        system: MemorySystem,
+        send: Callable[[Request, bytes], None],
+        finished: Callable[[Request, str, str | None, str], None],
+    ) -> None:
+        self._api_prefix = api_prefix
+        self._quotas = quotas
+        self._usage = usage
+        self.ops = ops
+        self._system = system
+        self._send = send
+        self._finished = finished
         self._handles: dict[tuple[str, str, str], AsyncSessionHandle] = {}  # checked keys' handles, bounded
         self.deadlines = Deadlines()  # the timeouts of the requests `begin` answers
 
@@ -53,29 +75,28 @@ class TurnLane:
         """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
         reply goes out from the log's acknowledgement (`TurnReply`). False, with nothing done, when
         it needs to wait first (its tenant's bytes to be counted, its session to be read from the
-        log): `_serve` takes it then."""
-        service = self._service
+        log): `MemoryService._serve` takes it then."""
         subject, data = msg.subject, msg.data
         try:
-            tenant_id, op = parse_subject(service.api_prefix, subject)
+            tenant_id, op = parse_subject(self._api_prefix, subject)
         except ConvmemError:
             return False  # answered as it deserves by the operation itself
         if tenant_id is None:
             return False
-        allowed = service.quotas.of_token(token).max_bytes
-        if allowed is not None and not service._usage.within(tenant_id, allowed):
+        allowed = self._quotas.of_token(token).max_bytes
+        if allowed is not None and not self._usage.within(tenant_id, allowed):
             return False  # a count first, or a refusal on a fresh count: `_over_quota` awaits it
         msgpack = wants_msgpack(data)
-        reply = TurnReply(service, msg, token, tenant_id, msgpack)
+        reply = TurnReply(self, msg, token, tenant_id, msgpack)
         try:
             request = decode_request(op, data)
             assert isinstance(request, AddTurnRequest)
-            wait = service._ops.timeout_of(request)
+            wait = self.ops.timeout_of(request)
             begun = self.handle(tenant_id, request.user_id, request.session_id).add_turn_now(
                 request.turn, reply, idempotency_key=request.idempotency_key
             )
         except Exception as exc:
-            self.answered(reply, service._ops.failed(op, subject, exc, msgpack=msgpack))
+            self.answered(reply, self.ops.failed(op, subject, exc, msgpack=msgpack))
             return True
         if not begun:
             return False  # not live here: activating reads the log, off this loop
@@ -85,11 +106,10 @@ class TurnLane:
 
     def handle(self, tenant_id: str, user_id: str, session_id: str) -> AsyncSessionHandle:
         """The asyncio handle of a session, its key checked once (kept for the sessions seen lately)."""
-        service = self._service
         ids = (tenant_id, user_id, session_id)
         handle = self._handles.get(ids)
         if handle is None:
-            handle = service.system.async_session(MemoryKey(tenant_id, user_id, session_id))
+            handle = self._system.async_session(MemoryKey(tenant_id, user_id, session_id))
             if len(self._handles) >= _HANDLES:
                 self._handles.clear()
             self._handles[ids] = handle
@@ -97,8 +117,7 @@ class TurnLane:
 
     def answered(self, reply: TurnReply, answer: Answer) -> None:
         """On the loop: `begin`'s request answered (once; a late outcome after its timeout
-        is dropped), counted as `_serve` counts, and its place freed."""
-        service = self._service
+        is dropped), counted as `MemoryService._serve` counts, and its place freed."""
         if reply.sent:
             return
         reply.sent = True
@@ -107,17 +126,13 @@ class TurnLane:
         msg, error = reply.msg, answer.error
         try:
             if error is None:
-                service._usage.wrote(reply.tenant_id, len(msg.data))  # `_used` of a write
+                self._usage.wrote(reply.tenant_id, len(msg.data))  # `_used` of a write
             if msg.reply:
-                service._answer_now(msg, answer.reply)
+                self._send(msg, answer.reply)
         except Exception:
             _log.exception("convmem service: request on %s not answered", msg.subject)
         finally:
-            service._ops.stats.end(answer.op, error)
-            service._changes.note()
-            if service._prometheus is not None:
-                service._count(msg.subject, answer.op, error, False)
-            service._done(reply.token)
+            self._finished(msg, answer.op, error, reply.token)
 
 
 class Request(NamedTuple):
@@ -143,8 +158,8 @@ class TurnReply(SettleOnce):
     """
 
     __slots__ = (
+        "_lane",
         "_loop",
-        "_service",
         "msg",
         "msgpack",
         "sent",
@@ -154,11 +169,9 @@ class TurnReply(SettleOnce):
     )
     _lock = REPLIES
 
-    def __init__(
-        self, service: MemoryService, msg: Request, token: str, tenant_id: str, msgpack: bool
-    ) -> None:
+    def __init__(self, lane: TurnLane, msg: Request, token: str, tenant_id: str, msgpack: bool) -> None:
         super().__init__()
-        self._service = service
+        self._lane = lane
         self._loop = asyncio.get_running_loop()
         self.msg = msg
         self.token = token
@@ -185,9 +198,7 @@ class TurnReply(SettleOnce):
         if asyncio._get_running_loop() is not self._loop:
             self._settled(number, None)
         elif not self.sent:  # the usual way, straight from the log's acknowledgement
-            self._service._lane.answered(
-                self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack))
-            )
+            self._lane.answered(self, Answer("add_turn", None, encode_ok(number, msgpack=self.msgpack)))
 
     def _cancelled(self, error: BaseException) -> None:
         self._settled(None, error)
@@ -205,18 +216,18 @@ class TurnReply(SettleOnce):
     def _on_loop(self, number: int | None, error: BaseException | None) -> None:
         if self.sent:
             return
-        msgpack, service = self.msgpack, self._service
+        msgpack, lane = self.msgpack, self._lane
         if error is None:
             try:
                 answer = Answer("add_turn", None, encode_ok(number, msgpack=msgpack))
             except Exception as exc:
-                answer = service._ops.failed("add_turn", self.msg.subject, exc, msgpack=msgpack)
+                answer = lane.ops.failed("add_turn", self.msg.subject, exc, msgpack=msgpack)
         elif isinstance(error, Exception):
-            answer = service._ops.failed("add_turn", self.msg.subject, error, msgpack=msgpack)
+            answer = lane.ops.failed("add_turn", self.msg.subject, error, msgpack=msgpack)
         else:  # an interrupt on the thread that ran the write: not ours to swallow, but answered
             closed = SessionClosed(f"the write was interrupted: {error!r}")
-            answer = service._ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
-        service._lane.answered(self, answer)
+            answer = lane.ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
+        lane.answered(self, answer)
 
 
 class Deadlines:
