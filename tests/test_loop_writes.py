@@ -260,6 +260,35 @@ def test_an_async_write_answered_after_its_timeout_raises_operation_timeout_and_
     assert users(live_state(system, k)) == stored(log, k) == ["first", "second", "third"]
 
 
+def test_awaited_writes_share_one_timer_per_timeout_on_their_loop(system: MemorySystem) -> None:
+    """Every awaited write is timed out by its loop's `Deadlines`: one timer per timeout value, not
+    one made and cancelled per write; each write leaves the line once answered."""
+    k = key("one-timer")
+    handle = system.session(k)
+    handle.add_turn(turn("first"))
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        timers = 0
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            nonlocal timers
+            timers += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = counted  # type: ignore[method-assign]  # (call_later goes through it too)
+        for n in range(30):
+            await handle.aio.add_turn(turn(f"t{n}"), timeout=30)
+        await asyncio.gather(*(handle.aio.add_turn(turn(f"g{n}"), timeout=30) for n in range(10)))
+        return timers, LoopAnswer(loop).deadlines.waiting(30)
+
+    timers, waiting = asyncio.run(main())
+    assert timers == 1
+    assert waiting == 0
+    assert len(users(live_state(system, k))) == 41
+
+
 def test_an_async_write_whose_caller_gave_up_before_it_started_is_never_stored(
     system: MemorySystem, log: CountingLog, nats_server: EmbeddedNatsServer
 ) -> None:

@@ -18,7 +18,7 @@ import msgspec
 import nats
 import pytest
 
-from convmem.actors import MemorySystem
+from convmem.actors import Deadlines, MemorySystem
 from convmem.actors._dispatch import PooledActor, claim
 from convmem.actors._session import Wake
 from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteMemory
@@ -28,7 +28,6 @@ from convmem.adapters.frontends._connect import open_backend_here
 from convmem.adapters.frontends.service._errors import ServiceUnavailable
 from convmem.adapters.frontends.service._inboxes import tenant_inbox
 from convmem.adapters.frontends.service._protocol import decode_reply, routed_subject
-from convmem.adapters.frontends.service._turn_lane import Deadlines
 from convmem.errors import OperationTimeout
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig, encode_token
 

@@ -25,7 +25,7 @@
   damaged sessions (`_repair`).
 """
 
-from convmem.actors._answers import SettleOnce
+from convmem.actors._answers import Deadlines, SettleOnce
 from convmem.actors._audit import (
     SessionCheck,
     SessionRow,
@@ -84,6 +84,7 @@ __all__ = [
     "ERASURE_STEPS",
     "AsyncSessionHandle",
     "Clock",
+    "Deadlines",
     "Erased",
     "Eraser",
     "ErasureJournal",

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from convmem.actors._ports import Settle
 from convmem.errors import ConvmemError, InternalError, OperationTimeout, SessionClosed
 from convmem.events import AnyEvent
 
-__all__ = ["Answering", "LoopAnswer", "SettleOnce", "await_for", "wait_for"]
+__all__ = ["Answering", "Deadlines", "Expiring", "LoopAnswer", "SettleOnce", "await_for", "wait_for"]
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ class _LoopInbox:
     one per answer, as `asyncio.wrap_future` would make.
     """
 
-    __slots__ = ("__weakref__", "_items", "_lock", "_loop", "_scheduled")
+    __slots__ = ("__weakref__", "_items", "_lock", "_loop", "_scheduled", "deadlines")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # Weakly: the registry of inboxes is keyed by the loop, and must not keep it alive.
@@ -43,6 +44,8 @@ class _LoopInbox:
         self._items: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         self._lock = threading.Lock()
         self._scheduled = False
+        self.deadlines: Deadlines[LoopAnswer] = Deadlines()
+        """The timeouts of the loop's callers (`LoopAnswer.expire`), used on the loop only."""
 
     def deliver(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -82,6 +85,103 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
 
 
 _PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+_LINE = 1024
+"""`Deadlines` compacts a line past this many waiting answers at the least."""
+
+
+class Expiring(Protocol):
+    """What `Deadlines` times out: an answer that says whether it was given (`sent`), and gives
+    `OperationTimeout` when `expire` is called first (on the loop)."""
+
+    wait: float | None
+    """Its timeout, once a `Deadlines` keeps it."""
+
+    @property
+    def sent(self) -> bool: ...
+
+    def expire(self, wait: float) -> None: ...
+
+
+E = TypeVar("E", bound=Expiring)
+
+
+class _Line(Generic[E]):
+    """The answers of one timeout, in the order they were awaited, and whether a timer is set for it."""
+
+    __slots__ = ("armed", "compact_at", "items")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[tuple[float, E]] = collections.deque()
+        self.armed = False
+        self.compact_at = _LINE
+
+
+class Deadlines(Generic[E]):
+    """The timeouts of the answers awaited on one loop: one line per timeout in seconds, in the order
+    the answers were awaited (so by deadline), one timer per line, used on that loop only.
+
+    An answer given leaves the head of its line at once (answers mostly come in order); one given
+    behind an older, slower one stays in the line until the older one leaves, and when those
+    outnumber the line's last compacted length twice over (a session kept busy for its whole
+    timeout, say) the line is compacted: it holds at most about twice the answers still awaited (at
+    least `_LINE`). The timer wakes at the head's deadline, expires what is due (`expire`) and
+    sleeps until the next head's. No timer made and cancelled per write, as `call_later` would. It
+    keeps no reference to its timers (the loop does), so it never keeps a loop alive by itself.
+    """
+
+    __slots__ = ("_lines",)
+
+    def __init__(self) -> None:
+        self._lines: dict[float, _Line[E]] = {}
+
+    def add(self, answer: E, wait: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Time `answer` out after `wait` seconds on `loop` (the running one: given, or looked up)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        line = self._lines.get(wait)
+        if line is None:
+            line = self._lines[wait] = _Line()
+        deadline = loop.time() + wait
+        line.items.append((deadline, answer))
+        answer.wait = wait
+        if not line.armed:
+            line.armed = True
+            loop.call_at(deadline, self._expire, wait)
+
+    def answered(self, wait: float) -> None:
+        """An answer of the line `wait` was given: the given ones leave its head."""
+        line = self._lines.get(wait)
+        if line is None:
+            return
+        items = line.items
+        while items and items[0][1].sent:
+            items.popleft()
+        if len(items) > line.compact_at:
+            line.items = collections.deque(entry for entry in items if not entry[1].sent)
+            line.compact_at = max(_LINE, 2 * len(line.items))
+
+    def waiting(self, wait: float) -> int:
+        """How many answers the line `wait` holds (given ones behind an older one included)."""
+        line = self._lines.get(wait)
+        return 0 if line is None else len(line.items)
+
+    def _expire(self, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        line = self._lines[wait]
+        line.armed = False
+        now = loop.time()
+        while line.items:  # (`line.items` looked up again: an answer may compact it)
+            deadline, answer = line.items[0]
+            if answer.sent:
+                line.items.popleft()
+            elif deadline <= now:
+                line.items.popleft()
+                answer.expire(wait)  # answered now: nothing of it is kept
+            else:
+                line.armed = True
+                loop.call_at(deadline, self._expire, wait)
+                return
+        del self._lines[wait]
 
 
 class SettleOnce(abc.ABC):
@@ -158,13 +258,22 @@ class LoopAnswer(SettleOnce):
     the caller's loop through the loop's `_LoopInbox`.
     """
 
-    __slots__ = ("_inbox", "_lock", "future")
+    __slots__ = ("_inbox", "_lock", "deadlines", "future", "wait")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.future: asyncio.Future[Any] = loop.create_future()
-        self._inbox = _inbox(loop)
+        self._inbox = inbox = _inbox(loop)
         self._lock = threading.Lock()
+        self.deadlines: Deadlines[LoopAnswer] = inbox.deadlines
+        """The timeouts of its loop's callers: `add` it there once its write is on its way."""
+        self.wait: float | None = None
+        """Its timeout, once its loop's `Deadlines` keeps it (`expire`)."""
+
+    @property
+    def sent(self) -> bool:
+        """Its caller has its answer (or stopped waiting)."""
+        return self.future.done()
 
     def expire(self, wait: float) -> None:
         """On the caller's loop, once its wait ran out: it gets `OperationTimeout`; the write may go on."""

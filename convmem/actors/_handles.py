@@ -247,12 +247,13 @@ class AsyncSessionHandle(_Core):
         if sessions.storage.loop_log is None or not sessions.claim_live(key, message):
             await self._deliver(message)
         wait = self._wait(call.timeout)
-        expiry = loop.call_later(wait, reply.expire, wait)
+        deadlines = reply.deadlines  # the loop's: one timer per timeout, none made per write
+        deadlines.add(reply, wait, loop)
         try:
             events: list[AnyEvent] = await reply.future
             return call.answer(events)
         finally:
-            expiry.cancel()
+            deadlines.answered(wait)
 
     def add_turn_now(
         self, turn: ConversationTurn, reply: Settle[int], *, idempotency_key: str | None = None

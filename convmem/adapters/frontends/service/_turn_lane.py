@@ -4,7 +4,7 @@ answered from the log's acknowledgement, with no task, future or thread in betwe
 `MemoryService._run` hands an ``add_turn`` of a session live on the log's own loop to `TurnLane.begin`:
 parsed, checked (its tenant's quota when the tally needs no count), decided and its append sent
 right there; `TurnReply` (a `Settle` of the turn's number) is settled by the log's acknowledgement
-and answers the request; `Deadlines` times the requests out, one timer per timeout value. A turn
+and answers the request; `Deadlines` (the actors') times the requests out, one timer per timeout value. A turn
 that must wait first (its tenant's bytes to be counted, its session to be read from the log) is
 left to the service's request path (`MemoryService._serve`), which answers it as any other request.
 """
@@ -12,14 +12,13 @@ left to the service's request path (`MemoryService._serve`), which answers it as
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from convmem.actors import AsyncSessionHandle, MemorySystem, SettleOnce
+from convmem.actors import AsyncSessionHandle, Deadlines, MemorySystem, SettleOnce
 from convmem.adapters.frontends.service._operations import Answer, ApiOperations
 from convmem.adapters.frontends.service._protocol import (
     AddTurnRequest,
@@ -33,7 +32,7 @@ from convmem.adapters.frontends.service._usage import TenantUsage
 from convmem.errors import ConvmemError, OperationTimeout, SessionClosed
 from convmem.events import MemoryKey
 
-__all__ = ["REPLIES", "Deadlines", "Request", "TurnLane", "TurnReply"]
+__all__ = ["REPLIES", "Request", "TurnLane", "TurnReply"]
 
 _log = logging.getLogger("convmem.service")
 
@@ -69,7 +68,7 @@ class TurnLane:
         self._send = send
         self._finished = finished
         self._handles: dict[tuple[str, str, str], AsyncSessionHandle] = {}  # checked keys' handles, bounded
-        self.deadlines = Deadlines()  # the timeouts of the requests `begin` answers
+        self.deadlines: Deadlines[TurnReply] = Deadlines()  # the timeouts of the requests `begin` answers
 
     def begin(self, msg: Request, token: str) -> bool:
         """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
@@ -143,8 +142,6 @@ class Request(NamedTuple):
     data: bytes
 
 
-_LINE = 1024
-"""`Deadlines` compacts a line past this many requests at the least."""
 REPLIES = threading.Lock()
 """Guards every `TurnReply`'s state (settled on the loop or an actor's thread; held for a moment)."""
 
@@ -228,66 +225,3 @@ class TurnReply(SettleOnce):
             closed = SessionClosed(f"the write was interrupted: {error!r}")
             answer = lane.ops.failed("add_turn", self.msg.subject, closed, msgpack=msgpack)
         lane.answered(self, answer)
-
-
-class Deadlines:
-    """The timeouts of the requests answered from callbacks, on the service's loop: one line per
-    timeout in seconds, in the order the requests came (so by deadline), one timer per line.
-
-    A request answered leaves the head of its line at once (answers mostly come in order); one
-    answered behind an older, slower one stays in the line until the older one leaves, and when
-    those outnumber the line's last compacted length twice over (a session kept busy for its whole
-    timeout, say) the line is compacted: it holds at most about twice the requests unanswered (at
-    least `_LINE`). The timer wakes at the head's deadline, expires what is due
-    (`TurnReply.expire`) and sleeps until the next head's. No timer made and cancelled per
-    request, as `call_later` would.
-    """
-
-    def __init__(self) -> None:
-        self._lines: dict[float, collections.deque[tuple[float, TurnReply]]] = {}
-        self._timers: dict[float, asyncio.TimerHandle] = {}
-        self._compact_at: dict[float, int] = {}
-
-    def add(self, reply: TurnReply, wait: float) -> None:
-        loop = asyncio.get_running_loop()
-        line = self._lines.get(wait)
-        if line is None:
-            line = self._lines[wait] = collections.deque()
-        deadline = loop.time() + wait
-        line.append((deadline, reply))
-        reply.wait = wait
-        if wait not in self._timers:
-            self._timers[wait] = loop.call_at(deadline, self._expire, wait)
-
-    def answered(self, wait: float) -> None:
-        """A request of the line `wait` was answered: the answered ones leave its head."""
-        line = self._lines.get(wait)
-        if not line:
-            return
-        while line and line[0][1].sent:
-            line.popleft()
-        if len(line) > self._compact_at.get(wait, _LINE):
-            line = collections.deque(entry for entry in line if not entry[1].sent)
-            self._lines[wait] = line
-            self._compact_at[wait] = max(_LINE, 2 * len(line))
-
-    def waiting(self, wait: float) -> int:
-        """How many requests the line `wait` holds (answered ones behind an older one included)."""
-        return len(self._lines.get(wait, ()))
-
-    def _expire(self, wait: float) -> None:
-        loop = asyncio.get_running_loop()
-        del self._timers[wait]
-        now = loop.time()
-        while line := self._lines.get(wait):  # (looked up again: an answer may compact it)
-            deadline, reply = line[0]
-            if reply.sent:
-                line.popleft()
-            elif deadline <= now:
-                line.popleft()
-                reply.expire(wait)  # answered now: nothing of it is kept
-            else:
-                self._timers[wait] = loop.call_at(deadline, self._expire, wait)
-                return
-        self._lines.pop(wait, None)
-        self._compact_at.pop(wait, None)
