@@ -27,7 +27,13 @@ from convmem.adapters import (
 from convmem.adapters.frontends.cli._common import CliError
 from convmem.adapters.frontends.cli._serve import load_quotas
 from convmem.adapters.frontends.service._shares import FairShares
-from convmem.adapters.frontends.service._usage import TenantUsage, counter_of
+from convmem.adapters.frontends.service._usage import (
+    TenantUsage,
+    appended_of,
+    bound_of,
+    counter_of,
+    tallies_of,
+)
 from convmem.errors import Busy, InvalidConfig, QuotaExceeded, StoreFull, TenantLimitReached
 from convmem.events import MemoryKey
 
@@ -301,48 +307,161 @@ class _Log:
         return sum(past.values()), max(past, default=after)
 
 
-def test_the_tally_counts_in_full_first_then_what_was_appended_and_refuses_on_a_fresh_count() -> None:
-    """First write: a full count; then request sizes; a refusal waits for a count of what was appended
-    since; after an erasure notice the count before a refusal is a full one, and without a notice
-    a refusal still needs a full count at most full_every seconds old."""
-    log, now = _Log(), [0.0]
-    usage = TenantUsage(log.count, recount_every=5.0, clock=lambda: now[0])
+def _counting_usage(
+    system: MemorySystem, now: list[float], counts: list[int], *, bound: bool = True
+) -> TenantUsage:
+    """A service instance's `TenantUsage` on `system`'s JetStream log (as `usage_of` makes it), its
+    full counts noted in `counts` and its clock `now[0]`."""
+    log = system.log
+    counter = counter_of(log, asyncio.to_thread)
 
-    async def scenario() -> None:
-        log.append(400)
-        await usage.check("acme", 1000)  # counted in full: 400
-        assert (log.counts, usage.usage("acme")) == ([0], 400)
-        log.append(300)
-        usage.wrote("acme", 350)  # the request's size stands for it until the next count
-        await usage.check("acme", 1000)
-        assert (log.counts, usage.usage("acme")) == ([0], 750)
-        log.append(300)
-        usage.wrote("acme", 350)
-        with pytest.raises(QuotaExceeded) as refused:  # 1100 by the tally, the count too recent to redo
-            await usage.check("acme", 1000)
-        assert (refused.value.usage, log.counts) == (1100, [0])
-        now[0] = 5.0
-        with pytest.raises(QuotaExceeded) as refused:  # refused on a count of what was appended since
-            await usage.check("acme", 1000)
-        assert (refused.value.usage, log.counts) == (1000, [0, 1])
-        log.erase_all()
-        usage.erased_everywhere()
-        await usage.check("acme", 1000)  # a full count before refusing: room again
-        assert (log.counts, usage.usage("acme")) == ([0, 1, 0], 0)
-        log.append(1200)
-        now[0] = 11.0
-        await usage.check("acme", 1000)  # under the quota by the tally: a count in the background
-        await usage.close()
-        assert (log.counts, usage.usage("acme")) == ([0, 1, 0, 0], 1200)  # after the last position seen
-        log.erase_all()  # deleted with no notice (retention's compaction, an operator's purge)
-        now[0] = 12.0
-        with pytest.raises(QuotaExceeded):
-            await usage.check("acme", 1000)
-        now[0] = 65.0
-        await usage.check("acme", 1000)  # the last full count is a minute old: counted in full again
-        assert (log.counts[-1], usage.usage("acme")) == (0, 0)
+    async def counted(tenant_id: str, after: int) -> tuple[int, int]:
+        counts.append(after)
+        return await counter(tenant_id, after)
 
-    asyncio.run(scenario())
+    return TenantUsage(
+        counted,
+        bound=bound_of(log, asyncio.to_thread) if bound else None,
+        tallies=tallies_of(log, asyncio.to_thread),
+        appended=appended_of(log),
+        recount_every=5.0,
+        clock=lambda: now[0],
+    )
+
+
+def _stored(system: MemorySystem, tenant_id: str) -> int:
+    log: Any = system.log
+    return int(log.stored_bytes(tenant_id)[0])
+
+
+def test_what_the_log_sends_is_counted_as_the_stream_stores_it(url: str, jetstream_names: Any) -> None:
+    """The bytes a log sends for a tenant's appends (first writes, later ones, several events at once)
+    are what the stream counts for them, as they go out: no message is read back for it."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(5):
+            system.session(MemoryKey("acme", "u", f"s{n % 2}")).add_turn(turn(f"t{n}" * (n + 1)))
+        system.session(MemoryKey("acme", "u", "s0")).pop_item()
+        log: Any = system.log
+        info = log._conn.call(lambda: log._conn.api(f"$JS.API.STREAM.INFO.{log.stream}"), what="info")
+        assert log.appended_bytes("acme") == info["state"]["bytes"] == _stored(system, "acme")
+        assert log.appended_bytes("globex") == 0
+    finally:
+        system.close()
+
+
+def test_a_fresh_instance_is_admitted_on_the_shared_tally_without_counting(
+    url: str, jetstream_names: Any
+) -> None:
+    """The first instance counts the tenant in full once (the stream holds more than its quota, so
+    its bytes in all cannot admit it) and keeps the shared tally with what it writes; a fresh
+    instance (a restart, a new worker) reads that tally and admits the tenant's first write with no
+    count, and the tally is the tenant's stored bytes."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(3):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
+        for n in range(12):
+            system.session(MemoryKey("globex", "u", f"s{n}")).add_turn(turn(f"other {n}" * 20))
+        quota = _stored(system, "acme") * 3
+        now, first_counts, fresh_counts = [0.0], [], []  # type: ignore[var-annotated]
+
+        async def scenario() -> None:
+            first = _counting_usage(system, now, first_counts)
+            await asyncio.wait_for(first.check("acme", quota), WAIT)
+            assert first_counts == [0]  # counted in full: the stream's total is over the quota
+            await asyncio.to_thread(
+                lambda: system.session(MemoryKey("acme", "u", "s0")).add_turn(turn("more"))
+            )
+            now[0] = 5.0
+            await asyncio.wait_for(first.check("acme", quota), WAIT)  # an add falls due: in the background
+            await asyncio.wait_for(first.close(), WAIT)
+            assert first_counts == [0]
+            log: Any = system.log
+            assert log.usage_tally("acme")[0] == _stored(system, "acme")
+
+            fresh = _counting_usage(system, now, fresh_counts)
+            await asyncio.wait_for(fresh.check("acme", quota), WAIT)
+            assert fresh_counts == []  # admitted on the shared tally: no count
+            assert fresh.usage("acme") == _stored(system, "acme")
+
+        asyncio.run(scenario())
+    finally:
+        system.close()
+
+
+def test_instances_writing_one_tenant_add_to_one_tally(url: str, jetstream_names: Any) -> None:
+    """Two instances (each its own connection, as `serve --workers` has) write one tenant; each adds
+    its writes to the shared tally on the revision it read, so neither add is lost: the tally is the
+    tenant's stored bytes, and each instance sees the other's writes."""
+    one, two = _system(url, jetstream_names), _system(url, jetstream_names)
+    try:
+        one.session(MemoryKey("acme", "u", "a")).add_turn(turn("first"))
+        now, counts = [0.0], []  # type: ignore[var-annotated]
+
+        async def scenario() -> None:
+            first = _counting_usage(one, now, counts, bound=False)  # the first count awaited
+            second = _counting_usage(two, now, counts, bound=False)
+            await asyncio.wait_for(first.check("acme", 1 << 30), WAIT)
+            await asyncio.wait_for(second.check("acme", 1 << 30), WAIT)
+            assert counts == [0]  # the second read the first's tally
+            for n in range(3):
+                await asyncio.to_thread(
+                    lambda n=n: one.session(MemoryKey("acme", "u", "a")).add_turn(turn(f"a{n}"))
+                )
+                await asyncio.to_thread(
+                    lambda n=n: two.session(MemoryKey("acme", "u", "b")).add_turn(turn(f"b{n}"))
+                )
+            now[0] = 5.0
+            await asyncio.wait_for(second.close(), WAIT)  # the second adds first: the first's revision is old
+            await asyncio.wait_for(first.close(), WAIT)
+            log: Any = one.log
+            assert log.usage_tally("acme")[0] == _stored(one, "acme")
+            now[0] = 10.0
+            await asyncio.wait_for(second.check("acme", 1 << 30), WAIT)
+            await asyncio.wait_for(second.close(), WAIT)
+            assert second.usage("acme") == _stored(one, "acme") == first.usage("acme")
+            assert counts == [0]
+
+        asyncio.run(scenario())
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_tenant_refused_on_its_tally_is_counted_in_full_after_an_erasure(
+    url: str, jetstream_names: Any
+) -> None:
+    """A tenant at its quota by the tally is refused (on a full count at most full_every old); once
+    some of its sessions are erased, the next write counts it in full again and is admitted, and the
+    shared tally drops to what is stored."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(4):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}" * 30))
+        quota = _stored(system, "acme")
+        now, counts = [0.0], []  # type: ignore[var-annotated]
+
+        async def scenario() -> None:
+            usage = _counting_usage(system, now, counts, bound=False)
+            with pytest.raises(QuotaExceeded):
+                await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            assert counts == [0]
+            now[0] = 6.0
+            with pytest.raises(QuotaExceeded):  # the tally is brought up to date, not counted again
+                await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            assert counts == [0]
+            await asyncio.to_thread(lambda: [system.erase(MemoryKey("acme", "u", f"s{n}")) for n in range(3)])
+            usage.erased("acme")
+            await asyncio.wait_for(usage.check("acme", quota), WAIT)  # counted in full: room again
+            assert counts == [0, 0]
+            assert usage.usage("acme") == _stored(system, "acme") < quota
+            log: Any = system.log
+            assert log.usage_tally("acme")[0] == _stored(system, "acme")
+
+        asyncio.run(scenario())
+    finally:
+        system.close()
 
 
 class _HeldLog(_Log):

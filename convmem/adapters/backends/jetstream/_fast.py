@@ -43,6 +43,8 @@ class _Writer(Protocol):
 
     def forget(self, subject: str) -> None: ...
 
+    def sent(self, pending: PendingAppend, size: int) -> None: ...
+
 
 class _InFlight:
     """A fast-path publish awaiting its acknowledgement."""
@@ -116,6 +118,7 @@ class FastAppends:
             self._writer.forget(subject)  # it may have gone out: ask the server next time
             raise
         self._track(pending, token)
+        self._writer.sent(pending, len(header) + len(payload))
         return True
 
     def start_now(self, pending: PendingAppend, last: Last) -> bool:
@@ -135,6 +138,7 @@ class FastAppends:
         if not self._conn.nc.send_now(subject, prefix + token, header, payload):
             return False
         self._track(pending, token)
+        self._writer.sent(pending, len(header) + len(payload))
         return True
 
     def _track(self, pending: PendingAppend, token: str) -> None:

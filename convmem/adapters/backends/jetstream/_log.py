@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
@@ -53,7 +53,7 @@ from convmem.adapters.backends.jetstream._setup import (
     ensure_stream,
     subject_pattern,
 )
-from convmem.adapters.backends.jetstream._usage import count_bytes
+from convmem.adapters.backends.jetstream._usage import UsageTallies, count_bytes, usage_bucket
 from convmem.adapters.backends.jetstream._write import PendingAppend, SessionWriter
 from convmem.adapters.backends.keys import Keyring
 from convmem.errors import (
@@ -69,6 +69,8 @@ from convmem.errors import (
 from convmem.events import Event, MemoryKey
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
+
+T = TypeVar("T")
 
 _HEADER_SAFE = re.compile(r"^(?=\S)[^\x00-\x1f\x7f]*(?<=\S)$")
 
@@ -135,6 +137,7 @@ class JetStreamEventLog:
         self._journal: JetStreamErasureJournal | None = None
         self._journal_opened = False
         self._journal_lock = threading.Lock()
+        self._tallies = UsageTallies(connection, usage_bucket(stream), replicas=replicas)
         try:
             if create:
                 connection.call(
@@ -435,6 +438,53 @@ class JetStreamEventLog:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise LogUnavailable(f"stream {self._stream!r}: its info holds no byte count (bytes: {value!r})")
         return value
+
+    def appended_bytes(self, tenant_id: str) -> int:
+        """The bytes this log sent for `tenant_id`'s events since it opened, as the stream stores them
+        (counted as each append goes out: one refused or lost stays counted). Any thread."""
+        return self._writer.appended.get(tenant_id, 0)
+
+    def usage_tally(self, tenant_id: str) -> tuple[int, int] | None:
+        """The tenant's byte tally shared by the service instances of this stream (`UsageTallies`):
+        (bytes, revision), or None when none was recorded."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        return self._conn.call(
+            lambda: self._tallies.get(tenant_id), what=f"read the byte tally of {tenant_id!r}"
+        )
+
+    async def usage_tally_here(self, tenant_id: str) -> tuple[int, int] | None:
+        """`usage_tally`, awaited on the connection's own loop (`on_loop_thread`)."""
+        return await self._here(self._tallies.get(tenant_id), f"read the byte tally of {tenant_id!r}")
+
+    def put_usage_tally(self, tenant_id: str, value: int, revision: int) -> int | None:
+        """Record `value` as the tenant's shared byte tally if it is still at `revision` (0: none yet);
+        its new revision, or None when another instance changed it first."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        return self._conn.call(
+            lambda: self._tallies.put(tenant_id, value, revision),
+            what=f"record the byte tally of {tenant_id!r}",
+        )
+
+    async def put_usage_tally_here(self, tenant_id: str, value: int, revision: int) -> int | None:
+        """`put_usage_tally`, awaited on the connection's own loop (`on_loop_thread`)."""
+        return await self._here(
+            self._tallies.put(tenant_id, value, revision), f"record the byte tally of {tenant_id!r}"
+        )
+
+    async def _here(self, work: Coroutine[Any, Any, T], what: str) -> T:
+        """Await `work` on the connection's loop, its failures reported as `call` reports them."""
+        if self._closed:
+            work.close()
+            raise SessionClosed("the JetStream event log is closed")
+        try:
+            return await work
+        except Exception as exc:  # nats-py's failures as `call` reports them: LogUnavailable
+            error = log_error(exc, what)
+            if error is exc:
+                raise
+            raise error from None
 
     def _tenant_filter(self, tenant_id: str) -> str | None:
         if self._closed:

@@ -6,16 +6,28 @@ measure of the stream's ``bytes`` and of its ``max_bytes``. The count reads
 the tenant's messages with batched direct gets (the reads' own permission,
 no consumer left on the server), from a stream position on, so a tally can
 be brought up to date by reading only what was appended since.
+
+What a writer sends is counted the same way as it sends it (`SessionWriter.appended`:
+``34 + subject + header block + payload`` per message), and `UsageTallies` keeps
+each tenant's total in a key-value bucket every service instance shares.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+import nats.js.errors
+
+from convmem.adapters.backends.jetstream._appends import EXPECTED
 from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage
 from convmem.adapters.backends.jetstream._read import fetch_batch
+from convmem.adapters.backends.jetstream._setup import ensure_bucket
+from convmem.events import encode_token
 
-__all__ = ["count_bytes", "stored_size"]
+__all__ = ["RECORD", "UsageTallies", "count_bytes", "header_size", "stored_size", "usage_bucket"]
 
-_RECORD = 34
+RECORD = 34
 """Bytes a file-store message with headers takes besides its subject, headers and payload."""
 _ADDED_BY_GET = frozenset(
     {
@@ -32,11 +44,18 @@ _ADDED_BY_GET = frozenset(
 _STATUS_LINE = len(b"NATS/1.0\r\n")
 
 
+def header_size(headers: dict[str, str]) -> int:
+    """The bytes of a header block as nats-py sends it and a file store keeps it (0: no headers)."""
+    if not headers:
+        return 0
+    return _STATUS_LINE + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items()) + 2
+
+
 def stored_size(message: StoredMessage) -> int:
     """The bytes `message` takes in a file store (its headers as stored, without the direct get's)."""
     headers = [(k, v) for k, v in message.headers.items() if k not in _ADDED_BY_GET]
     header_bytes = _STATUS_LINE + sum(len(k) + len(v) + 4 for k, v in headers) + 2 if headers else 0
-    record = _RECORD if headers else _RECORD - 4
+    record = RECORD if headers else RECORD - 4
     return record + len(message.subject.encode()) + header_bytes + len(message.data)
 
 
@@ -49,3 +68,68 @@ async def count_bytes(
     total = sum(stored_size(message) for message in got.messages)
     last = max((message.seq for message in got.messages), default=after)
     return total, max(last, after), got.pending == 0 or not got.messages
+
+
+def usage_bucket(stream: str) -> str:
+    """The key-value bucket of the tenants' shared byte tallies beside the events stream `stream`."""
+    return f"{stream}_USAGE"
+
+
+_WRONG_LAST = (10071, 10164)
+"""A conditional put refused: another process wrote the key since the revision given."""
+
+
+class UsageTallies:
+    """Each tenant's byte tally shared by every service instance of a stream: one key per tenant in a
+    key-value bucket of its own (``<stream>_USAGE``), made on first use. A value is the tenant's
+    stored bytes as the instances know them (``{"bytes": n}``); every change is a conditional put on
+    the revision read, so two instances adding their writes at once both count. On the connection's
+    loop (the log's `*_here` calls)."""
+
+    def __init__(self, conn: NatsConnection, bucket: str, *, replicas: int) -> None:
+        self._conn = conn
+        self._bucket = bucket
+        self._replicas = replicas
+        self._opened = False
+
+    async def _open(self) -> None:
+        if not self._opened:
+            await ensure_bucket(self._conn, self._bucket, replicas=self._replicas)
+            self._opened = True
+
+    def _subject(self, tenant_id: str) -> str:
+        return f"$KV.{self._bucket}.{encode_token(tenant_id)}"
+
+    async def get(self, tenant_id: str) -> tuple[int, int] | None:
+        """(the tenant's tallied bytes, the value's revision); None when no instance tallied it yet."""
+        await self._open()
+        message = await self._conn.get_message(
+            f"KV_{self._bucket}", {"last_by_subj": self._subject(tenant_id)}
+        )
+        if message is None or not message.data:
+            return None
+        try:
+            value = msgspec.json.decode(message.data, type=_Value)
+        except msgspec.ValidationError:
+            return None  # not a tally of ours (an operator's put): counted again in full
+        return value.stored, message.seq
+
+    async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
+        """Store `value` if the tenant's tally is still at `revision` (0: none yet); its new revision,
+        or None when another instance changed it first."""
+        await self._open()
+        try:
+            ack = await self._conn.js.publish(
+                self._subject(tenant_id),
+                msgspec.json.encode(_Value(stored=value)),
+                headers={EXPECTED: str(revision)},
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST:
+                return None
+            raise
+        return int(ack.seq)
+
+
+class _Value(msgspec.Struct):
+    stored: Annotated[int, msgspec.Meta(ge=0)] = msgspec.field(name="bytes")

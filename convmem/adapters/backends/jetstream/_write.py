@@ -64,6 +64,7 @@ from convmem.adapters.backends.jetstream._read import (
     session_seq,
     tail_start,
 )
+from convmem.adapters.backends.jetstream._usage import RECORD, header_size
 from convmem.errors import (
     ConcurrencyConflict,
     EventDecodeError,
@@ -111,6 +112,8 @@ class SessionWriter:
         self._damaged: dict[str, tuple[int | None, int | None, str]] = {}
         """Sessions whose last whole read found damage: (seq, position, problem) of the first."""
         self._fast = FastAppends(conn, self)
+        self.appended: dict[str, int] = {}
+        """Bytes sent for each tenant (by id), as the stream stores them (`sent`; any thread may read)."""
         self.opener: Opener = _plain
         """How a message's bytes are read when a walk must decode one (sealed ones opened)."""
 
@@ -145,6 +148,15 @@ class SessionWriter:
     def forget(self, subject: str) -> None:
         """The session's last message is not known any more (an append's outcome is unknown)."""
         self._last.pop(subject, None)
+
+    def sent(self, pending: PendingAppend, size: int) -> None:
+        """`pending`'s one message went out on the fast path, `size` bytes of headers and payload: add
+        what the stream stores for it to its tenant's `appended` (an append refused or lost after
+        this stays counted: on the safe side)."""
+        self._sent(pending.key.tenant_id, size + RECORD + len(pending.subject.encode()))
+
+    def _sent(self, tenant_id: str, stored: int) -> None:
+        self.appended[tenant_id] = self.appended.get(tenant_id, 0) + stored
 
     def _append_in_task(self, pending: PendingAppend) -> None:
         async def run() -> None:
@@ -192,7 +204,7 @@ class SessionWriter:
                     if done == len(events):
                         return last.seq
                     try:
-                        return await self._publish(subject, events[done:], payloads[done:], last)
+                        return await self._publish(key, subject, events[done:], payloads[done:], last)
                     except Refused:
                         if on_top:
                             last = await self._server_last(subject, expected)
@@ -243,11 +255,11 @@ class SessionWriter:
         raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
 
     async def _publish(
-        self, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: Last
+        self, key: MemoryKey, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: Last
     ) -> int:
         nc = self._conn.nc
         batch = uuid.uuid4().hex if len(events) > 1 else None
-        reply = None
+        reply, size = None, 0
         for index, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
             headers = {
                 MSG_ID: event.event_id,
@@ -259,11 +271,13 @@ class SessionWriter:
             if batch is not None:
                 headers["Nats-Batch-Id"] = batch
                 headers["Nats-Batch-Sequence"] = str(index)
+            size += header_size(headers) + len(payload)
             if index < len(events):
                 await nc.publish(subject, payload, headers=headers)
                 continue
             if batch is not None:
                 headers["Nats-Batch-Commit"] = "1"
+                size += len("Nats-Batch-Commit") + 5
             with self._conn.watch.expect(subject) as denied:  # a refused subject fails at once, named
                 request = asyncio.ensure_future(
                     nc.request(subject, payload, timeout=self._conn.timeout, headers=headers)
@@ -275,6 +289,7 @@ class SessionWriter:
                     denied.result()
                 reply = request.result()
         assert reply is not None
+        self._sent(key.tenant_id, size + (RECORD + len(subject.encode())) * len(events))
         ack = parse_ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
             return (await self.load_last(subject)).seq
@@ -391,7 +406,7 @@ class SessionWriter:
                     seq=last.seq + 1, event_id=f"erased/{uuid.uuid4().hex}", at=at, reason="erased on request"
                 )
                 try:
-                    await self._publish(subject, (fence,), (encode_event(fence),), last)
+                    await self._publish(key, subject, (fence,), (encode_event(fence),), last)
                     break
                 except Refused:
                     last = await self.load_last(subject)

@@ -74,7 +74,7 @@ from convmem.adapters.frontends.service._protocol import (
 from convmem.adapters.frontends.service._quotas import Quotas
 from convmem.adapters.frontends.service._shares import FairShares, tenant_token
 from convmem.adapters.frontends.service._turn_lane import REPLIES, Request, TurnLane
-from convmem.adapters.frontends.service._usage import TenantUsage, bound_of, counter_of
+from convmem.adapters.frontends.service._usage import usage_of
 from convmem.errors import (
     ConvmemError,
     InvalidConfig,
@@ -192,11 +192,7 @@ class MemoryService:
         if not isinstance(self.quotas, Quotas):
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
         self._shares = FairShares(self.quotas, max_concurrency)
-        self._usage = TenantUsage(
-            counter_of(system.log, self._off_loop),
-            bound=bound_of(system.log, self._off_loop),
-            recount_every=self.quotas.recount_every,
-        )
+        self._usage = usage_of(system.log, self._off_loop, recount_every=self.quotas.recount_every)
         self._lane = TurnLane(  # a live session's add_turn, answered from callbacks
             api_prefix=self.api_prefix,
             quotas=self.quotas,

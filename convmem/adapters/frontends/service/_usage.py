@@ -1,33 +1,39 @@
 """`TenantUsage`: what a service instance knows of each tenant's stored bytes, to hold its quota.
 
-Counting the log is exact and restart-safe, but reads the tenant's events;
-so each instance keeps a tally per tenant:
+Counting the log is exact and restart-safe, but reads the tenant's events
+(some 28,000 a second); so the instances keep a tally per tenant instead:
 
-* the first write of a tenant after the instance starts needs a full count
-  of its events in the log (as JetStream counts them against ``max_bytes``:
-  subject, headers, payload and its record framing). That count reads every
-  event of the tenant (some 28,000 a second), so where the log can say how
-  many bytes it holds in all (`bound_of`: the stream's own count, one
-  request), a tenant whose writes cannot reach its quota by that bound (the
-  log's bytes when first asked, plus what this instance answered for it
-  since) is admitted while its first count runs in the background; only a
-  write the bound does not clear waits for the count;
-* each write answered through this instance adds its request's size (an
-  estimate of what it stored) until the next count;
-* a write more than `recount_every` seconds after the last count starts a
-  count in the background of only what was appended since (any process's
-  writes), which replaces the estimates; a write that the tally would refuse
-  waits for that count first, so a refusal rests on a count at most
-  `recount_every` seconds old;
-* an erasure (through this instance, or any process's erasure notice, which
-  does not say whose) makes the count before the tenant's next refusal a
-  full one: erased bytes stay in the tally (on the safe side) until then;
-  deletions no notice tells (retention's compaction, an operator's purge)
-  are seen because a refusal also needs a full count at most `full_every`
-  seconds old.
+* **what this instance wrote**: the log counts the bytes each append stores
+  as it sends it (`appended`: JetStream's ``34 + subject + headers +
+  payload`` per message, the measure of the stream's ``max_bytes``); a log
+  that cannot say falls back to each answered write's request size (`wrote`);
+* **a tally shared by every instance** (`Tallies`: on JetStream one key per
+  tenant in the ``<stream>_USAGE`` bucket): every `recount_every` seconds an
+  instance adds what it wrote since to the shared value (a conditional put
+  on the revision it read, so concurrent adds all count) and reads what the
+  others added. No message is read back for it;
+* a tenant's tally is **the shared value plus what this instance wrote
+  since its last add**. A fresh instance (a restart, a new worker) reads the
+  shared value at the tenant's first write (one request) and is admitted on
+  it; only a tenant never counted on this stream has no shared value: its
+  first count is a full one, and while the stream's bytes in all
+  (`bound_of`, one request) plus what this instance wrote stay under the
+  quota, its writes are admitted while that count runs in the background;
+* **a refusal rests on an exact count**: a write the tally would refuse
+  first has the tally brought up to date (an add at most `recount_every`
+  seconds old) and, when the last full count of the tenant by this instance
+  is older than `full_every` seconds, or some of its events were erased
+  since (an erasure through this instance, or any process's erasure notice,
+  which names no tenant), counts every event of the tenant again and sets
+  the shared value from that count (plus what other instances added while it
+  ran). So deletions (erasure, retention's compaction, an operator's purge)
+  and writes made outside the service instances are seen before any refusal.
 
-So a tenant can pass its quota by at most one request, plus what other
-instances write for it between two counts.
+So a tenant can pass its quota by what the instances write between two adds
+(at most `recount_every` seconds of writes), plus what an instance that died
+had not added yet, plus what was written outside the service instances, until
+the next full count; erased bytes stay in the tally (on the safe side) until
+then.
 """
 
 from __future__ import annotations
@@ -37,12 +43,23 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from convmem.actors import EventLog
-from convmem.errors import ConvmemError, QuotaExceeded
+from convmem.errors import ConvmemError, LogUnavailable, PermissionDenied, QuotaExceeded
 
-__all__ = ["ByteBound", "ByteCounter", "TenantUsage", "bound_of", "counter_of"]
+__all__ = [
+    "ByteBound",
+    "ByteCounter",
+    "LocalTallies",
+    "Tallies",
+    "TenantUsage",
+    "appended_of",
+    "bound_of",
+    "counter_of",
+    "tallies_of",
+    "usage_of",
+]
 
 _log = logging.getLogger("convmem.service")
 
@@ -110,29 +127,162 @@ def bound_of(log: EventLog, off_loop: Callable[[Callable[[], int]], Awaitable[in
     return bound
 
 
-class _Tally:
-    __slots__ = ("bound", "counted", "counted_at", "counting", "estimate", "full_at", "position", "stale")
+@runtime_checkable
+class Tallies(Protocol):
+    """Each tenant's byte tally, shared by the service instances of one log (see the module docstring)."""
+
+    async def get(self, tenant_id: str) -> tuple[int, int] | None:
+        """(the tenant's tallied bytes, the value's revision); None when none was recorded."""
+        ...
+
+    async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
+        """Record `value` if the tally is still at `revision` (0: none yet): its new revision, or None
+        when another instance changed it first."""
+        ...
+
+
+class LocalTallies:
+    """`Tallies` of this instance alone (a log that keeps none: the in-memory log, one process)."""
 
     def __init__(self) -> None:
-        self.counted = 0  # bytes as of the last count, through log position `position`
-        self.position = 0
-        self.estimate = 0  # request bytes written through this instance since the last count
-        self.counted_at: float | None = None  # None: never counted
-        self.full_at = 0.0  # when the last full count began
-        self.stale = False  # erased since the last count: the next count is a full one
-        self.counting: asyncio.Future[None] | None = None
-        self.bound: int | None = None  # the log's bytes in all when first asked (before the first count)
+        self._values: dict[str, tuple[int, int]] = {}
 
-    @property
-    def total(self) -> int:
-        return self.counted + self.estimate
+    async def get(self, tenant_id: str) -> tuple[int, int] | None:
+        return self._values.get(tenant_id)
+
+    async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
+        held = self._values.get(tenant_id)
+        if (held[1] if held is not None else 0) != revision:
+            return None
+        self._values[tenant_id] = (value, revision + 1)
+        return revision + 1
+
+
+@runtime_checkable
+class _SharesTallies(Protocol):
+    def usage_tally(self, tenant_id: str) -> tuple[int, int] | None: ...
+
+    async def usage_tally_here(self, tenant_id: str) -> tuple[int, int] | None: ...
+
+    def put_usage_tally(self, tenant_id: str, value: int, revision: int) -> int | None: ...
+
+    async def put_usage_tally_here(self, tenant_id: str, value: int, revision: int) -> int | None: ...
+
+    def on_loop_thread(self) -> bool: ...
+
+
+class _LogTallies:
+    """`Tallies` kept by the log (JetStream: its ``<stream>_USAGE`` bucket), awaited on its loop when
+    this is it, else on a thread by `off_loop`."""
+
+    def __init__(self, log: _SharesTallies, off_loop: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
+        self._log = log
+        self._off_loop = off_loop
+        self._local: LocalTallies | None = None  # these credentials may not use the bucket
+
+    async def get(self, tenant_id: str) -> tuple[int, int] | None:
+        if self._local is not None:
+            return await self._local.get(tenant_id)
+        try:
+            if self._log.on_loop_thread():
+                return await self._log.usage_tally_here(tenant_id)
+            got: tuple[int, int] | None = await self._off_loop(lambda: self._log.usage_tally(tenant_id))
+        except PermissionDenied as exc:
+            return await self._denied(exc).get(tenant_id)
+        return got
+
+    async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
+        if self._local is not None:
+            return await self._local.put(tenant_id, value, revision)
+        try:
+            if self._log.on_loop_thread():
+                return await self._log.put_usage_tally_here(tenant_id, value, revision)
+            put: int | None = await self._off_loop(
+                lambda: self._log.put_usage_tally(tenant_id, value, revision)
+            )
+        except PermissionDenied as exc:
+            return await self._denied(exc).put(tenant_id, value, revision)
+        return put
+
+    def _denied(self, exc: PermissionDenied) -> LocalTallies:
+        _log.warning(
+            "convmem service: the shared byte tallies may not be used with these credentials (%s): "
+            "each instance keeps its own, and sees other instances' writes at its full counts",
+            exc,
+        )
+        self._local = LocalTallies()
+        return self._local
+
+
+def tallies_of(log: EventLog, off_loop: Callable[[Callable[[], Any]], Awaitable[Any]]) -> Tallies:
+    """The shared tallies of `log`'s service instances (JetStream: its bucket), else this instance's own."""
+    if isinstance(log, _SharesTallies):
+        return _LogTallies(log, off_loop)
+    return LocalTallies()
+
+
+@runtime_checkable
+class _CountsAppends(Protocol):
+    def appended_bytes(self, tenant_id: str) -> int: ...
+
+
+def appended_of(log: EventLog) -> Callable[[str], int] | None:
+    """How many bytes `log` sent for a tenant's events (`JetStreamEventLog.appended_bytes`); None when
+    it cannot say (the instance then counts each answered write's request size)."""
+    return log.appended_bytes if isinstance(log, _CountsAppends) else None
+
+
+def usage_of(
+    log: EventLog, off_loop: Callable[[Callable[[], Any]], Awaitable[Any]], *, recount_every: float
+) -> TenantUsage:
+    """The `TenantUsage` of a service instance serving `log` (blocking calls run by `off_loop`)."""
+    return TenantUsage(
+        counter_of(log, off_loop),
+        bound=bound_of(log, off_loop),
+        tallies=tallies_of(log, off_loop),
+        appended=appended_of(log),
+        recount_every=recount_every,
+    )
+
+
+_TRIES = 16
+"""Conditional puts of one tally before giving up (as many other instances changed it meanwhile)."""
+
+
+class _Tally:
+    __slots__ = (
+        "bound",
+        "busy",
+        "first",
+        "full_at",
+        "mark",
+        "own",
+        "revision",
+        "shared",
+        "stale",
+        "synced_at",
+    )
+
+    def __init__(self, mark: int) -> None:
+        self.shared: int | None = None  # the shared tally as last read or written (None: none known)
+        self.revision = 0
+        self.synced_at: float | None = None  # when `shared` was last read or written (None: never)
+        self.mark = mark  # the log's `appended` for the tenant when this instance last added to `shared`
+        self.own = 0  # request bytes answered since (a log that does not count its appends)
+        self.full_at: float | None = None  # when this instance's last full count began (None: never)
+        self.stale = False  # erased since the last full count: a refusal needs a full one first
+        self.busy: asyncio.Future[None] | None = None  # the add or count under way
+        self.first: asyncio.Future[None] | None = None  # the first read of the shared tally
+        self.bound: int | None = None  # the log's bytes in all when first asked (before the first count)
 
 
 class TenantUsage:
     """Per-tenant stored bytes for quota checks, on the service's loop (see the module docstring).
 
     `counter` counts a tenant's bytes in the log (`counter_of`); `bound`, when given, says how many
-    bytes the log holds in all (`bound_of`); `clock` is monotonic seconds.
+    bytes the log holds in all (`bound_of`); `tallies` keeps each tenant's shared tally (default: this
+    instance's own, `LocalTallies`); `appended` says how many bytes the log sent for a tenant (None:
+    `wrote`'s request sizes stand for them); `clock` is monotonic seconds.
     """
 
     def __init__(
@@ -141,11 +291,15 @@ class TenantUsage:
         *,
         recount_every: float,
         bound: ByteBound | None = None,
+        tallies: Tallies | None = None,
+        appended: Callable[[str], int] | None = None,
         full_every: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._counter = counter
         self._bound = bound
+        self._shared: Tallies = tallies if tallies is not None else LocalTallies()
+        self._appended = appended
         self._every = recount_every
         self._full_every = max(full_every, recount_every)
         self._clock = clock
@@ -153,44 +307,53 @@ class TenantUsage:
         self._background: set[asyncio.Future[None]] = set()
 
     def usage(self, tenant_id: str) -> int | None:
-        """The tally of `tenant_id` (None before its first count)."""
+        """The tally of `tenant_id` (None before anything is known of it)."""
         tally = self._tallies.get(tenant_id)
-        return None if tally is None or tally.counted_at is None else tally.total
+        return None if tally is None or tally.synced_at is None else self._total(tenant_id, tally)
 
     async def check(self, tenant_id: str, allowed: int) -> None:
-        """Raise `QuotaExceeded` if `tenant_id` stores `allowed` bytes or more (counting first if due)."""
-        tally = self._tallies.setdefault(tenant_id, _Tally())
+        """Raise `QuotaExceeded` if `tenant_id` stores `allowed` bytes or more (bringing its tally up
+        to date first when due)."""
+        tally = self._tally(tenant_id)
         now = self._clock()
-        if tally.counted_at is None:
-            if await self._cleared_by_bound(tally, allowed):
-                self._count_later(tenant_id, tally, full=True)
-                return
-            await self._count(tenant_id, tally, full=True)
-        elif tally.total >= allowed:  # refuse on fresh counts only
-            if tally.stale or now - tally.full_at >= self._full_every:
-                await self._count(tenant_id, tally, full=True)
-            elif now - tally.counted_at >= self._every:
-                await self._count(tenant_id, tally, full=False)
-        elif now - tally.counted_at >= self._every:
-            self._count_later(tenant_id, tally)
-        if tally.total >= allowed:
-            raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=tally.total)
+        if tally.synced_at is None:
+            if tally.first is None or (tally.first.done() and tally.first.exception() is not None):
+                tally.first = asyncio.ensure_future(self._read_first(tenant_id, tally))
+            await asyncio.shield(tally.first)  # nothing known yet: the shared tally (one request)
+            if tally.synced_at is None:  # none recorded: never counted on this log
+                if await self._cleared_by_bound(tenant_id, tally, allowed):
+                    self._later(tenant_id, tally, full=True)
+                    return
+                await self._run(tenant_id, tally, full=True, any_full=True)
+        elif self._total(tenant_id, tally) >= allowed:  # refuse on an exact, fresh count only
+            if tally.stale or tally.full_at is None or now - tally.full_at >= self._full_every:
+                await self._run(tenant_id, tally, full=True)
+            elif now - tally.synced_at >= self._every:
+                await self._run(tenant_id, tally, full=False)
+        elif now - tally.synced_at >= self._every:
+            self._later(tenant_id, tally)
+        usage = self._total(tenant_id, tally)
+        if usage >= allowed:
+            raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=usage)
 
     def within(self, tenant_id: str, allowed: int) -> bool:
-        """`check` when it needs no count first: True when `tenant_id` is counted and below `allowed`
-        (a recount that fell due starts in the background, as `check` starts it). False: await `check`."""
+        """`check` when it needs no request first: True when `tenant_id`'s tally is known and below
+        `allowed` (an add that fell due starts in the background, as `check` starts it). False: await
+        `check`."""
         tally = self._tallies.get(tenant_id)
-        if tally is None or tally.counted_at is None or tally.total >= allowed:
+        if tally is None or tally.synced_at is None or self._total(tenant_id, tally) >= allowed:
             return False
-        if self._clock() - tally.counted_at >= self._every:
-            self._count_later(tenant_id, tally)
+        if self._clock() - tally.synced_at >= self._every:
+            self._later(tenant_id, tally)
         return True
 
     def wrote(self, tenant_id: str, size: int) -> None:
-        """A write of `size` request bytes for `tenant_id` was answered through this instance."""
-        tally = self._tallies.get(tenant_id)
-        if tally is not None:
-            tally.estimate += size
+        """A write of `size` request bytes for `tenant_id` was answered through this instance (counted
+        only when the log does not count what it appends)."""
+        if self._appended is None:
+            tally = self._tallies.get(tenant_id)
+            if tally is not None:
+                tally.own += size
 
     def erased(self, tenant_id: str) -> None:
         """Some of `tenant_id`'s events were erased: count it in full before refusing it a write."""
@@ -204,14 +367,42 @@ class TenantUsage:
             tally.stale = True
 
     async def close(self) -> None:
-        """Wait for the counts in the background (on stop)."""
+        """Wait for the adds and counts in the background (on stop): what this instance wrote is
+        added to the shared tallies before it goes."""
         for future in list(self._background):
             with contextlib.suppress(Exception):
                 await future
+        for tenant_id, tally in list(self._tallies.items()):
+            if tally.synced_at is not None and self._own(tenant_id, tally) > 0:
+                with contextlib.suppress(Exception):
+                    await self._run(tenant_id, tally, full=False)
 
-    async def _cleared_by_bound(self, tally: _Tally, allowed: int) -> bool:
+    def _tally(self, tenant_id: str) -> _Tally:
+        tally = self._tallies.get(tenant_id)
+        if tally is None:
+            mark = self._appended(tenant_id) if self._appended is not None else 0
+            tally = self._tallies[tenant_id] = _Tally(mark)
+        return tally
+
+    def _own(self, tenant_id: str, tally: _Tally) -> int:
+        """What this instance wrote for the tenant since it last added to the shared tally."""
+        if self._appended is None:
+            return tally.own
+        return self._appended(tenant_id) - tally.mark
+
+    def _total(self, tenant_id: str, tally: _Tally) -> int:
+        return (tally.shared or 0) + self._own(tenant_id, tally)
+
+    def _took(self, tenant_id: str, tally: _Tally, own: int) -> None:
+        """`own` bytes of this instance's writes are in the shared tally now."""
+        if self._appended is None:
+            tally.own = max(0, tally.own - own)
+        else:
+            tally.mark += own
+
+    async def _cleared_by_bound(self, tenant_id: str, tally: _Tally, allowed: int) -> bool:
         """Before a tenant's first count: whether the log's bytes in all (asked once), plus what this
-        instance answered for the tenant since, stay below `allowed` (False when no bound is known)."""
+        instance wrote for the tenant since, stay below `allowed` (False when no bound is known)."""
         if self._bound is None:
             return False
         if tally.bound is None:
@@ -220,62 +411,127 @@ class TenantUsage:
             except ConvmemError as exc:
                 _log.warning("convmem service: the log's bytes in all not known, counting first: %s", exc)
                 return False
-        return tally.bound + tally.estimate < allowed
+        return tally.bound + self._own(tenant_id, tally) < allowed
 
-    def _count_later(self, tenant_id: str, tally: _Tally, *, full: bool = False) -> None:
-        if tally.counting is not None:
+    def _later(self, tenant_id: str, tally: _Tally, *, full: bool = False) -> None:
+        if tally.busy is not None:
             return
-        future = asyncio.ensure_future(self._count(tenant_id, tally, full=full))
+        future = asyncio.ensure_future(self._run(tenant_id, tally, full=full))
         self._background.add(future)
-        future.add_done_callback(self._counted_later)
+        future.add_done_callback(self._done_later)
 
-    def _counted_later(self, future: asyncio.Future[None]) -> None:
+    def _done_later(self, future: asyncio.Future[None]) -> None:
         self._background.discard(future)
         if not future.cancelled() and future.exception() is not None:
-            _log.warning("convmem service: counting a tenant's stored bytes failed: %s", future.exception())
+            _log.warning(
+                "convmem service: bringing a tenant's byte tally up to date failed: %s", future.exception()
+            )
 
-    async def _count(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
-        """Bring the tally up to date (`full`: count every event again), one count at a time.
+    async def _read_first(self, tenant_id: str, tally: _Tally) -> None:
+        """The shared tally, at the tenant's first write through this instance."""
+        started = self._clock()
+        if await self._read(tenant_id, tally):
+            tally.synced_at = started
 
-        A caller that finds a count running waits for it and takes it when it is enough: any count
-        for a tally that is not `full`; for a `full` one, a full count that began at most
-        `recount_every` seconds before this caller asked, with no erasure since it began. Judged
-        from when the caller asked, never from when the count ended: a count longer than
-        `recount_every` (a large tenant on a busy machine) must not make every waiter count again,
-        one after the other (each request waiting on all the counts before it: the ``cores``
-        bench's 60 s stall, issue 28).
+    async def _run(self, tenant_id: str, tally: _Tally, *, full: bool, any_full: bool = False) -> None:
+        """Bring the tally up to date (`full`: count every event again), one add or count at a time.
+
+        A caller that finds one running waits for it and takes it when it is enough: any add or count
+        for an add; for a full count, a full count that began at most `recount_every` seconds before
+        this caller asked (`any_full`: any full count), with no erasure since it began. Judged from
+        when the caller asked, never
+        from when the count ended: a count longer than `recount_every` (a large tenant on a busy
+        machine) must not make every waiter count again, one after the other (each request waiting
+        on all the counts before it: the ``cores`` bench's 60 s stall, issue 28).
         """
         asked = self._clock()
-        while tally.counting is not None:  # another count runs: wait for it, then see if it did enough
-            await asyncio.shield(tally.counting)
-            if not full or (tally.full_at >= asked - self._every and not tally.stale):
+        while tally.busy is not None:  # another runs: wait for it, then see if it did enough
+            await asyncio.shield(tally.busy)
+            if not full or (
+                tally.full_at is not None
+                and (any_full or tally.full_at >= asked - self._every)
+                and not tally.stale
+            ):
                 return
-        tally.counting = asyncio.ensure_future(self._recount(tenant_id, tally, full=full))
-        await asyncio.shield(tally.counting)
+        tally.busy = asyncio.ensure_future(self._work(tenant_id, tally, full=full))
+        await asyncio.shield(tally.busy)
 
-    async def _recount(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
+    async def _work(self, tenant_id: str, tally: _Tally, *, full: bool) -> None:
         try:
-            after = 0 if full else tally.position
-            estimate, started = tally.estimate, self._clock()
-            if full:
-                tally.stale = False  # an erasure from here on sets it again
-                tally.full_at = started
-            try:
-                counted, position = await self._counter(tenant_id, after)
-            except ConvmemError:
-                tally.stale = tally.stale or full
-                raise
-            took = self._clock() - started
-            if took >= self._every:  # writes that cannot be admitted on the tally wait this long
-                _log.warning(
-                    "convmem service: counting the stored bytes of tenant %r took %.1fs (%s count)",
-                    tenant_id,
-                    took,
-                    "a full" if full else "a partial",
-                )
-            tally.counted = counted if full else tally.counted + counted
-            tally.position = position
-            tally.estimate = max(0, tally.estimate - estimate)  # writes during the count may count twice
-            tally.counted_at = started
+            await (self._full(tenant_id, tally) if full else self._add(tenant_id, tally))
         finally:
-            tally.counting = None
+            tally.busy = None
+
+    async def _add(self, tenant_id: str, tally: _Tally) -> None:
+        """Add what this instance wrote since its last add to the shared tally; read the others'."""
+        started = self._clock()
+        if tally.shared is None:
+            if not await self._read(tenant_id, tally):
+                return  # none recorded: a full count makes it
+            if self._own(tenant_id, tally) <= 0:
+                tally.synced_at = started
+                return
+        for _ in range(_TRIES):
+            own = self._own(tenant_id, tally)
+            if own <= 0:  # nothing to add: read what the others added
+                await self._read(tenant_id, tally)
+                tally.synced_at = started
+                return
+            assert tally.shared is not None
+            revision = await self._put(tenant_id, tally.shared + own, tally.revision)
+            if revision is not None:
+                tally.shared, tally.revision = tally.shared + own, revision
+                self._took(tenant_id, tally, own)
+                tally.synced_at = started
+                return
+            if not await self._read(tenant_id, tally):  # changed by another instance: again on its value
+                tally.synced_at = None
+                return  # removed (an operator's purge): a full count makes it again
+        raise LogUnavailable(f"the byte tally of tenant {tenant_id!r} changed {_TRIES} times under this add")
+
+    async def _full(self, tenant_id: str, tally: _Tally) -> None:
+        """Count every event of the tenant and make that the shared tally, plus what other instances
+        added while the count ran (which it may have counted too: on the safe side)."""
+        started = self._clock()
+        tally.stale = False  # an erasure from here on sets it again
+        tally.full_at = started
+        try:
+            before = await self._shared.get(tenant_id)
+            own = self._own(tenant_id, tally)  # sent before the count: the count reads them
+            counted, _ = await self._counter(tenant_id, 0)
+        except ConvmemError:
+            tally.stale = True
+            raise
+        took = self._clock() - started
+        if took >= self._every:  # writes that cannot be admitted on the tally wait this long
+            _log.warning(
+                "convmem service: counting the stored bytes of tenant %r took %.1fs", tenant_id, took
+            )
+        for _ in range(_TRIES):
+            now = await self._shared.get(tenant_id)
+            if now is None:
+                value = counted
+            elif before is None:  # another instance's first count ran beside this one
+                value = max(counted, now[0])
+            else:
+                value = counted + max(0, now[0] - before[0])
+            revision = await self._put(tenant_id, value, now[1] if now is not None else 0)
+            if revision is not None:
+                tally.shared, tally.revision = value, revision
+                self._took(tenant_id, tally, own)
+                tally.synced_at = started
+                return
+        raise LogUnavailable(
+            f"the byte tally of tenant {tenant_id!r} changed {_TRIES} times under this count"
+        )
+
+    async def _read(self, tenant_id: str, tally: _Tally) -> bool:
+        """The shared tally as it is now (False, nothing changed, when none is recorded)."""
+        held = await self._shared.get(tenant_id)
+        if held is None:
+            return False
+        tally.shared, tally.revision = held
+        return True
+
+    async def _put(self, tenant_id: str, value: int, revision: int) -> int | None:
+        return await self._shared.put(tenant_id, value, revision)
