@@ -16,7 +16,8 @@ of another tenant, the tenant's quota sits between its own bytes and the stream'
 total cannot admit its first write: the full count must), and a `MemoryService` in this process
 (``recount_every`` S, default 5) gets N first writes of the tenant at once, each its own session,
 as a load process's warm-up sends them. Prints how long the first and the last answer took and
-how many counts the service began.
+how many counts the service began; then the same for a fresh instance (a restart) and N new
+sessions.
 """
 
 from __future__ import annotations
@@ -113,12 +114,19 @@ def first_writes(events: int, writers: int, recount_every: float) -> dict[str, A
                 )
                 counts = _counting(service)
                 with service:
-                    answered = asyncio.run(_first_writes(server.url, writers))
+                    answered = asyncio.run(_first_writes(server.url, writers, "first"))
+                fresh = MemoryService(  # a restart: a fresh instance, the tenant's next first writes
+                    system, server.url, quotas=Quotas(default=quota, recount_every=recount_every)
+                )
+                fresh_counts = _counting(fresh)
+                with fresh:
+                    restarted = asyncio.run(_first_writes(server.url, writers, "again"))
             finally:
                 system.close()
         finally:
             server.stop()
     times = [t for t in answered if t is not None]
+    again = [t for t in restarted if t is not None]
     return {
         "events_of_the_tenant": events,
         "writers": writers,
@@ -127,6 +135,11 @@ def first_writes(events: int, writers: int, recount_every: float) -> dict[str, A
         "last_answer_s": round(max(times), 2) if times else None,
         "unanswered_in_60_s": writers - len(times),
         "counts_begun": len(counts),
+        "after_a_restart": {
+            "last_answer_s": round(max(again), 2) if again else None,
+            "unanswered_in_60_s": writers - len(again),
+            "counts_begun": len(fresh_counts),
+        },
     }
 
 
@@ -144,7 +157,7 @@ def _counting(service: MemoryService) -> list[float]:
     return begun
 
 
-async def _first_writes(url: str, writers: int) -> list[float | None]:
+async def _first_writes(url: str, writers: int, name: str) -> list[float | None]:
     """When each write was answered (None: not within 60 s, as a load process's warm-up gives up)."""
     encode = msgspec.msgpack.Encoder().encode
     nc = await nats.connect(url, inbox_prefix=tenant_inbox(encode_token("t1")))
@@ -153,8 +166,8 @@ async def _first_writes(url: str, writers: int) -> list[float | None]:
 
         async def write(n: int) -> float | None:
             turn = {"user_message": "hi", "assistant_response": "hello"}
-            body = {"user_id": "w", "session_id": f"first{n}", "timeout": 55.0, "turn": turn}
-            subject = routed_subject(DEFAULT_API_PREFIX, "t1", "w", f"first{n}", "add_turn")
+            body = {"user_id": "w", "session_id": f"{name}{n}", "timeout": 55.0, "turn": turn}
+            subject = routed_subject(DEFAULT_API_PREFIX, "t1", "w", f"{name}{n}", "add_turn")
             try:
                 reply = decode_reply((await nc.request(subject, encode(body), timeout=60)).data)
             except nats.errors.TimeoutError:

@@ -385,6 +385,12 @@ def test_a_fresh_instance_is_admitted_on_the_shared_tally_without_counting(
             assert fresh_counts == []  # admitted on the shared tally: no count
             assert fresh.usage("acme") == _stored(system, "acme")
 
+            refusing_counts: list[int] = []
+            refusing = _counting_usage(system, now, refusing_counts)
+            with pytest.raises(QuotaExceeded):  # over by the shared tally: refused on a full count only
+                await asyncio.wait_for(refusing.check("acme", _stored(system, "acme")), WAIT)
+            assert refusing_counts == [0]
+
         asyncio.run(scenario())
     finally:
         system.close()

@@ -325,12 +325,12 @@ class TenantUsage:
                     self._later(tenant_id, tally, full=True)
                     return
                 await self._run(tenant_id, tally, full=True, any_full=True)
-        elif self._total(tenant_id, tally) >= allowed:  # refuse on an exact, fresh count only
+        if self._total(tenant_id, tally) >= allowed:  # refuse on an exact, fresh count only
             if tally.stale or tally.full_at is None or now - tally.full_at >= self._full_every:
                 await self._run(tenant_id, tally, full=True)
-            elif now - tally.synced_at >= self._every:
+            elif tally.synced_at is None or now - tally.synced_at >= self._every:
                 await self._run(tenant_id, tally, full=False)
-        elif now - tally.synced_at >= self._every:
+        elif tally.synced_at is not None and now - tally.synced_at >= self._every:
             self._later(tenant_id, tally)
         usage = self._total(tenant_id, tally)
         if usage >= allowed:
@@ -485,7 +485,8 @@ class TenantUsage:
                 tally.synced_at = started
                 return
             if not await self._read(tenant_id, tally):  # changed by another instance: again on its value
-                tally.synced_at = None
+                tally.synced_at = tally.first = tally.bound = None
+                tally.shared = None
                 return  # removed (an operator's purge): a full count makes it again
         raise LogUnavailable(f"the byte tally of tenant {tenant_id!r} changed {_TRIES} times under this add")
 
