@@ -76,11 +76,25 @@ _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox] = wea
 _inboxes_lock = threading.Lock()
 
 
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], _LoopInbox] | None = None
+"""The inbox asked for last, by a weak reference to its loop (a process mostly awaits on one loop:
+the registry, a weak dictionary whose `get` is Python code, is asked only when the loop changes)."""
+
+
 def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
+    last = _last
+    if last is not None and last[0]() is loop:
+        return last[1]
+    return _inbox_of(loop)
+
+
+def _inbox_of(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
+    global _last  # noqa: PLW0603 - the one-entry cache of `_inbox`
     inbox = _inboxes.get(loop)
     if inbox is None:
         with _inboxes_lock:
             inbox = _inboxes.setdefault(loop, _LoopInbox(loop))
+    _last = (weakref.ref(loop), inbox)
     return inbox
 
 

@@ -184,7 +184,8 @@ class LiveSessions(Leaving):
                     return False
                 entry, evicted = started
             actor = self._hand(entry, write, here=True)
-        self._stop_evicted(evicted)
+        if evicted:
+            self._stop_evicted(evicted)
         if actor is not None:
             actor.run_claimed(write, on_loop=True)
         return True

@@ -45,7 +45,7 @@ from convmem.projections._commands import (
     SummarySucceeded,
 )
 from convmem.projections._context import over_budget
-from convmem.projections._evolve import evolve, replay
+from convmem.projections._evolve import _turns_added, evolve, replay
 from convmem.projections._health import SURROGATE
 from convmem.projections._idempotency import already_applied
 from convmem.projections._state import SessionState
@@ -217,7 +217,9 @@ def _grow(
 
     Appends the events to `events`; returns the state after `added` (the trim is not folded in).
     """
-    after = evolve(state, added)  # also validates item turns (a result needs its call first)
+    # A turn: `evolve`'s own fold of it, less its order checks (it is the next seq of a started
+    # session). Items: `evolve`, which also validates item turns (a result needs its call first).
+    after = _turns_added(state, (added,)) if isinstance(added, TurnAdded) else evolve(state, added)
     _refuse_over_budget(after, estimator)
     events.append(added)
     trimmed = trim_backlog(after, ids, now)
