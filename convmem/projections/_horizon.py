@@ -41,8 +41,23 @@ __all__ = ["bound", "live_horizon", "without_horizon"]
 _E = TypeVar("_E")
 
 
+_last: tuple[ShortTermMemoryConfig, int | None] | None = None
+"""The configuration `live_horizon` was asked of last, and its answer (a session asks on every
+write with the same configuration object: nine settings read and compared once, not per write)."""
+
+
 def live_horizon(config: ShortTermMemoryConfig) -> int | None:
     """The number of last turns a live session keeps whatever its watermarks (None: every turn)."""
+    global _last  # noqa: PLW0603 - the one-entry memo of a pure function
+    last = _last
+    if last is not None and last[0] is config:
+        return last[1]
+    horizon = _horizon(config)
+    _last = (config, horizon)
+    return horizon
+
+
+def _horizon(config: ShortTermMemoryConfig) -> int | None:
     if config.live_turns is None:
         return None
     agents, memories = config.agents, config.memories
