@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -391,7 +392,7 @@ class MemoryService:
         started: list[tuple[Request, str]] = []
         self._admitting = started
         try:
-            admitted = self._shares.admit(token, lambda: self._start(msg, token))
+            admitted = self._shares.admit(token, functools.partial(self._start, msg, token))
         finally:
             self._admitting = None
         if admitted:
@@ -431,7 +432,7 @@ class MemoryService:
     def _run(self, msg: Request, token: str) -> None:
         """An ``add_turn`` of a live session on the log's own loop is begun here and answered from the
         log's acknowledgement (`TurnLane.begin`); any other request is served in a task of its own."""
-        if self._given_loop is not None and self._ops.on_loop(msg.subject) and self._lane.begin(msg, token):
+        if self._given_loop is not None and self._lane.begin(msg, token):
             return
         task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._tasks.add(task)

@@ -72,15 +72,15 @@ class TurnLane:
 
     def begin(self, msg: Request, token: str) -> bool:
         """An ``add_turn`` with no task: parsed, checked, decided and its append sent right here; its
-        reply goes out from the log's acknowledgement (`TurnReply`). False, with nothing done, when
-        it needs to wait first (its tenant's bytes to be counted, its session to be read from the
-        log): `MemoryService._serve` takes it then."""
+        reply goes out from the log's acknowledgement (`TurnReply`). False, with nothing done, for
+        any other request, and when it needs to wait first (its tenant's bytes to be counted, its
+        session to be read from the log): `MemoryService._serve` takes it then."""
         subject, data = msg.subject, msg.data
         try:
             tenant_id, op = parse_subject(self._api_prefix, subject)
         except ConvmemError:
             return False  # answered as it deserves by the operation itself
-        if tenant_id is None:
+        if tenant_id is None or op != "add_turn":
             return False
         allowed = self._quotas.of_token(token).max_bytes
         if allowed is not None and not self._usage.within(tenant_id, allowed):
