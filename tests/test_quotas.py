@@ -342,6 +342,7 @@ def test_what_the_log_sends_is_counted_as_the_stream_stores_it(url: str, jetstre
         for n in range(5):
             system.session(MemoryKey("acme", "u", f"s{n % 2}")).add_turn(turn(f"t{n}" * (n + 1)))
         system.session(MemoryKey("acme", "u", "s0")).pop_item()
+        system.fork(MemoryKey("acme", "u", "s1"), to=MemoryKey("acme", "u", "f"))  # events in one batch
         log: Any = system.log
         info = log._conn.call(lambda: log._conn.api(f"$JS.API.STREAM.INFO.{log.stream}"), what="info")
         assert log.appended_bytes("acme") == info["state"]["bytes"] == _stored(system, "acme")
