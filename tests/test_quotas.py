@@ -471,6 +471,39 @@ def test_a_tenant_refused_on_its_tally_is_counted_in_full_after_an_erasure(
         system.close()
 
 
+def test_credentials_that_may_not_use_the_tally_bucket_keep_a_tally_of_the_instance(
+    tmp_path: Path, jetstream_names: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store identity the server refuses the tally bucket's subjects (a deployment whose
+    permissions predate it) still has its quota held: the refusal is named at once, and the
+    instance keeps a tally of its own (a warning says so), counted in full and refused on."""
+    bucket = f"{jetstream_names.stream}_USAGE"
+    accounts = (
+        "accounts { Q { jetstream: enabled, users: [ { user: svc, password: svc-secret, "
+        f'permissions: {{ publish: {{ allow: [">"], deny: ["$KV.{bucket}.>"] }} }} }} ] }} }}'
+    )
+    with EmbeddedNatsServer(tmp_path / "nats", extra_config=accounts) as server:
+        url = f"nats://svc:svc-secret@127.0.0.1:{server.port}"
+        system = _system(url, jetstream_names)
+        try:
+            for n in range(2):
+                system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
+            now, counts = [0.0], []  # type: ignore[var-annotated]
+
+            async def scenario() -> None:
+                usage = _counting_usage(system, now, counts, bound=False)
+                await asyncio.wait_for(usage.check("acme", 1 << 30), WAIT)
+                assert (counts, usage.usage("acme")) == ([0], _stored(system, "acme"))
+                with pytest.raises(QuotaExceeded):
+                    await asyncio.wait_for(usage.check("acme", _stored(system, "acme")), WAIT)
+
+            with caplog.at_level("WARNING", logger="convmem.service"):
+                asyncio.run(scenario())
+            assert "may not be used with these credentials" in caplog.text
+        finally:
+            system.close()
+
+
 class _HeldLog(_Log):
     """A `_Log` whose counts wait until `release` (a count of a large tenant, under way)."""
 

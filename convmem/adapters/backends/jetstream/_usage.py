@@ -14,9 +14,12 @@ each tenant's total in a key-value bucket every service instance shares.
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextlib
+from typing import Annotated, Any
 
 import msgspec
+import nats.errors
 import nats.js.errors
 
 from convmem.adapters.backends.jetstream._appends import EXPECTED
@@ -118,12 +121,22 @@ class UsageTallies:
         """Store `value` if the tenant's tally is still at `revision` (0: none yet); its new revision,
         or None when another instance changed it first."""
         await self._open()
+        subject = self._subject(tenant_id)
         try:
-            ack = await self._conn.js.publish(
-                self._subject(tenant_id),
-                msgspec.json.encode(_Value(stored=value)),
-                headers={EXPECTED: str(revision)},
-            )
+            with self._conn.watch.expect(subject) as denied:  # a refused subject fails now, named
+                publish = asyncio.ensure_future(
+                    self._conn.js.publish(
+                        subject, msgspec.json.encode(_Value(stored=value)), headers={EXPECTED: str(revision)}
+                    )
+                )
+                waits: set[asyncio.Future[Any]] = {publish, denied}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not publish.done():
+                    publish.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+                        await publish
+                    denied.result()
+                ack = publish.result()
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST:
                 return None
