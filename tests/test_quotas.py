@@ -471,6 +471,44 @@ def test_a_tenant_refused_on_its_tally_is_counted_in_full_after_an_erasure(
         system.close()
 
 
+def test_deletions_no_notice_tells_are_seen_by_a_full_count_before_a_refusal(
+    url: str, jetstream_names: Any
+) -> None:
+    """Messages deleted with no erasure notice (an operator's purge, retention's compaction) stay in
+    the tally, so the tenant is refused on it while its last full count is recent; once that count is
+    full_every seconds old, the next refusal counts in full first and the tenant has room again."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(4):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}" * 30))
+        quota = _stored(system, "acme")
+        now, counts = [0.0], []  # type: ignore[var-annotated]
+        log: Any = system.log
+
+        def purge(n: int) -> None:  # as an operator would (nats stream purge --subject)
+            subject = log.subject(MemoryKey("acme", "u", f"s{n}"))
+            request = {"filter": subject}
+            log._conn.call(lambda: log._conn.api(f"$JS.API.STREAM.PURGE.{log.stream}", request), what="purge")
+
+        async def scenario() -> None:
+            usage = _counting_usage(system, now, counts, bound=False)
+            with pytest.raises(QuotaExceeded):
+                await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            await asyncio.to_thread(lambda: [purge(n) for n in range(3)])
+            now[0] = 30.0
+            with pytest.raises(QuotaExceeded):  # the last full count is 30 s old: refused on the tally
+                await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            assert counts == [0]
+            now[0] = 61.0
+            await asyncio.wait_for(usage.check("acme", quota), WAIT)  # a minute old: counted in full
+            assert counts == [0, 0]
+            assert usage.usage("acme") == _stored(system, "acme") < quota
+
+        asyncio.run(scenario())
+    finally:
+        system.close()
+
+
 def test_credentials_that_may_not_use_the_tally_bucket_keep_a_tally_of_the_instance(
     tmp_path: Path, jetstream_names: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
