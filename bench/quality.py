@@ -83,6 +83,10 @@ CEILING = "full history"
 OLD_ROLLING = "rolling_summary, 5 turns + half the budget"
 RECOMMENDED = "recommended"
 RECOMMENDED_REAL = "recommended, cl100k_base"
+RECALL = "recommended + recall"
+RECALL_REAL = "recommended + recall, cl100k_base"
+QUERIED = (RECALL, RECALL_REAL)
+"""Configurations whose view is read once per question, with the question as the planner's query."""
 WORD_LIST = "word list"
 WORD_LIST_MONTHS = "word list, months first"
 CONTROLS = (WORD_LIST, WORD_LIST_MONTHS)
@@ -161,6 +165,9 @@ class _Player:
     config: ShortTermMemoryConfig
     summarizer: Summarizer | None
     estimator: TokenEstimator = default_token_estimator
+    queried: str | None = None
+    """Also scored as this configuration: the view read with each question as its query
+    (`llm_context(..., query=...)`), one view per question."""
 
 
 def _real_counter() -> TokenEstimator | None:
@@ -198,18 +205,21 @@ def _players(budget: int, real: TokenEstimator | None = None) -> Iterator[_Playe
         budget=MemoryBudget(full_zone_turns=5, summary_max_tokens=budget // 2, total_max_tokens=budget),
     )
     yield _Player(OLD_ROLLING, old, ExtractiveSummarizer(max_tokens=budget // 2))
-    setup = recommended(total_tokens=budget, worker_process=False)  # the summarizer's own speed, in process
-    yield _Player(RECOMMENDED, setup.config, setup.summarizer)
+    # The summarizer's own speed, in process. One game gives two rows: the view with no query
+    # (``recommended``) and the view read with each question (``recommended + recall``).
+    setup = recommended(total_tokens=budget, worker_process=False)
+    yield _Player(RECOMMENDED, setup.config, setup.summarizer, queried=RECALL)
     if real is not None:
         setup = recommended(total_tokens=budget, token_counter=REAL_ENCODING, worker_process=False)
-        yield _Player(RECOMMENDED_REAL, setup.config, setup.summarizer, real)
+        yield _Player(RECOMMENDED_REAL, setup.config, setup.summarizer, real, queried=RECALL_REAL)
 
 
 class _Game:
     """One configuration playing one dialogue, turn by turn."""
 
-    def __init__(self, player: _Player, key: MemoryKey, tally: _Tally) -> None:
+    def __init__(self, player: _Player, key: MemoryKey, tally: _Tally, budget: int = 0) -> None:
         self.player = player
+        self.budget = budget
         self.key = key
         self.tally = tally
         self.state = SessionState()
@@ -245,9 +255,10 @@ class _Game:
                 state = evolve(state, event)
         self.state = state
 
-    def context(self) -> tuple[dict[str, Any], int]:
+    def context(self, query: str | None = None) -> tuple[dict[str, Any], int]:
         estimator = self.player.estimator
-        return llm_context(self.state, estimator), estimate_tokens(self.state, estimator)
+        context = llm_context(self.state, estimator, query=query)
+        return context, estimate_tokens(self.state, estimator, query=query)
 
 
 def _tokens(memory: dict[str, Any]) -> int:
@@ -365,6 +376,40 @@ class _Checkpoint:
         counted = self.real(render(memory)) if self.real is not None else None
         tally.score(self.dialogue, _scores(self.asked, words, self.grounding, context), counted)
 
+    def score_each(self, tally: _Tally, view: Callable[[str], tuple[dict[str, Any], int]]) -> None:
+        """Both metrics into `tally`, each question scored on the view read with it as the query:
+        the checkpoint's share is the share of its questions so answered; its tokens the most any
+        of its views took."""
+        hits: dict[tuple[str, str], int] = {}
+        totals: dict[str, int] = {}
+        most, most_real = 0, 0
+        for one in self.asked:
+            context, tokens = view(one.item.question)
+            most = max(most, tokens)
+            if self.real is not None:
+                most_real = max(most_real, self.real(render(context.get("conversation_memory", {}))))
+            units = self.grounding.units(context)
+            found = {
+                "words": one.item.words <= locomo.context_words(context),
+                "grounded": self.grounding.grounded(one.question, units, index_of(units)),
+            }
+            for group in _groups(one.item):
+                totals[group] = totals.get(group, 0) + 1
+                for metric, hit in found.items():
+                    hits[(metric, group)] = hits.get((metric, group), 0) + hit
+        undated = totals.get("not about time", 0)
+        share = (
+            hits.get(("words", "all"), 0) / max(totals.get("all", 0), 1),
+            hits.get(("words", "not about time"), 0) / max(undated, 1),
+        )
+        tally.checkpoint(self.dialogue, share, most)
+        scores = {
+            (metric, group): hits.get((metric, group), 0) / totals[group]
+            for metric in ("words", "grounded")
+            for group in totals
+        }
+        tally.score(self.dialogue, scores, most_real if self.real is not None else None)
+
 
 def _recall(items: list[locomo.QAItem], session: int, words: set[str]) -> tuple[float, float] | None:
     """Share of the questions asked by now whose answer `words` hold: all, and those not about time."""
@@ -402,7 +447,7 @@ def run(sizes: Sizes) -> Result:
         sessions = locomo.sessions(dialogue)[: sizes.q_sessions]
         key = MemoryKey("locomo", f"dialogue-{name}", "whole")
         games = [
-            _Game(player, key, tallies.setdefault((player.label, budget), _Tally()))
+            _Game(player, key, tallies.setdefault((player.label, budget), _Tally()), budget)
             for budget in sizes.q_budgets
             for player in _players(budget, real)
         ]
@@ -429,6 +474,9 @@ def run(sizes: Sizes) -> Result:
             ceiling_tally.score(name, _scores(asked, words, grounding, {"recent_turns": whole}), None)
             for game in games:
                 point.score(game.tally, *game.context())
+                if game.player.queried is not None:
+                    queried = tallies.setdefault((game.player.queried, game.budget), _Tally())
+                    point.score_each(queried, game.context)
             for budget in sizes.q_budgets:
                 point.score(
                     tallies.setdefault((WRITTEN, budget), _Tally()), *_written(summaries, played, budget)

@@ -47,7 +47,14 @@ from convmem.actors._ports import Settle
 from convmem.actors._session import Flush, Refresh, StateCell, Write
 from convmem.errors import WrongThread
 from convmem.events import AnyEvent, ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
-from convmem.projections import SessionState, TokenEstimator, estimate_tokens, llm_context, to_dict
+from convmem.projections import (
+    SessionState,
+    TokenEstimator,
+    check_query,
+    estimate_tokens,
+    llm_context,
+    to_dict,
+)
 
 __all__ = ["AsyncSessionHandle", "SessionHandle"]
 
@@ -110,8 +117,9 @@ class _Core:
             return msgspec.structs.replace(state, config=self.starting_config)
         return state
 
-    def _context(self, cell: StateCell) -> dict[str, Any]:
-        """The context view of the cell's state, built once per state.
+    def _context(self, cell: StateCell, query: str | None = None) -> dict[str, Any]:
+        """The context view of the cell's state, built once per state (with a `query`, built for it:
+        the lines recalled for the query are not cached).
 
         A state is immutable, so its view is cached on the session's cell and
         each call gets fresh outer dicts and lists: a caller may add to them
@@ -120,6 +128,8 @@ class _Core:
         the stored state or the log).
         """
         state = self._view_state(cell.state)
+        if check_query(query) is not None:
+            return llm_context(state, self.estimator_of(state), query=query)
         cached = cell.view
         if cached is not None and cached[0] is state:
             patch = cached[1]
@@ -201,9 +211,15 @@ class SessionHandle(_Core):
         self._sessions.deliver(self.key, Write(call.command, reply, call.command_id), here=here)
         return call.answer(wait_for(reply, wait, "write"))
 
-    def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
-        return self._context(self._sessions.cell(self.key))
+    def get_llm_context(self, query: str | None = None) -> dict[str, Any]:
+        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only).
+
+        `query`: the planner's current message. With ``budget.recall_max_tokens`` set, the context
+        then also shows ``recalled``, the session's earlier lines most relevant to it, within the
+        same budget. A string of at most 8,000 characters (`InvalidInput` otherwise).
+        """
+        check_query(query)
+        return self._context(self._sessions.cell(self.key), query)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""
@@ -280,12 +296,16 @@ class AsyncSessionHandle(_Core):
         if not sessions.tell(self.key, message):  # activating reads the log: not on the event loop
             await asyncio.to_thread(sessions.deliver, self.key, message)
 
-    async def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only)."""
+    async def get_llm_context(self, query: str | None = None) -> dict[str, Any]:
+        """The patch to merge into the planner's `llm_context` (its turn dicts are read-only).
+
+        `query`: the planner's current message (see `SessionHandle.get_llm_context`).
+        """
+        check_query(query)
         cell = self._sessions.live_cell(self.key)
         if cell is None:  # activating reads the log: not on the event loop
             cell = await asyncio.to_thread(self._sessions.cell, self.key)
-        return self._context(cell)
+        return self._context(cell, query)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until no summarization is pending or in flight (or the session is DEGRADED)."""

@@ -197,6 +197,11 @@ class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     summary_max_tokens: int = 1000
     total_max_tokens: int = 10000
     overflow_policy: OverflowPolicy = "truncate_oldest"
+    recall_max_tokens: int = 0
+    """Query-aware recall: with a query (the planner's current message), the context may show up to
+    this many tokens of the session's earlier lines most relevant to it (``recalled``), taken from
+    the summary's room, never from the turns shown verbatim; the lines fill what the whole view
+    leaves within `total_max_tokens`. 0: no recall (a query changes nothing)."""
 
     def __post_init__(self) -> None:
         _positive_int("budget.full_zone_turns", self.full_zone_turns, minimum=0)
@@ -208,6 +213,12 @@ class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
                 f"{self.summary_max_tokens} exceeds total_max_tokens={self.total_max_tokens}",
             )
         _one_of("budget.overflow_policy", self.overflow_policy, get_args(OverflowPolicy))
+        _positive_int("budget.recall_max_tokens", self.recall_max_tokens, minimum=0)
+        if self.total_max_tokens and self.recall_max_tokens > self.total_max_tokens:
+            raise InvalidConfig(
+                "budget.recall_max_tokens",
+                f"{self.recall_max_tokens} exceeds total_max_tokens={self.total_max_tokens}",
+            )
 
 
 class MemoryIsolation(msgspec.Struct, frozen=True, gc=False, kw_only=True):

@@ -80,6 +80,7 @@ from convmem.projections._memory_views import (
     summary_messages,
     window_messages,
 )
+from convmem.projections._recall import MAX_QUERY_CHARS, RECALL_KEY, check_query, ranked_lines
 from convmem.projections._retention import (
     Compact,
     EraseIdle,
@@ -123,7 +124,9 @@ __all__ = [
     "CONTEXT_STRATEGIES",
     "CROSS_SESSION_HEADER",
     "EXPORT_VERSION",
+    "MAX_QUERY_CHARS",
     "MEMORY_VIEWS",
+    "RECALL_KEY",
     "SUMMARY_REQUEST_LINE",
     "AddItems",
     "AddTurn",
@@ -170,6 +173,7 @@ __all__ = [
     "agent_items_tokens",
     "already_applied",
     "buffer_messages",
+    "check_query",
     "command_id_for",
     "compact_turn_items",
     "compacted_state",
@@ -196,6 +200,7 @@ __all__ = [
     "parse_entities",
     "parse_export",
     "plan_retention",
+    "ranked_lines",
     "render",
     "rendered_turn_length",
     "replay",

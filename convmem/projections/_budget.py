@@ -46,6 +46,7 @@ TokenEstimator = Callable[[str], int]
 
 _KEY_LEN = {
     "pending_turns": len('"pending_turns"'),
+    "recalled": len('"recalled"'),
     "recent_turns": len('"recent_turns"'),
     "summary": len('"summary"'),
 }
@@ -63,11 +64,13 @@ def render(obj: Any) -> str:
 
 
 class ContextSelection(msgspec.Struct, frozen=True, kw_only=True):
-    """What a view shows: a summary text and the pending and recent turns."""
+    """What a view shows: a summary text, the pending and recent turns, and the lines recalled for
+    the planner's current message (``_recall``; none without a query)."""
 
     summary: str
     pending: tuple[TurnRecord, ...]
     recent: tuple[TurnRecord, ...]
+    recalled: tuple[str, ...] = ()
 
     def payload(self, *, include_digest: bool, include_date: bool = False) -> dict[str, Any]:
         """The ``conversation_memory`` object (PenguiFlow's keys and presence rules)."""
@@ -82,6 +85,8 @@ class ContextSelection(msgspec.Struct, frozen=True, kw_only=True):
             ]
         if self.summary:
             out["summary"] = self.summary
+        if self.recalled:
+            out["recalled"] = list(self.recalled)
         return out
 
 
@@ -89,13 +94,23 @@ def _list_len(total: int, count: int) -> int:
     return 2 + total + 2 * (count - 1) if count else 2
 
 
-def _payload_len(summary_len: int, pending_len: int, n_pending: int, recent_len: int, n_recent: int) -> int:
+def _payload_len(
+    summary_len: int,
+    pending_len: int,
+    n_pending: int,
+    recent_len: int,
+    n_recent: int,
+    recalled_len: int = 0,
+    n_recalled: int = 0,
+) -> int:
     """Exact length of the rendering, from its parts' rendered lengths."""
     parts = [_KEY_LEN["recent_turns"] + 2 + _list_len(recent_len, n_recent)]
     if n_pending:
         parts.append(_KEY_LEN["pending_turns"] + 2 + _list_len(pending_len, n_pending))
     if summary_len:
         parts.append(_KEY_LEN["summary"] + 2 + summary_len)
+    if n_recalled:
+        parts.append(_KEY_LEN["recalled"] + 2 + _list_len(recalled_len, n_recalled))
     return 2 + sum(parts) + 2 * (len(parts) - 1)
 
 
@@ -113,6 +128,8 @@ def selection_tokens(
             len(selection.pending),
             sum(r.rendered_len for r in selection.recent),
             len(selection.recent),
+            sum(_string_len(line) for line in selection.recalled),
+            len(selection.recalled),
         )
         return length // 4 + 1
     return estimator(render(selection.payload(include_digest=include_digest, include_date=include_date)))

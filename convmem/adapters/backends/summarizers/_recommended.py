@@ -21,6 +21,10 @@ tokens held more answers than 3 and 200 at every budget, `bench/RESULTS.md`)."""
 RESERVE_TOKENS = 100
 """The budget the summary leaves free at least; recent turns get more by trimming its view."""
 SMALLEST_BUDGET = 200
+RECALL_SHARE = float(__import__("os").environ.get("CONVMEM_RECALL_SHARE", "0.4"))
+"""The share of the budget that lines recalled for a query may take from the summary."""
+LIVE_TURNS = int(__import__("os").environ.get("CONVMEM_LIVE_TURNS", "1000"))
+"""How far back recall reaches: the live turns a session keeps (the default keeps 100)."""
 EXTRACTIVE = "convmem.adapters.backends.summarizers:ExtractiveSummarizer"
 """The import path a worker process builds the extractive summarizer from."""
 
@@ -68,6 +72,7 @@ def recommended(
     token_counter: TokenCounter | None = None,
     worker_process: bool | None = None,
     speaker_names: dict[str, str] | None = None,
+    recall: bool = True,
 ) -> MemorySetup:
     """The offline configuration convmem recommends for a context of `total_tokens`.
 
@@ -122,7 +127,9 @@ def recommended(
             summary_max_tokens=summary_tokens,
             total_max_tokens=total_tokens,
             overflow_policy="truncate_summary",
+            recall_max_tokens=int(total_tokens * RECALL_SHARE) if recall else 0,
         ),
+        live_turns=LIVE_TURNS if recall else 100,
         include_turn_dates=True,
         token_counter=name,
         # A mapping is copied (the config keeps its own); anything else goes as given, so that the

@@ -24,6 +24,7 @@ from convmem.adapters.frontends.service._protocol import (
     AddItemsRequest,
     AddTurnRequest,
     AgentsItemsRequest,
+    ContextRequest,
     EraseRequest,
     ForkRequest,
     Request,
@@ -245,6 +246,9 @@ class ApiOperations:
             return self._erase(key)
         if isinstance(request, ForkRequest):
             return self._fork(key, request)
+        if isinstance(request, ContextRequest) and request.query is not None:
+            state = self._fresh(handle, timeout)
+            return llm_context(state, handle.estimator_of(state), query=request.query)
         if isinstance(request, ViewRequest):
             return _VIEWS[request.view](self._fresh(handle, timeout))
         if isinstance(request, AgentsItemsRequest):

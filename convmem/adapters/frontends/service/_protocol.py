@@ -50,6 +50,7 @@ from convmem.adapters.frontends.service._errors import (
 from convmem.adapters.frontends.service._payload import locate
 from convmem.errors import InvalidInput, InvalidKey, InvalidTurn
 from convmem.events import ConversationTurn, decode_token, encode_token
+from convmem.projections import check_query
 
 __all__ = [
     "API_VERSION",
@@ -62,6 +63,7 @@ __all__ = [
     "AddItemsRequest",
     "AddTurnRequest",
     "AgentsItemsRequest",
+    "ContextRequest",
     "EraseRequest",
     "ForkRequest",
     "OperatorRequest",
@@ -247,6 +249,14 @@ class AddItemsRequest(Request, kw_only=True):
     items: list[dict[str, Any]]
 
 
+class ContextRequest(Request, kw_only=True):
+    """``context``: the session's context view; with `query` (the planner's current message, at most
+    `MAX_QUERY_CHARS` characters), also the session's earlier lines most relevant to it when the
+    session's ``budget.recall_max_tokens`` is set."""
+
+    query: str | None = None
+
+
 class ViewRequest(Request, kw_only=True):
     """``views``: one of the conversation views of the session."""
 
@@ -298,6 +308,7 @@ class OperatorRequest(msgspec.Struct, kw_only=True):
 _REQUEST_TYPES: dict[str, type[Request]] = {
     "add_turn": AddTurnRequest,
     "add_items": AddItemsRequest,
+    "context": ContextRequest,
     "views": ViewRequest,
     "agents_items": AgentsItemsRequest,
     "erase": EraseRequest,
@@ -373,6 +384,8 @@ def _check_numbers(request: Request) -> None:
         raise MalformedRequest("timeout", f"must be a finite number of seconds, got {request.timeout!r}")
     if isinstance(request, ForkRequest) and request.at_time is not None:
         check_at_time(request.at_time)
+    if isinstance(request, ContextRequest):
+        check_query(request.query, "query", MalformedRequest)
 
 
 def check_at_time(at: object) -> None:

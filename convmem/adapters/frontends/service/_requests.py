@@ -34,6 +34,7 @@ from convmem.adapters.frontends.service._protocol import (
 )
 from convmem.errors import InvalidInput, SessionClosed
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, MessageItem
+from convmem.projections import check_query
 
 __all__ = ["AsyncRemoteSession", "SessionRequests"]
 
@@ -69,9 +70,17 @@ class SessionRequests:
         result: dict[str, Any] | None = await self._call("pop_item", timeout)
         return result
 
-    async def get_llm_context(self) -> dict[str, Any]:
-        """The patch to merge into the planner's `llm_context`."""
-        result: dict[str, Any] = await self._call("context")
+    async def get_llm_context(self, query: str | None = None) -> dict[str, Any]:
+        """The patch to merge into the planner's `llm_context`.
+
+        `query`: the planner's current message; the context then also shows the session's earlier
+        lines most relevant to it, when the session's ``budget.recall_max_tokens`` is set. Checked
+        here too (`InvalidInput` naming ``query``), so a bad one never travels.
+        """
+        if check_query(query) is None:
+            result: dict[str, Any] = await self._call("context")
+        else:
+            result = await self._call("context", query=query)
         return result
 
     async def estimate_tokens(self) -> int:
