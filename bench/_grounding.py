@@ -106,6 +106,7 @@ class Grounding:
         self.roles = {role.lower(): person for role, person in roles.items()}
         self._first = {p: _TOKEN.findall(p.lower())[0] for p in self.people}
         self._full = {p: " ".join(_TOKEN.findall(p.lower())) for p in self.people}
+        self._read: dict[tuple[str, str, str | None], Unit] = {}
 
     # -- questions -------------------------------------------------------------------------
 
@@ -179,9 +180,14 @@ class Grounding:
                 out.append(self._unit(piece, over, line_owner))
 
     def _unit(self, text: str, heading: str, owner: str | None) -> Unit:
-        both = f"{heading}\n{text}"
-        words = frozenset(content_words(both))
-        return Unit(words, _unit_stems(words), frozenset(_TOKEN.findall(both.lower())), owner, text)
+        key = (text, heading, owner)
+        unit = self._read.get(key)
+        if unit is None:  # the same lines recur in context after context: read each once
+            both = f"{heading}\n{text}"
+            words = frozenset(content_words(both))
+            unit = Unit(words, _unit_stems(words), frozenset(_TOKEN.findall(both.lower())), owner, text)
+            self._read[key] = unit
+        return unit
 
     # -- grounding --------------------------------------------------------------------------
 

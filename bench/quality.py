@@ -43,6 +43,14 @@ and ``word list, months first``, the session dates' words first. With tiktoken a
 its cl100k_base files installed, every context is also counted in cl100k tokens
 (beside the estimate), and ``recommended, cl100k_base`` plays
 ``recommended(budget, token_counter="cl100k_base")``.
+
+**Recall** (issue 25): a planner that passes its current message as the query gets, beside the
+summary, the session's earlier lines most relevant to it (`llm_context(state, query=...)`).
+``recommended + recall`` (and ``recommended + recall, cl100k_base``) is the same game as
+``recommended`` read once per question, with the question as the query: each question is scored
+on the view read for it (the state is computed once per checkpoint, then one view per question);
+a checkpoint's tokens are the most any of its views took. The query-less rows are the views a
+planner that passes no query gets (the PenguiFlow and Agents drop-ins).
 """
 
 from __future__ import annotations
@@ -257,8 +265,11 @@ class _Game:
 
     def context(self, query: str | None = None) -> tuple[dict[str, Any], int]:
         estimator = self.player.estimator
+        if query is None:
+            return llm_context(self.state, estimator), estimate_tokens(self.state, estimator)
+        # One view per question: its tokens counted on its rendering (what `estimate_tokens` counts).
         context = llm_context(self.state, estimator, query=query)
-        return context, estimate_tokens(self.state, estimator, query=query)
+        return context, estimator(render(context["conversation_memory"])) if context else 0
 
 
 def _tokens(memory: dict[str, Any]) -> int:
@@ -602,7 +613,7 @@ def _report(result: Result, tallies: dict[tuple[str, int], _Tally], budgets: tup
                     reference_label="written summaries + newest turns, same questions",
                 )
             )
-        for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED):
+        for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED, RECALL):
             tokens = tallies[(label, budget)].tokens
             result.add(
                 Figure(
@@ -679,7 +690,16 @@ def _report_grounded(
                 reference_label="bag-of-words recall of the plain history",
             )
         )
-    labels = (TRUNCATION, DATED_TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED, RECOMMENDED_REAL, *CONTROLS)
+    labels = (
+        TRUNCATION,
+        DATED_TRUNCATION,
+        WRITTEN,
+        OLD_ROLLING,
+        RECOMMENDED,
+        RECOMMENDED_REAL,
+        *QUERIED,
+        *CONTROLS,
+    )
     for budget in budgets:
         for label in labels:
             if (label, budget) not in tallies:
@@ -690,7 +710,7 @@ def _report_grounded(
                 target, note = None, ""
                 if label in CONTROLS and group == "all":
                     target, note = Target("value", "<=", CONTROL_BOUND), "a control: near zero"
-                if label == RECOMMENDED and group == "all" and budget == TARGET_BUDGET:
+                if label in (RECOMMENDED, RECALL) and group == "all" and budget == TARGET_BUDGET:
                     target = Target("value", ">=", STRICT_TARGET)
                 result.add(
                     Figure(
@@ -703,7 +723,7 @@ def _report_grounded(
                         note=note,
                     )
                 )
-        for label in (RECOMMENDED, RECOMMENDED_REAL):
+        for label in (RECOMMENDED, RECOMMENDED_REAL, *QUERIED):
             if (label, budget) not in tallies:
                 continue
             ours = _ratio(tallies, label, budget, "grounded", "not about time")
@@ -728,7 +748,7 @@ def _report_grounded(
             )
         if not counted:
             continue
-        for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED, RECOMMENDED_REAL, *CONTROLS):
+        for label in (TRUNCATION, WRITTEN, OLD_ROLLING, RECOMMENDED, RECOMMENDED_REAL, *QUERIED, *CONTROLS):
             tally = tallies.get((label, budget))
             if tally is None or not tally.real_tokens:
                 continue
@@ -741,7 +761,7 @@ def _report_grounded(
                     reference=float(max(tally.tokens, default=0)),
                     reference_label="max context tokens as the configuration counts them",
                     target=Target("value", "<=", budget)
-                    if label in (RECOMMENDED, RECOMMENDED_REAL)
+                    if label in (RECOMMENDED, RECOMMENDED_REAL, *QUERIED)
                     else None,
                     note=f"{over} of {len(tally.real_tokens)} checkpoints over the budget",
                 )

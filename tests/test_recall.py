@@ -31,6 +31,7 @@ from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, MessageIte
 from convmem.projections import (
     MAX_QUERY_CHARS,
     AddTurn,
+    Relevance,
     SessionState,
     SummarySucceeded,
     TokenEstimator,
@@ -43,6 +44,7 @@ from convmem.projections import (
     render,
     select_context,
     summary_due,
+    trim_by_relevance,
 )
 
 CL100K = encoding_counter("cl100k_base")
@@ -373,7 +375,7 @@ def test_the_service_refuses_a_hostile_query_field(payload: bytes, problem: str)
 def system(nats_server_shared: EmbeddedNatsServer, jetstream_names: Any) -> Iterator[MemorySystem]:
     memory = convmem.connect(
         nats_server_shared.url,
-        config=CONFIG,
+        config=SERVED,
         stream=jetstream_names.stream,
         prefix=jetstream_names.prefix,
         bucket=jetstream_names.bucket,
@@ -382,6 +384,10 @@ def system(nats_server_shared: EmbeddedNatsServer, jetstream_names: Any) -> Iter
         yield memory
     finally:
         memory.close()
+
+
+SERVED = msgspec.structs.replace(CONFIG, strategy="truncation")
+"""No summarizer runs in these tests: truncation, so that no summary attempt changes the state meanwhile."""
 
 
 def _tell(system: MemorySystem, key: MemoryKey, turns: list[tuple[str, str]]) -> None:
@@ -460,3 +466,51 @@ def test_the_service_answers_a_hostile_query_with_a_typed_error(
                 )
             assert refused.value.field == "query"
         assert far.get_llm_context(query="cat") == system.session(key).get_llm_context(query="cat")
+
+
+def test_the_summary_lines_least_relevant_to_the_query_give_way_first() -> None:
+    summary = "\n".join(
+        [
+            "<session_summary>",
+            "12 turns summarized.",
+            "<key_facts>",
+            "8 May 2023, Alice:",
+            "- I grow tomatoes on the balcony.",
+            "- My sister teaches piano in Lisbon.",
+            "9 May 2023, Bob:",
+            "- The train strike ended.",
+            "</key_facts>",
+            "</session_summary>",
+        ]
+    )
+    state = play(STORY[:3])
+    relevance = Relevance(state, "Where does the sister teach piano?")
+    kept = trim_by_relevance(summary, relevance, lambda s: len(s) <= len(summary) - 60)
+    assert "My sister teaches piano in Lisbon." in kept
+    assert "tomatoes" not in kept
+    assert "train" not in kept
+    assert "9 May 2023, Bob:" not in kept  # its one line gone, the heading goes too
+    assert "8 May 2023, Alice:" in kept
+    assert kept.startswith("<session_summary>")
+    assert kept.endswith("</session_summary>")
+    assert trim_by_relevance(summary, relevance, lambda s: False) == ""
+
+
+def test_suffixes_fold_and_a_line_the_summary_holds_is_not_repeated() -> None:
+    state = play(STORY)
+    painted = [line for _, line in ranked_lines(state, "Who was painting?")]
+    assert painted == ["11 May 2023 · Alice: We painted the kitchen yellow on Sunday."]
+    held = "<session_summary>\n- Alice: We painted the kitchen yellow on Sunday.\n</session_summary>"
+    assert ranked_lines(state, "Who was painting?", known=held) == []
+
+
+def test_recommended_turns_recall_on_and_keeps_more_turns_live() -> None:
+    on = convmem.recommended(2000, worker_process=False).config
+    assert on.budget.recall_max_tokens == 700
+    assert on.live_turns == 1000
+    off = convmem.recommended(2000, worker_process=False, recall=False).config
+    assert off.budget.recall_max_tokens == 0
+    assert off.live_turns == 100
+    state = play(STORY, on)
+    assert render(llm_context(state)) == render(llm_context(msgspec.structs.replace(state, config=off)))
+    assert "recalled" in memory_of(llm_context(state, query="cat Pixel"))

@@ -72,7 +72,8 @@ def _context_tokens(context: dict[str, object]) -> int:
 def test_with_the_real_tokenizer_the_context_never_exceeds_the_budget_by_one_token(
     turns: list[tuple[str, str]], total: int
 ) -> None:
-    """recommended(token_counter="cl100k_base"): after every turn, cl100k counts the context within budget."""
+    """recommended(token_counter="cl100k_base"): after every turn, cl100k counts the context within budget
+    (read with no query, and with a query: recall is on in `recommended`)."""
     setup = recommended(total, token_counter="cl100k_base", worker_process=False)
     assert setup.config.token_counter == "cl100k_base"
     with MemorySystem(**setup, log=InMemoryEventLog()) as memory:
@@ -84,6 +85,8 @@ def test_with_the_real_tokenizer_the_context_never_exceeds_the_budget_by_one_tok
             )
             context = session.get_llm_context()
             assert _context_tokens(context) <= total
+            # with the planner's message as the query, the lines recalled for it stay within too
+            assert _context_tokens(session.get_llm_context(query=user + assistant)) <= total
         session.flush(timeout=10)
         context = session.get_llm_context()
         assert _context_tokens(context) <= total

@@ -80,7 +80,14 @@ from convmem.projections._memory_views import (
     summary_messages,
     window_messages,
 )
-from convmem.projections._recall import MAX_QUERY_CHARS, RECALL_KEY, check_query, ranked_lines
+from convmem.projections._recall import (
+    MAX_QUERY_CHARS,
+    RECALL_KEY,
+    Relevance,
+    check_query,
+    ranked_lines,
+    trim_by_relevance,
+)
 from convmem.projections._retention import (
     Compact,
     EraseIdle,
@@ -151,6 +158,7 @@ __all__ = [
     "MemoryView",
     "MessageSummarizer",
     "PopItem",
+    "Relevance",
     "Restore",
     "RetentionAction",
     "RetentionOutcome",
@@ -215,6 +223,7 @@ __all__ = [
     "summary_problem",
     "summary_room",
     "to_dict",
+    "trim_by_relevance",
     "trim_summary",
     "view_tokens",
     "window_messages",

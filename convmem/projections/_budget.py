@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -118,6 +119,12 @@ def _string_len(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False)) if text else 0
 
 
+@lru_cache(maxsize=16384)
+def _line_len(line: str) -> int:
+    """`_string_len` of a recalled line (cached: a view measures its lines at every fitting step)."""
+    return len(json.dumps(line, ensure_ascii=False))
+
+
 def selection_tokens(
     selection: ContextSelection, estimator: TokenEstimator, include_digest: bool, include_date: bool = False
 ) -> int:
@@ -128,7 +135,7 @@ def selection_tokens(
             len(selection.pending),
             sum(r.rendered_len for r in selection.recent),
             len(selection.recent),
-            sum(_string_len(line) for line in selection.recalled),
+            sum(_line_len(line) for line in selection.recalled),
             len(selection.recalled),
         )
         return length // 4 + 1

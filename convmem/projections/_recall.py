@@ -3,24 +3,28 @@
 A planner that passes its current message (`query`) to `llm_context` gets, beside the
 summary and the turns shown verbatim, ``conversation_memory.recalled``: short lines, each
 ``"8 May 2023 · Alice: I went to a support group yesterday."`` (the date when the session
-shows turn dates and the turn's time is known; the speaker as the session names them), holding
-the sentences of the session's live turns that the view does not already show verbatim
-(summarized turns, and pending turns the budget left out), those that score highest against the
-query, shown oldest first.
+shows turn dates and the turn's time is known; the speaker as the session names them: its
+``speaker_names``, else the names its summary gives, else ``User`` / ``Assistant``), holding the
+sentences of the session's live turns that the view does not already show verbatim (summarized
+turns, and pending turns the budget left out), those that score highest against the query,
+shown oldest first. A sentence that a line of the summary shown beside already holds (every
+term of it) is not repeated.
 
 Relevance is lexical and deterministic: BM25 (k1 1.2, b 0.75) over the sentences of the
 session's own live turns, each a document, with the inverse document frequency taken over
-them; words lowercased, general English stopwords left out, possessives and plurals folded
-("Alice's" -> "alice", "agencies" -> "agency"). Ties go to the newer sentence. Only the turns'
+them; words lowercased, general English stopwords left out, possessives, plurals and a few
+common suffixes folded ("Alice's" -> "alice", "agencies" -> "agency", "painting" -> "paint").
+A sentence is read with its speaker's name, so a query naming a speaker favours their lines,
+though the name alone makes no line relevant. Ties go to the newer sentence. Only the turns'
 texts are read: never a tool call, its output, an artifact or a digest, so recall can never
-split a call from its output. Erased or forgotten turns are no longer in the state, so they
-are never recalled. Nothing here knows a data set, its questions or its names.
+split a call from its output. Erased or forgotten turns are no longer in the state, so they are
+never recalled. Nothing here knows a data set, its questions or its names.
 
-The view never exceeds the budget: the recalled lines take their room from the summary (its
-lines cut from the end, as ``truncate_summary`` does, to leave ``recall_max_tokens``), never from
-the turns shown verbatim, and as many lines are shown as fit the whole budget, counted as the
-session counts (`fit`'s measure). With no query, no match, or recall not configured, the view is
-exactly the one without recall.
+The view never exceeds the budget: the recalled lines take their room from the summary (up to
+``recall_max_tokens``: its lines least relevant to the query leave first, `trim_by_relevance`),
+never from the turns shown verbatim, and as many lines are shown as fit the whole budget,
+counted as the session counts (`fit`'s measure). With no query, no match, or recall not
+configured, the view is exactly the one without recall.
 """
 
 from __future__ import annotations
@@ -29,20 +33,23 @@ import math
 import re
 from collections.abc import Callable
 from functools import lru_cache
+from typing import NamedTuple
 
 import msgspec
 
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig, date_text
-from convmem.projections._budget import ContextSelection, TokenEstimator, selection_tokens, trim_summary
+from convmem.projections._budget import ContextSelection, TokenEstimator, selection_tokens
 from convmem.projections._state import SessionState
 
 __all__ = [
     "MAX_QUERY_CHARS",
     "RECALL_KEY",
+    "Relevance",
     "check_query",
     "query_terms",
     "ranked_lines",
+    "trim_by_relevance",
     "with_recall",
 ]
 
@@ -57,6 +64,7 @@ B = 0.75
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[.!?…][\"'”’)\]])\s+|\n+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _NAMES = re.compile(r"The (user|assistant)'s name is ([^\n:]{1,40})\.")
 _STOPWORD_TEXT = """
     a about above after again against all am an and any are aren't as at be because been before
@@ -103,11 +111,25 @@ def _fold(word: str) -> str:
     elif word.endswith("'"):
         word = word[:-1]
     if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 4 and word.endswith(("sses", "shes", "ches", "xes")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
+        word = word[:-3] + "y"
+    elif len(word) > 4 and word.endswith(("sses", "shes", "ches", "xes")):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    return _stem(word)
+
+
+_SUFFIXES = ("ation", "ment", "ness", "ion", "ing", "ed", "er", "ly", "e")
+
+
+def _stem(word: str) -> str:
+    """A light suffix stripping: "painting", "painted", "painter" -> "paint"; "running" -> "run"."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]
+            break
     return word
 
 
@@ -125,10 +147,21 @@ def query_terms(query: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_terms_of(query[:MAX_QUERY_CHARS])))
 
 
+class _Text(NamedTuple):
+    """A turn's text read for relevance: its sentences that hold a term, each with its terms."""
+
+    sentences: tuple[tuple[str, tuple[str, ...]], ...]
+    terms: frozenset[str]
+    """Every term of the text (a query sharing none skips it whole)."""
+    length: int
+    """Terms in all (for the mean sentence length)."""
+    df: dict[str, int]
+    """For each term, the sentences holding it."""
+
+
 @lru_cache(maxsize=16384)
-def _sentences(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The sentences of a turn's text that hold a term, each with its terms (cached: texts recur
-    from view to view)."""
+def _read(text: str) -> _Text:
+    """`text` read into sentences and terms (cached: texts recur from view to view)."""
     out = []
     for raw in _SENTENCE_END.split(text):
         sentence = " ".join(raw.split())
@@ -137,7 +170,11 @@ def _sentences(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         terms = _terms_of(sentence)
         if terms:
             out.append((sentence, terms))
-    return tuple(out)
+    df: dict[str, int] = {}
+    for _, terms in out:
+        for term in set(terms):
+            df[term] = df.get(term, 0) + 1
+    return _Text(tuple(out), frozenset(df), sum(len(terms) for _, terms in out), df)
 
 
 def _labels(config: ShortTermMemoryConfig, summary: str) -> dict[str, str]:
@@ -156,74 +193,178 @@ def _clip(sentence: str) -> str:
     return cut.rstrip() + "…"
 
 
+class Relevance:
+    """BM25 of texts against a query, the inverse document frequencies taken over the sentences of
+    the session's live turns."""
+
+    def __init__(self, state: SessionState, query: str) -> None:
+        self.wanted = frozenset(query_terms(query))
+        self.labels = _labels(state.config, state.summary)
+        # A sentence is read with its speaker's name: "what did Alice say about..." favours Alice's lines.
+        self.speaker = {role: _terms_of(label) for role, label in self.labels.items()}
+        wanted = self.wanted
+        df = dict.fromkeys(wanted, 0)
+        n_docs = total_len = 0
+        for record in state.turns:
+            turn = record.turn
+            for role, text in (("user", turn.user_message), ("assistant", turn.assistant_response)):
+                if not text:
+                    continue
+                read = _read(text)
+                n_docs += len(read.sentences)
+                total_len += read.length
+                named = wanted.intersection(self.speaker[role])
+                if named:
+                    for term in named:
+                        df[term] += len(read.sentences)
+                for term in wanted.intersection(read.terms).difference(named):
+                    df[term] += read.df[term]
+        self.idf = {t: math.log(1 + (n_docs - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        self.average = total_len / n_docs if n_docs else 1.0
+
+    def score(self, terms: tuple[str, ...], role: str | None = None) -> float:
+        """The relevance of a text of these terms, said by `role` when given (0: it shares none with
+        the query)."""
+        if role is not None and self.speaker[role]:
+            terms = terms + self.speaker[role]
+        common = self.wanted.intersection(terms)
+        if not common:
+            return 0.0
+        norm = K1 * (1 - B + B * len(terms) / self.average)
+        score = 0.0
+        for term in common:
+            tf = terms.count(term)
+            score += self.idf[term] * tf * (K1 + 1) / (tf + norm)
+        return score
+
+
 def ranked_lines(
-    state: SessionState, query: str, shown: frozenset[int] = frozenset()
+    state: SessionState,
+    query: str,
+    shown: frozenset[int] = frozenset(),
+    relevance: Relevance | None = None,
+    known: str = "",
+    limit: int | None = None,
 ) -> list[tuple[int, str]]:
     """The live turns' sentences (turns numbered in `shown` left out) that share a term with `query`,
-    most relevant first: ``(order, line)``, `order` the sentence's place in the session (to show the
-    chosen lines oldest first). Deterministic: ties go to the newer sentence."""
-    wanted = query_terms(query)
-    if not wanted:
+    most relevant first (at most `limit`): ``(order, line)``, `order` the sentence's place in the
+    session (to show the chosen lines oldest first). Deterministic: ties go to the newer sentence.
+    A sentence that a line of `known` (the summary shown beside) already holds, every term of it,
+    is left out, and a line equal to one ranked before it."""
+    relevance = relevance if relevance is not None else Relevance(state, query)
+    if not relevance.wanted:
         return []
-    wanted_set = frozenset(wanted)
-    config = state.config
-    labels = _labels(config, state.summary)
-    dated = config.include_turn_dates
-    docs: list[tuple[int, float, str, str, tuple[str, ...]]] = []  # order, turn time, role, sentence, terms
-    total_len = 0
+    scored: list[tuple[float, int, str, str, float, tuple[str, ...]]] = []
     order = 0
+    wanted = relevance.wanted
     for record in state.turns:
         turn = record.turn
+        skip = record.index in shown
         for role, text in (("user", turn.user_message), ("assistant", turn.assistant_response)):
             if not text:
                 continue
-            for sentence, terms in _sentences(text):
-                order += 1
-                total_len += len(terms)
-                if record.index in shown:
-                    continue
-                docs.append((order, turn.ts, role, sentence, terms))
-    if not docs:
-        return []
-    # Document frequencies over every live sentence (shown ones too: the session's own vocabulary).
-    df = dict.fromkeys(wanted, 0)
-    n_docs = order
-    for record in state.turns:
-        turn = record.turn
-        for text in (turn.user_message, turn.assistant_response):
-            if not text:
+            read = _read(text)
+            if skip or wanted.isdisjoint(read.terms):
+                order += len(read.sentences)
                 continue
-            for _, terms in _sentences(text):
-                for term in wanted_set.intersection(terms):
-                    df[term] += 1
-    idf = {t: math.log(1 + (n_docs - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-    average = total_len / n_docs
-    scored: list[tuple[float, int, str]] = []
-    seen: set[str] = set()
+            for sentence, terms in read.sentences:
+                order += 1
+                if not wanted.isdisjoint(terms):  # the speaker's name alone makes no line relevant
+                    scored.append((-relevance.score(terms, role), -order, role, sentence, turn.ts, terms))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    covered = _coverage(known)
+    labels = relevance.labels
+    dated = state.config.include_turn_dates
     dates: dict[float, str] = {}
-    for place, ts, role, sentence, terms in docs:
-        if wanted_set.isdisjoint(terms):
+    out: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for _, place, role, sentence, ts, terms in scored:
+        if covered(terms):
             continue
-        norm = K1 * (1 - B + B * len(terms) / average)
-        score = 0.0
-        for term in wanted_set.intersection(terms):
-            tf = terms.count(term)
-            score += idf[term] * tf * (K1 + 1) / (tf + norm)
         line = f"{labels[role]}: {_clip(sentence)}"
         if dated and ts > 0:
             if ts not in dates:
                 dates[ts] = date_text(ts)
             if dates[ts]:
                 line = f"{dates[ts]} · {line}"
-        scored.append((score, place, line))
-    scored.sort(key=lambda s: (-s[0], -s[1]))
-    out: list[tuple[int, str]] = []
-    for _, place, line in scored:
         if line in seen:
             continue
         seen.add(line)
-        out.append((place, line))
+        out.append((-place, line))
+        if limit is not None and len(out) >= limit:
+            break
     return out
+
+
+def _coverage(known: str) -> Callable[[tuple[str, ...]], bool]:
+    """Whether a sentence of these terms is held by a line of `known` (all its terms in that line)."""
+    by_term: dict[str, list[frozenset[str]]] = {}
+    for line in known.split("\n"):
+        terms = frozenset(_terms_of(line))
+        for term in terms:
+            by_term.setdefault(term, []).append(terms)
+
+    def covered(terms: tuple[str, ...]) -> bool:
+        lines = by_term.get(terms[0])
+        return lines is not None and any(line.issuperset(terms) for line in lines)
+
+    return covered
+
+
+_HEADING = re.compile(r"^\S.{0,120}:$")
+
+
+def trim_by_relevance(summary: str, relevance: Relevance, fits: Callable[[str], bool]) -> str:
+    """`summary` with the fewest of its lines removed so that it `fits`, the lines least relevant to
+    the query first (equals: the later line first, as the view cuts), never a ``<tag>`` line; a
+    heading (a short line ending in ``:``) goes with the last line under it. '' when none fits."""
+    lines = summary.split("\n")
+    kinds: list[int] = []  # 0 blank, 1 tag, 2 heading, 3 content
+    content: list[tuple[float, int, int]] = []  # score, -position, position
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped:
+            kinds.append(0)
+        elif _TAG.search(stripped):
+            kinds.append(1)
+        elif _HEADING.match(stripped):
+            kinds.append(2)
+        else:
+            kinds.append(3)
+            content.append((relevance.score(_terms_of(stripped)), -i, i))
+    content.sort()
+    order = [i for _, _, i in content]
+
+    def without(k: int) -> str:
+        removed = set(order[:k])
+        keep = [False] * len(lines)
+        below = True  # what follows a heading (scanning upwards): True while nothing or a tag/heading
+        for i in range(len(lines) - 1, -1, -1):
+            kind = kinds[i]
+            if i in removed:
+                continue
+            if kind == 3:
+                keep[i], below = True, False
+            elif kind == 2:
+                keep[i] = not below  # a heading over nothing now goes; one over a kept heading stays
+                below = not keep[i]
+            elif kind == 1:
+                keep[i], below = True, True
+            else:
+                keep[i] = True
+        return "\n".join(line for i, line in enumerate(lines) if keep[i])
+
+    lo, hi = 0, len(order) + 1  # hi: no k fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(without(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo > len(order):
+        return ""
+    trimmed = without(lo)
+    return trimmed if _TAG.sub("", trimmed).strip() else ""
 
 
 def with_recall(
@@ -242,8 +383,8 @@ def with_recall(
     config = state.config
     room = config.budget.recall_max_tokens
     shown = frozenset(r.index for r in (*selection.pending, *selection.recent))
-    ranked = ranked_lines(state, query, shown)
-    if not ranked:
+    relevance = Relevance(state, query)
+    if not relevance.wanted:
         return selection
     include, dated = config.include_trajectory_digest, config.include_turn_dates
     budget = config.budget.total_max_tokens
@@ -256,7 +397,14 @@ def with_recall(
                 candidate = msgspec.structs.replace(selection, summary=summary)
                 return selection_tokens(candidate, estimator, include, dated) <= target
 
-            base = msgspec.structs.replace(selection, summary=trim_summary(selection.summary, leaves_room))
+            trimmed = trim_by_relevance(selection.summary, relevance, leaves_room)
+            base = msgspec.structs.replace(selection, summary=trimmed)
+    # A line costs at least 2 tokens (its quotes, label and comma): no view shows more than this many.
+    limit = max(budget, room) // 2 + 1
+    ranked = ranked_lines(state, query, shown, relevance, base.summary, limit)
+    if not ranked:
+        return selection
+    if budget:
 
         def fits_with(k: int) -> bool:
             return fits(_chosen(base, ranked, k))
