@@ -14,7 +14,7 @@ is there, else `sample_turn`), then timed, best of the rounds, CPU time (`time.p
   per state, then serves from the cache);
 * ``query_view_us`` and ``query_view_cl100k_us``: `llm_context` with a query (the text of an
   earlier turn), with the default estimate and with ``token_counter="cl100k_base"`` (computed
-  from the state at every read: never cached).
+  from the state at every read: never cached); ``short_query_view_us``: with a short question.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from convmem.projections import AddTurn, SessionState, decide, encode_state, evo
 __all__ = ["costs"]
 
 KEY = MemoryKey("bench", "recall", "cost")
+SHORT = "What did they say about the trip last weekend?"
+"""A planner's short question (the other query is a whole earlier utterance, as a message may be)."""
 DAY = 1_683_536_400.0
 
 
@@ -91,6 +93,7 @@ def costs(live: int, rounds: int) -> dict[str, float]:
         "snapshot_encode_us": _best(lambda: encode_state(state), rounds, 20),
         "view_us": _best(lambda: llm_context(state), rounds, 20),
         "query_view_us": _best(lambda: llm_context(state, query=query), rounds, 20),
+        "short_query_view_us": _best(lambda: llm_context(state, query=SHORT), rounds, 20),
         "query_view_cl100k_us": _best(lambda: llm_context(state, real, query=query), rounds, 5),
     }
 
