@@ -24,6 +24,7 @@ from convmem.adapters import (
     RemoteMemory,
     TenantLimits,
 )
+from convmem.adapters.backends.jetstream._usage import usage_bucket
 from convmem.adapters.frontends.cli._common import CliError
 from convmem.adapters.frontends.cli._serve import load_quotas
 from convmem.adapters.frontends.service._shares import FairShares
@@ -732,3 +733,64 @@ def test_serve_stops_on_a_bad_quota_naming_the_file_and_the_key(tmp_path: Path) 
     assert "quotas.default.max_in_flight" in done.stderr
     assert str(config) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _bucket_exists(system: MemorySystem, bucket: str) -> bool:
+    log: Any = system.log
+
+    async def info() -> bool:
+        try:
+            await log._conn.api(f"$JS.API.STREAM.INFO.KV_{bucket}")
+        except Exception:  # stream not found
+            return False
+        return True
+
+    return bool(log._conn.call(info, what="bucket info"))
+
+
+def test_a_service_makes_the_tally_bucket_before_it_takes_a_request(
+    url: str, api_prefix: str, jetstream_names: Any
+) -> None:
+    """The shared tallies' bucket is made and answering when the service starts, not at a tenant's
+    first write (in a cluster a bucket made then answers no read until its replicas choose a leader,
+    and that write waits out its timeout: `tests/test_cluster.py`'s two-node case)."""
+    system = _system(url, jetstream_names)
+    bucket = usage_bucket(system.log.stream)  # type: ignore[attr-defined]
+    try:
+        assert not _bucket_exists(system, bucket)
+        with MemoryService(system, url, api_prefix=api_prefix):
+            assert _bucket_exists(system, bucket)  # no request was made
+    finally:
+        system.close()
+
+
+def test_a_tally_value_that_is_not_a_tally_is_counted_again_in_full(url: str, jetstream_names: Any) -> None:
+    """Bytes in a tenant's tally key that are not a tally (not JSON, or JSON of another shape: an
+    operator's put, a damaged store) never fail a write: the tenant is counted in full and the
+    tally made again from that count."""
+    system = _system(url, jetstream_names)
+    log: Any = system.log
+    subject = f"$KV.{usage_bucket(log.stream)}.acme"
+    try:
+        for n in range(3):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
+        stored = _stored(system, "acme")
+        for garbage in (b"{not json", b'{"bytes": -5}', b"\xff\xfe"):
+            now, counts = [0.0], []  # type: ignore[var-annotated]
+
+            async def scenario(
+                data: bytes = garbage, counted: list[int] = counts, now: list[float] = now
+            ) -> None:
+                await asyncio.to_thread(log.prepare_usage_tallies, within=WAIT)
+                await asyncio.to_thread(
+                    lambda: log._conn.call(lambda: log._conn.js.publish(subject, data), what="put garbage")
+                )
+                usage = _counting_usage(system, now, counted)
+                await asyncio.wait_for(usage.check("acme", stored * 10), WAIT)
+                await asyncio.wait_for(usage.close(), WAIT)
+
+            asyncio.run(scenario())
+            assert counts == [0], garbage  # counted in full
+            assert log.usage_tally("acme")[0] == stored, garbage  # the tally made again from the count
+    finally:
+        system.close()

@@ -457,6 +457,20 @@ class JetStreamEventLog:
         """`usage_tally`, awaited on the connection's own loop (`on_loop_thread`)."""
         return await self._here(self._tallies.get(tenant_id), f"read the byte tally of {tenant_id!r}")
 
+    def prepare_usage_tallies(self, *, within: float) -> None:
+        """Make the shared byte tallies' bucket if missing, wait until it answers (`UsageTallies.prepare`)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        self._conn.call(
+            lambda: self._tallies.prepare(within=within),
+            what="prepare the byte tallies' bucket",
+            timeout=within + self._conn.timeout,
+        )
+
+    async def prepare_usage_tallies_here(self, *, within: float) -> None:
+        """`prepare_usage_tallies`, awaited on the connection's own loop (`on_loop_thread`)."""
+        await self._here(self._tallies.prepare(within=within), "prepare the byte tallies' bucket")
+
     def put_usage_tally(self, tenant_id: str, value: int, revision: int) -> int | None:
         """Record `value` as the tenant's shared byte tally if it is still at `revision` (0: none yet);
         its new revision, or None when another instance changed it first."""

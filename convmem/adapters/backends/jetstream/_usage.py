@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Annotated, Any
 
 import msgspec
@@ -27,6 +28,10 @@ from convmem.adapters.backends.jetstream._connection import NatsConnection, Stor
 from convmem.adapters.backends.jetstream._read import fetch_batch
 from convmem.adapters.backends.jetstream._setup import ensure_bucket
 from convmem.events import encode_token
+
+_log = logging.getLogger("convmem.jetstream")
+_PROBE = "convmem.probe"
+"""The key `UsageTallies.prepare` reads to see that the bucket answers (whether it holds one or not)."""
 
 __all__ = ["RECORD", "UsageTallies", "count_bytes", "header_size", "stored_size", "usage_bucket"]
 
@@ -94,6 +99,7 @@ class UsageTallies:
         self._bucket = bucket
         self._replicas = replicas
         self._opened = False
+        self._unreadable: dict[str, int] = {}  # tenant -> revision of a value read that is no tally
 
     async def _open(self) -> None:
         if not self._opened:
@@ -103,18 +109,54 @@ class UsageTallies:
     def _subject(self, tenant_id: str) -> str:
         return f"$KV.{self._bucket}.{encode_token(tenant_id)}"
 
+    async def prepare(self, *, within: float) -> None:
+        """Make the bucket if missing and wait, at most `within` seconds, until it answers a read.
+
+        A service instance calls it before it takes requests: a replicated bucket made on the first
+        write of a tenant answers no read until its replicas have chosen a leader (seconds in a
+        cluster), and that first write would wait out its timeout (`tests/test_cluster.py`). A read
+        that times out or finds no responder is tried again, pausing 50 ms, doubling to 1 s.
+        """
+        await self._open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        pause = 0.05
+        while True:
+            try:
+                await self._conn.get_message(f"KV_{self._bucket}", {"last_by_subj": self._subject(_PROBE)})
+                return
+            except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+                failure: Exception = exc
+            except nats.js.errors.ServiceUnavailableError as exc:
+                failure = exc
+            if loop.time() + pause >= deadline:
+                raise failure
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
     async def get(self, tenant_id: str) -> tuple[int, int] | None:
         """(the tenant's tallied bytes, the value's revision); None when no instance tallied it yet."""
         await self._open()
         message = await self._conn.get_message(
             f"KV_{self._bucket}", {"last_by_subj": self._subject(tenant_id)}
         )
-        if message is None or not message.data:
+        if message is None:
+            self._unreadable.pop(tenant_id, None)
             return None
         try:
-            value = msgspec.json.decode(message.data, type=_Value)
-        except msgspec.ValidationError:
-            return None  # not a tally of ours (an operator's put): counted again in full
+            value = msgspec.json.decode(message.data, type=_Value) if message.data else None
+        except msgspec.DecodeError:  # not JSON, or not a tally of ours (an operator's put)
+            _log.warning(
+                "the byte tally of tenant %r in bucket %r is not a tally (%d bytes): counted again in full",
+                tenant_id,
+                self._bucket,
+                len(message.data),
+            )
+            value = None
+        if value is None:  # none, as far as a tally goes (a delete or purge marker, or not a tally)
+            self._unreadable[tenant_id] = message.seq  # what a first put replaces
+            return None
+        self._unreadable.pop(tenant_id, None)
         return value.stored, message.seq
 
     async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
@@ -122,6 +164,8 @@ class UsageTallies:
         or None when another instance changed it first."""
         await self._open()
         subject = self._subject(tenant_id)
+        if revision == 0:  # "none yet": over a value that is no tally, as last read, if any
+            revision = self._unreadable.get(tenant_id, 0)
         try:
             with self._conn.watch.expect(subject) as denied:  # a refused subject fails now, named
                 publish = asyncio.ensure_future(
@@ -141,6 +185,7 @@ class UsageTallies:
             if exc.err_code in _WRONG_LAST:
                 return None
             raise
+        self._unreadable.pop(tenant_id, None)
         return int(ack.seq)
 
 

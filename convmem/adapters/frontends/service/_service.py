@@ -253,7 +253,9 @@ class MemoryService:
                 raise SessionClosed("a stopped MemoryService cannot start again; make a new one")
             loop = self._given_loop or EventLoopThread(name=f"{self.name}-loop")
             try:
-                loop.call(self._open, timeout=self.connect_timeout + 5.0, what="starting the convmem service")
+                # Connecting, then the byte tallies' bucket (`_open`): each within connect_timeout.
+                wait = 2 * self.connect_timeout + 5.0
+                loop.call(self._open, timeout=wait, what="starting the convmem service")
             except BaseException:
                 if loop is not self._given_loop:
                     loop.stop()
@@ -338,6 +340,9 @@ class MemoryService:
         nc.options["max_reconnect_attempts"] = self._connect_options.get("max_reconnect_attempts", -1)
         self._nc = nc
         try:
+            # The shared byte tallies answer before the first request does (a bucket made at a
+            # tenant's first write would keep that write waiting while a cluster elects its leader).
+            await self._usage.prepare(self.connect_timeout)
             sessions, operators = self.subjects
             self._subs = [
                 await nc.subscribe_requests(sessions, self.queue_group, self._on_request),

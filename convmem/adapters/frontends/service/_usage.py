@@ -140,6 +140,12 @@ class Tallies(Protocol):
         when another instance changed it first."""
         ...
 
+    async def prepare(self, within: float) -> None:
+        """Be ready to answer at once (make the shared store and wait, at most `within` seconds, until
+        it answers), before the instance takes requests; never raises: if the shared store cannot be
+        made ready, this instance keeps tallies of its own (and says so in the log)."""
+        ...
+
 
 class LocalTallies:
     """`Tallies` of this instance alone (a log that keeps none: the in-memory log, one process)."""
@@ -157,6 +163,9 @@ class LocalTallies:
         self._values[tenant_id] = (value, revision + 1)
         return revision + 1
 
+    async def prepare(self, within: float) -> None:
+        """This instance's own tallies are a dictionary: ready from the start."""
+
 
 @runtime_checkable
 class _SharesTallies(Protocol):
@@ -167,6 +176,10 @@ class _SharesTallies(Protocol):
     def put_usage_tally(self, tenant_id: str, value: int, revision: int) -> int | None: ...
 
     async def put_usage_tally_here(self, tenant_id: str, value: int, revision: int) -> int | None: ...
+
+    def prepare_usage_tallies(self, *, within: float) -> None: ...
+
+    async def prepare_usage_tallies_here(self, *, within: float) -> None: ...
 
     def on_loop_thread(self) -> bool: ...
 
@@ -203,6 +216,24 @@ class _LogTallies:
         except PermissionDenied as exc:
             return await self._denied(exc).put(tenant_id, value, revision)
         return put
+
+    async def prepare(self, within: float) -> None:
+        if self._local is not None:
+            return
+        try:
+            if self._log.on_loop_thread():
+                await self._log.prepare_usage_tallies_here(within=within)
+            else:
+                await self._off_loop(lambda: self._log.prepare_usage_tallies(within=within))
+        except PermissionDenied as exc:
+            self._denied(exc)
+        except ConvmemError as exc:  # the bucket cannot be made or does not answer: tallies of its own
+            _log.warning(
+                "convmem service: the shared byte tallies are not ready (%s): this instance keeps its "
+                "own, and sees other instances' writes at its full counts",
+                exc,
+            )
+            self._local = LocalTallies()
 
     def _denied(self, exc: PermissionDenied) -> LocalTallies:
         _log.warning(
@@ -305,6 +336,10 @@ class TenantUsage:
         self._clock = clock
         self._tallies: dict[str, _Tally] = {}
         self._background: set[asyncio.Future[None]] = set()
+
+    async def prepare(self, within: float) -> None:
+        """Make the shared tallies ready before the instance's first request (see `Tallies.prepare`)."""
+        await self._shared.prepare(within)
 
     def usage(self, tenant_id: str) -> int | None:
         """The tally of `tenant_id` (None before anything is known of it)."""
@@ -430,7 +465,12 @@ class TenantUsage:
     async def _read_first(self, tenant_id: str, tally: _Tally) -> None:
         """The shared tally, at the tenant's first write through this instance."""
         started = self._clock()
-        if await self._read(tenant_id, tally):
+        try:
+            known = await self._read(tenant_id, tally)
+        except LogUnavailable as exc:  # as if none were recorded: admitted on the log's bytes, or counted
+            _log.warning("convmem service: the shared byte tally of tenant %r not read: %s", tenant_id, exc)
+            return
+        if known:
             tally.synced_at = started
 
     async def _run(self, tenant_id: str, tally: _Tally, *, full: bool, any_full: bool = False) -> None:
