@@ -472,6 +472,49 @@ def test_a_tenant_refused_on_its_tally_is_counted_in_full_after_an_erasure(
         system.close()
 
 
+def test_bytes_written_while_a_full_count_runs_never_make_a_refusal(url: str, jetstream_names: Any) -> None:
+    """Writes sent while the tenant's full count runs may be counted twice (read by the count, and
+    still this instance's own): the tally keeps them (on the safe side for admitting), but a refusal
+    never rests on them, so a tenant below its quota is not refused for them."""
+    system = _system(url, jetstream_names)
+    try:
+        for n in range(2):
+            system.session(MemoryKey("acme", "u", "s")).add_turn(turn(f"t{n}"))
+        real = counter_of(system.log, asyncio.to_thread)
+
+        async def scenario() -> None:
+            entered, released = asyncio.Event(), asyncio.Event()
+
+            async def held(tenant_id: str, after: int) -> tuple[int, int]:
+                entered.set()
+                await released.wait()
+                return await real(tenant_id, after)
+
+            log = system.log
+            usage = TenantUsage(
+                held,
+                tallies=tallies_of(log, asyncio.to_thread),
+                appended=appended_of(log),
+                recount_every=5.0,
+                clock=lambda: 0.0,
+            )
+            first = asyncio.ensure_future(usage.check("acme", 1 << 30))
+            await asyncio.wait_for(entered.wait(), WAIT)
+            for n in range(3):  # sent while the count runs: it will read them too
+                await asyncio.to_thread(
+                    lambda n=n: system.session(MemoryKey("acme", "u", "s")).add_turn(turn(f"w{n}"))
+                )
+            released.set()
+            await asyncio.wait_for(first, WAIT)
+            stored = _stored(system, "acme")
+            assert usage.usage("acme") > stored  # the three counted twice: admitting stays safe
+            await asyncio.wait_for(usage.check("acme", stored + 1), WAIT)  # below the quota: not refused
+
+        asyncio.run(scenario())
+    finally:
+        system.close()
+
+
 def test_deletions_no_notice_tells_are_seen_by_a_full_count_before_a_refusal(
     url: str, jetstream_names: Any
 ) -> None:

@@ -284,6 +284,7 @@ class _Tally:
     __slots__ = (
         "bound",
         "busy",
+        "doubt",
         "first",
         "full_at",
         "mark",
@@ -305,6 +306,7 @@ class _Tally:
         self.busy: asyncio.Future[None] | None = None  # the add or count under way
         self.first: asyncio.Future[None] | None = None  # the first read of the shared tally
         self.bound: int | None = None  # the log's bytes in all when first asked (before the first count)
+        self.doubt = 0  # bytes the last full count may have counted twice (written while it ran)
 
 
 class TenantUsage:
@@ -361,14 +363,19 @@ class TenantUsage:
                     return
                 await self._run(tenant_id, tally, full=True, any_full=True)
         if self._total(tenant_id, tally) >= allowed:  # refuse on an exact, fresh count only
-            if tally.stale or tally.full_at is None or now - tally.full_at >= self._full_every:
+            if (
+                tally.stale
+                or tally.full_at is None
+                or now - tally.full_at >= self._full_every
+                or self._total(tenant_id, tally) - tally.doubt < allowed  # over only by what it doubts
+            ):
                 await self._run(tenant_id, tally, full=True)
             elif tally.synced_at is None or now - tally.synced_at >= self._every:
                 await self._run(tenant_id, tally, full=False)
         elif tally.synced_at is not None and now - tally.synced_at >= self._every:
             self._later(tenant_id, tally)
         usage = self._total(tenant_id, tally)
-        if usage >= allowed:
+        if usage - tally.doubt >= allowed:  # a refusal never on bytes that may be counted twice
             raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=usage)
 
     def within(self, tenant_id: str, allowed: int) -> bool:
@@ -560,6 +567,8 @@ class TenantUsage:
             if revision is not None:
                 tally.shared, tally.revision = value, revision
                 self._took(tenant_id, tally, own)
+                others = max(0, now[0] - before[0]) if now is not None and before is not None else 0
+                tally.doubt = self._own(tenant_id, tally) + others  # written while it ran
                 tally.synced_at = started
                 return
         raise LogUnavailable(
