@@ -37,9 +37,12 @@ __all__ = [
     "ContextSelection",
     "TokenEstimator",
     "default_token_estimator",
+    "fewest",
     "fit",
     "render",
     "selection_tokens",
+    "summary_left",
+    "tag_line",
     "trim_summary",
 ]
 
@@ -188,14 +191,31 @@ def _drop_oldest(selection: ContextSelection, fits: Callable[[ContextSelection],
             recent=selection.recent[max(0, k - n_pending) :],
         )
 
-    lo, hi = 0, len(turns)
+    # Dropping every turn is the fallback, left unchecked: the caller checks what it returns.
+    return dropped(fewest(len(turns) - 1, lambda k: fits(dropped(k))))
+
+
+def fewest(most: int, fits_without: Callable[[int], bool], *, least: int = 0) -> int:
+    """The smallest k from `least` to `most` for which `fits_without(k)` holds (it holds for every k
+    above one where it holds), by bisection; `most` + 1 when none does."""
+    lo, hi = least, most + 1  # hi: no k fits
     while lo < hi:
         mid = (lo + hi) // 2
-        if fits(dropped(mid)):
+        if fits_without(mid):
             hi = mid
         else:
             lo = mid + 1
-    return dropped(lo)
+    return lo
+
+
+def tag_line(line: str) -> bool:
+    """Whether a summary line holds a ``<tag>`` / ``</tag>`` marker (its structure, never cut)."""
+    return _TAG.search(line) is not None
+
+
+def summary_left(trimmed: str) -> str:
+    """A trimmed summary, or '' when only its ``<tag>`` lines are left (no summary worth showing)."""
+    return trimmed if _TAG.sub("", trimmed).strip() else ""
 
 
 def trim_summary(summary: str, fits: Callable[[str], bool]) -> str:
@@ -207,20 +227,11 @@ def trim_summary(summary: str, fits: Callable[[str], bool]) -> str:
     only tags would remain.
     """
     lines = summary.split("\n")
-    content = [i for i, line in enumerate(lines) if line.strip() and not _TAG.search(line)]
+    content = [i for i, line in enumerate(lines) if line.strip() and not tag_line(line)]
 
     def without_last(k: int) -> str:
         removed = set(content[len(content) - k :])
         return "\n".join(line for i, line in enumerate(lines) if i not in removed)
 
-    lo, hi = 1, len(content) + 1  # hi: no k fits
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(without_last(mid)):
-            hi = mid
-        else:
-            lo = mid + 1
-    if lo > len(content):
-        return ""
-    trimmed = without_last(lo)
-    return trimmed if _TAG.sub("", trimmed).strip() else ""  # tags alone are no summary worth showing
+    k = fewest(len(content), lambda k: fits(without_last(k)), least=1)
+    return "" if k > len(content) else summary_left(without_last(k))

@@ -39,7 +39,14 @@ import msgspec
 
 from convmem.errors import InvalidInput
 from convmem.events import ShortTermMemoryConfig, date_text
-from convmem.projections._budget import ContextSelection, TokenEstimator, selection_tokens
+from convmem.projections._budget import (
+    ContextSelection,
+    TokenEstimator,
+    fewest,
+    selection_tokens,
+    summary_left,
+    tag_line,
+)
 from convmem.projections._state import SessionState
 
 __all__ = [
@@ -64,7 +71,6 @@ B = 0.75
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[.!?…][\"'”’)\]])\s+|\n+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_TAG = re.compile(r"</?[A-Za-z_][\w.-]*>")
 _NAMES = re.compile(r"The (user|assistant)'s name is ([^\n:]{1,40})\.")
 _STOPWORD_TEXT = """
     a about above after again against all am an and any are aren't as at be because been before
@@ -325,7 +331,7 @@ def trim_by_relevance(summary: str, relevance: Relevance, fits: Callable[[str], 
         stripped = line.strip()
         if not stripped:
             kinds.append(0)
-        elif _TAG.search(stripped):
+        elif tag_line(stripped):
             kinds.append(1)
         elif _HEADING.match(stripped):
             kinds.append(2)
@@ -354,17 +360,8 @@ def trim_by_relevance(summary: str, relevance: Relevance, fits: Callable[[str], 
                 keep[i] = True
         return "\n".join(line for i, line in enumerate(lines) if keep[i])
 
-    lo, hi = 0, len(order) + 1  # hi: no k fits
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(without(mid)):
-            hi = mid
-        else:
-            lo = mid + 1
-    if lo > len(order):
-        return ""
-    trimmed = without(lo)
-    return trimmed if _TAG.sub("", trimmed).strip() else ""
+    k = fewest(len(order), lambda k: fits(without(k)))
+    return "" if k > len(order) else summary_left(without(k))
 
 
 def with_recall(
