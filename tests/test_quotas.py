@@ -808,7 +808,7 @@ def test_a_service_makes_the_tally_bucket_before_it_takes_a_request(
 
 
 def test_a_tally_value_that_is_not_a_tally_is_counted_again_in_full(url: str, jetstream_names: Any) -> None:
-    """Bytes in a tenant's tally key that are not a tally (not JSON, or JSON of another shape: an
+    """Bytes in a tenant's tally key that are not a tally (not JSON, JSON of another shape, none: an
     operator's put, a damaged store) never fail a write: the tenant is counted in full and the
     tally made again from that count."""
     system = _system(url, jetstream_names)
@@ -818,7 +818,7 @@ def test_a_tally_value_that_is_not_a_tally_is_counted_again_in_full(url: str, je
         for n in range(3):
             system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
         stored = _stored(system, "acme")
-        for garbage in (b"{not json", b'{"bytes": -5}', b"\xff\xfe"):
+        for garbage in (b"{not json", b'{"bytes": -5}', b"\xff\xfe", b""):  # b"": as a delete leaves it
             now, counts = [0.0], []  # type: ignore[var-annotated]
 
             async def scenario(
