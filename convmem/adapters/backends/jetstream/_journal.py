@@ -14,11 +14,9 @@ server (``sync_interval: always``) a recorded request is on disk before
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import nats.errors
@@ -28,6 +26,7 @@ from convmem.actors import ErasureReceipt, ErasureRequest
 from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage
 from convmem.adapters.backends.jetstream._read import list_subjects
 from convmem.adapters.backends.jetstream._setup import check_names, open_bucket
+from convmem.adapters.backends.jetstream._watch import publish_denied
 from convmem.errors import InvalidConfig, SessionClosed
 
 __all__ = ["JetStreamErasureJournal", "erasure_bucket"]
@@ -142,17 +141,8 @@ class JetStreamErasureJournal:
 
     async def _put_once(self, subject: str, data: bytes) -> None:
         try:
-            with self._conn.watch.expect(subject) as denied:  # a refused subject fails now, named
-                sent = self._conn.js.publish(subject, data, headers={_EXPECTED: "0"})
-                publish = asyncio.ensure_future(sent)
-                waits: set[asyncio.Future[Any]] = {publish, denied}
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                if not publish.done():
-                    publish.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                        await publish
-                    denied.result()
-                publish.result()
+            # A refused subject fails now, named.
+            await publish_denied(self._conn.js, self._conn.watch, subject, data, {_EXPECTED: "0"})
         except nats.js.errors.APIError as exc:
             if exc.err_code not in _ALREADY_THERE:  # recorded already (by us, retried, or another process)
                 raise

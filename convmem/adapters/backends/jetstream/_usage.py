@@ -15,9 +15,8 @@ each tenant's total in a key-value bucket every service instance shares.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import nats.errors
@@ -27,6 +26,7 @@ from convmem.adapters.backends.jetstream._appends import EXPECTED
 from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage
 from convmem.adapters.backends.jetstream._read import fetch_batch
 from convmem.adapters.backends.jetstream._setup import ensure_bucket
+from convmem.adapters.backends.jetstream._watch import publish_denied
 from convmem.events import encode_token
 
 _log = logging.getLogger("convmem.jetstream")
@@ -167,20 +167,13 @@ class UsageTallies:
         if revision == 0:  # "none yet": over a value that is no tally, as last read, if any
             revision = self._unreadable.get(tenant_id, 0)
         try:
-            with self._conn.watch.expect(subject) as denied:  # a refused subject fails now, named
-                publish = asyncio.ensure_future(
-                    self._conn.js.publish(
-                        subject, msgspec.json.encode(_Value(stored=value)), headers={EXPECTED: str(revision)}
-                    )
-                )
-                waits: set[asyncio.Future[Any]] = {publish, denied}
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                if not publish.done():
-                    publish.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                        await publish
-                    denied.result()
-                ack = publish.result()
+            ack = await publish_denied(  # a refused subject fails now, named
+                self._conn.js,
+                self._conn.watch,
+                subject,
+                msgspec.json.encode(_Value(stored=value)),
+                {EXPECTED: str(revision)},
+            )
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST:
                 return None

@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from convmem.adapters._auth import scrub
 from convmem.errors import PermissionDenied
 
-__all__ = ["ConnectionWatch", "describe", "request_denied"]
+__all__ = ["ConnectionWatch", "describe", "publish_denied", "request_denied"]
 
 _log = logging.getLogger("convmem.nats")
 _DENIED = re.compile(r'permissions violation for (publish|subscription) to "([^"]+)"', re.IGNORECASE)
@@ -132,6 +132,21 @@ async def answered_first(request: asyncio.Future[Any], denied: asyncio.Future[No
         request.add_done_callback(lambda gone: None if gone.cancelled() else gone.exception())
         raise
     return request in done
+
+
+async def publish_denied(
+    js: Any, watch: ConnectionWatch, subject: str, data: bytes, headers: dict[str, str]
+) -> Any:
+    """`js.publish` (JetStream: its ack), failing at once with `PermissionDenied` when the server
+    refuses the subject."""
+    with watch.expect(subject) as denied:
+        publish = asyncio.ensure_future(js.publish(subject, data, headers=headers))
+        if not await answered_first(publish, denied):
+            publish.cancel()
+            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+                await publish
+            denied.result()
+        return publish.result()
 
 
 async def request_denied(
