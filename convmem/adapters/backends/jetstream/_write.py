@@ -49,6 +49,7 @@ from convmem.adapters.backends._log_bytes import opens_history
 from convmem.adapters.backends.jetstream._appends import (
     EMPTY,
     EXPECTED,
+    RECENT_SESSIONS,
     Last,
     PendingAppend,
     Refused,
@@ -87,7 +88,6 @@ from convmem.projections import SessionSequence
 __all__ = ["PendingAppend", "SessionWriter"]
 
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
-_CACHE_SIZE = 8_192  # sessions written recently; a miss costs one leader lookup, not correctness
 _ATTEMPTS = 5
 _ERASE_WINDOW = 64  # message deletions in flight at once
 _GONE = (10057, 10043)  # "no message found", "sequence not found": erased already (a racing eraser)
@@ -140,6 +140,11 @@ class SessionWriter:
         if len(pending.events) > 1 or last is None or last.seq != pending.expected or subject in self._locks:
             return False
         return self._fast.start_now(pending, last)
+
+    def known(self, subject: str) -> Last | None:
+        """The session's last message as this writer knows it, without asking the stream; None when it
+        is not among the `RECENT_SESSIONS` sessions written (or read) most recently."""
+        return self._last.get(subject)
 
     def append_in_task(self, pending: PendingAppend) -> None:
         """Take `pending` the full way (`append`) in a task of its own; settle it from there."""
@@ -457,7 +462,7 @@ class SessionWriter:
             return  # a read that started before our own latest append
         self._last[subject] = last
         self._last.move_to_end(subject)
-        if len(self._last) > _CACHE_SIZE:
+        if len(self._last) > RECENT_SESSIONS:
             self._last.popitem(last=False)
 
     @contextlib.asynccontextmanager
