@@ -90,3 +90,23 @@ def test_the_system_clock_fires_live_timers_among_many_cancelled_ones() -> None:
         assert len(clock._timers.entries) <= 2 * 64 + 1
     finally:
         clock.close()
+
+
+def test_the_system_clock_wakes_for_a_timer_earlier_than_every_other_and_only_then() -> None:
+    """A timer later than the earliest one sets no wake-up (the thread sleeps on until the earliest);
+    one earlier than all wakes the thread, which then fires it without waiting for the later ones."""
+    clock = SystemClock()
+    try:
+        clock.call_at(clock.now() + 3600, lambda: None)  # the thread starts and sleeps toward this one
+        fired = threading.Event()
+        with clock._cond:  # count the wake-ups the next two timers ask for
+            notify = clock._cond.notify
+            woken: list[int] = []
+            clock._cond.notify = lambda n=1: (woken.append(n), notify(n))[1]  # type: ignore[method-assign]
+        clock.call_at(clock.now() + 7200, lambda: None)  # later than the earliest: no wake-up
+        assert woken == []
+        clock.call_at(clock.now(), fired.set)  # earlier than every other: wakes the thread
+        assert woken == [1]
+        assert fired.wait(WAIT)
+    finally:
+        clock.close()

@@ -373,3 +373,25 @@ def test_a_hanging_probe_in_degraded_times_out_and_stays_degraded(harness: Harne
     wait_health(session, DEGRADED, 2)
     assert "timed out" in events_of(harness.log, key(), HealthChanged)[-1].reason
     assert session.add_turn(turn("still writable"), timeout=10) == 4
+
+
+def test_a_full_summarizer_queue_is_a_stored_failure_and_the_write_is_answered(harness: Harness) -> None:
+    """A summary that falls due at a write's end is asked for there; when the pool's queue is full
+    the write is still answered, and the refusal is stored as a failure of its own (RETRY), from
+    the session's own thread, with the turns kept pending."""
+    summarizer = PlannedSummarizer(default="hang")
+    system = harness.system(
+        summarizing_config(), summarizer=summarizer, summarizer_workers=1, summarizer_queue=1
+    )
+    first, second = system.session(key("first")), system.session(key("second"))
+    for i in range(3):
+        assert first.add_turn(turn(f"a{i}"), timeout=10) == i + 1
+    summarizer.wait_calls(1)  # the one worker hangs on first's summary; the queue holds it
+    for i in range(3):
+        assert second.add_turn(turn(f"b{i}"), timeout=10) == i + 1  # answered despite the refusal
+    wait_health(second, RETRY, 1)
+    assert summarizer.call_count == 1  # second's summary was never called: refused at the queue
+    failed = [e for e in events_of(harness.log, key("second"), HealthChanged) if e.new is RETRY]
+    assert [e.reason for e in failed] == ["summarizer queue is full"]
+    assert len(second.get_llm_context()["conversation_memory"]["pending_turns"]) == 1
+    assert second.snapshot_state() == replay_log(harness.log, key("second"))

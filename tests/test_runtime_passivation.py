@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import random
 import threading
@@ -28,7 +29,7 @@ from runtime_helpers import (
 
 from convmem.actors import LoggedEvent
 from convmem.actors._live import LiveSessions
-from convmem.actors._session import Message, SessionActor, SummaryDone
+from convmem.actors._session import Message, Refresh, SessionActor, SummaryDone
 from convmem.adapters import InMemoryEventLog
 from convmem.events import MemoryBudget, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 
@@ -237,8 +238,8 @@ def test_a_summary_answered_while_the_session_activates_is_not_lost(
     answered = threading.Event()
     deliver = LiveSessions.tell  # where a summary's answer reaches its (live) session
 
-    def tell(sessions: LiveSessions, k: MemoryKey, message: Message) -> bool:
-        delivered = deliver(sessions, k, message)
+    def tell(sessions: LiveSessions, k: MemoryKey, message: Message, *, here: bool = False) -> bool:
+        delivered = deliver(sessions, k, message, here=here)
         if isinstance(message, SummaryDone):
             answered.set()
         return delivered
@@ -376,3 +377,31 @@ def test_a_flush_a_passivated_session_still_held_is_redelivered_on_a_session_thr
     assert all(name.startswith("convmem-session") for name in log.readers), log.readers
     flushed.result(WAIT)  # the new activation asked again, and got its summary
     assert live_state(system, key()) == replay_log(log, key())
+
+
+def test_a_message_told_here_runs_on_the_calling_thread_unless_it_runs_a_loop(harness: Harness) -> None:
+    """`tell(here=True)` (how a summarizer worker delivers its answer) has an idle live session
+    handle the message on the calling thread, with no dispatcher woken; on a thread that runs an
+    event loop, or to a session that is not live, nothing runs there."""
+    system = harness.system()
+    sessions: LiveSessions = system._sessions
+    session = system.session(key())
+    session.add_turn(turn("t0"))
+
+    def handled_on(told_from_loop: bool) -> threading.Thread:
+        reply: concurrent.futures.Future[object] = concurrent.futures.Future()
+        where: concurrent.futures.Future[threading.Thread] = concurrent.futures.Future()
+        reply.add_done_callback(lambda _: where.set_result(threading.current_thread()))
+
+        async def on_loop() -> None:
+            assert sessions.tell(key(), Refresh(reply), here=True)
+
+        if told_from_loop:
+            asyncio.run(on_loop())
+        else:
+            assert sessions.tell(key(), Refresh(reply), here=True)
+        return where.result(timeout=WAIT)
+
+    assert handled_on(told_from_loop=False) is threading.current_thread()
+    assert handled_on(told_from_loop=True) is not threading.current_thread()
+    assert not sessions.tell(key("never-started"), Refresh(concurrent.futures.Future()), here=True)

@@ -120,6 +120,8 @@ class SystemClock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="convmem-timers", daemon=True)
                 self._thread.start()
+            elif self._timers.due() < when:
+                return handle  # an earlier timer wakes the thread first: no wake-up (and GIL hand-off) now
             self._cond.notify()
         return handle
 

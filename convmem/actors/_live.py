@@ -23,6 +23,7 @@ delivery to live sessions. Handles reach sessions through it too (`deliver`,
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import logging
@@ -108,14 +109,23 @@ class LiveSessions(Leaving):
         """A write stored `events`: count them and fire the callbacks, off the write path."""
         self._callbacks.notify(key, old, new, events)
 
-    def tell(self, key: MemoryKey, message: Message) -> bool:
-        """Deliver `message` only to a live session (timers and summaries of passivated ones lapse)."""
+    def tell(self, key: MemoryKey, message: Message, *, here: bool = False) -> bool:
+        """Deliver `message` only to a live session (timers and summaries of passivated ones lapse).
+
+        With `here`, a live session that is idle has the message handled by the calling thread (a
+        summarizer worker delivering its answer: the answer's write starts without waking a
+        dispatcher thread); never on a thread that runs an event loop, where it is queued as usual.
+        """
         with self._lock:
             entry = self._live.get(key)
             if entry is None or self.closed:
                 return False
-            entry.ref.tell(message)
-            return True
+            actor = claim(entry.ref) if here and asyncio._get_running_loop() is None else None
+            if actor is None:
+                entry.ref.tell(message)
+                return True
+        actor.run_claimed(message)
+        return True
 
     def stopped(self, key: MemoryKey, ref: pykka.ActorRef[SessionActor], leftovers: list[Message]) -> None:
         """A session's actor stopped: its entry goes; the writes and flushes it still held go on.

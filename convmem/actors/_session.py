@@ -197,7 +197,7 @@ class SessionHost(Protocol):
         self, key: MemoryKey, old: SessionState, new: SessionState, events: list[AnyEvent]
     ) -> None: ...
 
-    def tell(self, key: MemoryKey, message: Message) -> bool: ...
+    def tell(self, key: MemoryKey, message: Message, *, here: bool = False) -> bool: ...
 
     def stopped(self, key: MemoryKey, ref: pykka.ActorRef[Any], leftovers: list[Message]) -> None: ...
 
@@ -432,11 +432,7 @@ class SessionActor(PooledActor):
         if state.config is not self._config_seen:
             self._config_seen, self._quiet = state.config, not state.config.summarizes
         if not self._quiet or self._timer is not None or self._flushes:
-            now = self._host.clock.now()
-            if self._in_flight is None and summary_due(state, now, turn_added=done.grew) is not None:
-                self.actor_ref.tell(Wake(done.grew))  # a full summarizer queue stores a failure: a write
-            else:  # none is due at `now` (with or without a turn added): only the timer and flushes
-                self._schedule(now=now, not_due=True)
+            self._schedule(turn_added=done.grew)  # asks the pool here: a refusal comes back as a message
         if held:
             self.let_go()
         reply = write.reply
@@ -516,13 +512,21 @@ class SessionActor(PooledActor):
         self._settle_flushes()
 
     def _submit(self, request: SummaryRequest) -> None:
+        """Hand `request` to the summarizer pool; its answer comes back as a `SummaryDone`.
+
+        Never writes here: it runs at a write's end too, on whichever thread (or loop) settled the
+        write, so a refusal (a full queue, a closed pool) is told to the actor as the outcome, which
+        stores the failure as a write of its own, as it stores an answer.
+        """
         host, key = self._host, self.key
         self._in_flight = request
         self._cell.in_flight = True
         host.metrics.count("summary_calls")
-        refused = self._services.summarize(key, request, lambda outcome: host.tell(key, SummaryDone(outcome)))
+        refused = self._services.summarize(
+            key, request, lambda outcome: host.tell(key, SummaryDone(outcome), here=True)
+        )
         if refused is not None:
-            self._finish_summary(request, None, refused)
+            self.actor_ref.tell(SummaryDone(SummaryOutcome(request=request, error=refused)))
             return
         limit = self.state.config.health.summarize_timeout_seconds
         self._timeout_timer = host.clock.call_at(
