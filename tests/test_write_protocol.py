@@ -33,7 +33,9 @@ from convmem.projections import (
     next_due_at,
     replay,
     summary_due,
+    summary_plan,
 )
+from convmem.projections._health import summarizable
 from convmem.projections._write_protocol import (
     DOUBTS_KEPT,
     MAX_CONFLICT_RETRIES,
@@ -584,3 +586,37 @@ def test_a_session_that_never_summarizes_has_no_summary_due_ever(
     for now in (0.0, state.health_since, state.health_since + 1e6):
         assert summary_due(state, now, turn_added=turn_added) is None
     assert next_due_at(state) is None
+
+
+@given(
+    history=histories(config_strategy=configs(strategies=("rolling_summary", "truncation")), max_size=15),
+    pick=st.integers(0, 1000),
+    health=st.sampled_from(list(MemoryHealth)),
+    turn_added=st.booleans(),
+    degraded_retry=st.sampled_from([0.0, 30.0]),
+)
+def test_a_write_ends_with_the_summary_the_health_rules_ask_for_or_the_time_they_name(
+    history: History, pick: int, health: MemoryHealth, turn_added: bool, degraded_retry: float
+) -> None:
+    """Given any state (any health, with or without probes in DEGRADED), then `summary_plan` (what a
+    write's end works out in one pass) asks for a summary exactly when the rules say one is due at
+    `now`, covering every summarizable turn, and otherwise names `next_due_at` for the timer."""
+    state = history.states[pick % len(history.states)]
+    health_policy = msgspec.structs.replace(state.config.health, degraded_retry_seconds=degraded_retry)
+    config = msgspec.structs.replace(state.config, health=health_policy)
+    state = msgspec.structs.replace(state, health=health, config=config)
+    turns = summarizable(state) if state.config.summarizes else ()
+    for now in (0.0, state.health_since, state.health_since + 3.0, state.health_since + 1e6):
+        request, due = summary_plan(state, now, turn_added=turn_added)
+        asked = next_due_at(state)
+        if asked is None and turn_added and health is MemoryHealth.DEGRADED and not degraded_retry and turns:
+            asked = now  # a DEGRADED session with no probe interval probes when a turn arrives
+        if asked is not None and asked <= now and state.key is not None:
+            assert request is not None
+            assert due is None
+            assert request.turns == tuple(r.turn for r in turns)
+            assert (request.covers_from, request.covers_through) == (turns[0].index, turns[-1].index)
+            assert request == summary_due(state, now, turn_added=turn_added)
+        else:
+            assert request is None
+            assert due == next_due_at(state)

@@ -47,7 +47,7 @@ from convmem.projections import (
     decide_folded,
     next_due_at,
     snapshot_due,
-    summary_due,
+    summary_plan,
 )
 from convmem.projections._write_protocol import (
     NO_DOUBTS,
@@ -415,7 +415,7 @@ class SessionActor(PooledActor):
         session free). `appended`: the seconds its acknowledged append took, counted with the write.
 
         A session whose configuration never summarizes, with no timer set and no flush waiting,
-        skips the summary checks: `summary_due` and `next_due_at` are None for every state of such
+        skips the summary checks: `summary_plan` is (None, None) for every state of such
         a configuration (``tests/test_write_protocol.py`` checks it), so nothing would be asked,
         set or settled.
         """
@@ -478,37 +478,23 @@ class SessionActor(PooledActor):
 
     # Summaries -----------------------------------------------------------------------
 
-    def _schedule(self, *, turn_added: bool = False, now: float | None = None, not_due: bool = False) -> None:
+    def _schedule(self, *, turn_added: bool = False) -> None:
         """Ask for a summary when one is due; otherwise set a timer for when it will be.
 
-        `not_due`: the caller found none due at `now` already (a write's end), so it is not asked again.
+        `turn_added`: a turn was just stored (a DEGRADED session with no probe interval probes then).
         """
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._in_flight is None:
-            clock = self._host.clock
-            if now is None:
-                now = clock.now()
-            request = (
-                None
-                if not_due
-                else summary_due(
-                    self.state,
-                    now,
-                    turn_added=turn_added,
-                    estimator=self._services.estimator_for(
-                        self.key, self.state.config if self.state.started else None
-                    ),
-                )
-            )
+            clock, state = self._host.clock, self.state
+            estimator = self._services.estimator_for(self.key, state.config if state.started else None)
+            request, due = summary_plan(state, clock.now(), turn_added=turn_added, estimator=estimator)
             if request is not None:
                 self._submit(request)
-            else:
-                due = next_due_at(self.state)
-                if due is not None:
-                    key, host = self.key, self._host
-                    self._timer = clock.call_at(due, lambda: host.tell(key, Wake()))
+            elif due is not None:
+                key, host = self.key, self._host
+                self._timer = clock.call_at(due, lambda: host.tell(key, Wake()))
         self._settle_flushes()
 
     def _submit(self, request: SummaryRequest) -> None:

@@ -58,6 +58,7 @@ from convmem.projections._health import (
     SummaryRequest,
     next_due_at,
     summary_due,
+    summary_plan,
     summary_problem,
     summary_room,
 )
@@ -220,6 +221,7 @@ __all__ = [
     "strategy_table",
     "summary_due",
     "summary_messages",
+    "summary_plan",
     "summary_problem",
     "summary_room",
     "to_dict",

@@ -34,6 +34,7 @@ __all__ = [
     "next_due_at",
     "summarizable",
     "summary_due",
+    "summary_plan",
     "summary_problem",
     "summary_room",
     "summary_zone",
@@ -124,7 +125,11 @@ def next_due_at(state: SessionState) -> float | None:
     """
     if not state.started or not state.config.summarizes:
         return None
-    turns = summarizable(state)
+    return _due_at(state, summarizable(state))
+
+
+def _due_at(state: SessionState, turns: tuple[TurnRecord, ...]) -> float | None:
+    """`next_due_at` of a started, summarizing `state` whose summarizable turns are `turns`."""
     _, trigger = summary_zone(state.config)
     policy = state.config.health
     match state.health:
@@ -189,20 +194,34 @@ def summary_due(
     `degraded_retry_seconds` is 0 probes then (PenguiFlow's trigger), and only then.
     `estimator` counts the room the summary will have (`summary_room`).
     """
-    due = next_due_at(state)
+    return summary_plan(state, now, turn_added=turn_added, estimator=estimator)[0]
+
+
+def summary_plan(
+    state: SessionState,
+    now: float,
+    *,
+    turn_added: bool = False,
+    estimator: TokenEstimator = default_token_estimator,
+) -> tuple[SummaryRequest | None, float | None]:
+    """(`summary_due`, and when none is due, `next_due_at`) from one pass over the session's turns:
+    what a write's end asks after every write of a summarizing session."""
+    if not state.started or not state.config.summarizes:
+        return None, None
+    turns = summarizable(state)
+    due = _due_at(state, turns)
+    asked = due
     if (
-        due is None
+        asked is None
         and turn_added
         and state.health is MemoryHealth.DEGRADED
-        and state.config.summarizes
         and not state.config.health.degraded_retry_seconds
-        and summarizable(state)
+        and turns
     ):
-        due = now
-    if due is None or due > now or state.key is None:
-        return None
-    turns = summarizable(state)
-    return SummaryRequest(
+        asked = now
+    if asked is None or asked > now or state.key is None:
+        return None, due
+    request = SummaryRequest(
         key=state.key,
         previous_summary=state.summary,
         covers_from=turns[0].index,
@@ -214,6 +233,7 @@ def summary_due(
         speaker_names=state.config.speaker_names,
         max_tokens=_summary_bound(state, turns[-1].index, estimator),
     )
+    return request, None
 
 
 def _summary_bound(state: SessionState, through: int, estimator: TokenEstimator) -> int:
