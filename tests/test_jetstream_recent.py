@@ -1,11 +1,17 @@
-"""The JetStream writer remembers the last message of the sessions it wrote most recently, so that a
-write to one of them publishes at once (a forgotten one costs a request to the stream's leader first)."""
+"""The JetStream log's waits: the writer remembers the last message of the sessions it wrote most
+recently, so that a write to one of them publishes at once (a forgotten one costs a request to the
+stream's leader first); creating the stream waits for a slow server longer than a write would."""
 
 from __future__ import annotations
 
-from convmem.adapters import EmbeddedNatsServer
+import threading
+
+from nats_fixtures import frozen
+
+from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog
 from convmem.adapters.backends.jetstream._appends import RECENT_SESSIONS, Last
 from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._setup import SETUP_TIMEOUT
 from convmem.adapters.backends.jetstream._write import SessionWriter
 
 
@@ -29,5 +35,37 @@ def test_a_writer_remembers_the_last_message_of_its_recent_sessions(nats_server:
         assert writer.known(subjects[3]) == Last(4, 7, "e3")
         assert writer.known(subjects[-1]) == Last(1, RECENT_SESSIONS * 4 + 2, "late1")
         assert sum(writer.known(s) is not None for s in subjects) == RECENT_SESSIONS
+    finally:
+        connection.close()
+
+
+def test_creating_the_stream_waits_past_a_writes_timeout_for_a_slow_server(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """Given a connection whose requests time out after 0.2 s and a server that stops answering as
+    the stream is created (a cluster still forming the stream's group answers late as well), then
+    the set-up waits (up to `SETUP_TIMEOUT`) instead of failing after 0.2 s, and the log opens once
+    the server answers."""
+    connection = NatsConnection.connect(nats_server.url, timeout=0.2)
+    opened: list[JetStreamEventLog] = []
+    failed: list[BaseException] = []
+
+    def open_log() -> None:
+        try:
+            opened.append(JetStreamEventLog(connection, stream="SETUP_WAIT", prefix="setupwait"))
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        assert SETUP_TIMEOUT >= 30.0
+        with frozen(nats_server):
+            setting_up = threading.Thread(target=open_log, daemon=True)
+            setting_up.start()
+            setting_up.join(timeout=5 * connection.timeout)  # a write's timeout would have ended it
+            assert setting_up.is_alive(), f"the set-up gave up: {failed}"
+        setting_up.join(timeout=SETUP_TIMEOUT)
+        assert not failed
+        assert len(opened) == 1
+        opened[0].close()
     finally:
         connection.close()

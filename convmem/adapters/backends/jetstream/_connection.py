@@ -280,10 +280,14 @@ class NatsConnection:
         finally:
             self._loop.stop()
 
-    async def api(self, subject: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A JetStream API request; an error reply raises nats-py's `APIError`."""
+    async def api(
+        self, subject: str, request: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """A JetStream API request (waiting `timeout`, else the connection's); an error reply raises
+        nats-py's `APIError`."""
         payload = json.dumps(request).encode() if request is not None else b""
-        msg = await request_denied(self.nc, self.watch, subject, payload, self.timeout)
+        wait = self.timeout if timeout is None else timeout
+        msg = await request_denied(self.nc, self.watch, subject, payload, wait)
         reply: dict[str, Any] = json.loads(msg.data)
         if "error" in reply:
             error = reply["error"]

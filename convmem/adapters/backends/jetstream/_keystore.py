@@ -20,7 +20,12 @@ import msgspec
 import nats.js.errors
 
 from convmem.adapters.backends.jetstream._connection import NatsConnection
-from convmem.adapters.backends.jetstream._setup import bucket_config, check_names, stream_config_of
+from convmem.adapters.backends.jetstream._setup import (
+    bucket_config,
+    check_names,
+    setup_wait,
+    stream_config_of,
+)
 from convmem.adapters.backends.keys import WrappedKey, check_hex, sorted_keys
 from convmem.errors import ConvmemError, EncryptionKeyError
 
@@ -46,7 +51,9 @@ class NatsKeyStore:
         self._stream = f"KV_{bucket}"
         self._closed = False
         try:
-            self._call(lambda: self._ensure(replicas), f"checking bucket {bucket!r}")
+            self._call(
+                lambda: self._ensure(replicas), f"checking bucket {bucket!r}", timeout=setup_wait(connection)
+            )
         except BaseException:
             connection.release()
             raise
@@ -56,7 +63,9 @@ class NatsKeyStore:
         if found is None:
             try:
                 await self._conn.api(
-                    f"$JS.API.STREAM.CREATE.{self._stream}", bucket_config(self._bucket, replicas=replicas)
+                    f"$JS.API.STREAM.CREATE.{self._stream}",
+                    bucket_config(self._bucket, replicas=replicas),
+                    timeout=setup_wait(self._conn),
                 )
                 return
             except nats.js.errors.APIError as exc:
@@ -77,9 +86,11 @@ class NatsKeyStore:
     def _subject(self, name: str) -> str:
         return f"$KV.{self._bucket}.{name}"
 
-    def _call(self, fn: Callable[[], Coroutine[Any, Any, _T]], what: str) -> _T:
+    def _call(
+        self, fn: Callable[[], Coroutine[Any, Any, _T]], what: str, *, timeout: float | None = None
+    ) -> _T:
         try:
-            return self._conn.call(fn, what=what)
+            return self._conn.call(fn, what=what, timeout=timeout)
         except EncryptionKeyError:
             raise
         except (ConvmemError, nats.js.errors.Error) as exc:

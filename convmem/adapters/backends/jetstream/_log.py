@@ -51,6 +51,7 @@ from convmem.adapters.backends.jetstream._setup import (
     check_exists,
     check_names,
     ensure_stream,
+    setup_wait,
     subject_pattern,
 )
 from convmem.adapters.backends.jetstream._usage import UsageTallies, count_bytes, usage_bucket
@@ -145,8 +146,13 @@ class JetStreamEventLog:
                         connection, stream, prefix, replicas=replicas, duplicate_window=duplicate_window
                     ),
                     what=f"checking stream {stream!r}",
+                    timeout=setup_wait(connection),
                 )
-            elif not connection.call(lambda: check_exists(connection, stream), what=f"finding {stream!r}"):
+            elif not connection.call(
+                lambda: check_exists(connection, stream),
+                what=f"finding {stream!r}",
+                timeout=setup_wait(connection),
+            ):
                 raise StoreNotFound(
                     f"the NATS server has no stream {stream!r}: nothing was stored there yet "
                     "(or the events live under another --stream name)",

@@ -20,17 +20,32 @@ from convmem.errors import InvalidConfig, StoreNotFound
 _log = logging.getLogger("convmem.jetstream")
 
 __all__ = [
+    "SETUP_TIMEOUT",
     "bucket_config",
     "check_exists",
     "check_names",
     "ensure_bucket",
     "ensure_stream",
     "open_bucket",
+    "setup_wait",
     "stream_config_of",
     "subject_pattern",
 ]
 
 _NS = 1_000_000_000
+
+SETUP_TIMEOUT = 30.0
+"""How long creating or checking a stream or bucket may wait for the server's answer, at least. On a
+cluster the answer waits for the replicas to form the stream's group and elect its leader, which a
+cluster that has just started, or one on a loaded machine, can take several seconds to do: longer
+than a write's timeout (`NatsConnection.timeout`, 5 s by default)."""
+
+
+def setup_wait(conn: NatsConnection) -> float:
+    """How long a set-up request on `conn` may wait: `SETUP_TIMEOUT`, or the connection's timeout if more."""
+    return max(conn.timeout, SETUP_TIMEOUT)
+
+
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -80,7 +95,7 @@ async def ensure_stream(
     found = await stream_config_of(conn, name)
     if found is None:
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{name}", wanted)
+            await conn.api(f"$JS.API.STREAM.CREATE.{name}", wanted, timeout=setup_wait(conn))
             return
         except nats.js.errors.APIError as exc:
             if exc.err_code == 10065:  # subjects overlap with another stream
@@ -133,7 +148,11 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
     found = await stream_config_of(conn, stream)
     if found is None:
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", bucket_config(bucket, replicas=replicas))
+            await conn.api(
+                f"$JS.API.STREAM.CREATE.{stream}",
+                bucket_config(bucket, replicas=replicas),
+                timeout=setup_wait(conn),
+            )
             return
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:
@@ -164,7 +183,11 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
             if exc.err_code != 10059:  # 10059: another process deleted it meanwhile
                 raise
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{stream}", bucket_config(bucket, replicas=replicas))
+            await conn.api(
+                f"$JS.API.STREAM.CREATE.{stream}",
+                bucket_config(bucket, replicas=replicas),
+                timeout=setup_wait(conn),
+            )
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10058:  # 10058: another process replaced it meanwhile
                 raise
@@ -183,14 +206,22 @@ def open_bucket(
     `what` names the bucket in the errors of the calls ("bucket"), `missing` in `StoreNotFound`.
     """
     if create:
-        conn.call(lambda: ensure_bucket(conn, bucket, replicas=replicas), what=f"checking {what} {bucket!r}")
-    elif not conn.call(lambda: check_exists(conn, f"KV_{bucket}"), what=f"finding {what} {bucket!r}"):
+        conn.call(
+            lambda: ensure_bucket(conn, bucket, replicas=replicas),
+            what=f"checking {what} {bucket!r}",
+            timeout=setup_wait(conn),
+        )
+    elif not conn.call(
+        lambda: check_exists(conn, f"KV_{bucket}"),
+        what=f"finding {what} {bucket!r}",
+        timeout=setup_wait(conn),
+    ):
         raise StoreNotFound(f"the NATS server has no {missing} {bucket!r}", name=bucket)
 
 
 async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
     try:
-        info = await conn.api(f"$JS.API.STREAM.INFO.{name}")
+        info = await conn.api(f"$JS.API.STREAM.INFO.{name}", timeout=setup_wait(conn))
     except nats.js.errors.APIError as exc:
         if exc.err_code == 10059:  # stream not found
             return None
