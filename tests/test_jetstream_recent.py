@@ -4,15 +4,25 @@ stream's leader first); creating the stream waits for a slow server longer than 
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import socket
+import subprocess
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+from cluster import free_port, wait_for
 from nats_fixtures import frozen
 
-from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog
+from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog
 from convmem.adapters.backends.jetstream._appends import RECENT_SESSIONS, Last
 from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.adapters.backends.jetstream._setup import SETUP_TIMEOUT
 from convmem.adapters.backends.jetstream._write import SessionWriter
+from convmem.errors import LogUnavailable
 
 
 def test_a_writer_remembers_the_last_message_of_its_recent_sessions(nats_server: EmbeddedNatsServer) -> None:
@@ -69,3 +79,39 @@ def test_creating_the_stream_waits_past_a_writes_timeout_for_a_slow_server(
         opened[0].close()
     finally:
         connection.close()
+
+
+def test_a_server_without_jetstream_fails_the_set_up_at_once_and_says_so(tmp_path: Path) -> None:
+    """The longer set-up wait is for an answer that comes late: a server with JetStream off answers
+    "no responders" at once, and `connect` fails with `LogUnavailable` telling how to enable it,
+    long before `SETUP_TIMEOUT`."""
+    port = free_port()
+    with (tmp_path / "nats.log").open("w") as log:
+        server = subprocess.Popen(
+            [str(find_nats_server()), "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
+        )
+    try:
+        up = "nats-server on its port"
+        wait_for(lambda: _listening(port), timeout=SETUP_TIMEOUT, what=up, pause=_alive(server))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            connecting = pool.submit(JetStreamBackend.connect, f"nats://127.0.0.1:{port}")
+            with pytest.raises(LogUnavailable, match="enable JetStream"):
+                connecting.result(timeout=SETUP_TIMEOUT / 2)  # answered at once, not after the set-up wait
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+def _alive(server: subprocess.Popen[bytes]) -> Callable[[], None]:
+    """Between polls: wait briefly on the server process (its exit ends the test with its code)."""
+
+    def pause() -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            raise AssertionError(f"nats-server exited with {server.wait(timeout=0.05)}")
+
+    return pause
+
+
+def _listening(port: int) -> bool | None:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0 or None
