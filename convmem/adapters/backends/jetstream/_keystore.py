@@ -23,6 +23,7 @@ from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._setup import (
     bucket_config,
     check_names,
+    create_stream,
     setup_wait,
     stream_config_of,
 )
@@ -61,17 +62,9 @@ class NatsKeyStore:
     async def _ensure(self, replicas: int) -> None:
         found = await stream_config_of(self._conn, self._stream)
         if found is None:
-            try:
-                await self._conn.api(
-                    f"$JS.API.STREAM.CREATE.{self._stream}",
-                    bucket_config(self._bucket, replicas=replicas),
-                    timeout=setup_wait(self._conn),
-                )
+            if await create_stream(self._conn, bucket_config(self._bucket, replicas=replicas)):
                 return
-            except nats.js.errors.APIError as exc:
-                if exc.err_code != 10058:  # made by another process meanwhile
-                    raise
-            found = await stream_config_of(self._conn, self._stream)
+            found = await stream_config_of(self._conn, self._stream)  # made by another process meanwhile
         if found is None or found.get("deny_delete"):
             raise EncryptionKeyError(
                 "the bucket denies message deletes, so no data key could be erased from it: give "

@@ -24,9 +24,11 @@ __all__ = [
     "bucket_config",
     "check_exists",
     "check_names",
+    "create_stream",
     "ensure_bucket",
     "ensure_stream",
     "open_bucket",
+    "setup_request",
     "setup_wait",
     "stream_config_of",
     "subject_pattern",
@@ -44,6 +46,22 @@ than a write's timeout (`NatsConnection.timeout`, 5 s by default)."""
 def setup_wait(conn: NatsConnection) -> float:
     """How long a set-up request on `conn` may wait: `SETUP_TIMEOUT`, or the connection's timeout if more."""
     return max(conn.timeout, SETUP_TIMEOUT)
+
+
+async def setup_request(conn: NatsConnection, subject: str, request: dict[str, Any] | None = None) -> Any:
+    """A JetStream API request made while creating, checking or replacing a stream: waits `setup_wait`."""
+    return await conn.api(subject, request, timeout=setup_wait(conn))
+
+
+async def create_stream(conn: NatsConnection, config: dict[str, Any]) -> bool:
+    """Create the stream `config` names; False when another process made it meanwhile."""
+    try:
+        await setup_request(conn, f"$JS.API.STREAM.CREATE.{config['name']}", config)
+    except nats.js.errors.APIError as exc:
+        if exc.err_code != 10058:  # 10058: created meanwhile by another process
+            raise
+        return False
+    return True
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
@@ -95,8 +113,8 @@ async def ensure_stream(
     found = await stream_config_of(conn, name)
     if found is None:
         try:
-            await conn.api(f"$JS.API.STREAM.CREATE.{name}", wanted, timeout=setup_wait(conn))
-            return
+            if await create_stream(conn, wanted):
+                return
         except nats.js.errors.APIError as exc:
             if exc.err_code == 10065:  # subjects overlap with another stream
                 raise InvalidConfig(
@@ -104,8 +122,7 @@ async def ensure_stream(
                     f"subjects {wanted['subjects']} overlap another stream's on the server "
                     f"({exc.description}); choose another prefix or remove that stream",
                 ) from None
-            if exc.err_code != 10058:  # 10058: created meanwhile by another process
-                raise
+            raise
         found = await stream_config_of(conn, name)
         assert found is not None
     if found.get("discard") == "new" and int(found.get("max_bytes", -1)) > 0:
@@ -147,16 +164,8 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
     stream = f"KV_{bucket}"
     found = await stream_config_of(conn, stream)
     if found is None:
-        try:
-            await conn.api(
-                f"$JS.API.STREAM.CREATE.{stream}",
-                bucket_config(bucket, replicas=replicas),
-                timeout=setup_wait(conn),
-            )
+        if await create_stream(conn, bucket_config(bucket, replicas=replicas)):
             return
-        except nats.js.errors.APIError as exc:
-            if exc.err_code != 10058:
-                raise
         found = await stream_config_of(conn, stream)
         assert found is not None
     wanted = {
@@ -178,19 +187,11 @@ async def ensure_bucket(conn: NatsConnection, bucket: str, *, replicas: int) -> 
             bucket,
         )
         try:
-            await conn.api(f"$JS.API.STREAM.DELETE.{stream}")
+            await setup_request(conn, f"$JS.API.STREAM.DELETE.{stream}")
         except nats.js.errors.APIError as exc:
             if exc.err_code != 10059:  # 10059: another process deleted it meanwhile
                 raise
-        try:
-            await conn.api(
-                f"$JS.API.STREAM.CREATE.{stream}",
-                bucket_config(bucket, replicas=replicas),
-                timeout=setup_wait(conn),
-            )
-        except nats.js.errors.APIError as exc:
-            if exc.err_code != 10058:  # 10058: another process replaced it meanwhile
-                raise
+        await create_stream(conn, bucket_config(bucket, replicas=replicas))  # or another made it meanwhile
 
 
 async def check_exists(conn: NatsConnection, stream: str) -> bool:
@@ -221,7 +222,7 @@ def open_bucket(
 
 async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
     try:
-        info = await conn.api(f"$JS.API.STREAM.INFO.{name}", timeout=setup_wait(conn))
+        info = await setup_request(conn, f"$JS.API.STREAM.INFO.{name}")
     except nats.js.errors.APIError as exc:
         if exc.err_code == 10059:  # stream not found
             return None
