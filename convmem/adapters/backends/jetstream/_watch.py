@@ -15,7 +15,7 @@ import contextlib
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import nats.errors
@@ -139,25 +139,24 @@ async def publish_denied(
 ) -> Any:
     """`js.publish` (JetStream: its ack), failing at once with `PermissionDenied` when the server
     refuses the subject."""
-    with watch.expect(subject) as denied:
-        publish = asyncio.ensure_future(js.publish(subject, data, headers=headers))
-        if not await answered_first(publish, denied):
-            publish.cancel()
-            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                await publish
-            denied.result()
-        return publish.result()
+    return await _unless_denied(watch, subject, lambda: js.publish(subject, data, headers=headers))
 
 
 async def request_denied(
     nc: Client, watch: ConnectionWatch, subject: str, payload: bytes, timeout: float
 ) -> Any:
     """`nc.request`, failing at once with `PermissionDenied` when the server refuses the subject."""
+    return await _unless_denied(watch, subject, lambda: nc.request(subject, payload, timeout=timeout))
+
+
+async def _unless_denied(watch: ConnectionWatch, subject: str, send: Callable[[], Awaitable[Any]]) -> Any:
+    """What `send()` (a publish or request on `subject`) returns, or `PermissionDenied` once the server
+    refuses the subject first: the send is then cancelled and its outcome read."""
     with watch.expect(subject) as denied:
-        request = asyncio.ensure_future(nc.request(subject, payload, timeout=timeout))
-        if not await answered_first(request, denied):
-            request.cancel()
+        sending = asyncio.ensure_future(send())
+        if not await answered_first(sending, denied):
+            sending.cancel()
             with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                await request
+                await sending
             denied.result()
-        return request.result()
+        return sending.result()
