@@ -108,6 +108,41 @@ def test_ask_tell_proxy_start_and_stop_behave_as_in_pykka(dispatcher: Dispatcher
         ref.tell("late")
 
 
+def test_a_stopped_actors_flag_wakes_every_waiter_and_tells_a_wait_that_timed_out(
+    dispatcher: Dispatcher,
+) -> None:
+    """`actor_stopped` (convmem's own, lighter than an `Event`) answers `is_set`, `wait` and `set` as one."""
+    ref = Recorder.start(dispatcher)
+    flag = ref.actor_stopped
+    assert not flag.is_set()
+    assert flag.wait(0) is False  # not stopped: a wait runs out and says so
+    assert flag.wait(0.01) is False
+    woke: list[bool] = []
+    waiters = [threading.Thread(target=lambda: woke.append(flag.wait()), daemon=True) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    ref.stop(block=True, timeout=WAIT)
+    for waiter in waiters:
+        waiter.join(WAIT)
+    assert not any(waiter.is_alive() for waiter in waiters), "a wait without a timeout missed the stop"
+    assert woke == [True, True, True]
+    assert flag.is_set()
+    assert flag.wait(0)
+    assert flag.wait()
+    flag.set()  # a second stop of the same actor is no error
+    assert flag.is_set()
+    assert not ref.is_alive()
+
+
+def test_every_pooled_actor_has_its_own_urn_in_the_registry(dispatcher: Dispatcher) -> None:
+    refs = [Recorder.start(dispatcher) for _ in range(50)]
+    assert len({ref.actor_urn for ref in refs}) == 50
+    for ref in refs:
+        assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is ref
+        ref.stop(block=True, timeout=WAIT)
+        assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None
+
+
 def test_a_told_failure_stops_that_actor_only_and_calls_on_failure(dispatcher: Dispatcher) -> None:
     failing, other = Recorder.start(dispatcher), Recorder.start(dispatcher)
     failed, failures = failing.proxy().failed.get(timeout=WAIT), failing.proxy().failures.get(timeout=WAIT)

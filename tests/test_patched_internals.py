@@ -125,6 +125,32 @@ def test_pykka_builds_a_pooled_actors_inbox_and_envelopes_as_the_dispatcher_expe
     )
 
 
+def test_pykka_actors_init_sets_only_what_a_pooled_actor_sets_itself() -> None:
+    """`PooledActor.__init__` sets pykka's fields itself (no random UUID, no `Event`): pykka must set
+    no others, and `actor_ref` must still be built from them."""
+
+    class Plain(pykka.ThreadingActor):
+        pass
+
+    class Idle(PooledActor):
+        pass
+
+    version = _version("pykka")
+    plain, pooled = Plain(), Idle()
+    assert (
+        set(vars(plain)) == set(vars(pooled)) == {"actor_urn", "actor_inbox", "actor_stopped", "_actor_ref"}
+    ), (
+        f"pykka {version}'s Actor.__init__ sets {sorted(vars(plain))}: {DISPATCH}'s PooledActor.__init__ "
+        "sets pykka's fields itself and must set the same"
+    )
+    ref = pooled.actor_ref
+    assert (ref.actor_urn, ref.actor_inbox, ref.actor_stopped) == (
+        pooled.actor_urn,
+        pooled.actor_inbox,
+        pooled.actor_stopped,
+    ), f"pykka {version}'s ActorRef no longer copies the actor's urn, inbox and stopped flag"
+
+
 def test_nats_clients_private_state_that_the_shortcuts_use_is_there() -> None:
     """A fresh client has the counters, limits and tables that `NatsClient` reads and updates."""
     client = Client()

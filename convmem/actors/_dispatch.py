@@ -29,7 +29,7 @@ on with other actors. Handlers must not wait on another pooled actor that
 could be waiting for a thread. `Dispatcher.submit` runs plain work on the
 same threads (a session's leftover mail, redelivered).
 
-The actor loop, the inbox and the failure handling override pykka 4.x
+The actor's fields, its loop, the inbox and the failure handling override pykka 4.x
 internals (`_start_actor_loop`, `_create_actor_inbox`, `_handle_receive`,
 `_handle_failure`, `_stop`, ...). pyproject.toml bounds pykka below 5, and
 tests/test_patched_internals.py names any of them that changes shape.
@@ -38,6 +38,7 @@ tests/test_patched_internals.py names any of them that changes shape.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import sys
 import threading
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
-from pykka import ActorRegistry, ThreadingFuture
+from pykka import ActorRef, ActorRegistry, ThreadingFuture
 from pykka._envelope import Envelope
 
 from convmem.errors import InvalidConfig
@@ -56,6 +57,9 @@ _log = logging.getLogger("convmem.dispatch")
 
 _SLICE = 32
 """Messages an actor handles before its thread goes to the next actor in line."""
+
+_serials = itertools.count(1)
+"""Pooled actors' URNs: unique in the process, as pykka's registry needs, without a random UUID each."""
 
 
 def claim(ref: pykka.ActorRef[Any]) -> PooledActor | None:
@@ -229,6 +233,42 @@ class _Inbox:
             return True
 
 
+class _Stopped:
+    """`threading.Event`'s `is_set`, `set` and `wait` for `actor_stopped`, on one lock (no `Condition`).
+
+    The lock is held until `set` releases it; `wait` takes it and gives it back at once.
+    """
+
+    __slots__ = ("_flag", "_lock")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        with _STOPPING:
+            if self._flag:
+                return
+            self._flag = True
+        self._lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return self._flag
+        self._lock.release()
+        return True
+
+
+_STOPPING = threading.Lock()
+"""Makes `_Stopped.set` once-only when two threads stop the same actor."""
+
+
 class PooledActor(pykka.Actor):
     """A pykka actor run by a `Dispatcher` (set `dispatcher` before `start` returns)."""
 
@@ -241,6 +281,15 @@ class PooledActor(pykka.Actor):
     starts_idle = False
     """Start on the starting thread (`on_start` runs there) and idle, ready to be claimed at once,
     instead of setting up on a dispatcher thread first."""
+
+    def __init__(self) -> None:
+        # What pykka's `Actor.__init__` sets (tests/test_patched_internals.py checks it still sets only
+        # these), cheaper: a session starts an actor each time it comes back past the live bound, and
+        # pykka's random UUID and `threading.Event` (a `Condition` each) were a fifth of that start.
+        self.actor_urn = f"urn:convmem:actor:{next(_serials)}"
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = _Stopped()  # type: ignore[assignment]  # the Event calls pykka and convmem make
+        self._actor_ref = ActorRef(self)
 
     @staticmethod
     def _create_actor_inbox() -> _Inbox:
