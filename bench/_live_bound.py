@@ -1,4 +1,4 @@
-"""Writes past the live bound before and after a change, side by side: ``python -m bench._live_bound A B OUT``.
+"""Writes past the live bound before and after a change: ``python -m bench._live_bound A B OUT``.
 
 `A` and `B` are checkouts of the code before and after (``git archive <commit> | tar -x -C /tmp/a``).
 Each round runs one child process per tree, in alternating order; each child imports its own
