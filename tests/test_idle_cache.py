@@ -19,6 +19,7 @@ import pykka
 import pytest
 from runtime_helpers import WAIT, Harness, key, replay_log, stored_users, turn, users, wait_until
 
+import convmem.actors._idle as idle_module
 from convmem import MemorySystem
 from convmem.actors import LoggedEvent
 from convmem.actors._idle import DEFAULT_IDLE_CACHE_BYTES, idle_bytes
@@ -26,7 +27,7 @@ from convmem.actors._session import SessionActor, StateCell
 from convmem.adapters import InMemoryErasureJournal, InMemoryEventLog
 from convmem.errors import InvalidConfig
 from convmem.events import ConversationTurn, Event, MemoryBudget, MemoryKey, ShortTermMemoryConfig
-from convmem.projections import decode_state, encode_state, llm_context
+from convmem.projections import SessionState, decode_state, encode_state, llm_context
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
 A, B, C = key("a"), key("b"), key("c")
@@ -132,6 +133,36 @@ def test_the_cache_keeps_to_its_bytes_and_drops_the_least_recently_used(harness:
     for k in keys:
         assert system.session(k).snapshot_state() == replay_log(harness.log, k)
     assert system.cached_sessions()[1] <= 3 * one + one // 2
+
+
+def test_a_passivated_state_is_counted_outside_the_live_sets_lock_and_exactly(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of an evicted session's cell (an encode of its whole state) never runs under the lock
+    every write takes, and the cache's bytes are each cell's exact count once the evicting write returns."""
+    system = harness.system(TRUNCATION, max_live_sessions=1)
+    lock = system._sessions._lock
+    counted: list[bool] = []
+    real = idle_module.state_bytes
+
+    def watched(state: SessionState) -> int:
+        counted.append(lock._is_owned())  # type: ignore[attr-defined]
+        return real(state)
+
+    monkeypatch.setattr(idle_module, "state_bytes", watched)
+    keys = [key(f"s{i}") for i in range(6)]
+    for n in range(3):
+        for k in keys:
+            system.session(k).add_turn(turn(f"{k.session_id}-{n}"))
+            assert system.session(k).get_llm_context()  # the live session's view: counted with it
+    assert counted, "no cached cell was counted"
+    assert not any(counted), f"{counted.count(True)} of {len(counted)} counts ran under the live set's lock"
+    monkeypatch.undo()
+    cached = [k for k in keys if system.is_cached(k)]
+    assert len(cached) == 5
+    cells = [system._sessions.idle._entries[k].cell for k in cached]
+    assert all(cell.view is not None for cell in cells)
+    assert system.cached_sessions() == (5, sum(idle_bytes(cell) for cell in cells))
 
 
 def test_a_cell_too_big_for_the_cache_is_not_kept(harness: Harness) -> None:

@@ -10,7 +10,10 @@ meanwhile the log refuses it, the session rereads the log and decides again.
 
 The cache is bounded by an estimate of the memory its entries hold
 (`idle_bytes`); past the bound the least recently used entries go, and their
-sessions come back from their snapshot and the log's tail. Everything that
+sessions come back from their snapshot and the log's tail. The estimate is an
+encode of the whole state (about 200 µs for 1,000 live turns), so a session
+evicted past the live bound is counted after the live set's lock is let go
+(`measure`, then `counted`); its last count stands in meanwhile. Everything that
 makes a cached state wrong drops its entry: erasure (here or in another
 process), an explicit passivation, a fork into the key, closing the system.
 
@@ -27,7 +30,15 @@ from convmem.actors._session import StateCell
 from convmem.events import MemoryKey
 from convmem.projections import SessionState, encode_state
 
-__all__ = ["DEFAULT_IDLE_CACHE_BYTES", "IdleCache", "idle_bytes", "state_bytes", "view_bytes"]
+__all__ = [
+    "DEFAULT_IDLE_CACHE_BYTES",
+    "IdleCache",
+    "Measured",
+    "idle_bytes",
+    "measure",
+    "state_bytes",
+    "view_bytes",
+]
 
 DEFAULT_IDLE_CACHE_BYTES = 512 * 1024 * 1024
 """512 MiB: about 25,000 idle sessions of 20 turns of 150 + 380 characters (about 21 KB each)."""
@@ -63,18 +74,41 @@ def view_bytes(view: dict[str, Any] | None) -> int:
 
 def idle_bytes(cell: StateCell) -> int:
     """What keeping `cell` in the cache costs, as `IdleCache` counts it."""
-    view = cell.view
-    return _CELL_BYTES + state_bytes(cell.state) + (view_bytes(view[1]) if view is not None else 0)
+    return measure(cell).size
+
+
+class Measured:
+    """`idle_bytes` of a cell's state and view as they were when it was counted."""
+
+    __slots__ = ("size", "state", "view")
+
+    def __init__(
+        self, state: SessionState, view: tuple[SessionState, dict[str, Any]] | None, size: int
+    ) -> None:
+        self.state = state
+        self.view = view
+        self.size = size
+
+
+def measure(cell: StateCell) -> Measured:
+    """Count what keeping `cell` costs (an encode of its state: call it outside the live set's lock)."""
+    state, view = cell.state, cell.view
+    size = _CELL_BYTES + state_bytes(state) + (view_bytes(view[1]) if view is not None else 0)
+    return Measured(state, view, size)
 
 
 class _Entry:
     __slots__ = ("cell", "size", "state", "view")
 
-    def __init__(self, cell: StateCell) -> None:
+    def __init__(self, cell: StateCell, measured: Measured | None) -> None:
         self.cell = cell
-        self.state = cell.state
-        self.view = cell.view
-        self.size = idle_bytes(cell)
+        if measured is None:  # counted later (`IdleCache.counted`); its last count stands in till then
+            self.state: SessionState | None = None
+            self.view: tuple[SessionState, dict[str, Any]] | None = None
+            self.size = cell.counted_bytes
+        else:
+            self.state, self.view, self.size = measured.state, measured.view, measured.size
+            cell.counted_bytes = measured.size
 
 
 class IdleCache:
@@ -95,15 +129,33 @@ class IdleCache:
     def __iter__(self) -> Iterator[MemoryKey]:
         return iter(list(self._entries))
 
-    def put(self, key: MemoryKey, cell: StateCell) -> list[MemoryKey]:
-        """Keep `cell` as `key`'s (the most recently used); returns the keys evicted to stay in bounds."""
+    def put(self, key: MemoryKey, cell: StateCell, measured: Measured | None = None) -> list[MemoryKey]:
+        """Keep `cell` as `key`'s (the most recently used); returns the keys evicted to stay in bounds.
+
+        `measured` is `measure(cell)`, taken outside the live set's lock; None when the caller counts
+        it after letting the lock go (`counted`): the cell's last count stands in meanwhile.
+        """
         self.pop(key)
-        entry = _Entry(cell)
+        entry = _Entry(cell, measured)
         if entry.size > self.max_bytes:
             return [key]
         self._entries[key] = entry
         self.bytes += entry.size
         return self._trim()
+
+    def counted(self, key: MemoryKey, cell: StateCell, measured: Measured) -> list[MemoryKey]:
+        """`key`'s entry put without a count gets `measured` (`measure(cell)`), if it still holds `cell`
+        uncounted; returns the keys evicted to stay in bounds."""
+        entry = self._entries.get(key)
+        if entry is None or entry.cell is not cell or entry.state is not None:
+            return []
+        if measured.size > self.max_bytes:
+            self.pop(key)
+            return [key]
+        self.bytes += measured.size - entry.size
+        entry.state, entry.view, entry.size = measured.state, measured.view, measured.size
+        cell.counted_bytes = measured.size
+        return self._trim(keep=key)
 
     def get(self, key: MemoryKey) -> StateCell | None:
         """`key`'s cell, now the most recently used; None when it is not cached.
@@ -117,9 +169,10 @@ class IdleCache:
         self._entries.move_to_end(key)
         cell = entry.cell
         if entry.state is not cell.state or entry.view is not cell.view:
-            self.bytes -= entry.size
-            entry.state, entry.view, entry.size = cell.state, cell.view, idle_bytes(cell)
-            self.bytes += entry.size
+            measured = measure(cell)
+            self.bytes += measured.size - entry.size
+            entry.state, entry.view, entry.size = measured.state, measured.view, measured.size
+            cell.counted_bytes = measured.size
             self._trim(keep=key)
         return cell
 

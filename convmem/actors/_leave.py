@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pykka
 
 from convmem.actors._dispatch import stop_idle
-from convmem.actors._idle import IdleCache
+from convmem.actors._idle import IdleCache, measure
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Timer
 from convmem.actors._session import SessionActor, StateCell
@@ -29,9 +29,10 @@ __all__ = ["Leaving", "LiveEntry"]
 class LiveEntry:
     """A live session: its actor and its cell."""
 
-    __slots__ = ("cell", "ref")
+    __slots__ = ("cell", "key", "ref")
 
-    def __init__(self, ref: pykka.ActorRef[SessionActor], cell: StateCell) -> None:
+    def __init__(self, key: MemoryKey, ref: pykka.ActorRef[SessionActor], cell: StateCell) -> None:
+        self.key = key
         self.ref = ref
         self.cell = cell
 
@@ -52,7 +53,8 @@ class Leaving:
     forgets: int
 
     def _retire(self, key: MemoryKey, entry: LiveEntry, *, keep: bool) -> None:
-        """Under the lock: `key` leaves the live set, its cell cached when `keep`; its actor is stopping."""
+        """Under the lock: `key` leaves the live set, its cell cached when `keep` (counted by
+        `_stop_evicted`, after the lock); its actor is stopping."""
         del self._live[key]
         self._stopping[key] = entry.ref
         if keep:
@@ -61,11 +63,15 @@ class Leaving:
             self.idle.pop(key)
 
     def _stop_evicted(self, evicted: list[LiveEntry]) -> None:
-        """Stop the actors of evicted entries: here when idle, else behind their mail."""
+        """Stop the actors of evicted entries: here when idle, else behind their mail; then count
+        what their cached cells cost, outside the lock (an encode of each state)."""
         for old in evicted:
             self.metrics.count("passivations")
             if not stop_idle(old.ref):
                 old.ref.stop(block=False)
+            measured = measure(old.cell)
+            with self._lock:
+                self.idle.counted(old.key, old.cell, measured)
 
     def passivate(self, key: MemoryKey) -> bool:
         """Stop the session's actor now and forget its cached state (it reloads from the log when next used).

@@ -35,7 +35,7 @@ import pykka
 
 from convmem.actors._callbacks import Callbacks
 from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy
-from convmem.actors._idle import IdleCache
+from convmem.actors._idle import IdleCache, measure
 from convmem.actors._leave import Leaving, LiveEntry
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock
@@ -348,6 +348,7 @@ class LiveSessions(Leaving):
                 cell = StateCell(state, self.clock.now())
             elif actor:
                 self.metrics.count("idle_cache_hits")
+            measured = None if actor else measure(cell)  # counted here, not under the lock
             with self._lock:
                 if self.forgets != forgets and self.idle.get(key) is not cell:
                     continue  # an erasure was seen while the log was read: read it again
@@ -355,7 +356,7 @@ class LiveSessions(Leaving):
                 if self.closed:
                     raise SessionClosed("the memory system is closed")
                 if not actor:
-                    self.idle.put(key, cell)
+                    self.idle.put(key, cell, measured)
                     return cell
                 entry, evicted = self._admit(key, cell)
             self._stop_evicted(evicted)
@@ -366,7 +367,7 @@ class LiveSessions(Leaving):
         evicted past the bound (their cells cached; `_stop_evicted` stops their actors)."""
         cell.last_used = self.clock.now()
         ref = SessionActor.start(self, key, cell)
-        entry = LiveEntry(ref, cell)
+        entry = LiveEntry(key, ref, cell)
         self._live[key] = entry
         if next_due_at(cell.state) is not None:
             ref.tell(Wake())  # summary work resumes (timers and replies can find the actor now)

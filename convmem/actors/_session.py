@@ -82,11 +82,13 @@ def _write_count(kind: type, failure: bool) -> str:
 class StateCell:
     """The latest acknowledged state of a live session, readable from any thread."""
 
-    __slots__ = ("in_flight", "last_used", "state", "view", "waiters")
+    __slots__ = ("counted_bytes", "in_flight", "last_used", "state", "view", "waiters")
 
     def __init__(self, state: SessionState, now: float) -> None:
         self.state = state
         self.last_used = now
+        self.counted_bytes = 0
+        """What the idle cache last counted keeping the cell costs (0: never counted)."""
         self.in_flight = False
         """A summary of the session is being made."""
         self.waiters = 0
