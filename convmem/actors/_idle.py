@@ -107,8 +107,15 @@ class _Entry:
             self.view: tuple[SessionState, dict[str, Any]] | None = None
             self.size = cell.counted_bytes
         else:
-            self.state, self.view, self.size = measured.state, measured.view, measured.size
-            cell.counted_bytes = measured.size
+            self.size = 0
+            self.count(measured)
+
+    def count(self, measured: Measured) -> int:
+        """Take `measured` as the entry's count (and its cell's last); returns how much the count grew."""
+        grew = measured.size - self.size
+        self.state, self.view, self.size = measured.state, measured.view, measured.size
+        self.cell.counted_bytes = measured.size
+        return grew
 
 
 class IdleCache:
@@ -152,9 +159,7 @@ class IdleCache:
         if measured.size > self.max_bytes:
             self.pop(key)
             return [key]
-        self.bytes += measured.size - entry.size
-        entry.state, entry.view, entry.size = measured.state, measured.view, measured.size
-        cell.counted_bytes = measured.size
+        self.bytes += entry.count(measured)
         return self._trim(keep=key)
 
     def get(self, key: MemoryKey) -> StateCell | None:
@@ -169,10 +174,7 @@ class IdleCache:
         self._entries.move_to_end(key)
         cell = entry.cell
         if entry.state is not cell.state or entry.view is not cell.view:
-            measured = measure(cell)
-            self.bytes += measured.size - entry.size
-            entry.state, entry.view, entry.size = measured.state, measured.view, measured.size
-            cell.counted_bytes = measured.size
+            self.bytes += entry.count(measure(cell))
             self._trim(keep=key)
         return cell
 
