@@ -163,13 +163,15 @@ class _Inbox:
 
     `scheduled` is True while the actor is in line or held; `holders` counts
     who holds it during and after a message (the thread running it, and any
-    work it left holding it: `PooledActor.hold`).
+    work it left holding it: `PooledActor.hold`). Its queue is made with its first queued message:
+    a session whose messages all run on their callers' threads keeps none (a deque is 600 bytes
+    and one more object for every full collection to walk).
     """
 
     __slots__ = ("_items", "_lock", "_scheduled", "actor", "holders")
 
     def __init__(self) -> None:
-        self._items: collections.deque[Any] = collections.deque()
+        self._items: collections.deque[Any] | None = None
         self._lock = threading.Lock()
         self._scheduled = True  # until the actor has started: its start schedules it
         self.actor: PooledActor | None = None
@@ -177,7 +179,7 @@ class _Inbox:
 
     def put(self, envelope: Any, /) -> None:
         with self._lock:
-            self._items.append(envelope)
+            self._queue().append(envelope)
             actor = self.actor
             if self._scheduled or actor is None:
                 return  # already in line, or torn down (as a stopped thread's queue, nobody reads it)
@@ -187,12 +189,19 @@ class _Inbox:
     def put_first(self, envelope: Any) -> None:
         """Queue `envelope` ahead of the mail, by a holder of the actor: it is the actor's next message."""
         with self._lock:
-            self._items.appendleft(envelope)
+            self._queue().appendleft(envelope)
 
     def get(self) -> Any:
         """The next message (pykka's teardown asks only after `empty()` said there is one)."""
         with self._lock:
-            return self._items.popleft()
+            return self._queue().popleft()
+
+    def _queue(self) -> collections.deque[Any]:
+        """The queue, made now if need be (under the lock)."""
+        items = self._items
+        if items is None:
+            items = self._items = collections.deque()
+        return items
 
     def empty(self) -> bool:
         with self._lock:
@@ -234,17 +243,18 @@ class _Inbox:
 
 
 class _Stopped:
-    """`threading.Event`'s `is_set`, `set` and `wait` for `actor_stopped`, on one lock (no `Condition`).
+    """`threading.Event`'s `is_set`, `set` and `wait` for `actor_stopped`, without a `Condition`.
 
-    The lock is held until `set` releases it; `wait` takes it and gives it back at once.
+    A flag, and a lock made only when a thread first waits for the stop (few ever do): held from
+    then until `set` releases it; each waiter takes it and gives it back at once. A live session
+    keeps no lock of its own for it (each tracked object is walked by every full collection).
     """
 
     __slots__ = ("_flag", "_lock")
 
     def __init__(self) -> None:
         self._flag = False
-        self._lock = threading.Lock()
-        self._lock.acquire()
+        self._lock: threading.Lock | None = None
 
     def is_set(self) -> bool:
         return self._flag
@@ -254,19 +264,28 @@ class _Stopped:
             if self._flag:
                 return
             self._flag = True
-        self._lock.release()
+            lock = self._lock
+        if lock is not None:
+            lock.release()
 
     def wait(self, timeout: float | None = None) -> bool:
         if self._flag:
             return True
-        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+        with _STOPPING:
+            if self._flag:
+                return True
+            lock = self._lock
+            if lock is None:
+                lock = self._lock = threading.Lock()
+                lock.acquire()
+        if not lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             return self._flag
-        self._lock.release()
+        lock.release()
         return True
 
 
 _STOPPING = threading.Lock()
-"""Makes `_Stopped.set` once-only when two threads stop the same actor."""
+"""Makes `_Stopped.set` once-only when two threads stop the same actor, and its lock made once."""
 
 
 class PooledActor(pykka.Actor):

@@ -215,13 +215,13 @@ class SessionActor(PooledActor):
         self._host = host
         self._storage = host.storage
         self._services = host.services
-        self._start_append = host.storage.appender(key)
         self.key = key
         self._cell = cell
         self._in_flight: SummaryRequest | None = None
         self._timer: Timer | None = None
         self._timeout_timer: Timer | None = None
-        self._flushes: list[concurrent.futures.Future[None]] = []
+        self._flushes: tuple[concurrent.futures.Future[None], ...] = ()
+        """Flushes waiting (the empty tuple, shared and untracked, while none waits)."""
         self._doubts = NO_DOUBTS
         """Appends that failed without an answer (the step machine's rules use it; kept between writes)."""
         self._config_seen: ShortTermMemoryConfig | None = None
@@ -260,7 +260,7 @@ class SessionActor(PooledActor):
             if isinstance(message, Message):
                 leftovers.append(message)
         leftovers.extend(Flush(waiter) for waiter in self._flushes)
-        self._flushes = []
+        self._flushes = ()
         self._cell.waiters = 0
         self._host.stopped(self.key, self.actor_ref, leftovers)
 
@@ -272,7 +272,7 @@ class SessionActor(PooledActor):
             case Write():
                 self._write(message)
             case Flush():
-                self._flushes.append(message.reply)
+                self._flushes = (*self._flushes, message.reply)
                 self._cell.waiters = len(self._flushes)
                 self._settle_flushes()
             case Wake():
@@ -351,7 +351,7 @@ class SessionActor(PooledActor):
         if not held:
             self.hold()
         try:
-            self._start_append(effect.events, effect.after, appending)
+            self._storage.start_append(self.key, effect.events, effect.after, appending)
         except Exception as exc:  # refused before it started (a closed log, bad input): not stored
             appending.set_exception(exc)
         except BaseException:  # the caller's interrupt (it stops the actor): nothing to settle
@@ -548,5 +548,5 @@ class SessionActor(PooledActor):
             for waiter in self._flushes:
                 if not waiter.done():
                     waiter.set_result(None)
-            self._flushes = []
+            self._flushes = ()
             self._cell.waiters = 0

@@ -13,7 +13,7 @@ When a snapshot falls due is a pure rule of the session's key and version
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from convmem.actors._journal import ErasureJournal
 from convmem.actors._load import LoadReport, OnPoison, load_state
@@ -65,28 +65,27 @@ class SessionStorage:
         """Every stored event of `key`, still encoded."""
         return self.log.read(key)
 
-    def appender(self, key: MemoryKey) -> Callable[[Sequence[Event], int, Settle[int]], None]:
-        """How `key`'s appends begin: `(events, expected_seq, settle)`, `settle` getting the outcome.
+    def start_append(
+        self, key: MemoryKey, events: Sequence[Event], expected_seq: int, settle: Settle[int]
+    ) -> None:
+        """Begin appending `events` to `key` after `expected_seq`; `settle` gets the outcome.
 
         A `LoopEventLog` settles it later, on its loop; a plain log appends
         right here and settles it before the call returns. Raises only what
         stops the append from starting at all (an interrupt of the calling thread).
+        A method, not a closure per session: a live session keeps no objects of its own for it
+        (each tracked object is walked by every full collection of the cycle collector).
         """
-        log, loop_log = self.log, self.loop_log
+        loop_log = self.loop_log
         if loop_log is not None:
-            return lambda events, seq, settle: loop_log.start_append(
-                key, events, expected_seq=seq, settle=settle
-            )
-
-        def append_here(events: Sequence[Event], expected_seq: int, settle: Settle[int]) -> None:
-            try:
-                last = log.append(key, events, expected_seq=expected_seq)
-            except Exception as exc:
-                settle.set_exception(exc)
-            else:
-                settle.set_result(last)
-
-        return append_here
+            loop_log.start_append(key, events, expected_seq=expected_seq, settle=settle)
+            return
+        try:
+            last = self.log.append(key, events, expected_seq=expected_seq)
+        except Exception as exc:
+            settle.set_exception(exc)
+        else:
+            settle.set_result(last)
 
     def save_snapshot(self, key: MemoryKey, state: SessionState, event_id: str) -> None:
         """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged."""
