@@ -121,11 +121,19 @@ class _Summarizer:
 async def _open_loop(
     handles: list[Any], turns: list[ConversationTurn], rate: float, seconds: float
 ) -> tuple[list[float], float, int]:
-    """Latencies (s) from scheduled time to acknowledgement; achieved rate; failures."""
+    """Latencies (s) from scheduled time to acknowledgement; achieved rate; failures.
+
+    A request's task is let go as soon as it is answered, as a planner lets go of a request it
+    served: kept until the burst's end (a ``gather`` over all of them), a 2 s burst at 1,000/s
+    held 2,000 finished tasks (about 20,000 tracked objects), which the collector then walked
+    in young passes of up to 55 ms and promoted into full ones (issue 28).
+    """
     loop = asyncio.get_running_loop()
     count = max(1, int(rate * seconds))
     latencies: list[float] = [0.0] * count
     failures = 0
+    pending: set[asyncio.Task[None]] = set()
+    drained = loop.create_future()
 
     async def one(i: int, scheduled: float) -> None:
         nonlocal failures
@@ -135,16 +143,25 @@ async def _open_loop(
             failures += 1
         latencies[i] = loop.time() - scheduled
 
-    tasks = []
+    def answered(task: asyncio.Task[None]) -> None:
+        pending.discard(task)
+        if issuing_done and not pending and not drained.done():
+            drained.set_result(None)
+
+    issuing_done = False
     start = loop.time() + 0.02
     for i in range(count):
         scheduled = start + i / rate
         delay = scheduled - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(loop.create_task(one(i, scheduled)))
+        task = loop.create_task(one(i, scheduled))
+        pending.add(task)
+        task.add_done_callback(answered)
     issued = loop.time() - start
-    await asyncio.gather(*tasks)
+    issuing_done = True
+    if pending:
+        await drained
     return latencies, count / max(issued, 1e-9), failures
 
 
