@@ -34,7 +34,9 @@ lands in takes the p99 with it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -388,8 +390,29 @@ def _figures(sizes: Sizes, label: str, runs: dict[str, Latencies], result: Resul
         }
 
 
+def _rates(sizes: Sizes) -> Sizes:
+    """`sizes`, or only the rates ``CONVMEM_BENCH_LATENCY_RATES`` names ("1000:8": 8 s at 1,000/s)."""
+    asked = os.environ.get("CONVMEM_BENCH_LATENCY_RATES")
+    if not asked:
+        return sizes
+    try:
+        pairs = [
+            (int(rate), float(seconds)) for rate, _, seconds in (p.partition(":") for p in asked.split(","))
+        ]
+    except ValueError:
+        raise SystemExit(
+            f"CONVMEM_BENCH_LATENCY_RATES={asked!r}: expected RATE:SECONDS[,RATE:SECONDS...]"
+        ) from None
+    if any(rate < 1 or seconds <= 0 for rate, seconds in pairs):
+        raise SystemExit(f"CONVMEM_BENCH_LATENCY_RATES={asked!r}: rates and seconds must be positive")
+    return dataclasses.replace(
+        sizes, lat_rates=tuple(r for r, _ in pairs), lat_seconds=tuple(s for _, s in pairs)
+    )
+
+
 def run(sizes: Sizes) -> Result:
     result = Result()
+    sizes = _rates(sizes)
     for sync_interval in (None, "always"):
         label = sync_label(sync_interval)
         with embedded_backend(sync_interval) as backend:
