@@ -17,14 +17,11 @@ less than the wall-clock tail. Medians over ``CONVMEM_BENCH_ROUNDS`` rounds (def
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench._common import write_json
-from bench._side_by_side import run_in_tree, side_by_side
+from bench._side_by_side import command_line, run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "3"))
 SESSIONS = int(os.environ.get("CONVMEM_BENCH_COLLECTOR_SESSIONS", "10000"))
@@ -72,8 +69,8 @@ print(json.dumps(out))
 """
 
 
-def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    result = side_by_side(
+def main(before: Path, after: Path) -> dict[str, Any]:
+    return side_by_side(
         before,
         after,
         lambda tree: {
@@ -84,12 +81,8 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
         what=f"{SESSIONS:,} sessions of two turns on the in-memory log, every one live and all but one "
         "cached: tracked objects per session and the CPU of a full collection (best of 5) with and "
         "without them; child processes in alternating rounds",
-        command=f"python -m bench._collector {before} {after} {out}",
     )
-    write_json(out, result)
-    return result
 
 
 if __name__ == "__main__":
-    figures = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-    print(json.dumps({"median": figures["median"], "load_average": figures["load_average"]}, indent=2))
+    command_line("bench._collector", main)

@@ -16,14 +16,11 @@ The figures are the medians over the rounds (``CONVMEM_BENCH_ROUNDS``, default 3
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench._common import write_json
-from bench._side_by_side import run_in_tree, side_by_side
+from bench._side_by_side import command_line, run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "3"))
 SESSIONS = int(os.environ.get("CONVMEM_BENCH_BOUND_SESSIONS", "10000"))
@@ -81,8 +78,8 @@ print(json.dumps(out))
 """
 
 
-def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    result = side_by_side(
+def main(before: Path, after: Path) -> dict[str, Any]:
+    return side_by_side(
         before,
         after,
         lambda tree: run_in_tree(tree, _CHILD, SESSIONS, PASSES, CALLERS),
@@ -92,12 +89,8 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
         f"through connect()'s embedded server (fsync always) from {CALLERS} threads (writes/s, CPU per "
         f"write); {PASSES - 1} timed passes of one turn a session after one that creates them; child "
         "processes in alternating rounds",
-        command=f"python -m bench._live_bound {before} {after} {out}",
     )
-    write_json(out, result)
-    return result
 
 
 if __name__ == "__main__":
-    figures = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-    print(json.dumps({"median": figures["median"], "load_average": figures["load_average"]}, indent=2))
+    command_line("bench._live_bound", main)

@@ -15,14 +15,11 @@ figures are the medians over the rounds (4, or ``CONVMEM_BENCH_ROUNDS``).
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench._common import write_json
-from bench._side_by_side import run_in_tree, side_by_side
+from bench._side_by_side import command_line, run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
 JOBS = 2000
@@ -89,8 +86,8 @@ def _child(tree: Path) -> dict[str, float]:
     return run_in_tree(tree, _CHILD, JOBS)
 
 
-def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    result = side_by_side(
+def main(before: Path, after: Path) -> dict[str, Any]:
+    return side_by_side(
         before,
         after,
         _child,
@@ -98,12 +95,8 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
         what="the summarizer pool before and after a change: CPU, context switches and wall time per "
         "summary (4 workers, a summarizer that answers at once), serial and in a burst; child processes "
         "in alternating rounds",
-        command=f"python -m bench._pool {before} {after} {out}",
     )
-    write_json(out, result)
-    return result
 
 
 if __name__ == "__main__":
-    figures = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-    print(json.dumps({"median": figures["median"], "load_average": figures["load_average"]}, indent=2))
+    command_line("bench._pool", main)

@@ -24,14 +24,11 @@ The figures are the medians over the rounds (4, or ``CONVMEM_BENCH_ROUNDS``).
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench._common import write_json
-from bench._side_by_side import run_in_tree, side_by_side
+from bench._side_by_side import command_line, run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
 TURNS = 8000
@@ -121,8 +118,8 @@ def _child(tree: Path) -> dict[str, float]:
     return run_in_tree(tree, _CHILD, TURNS)
 
 
-def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
-    result = side_by_side(
+def main(before: Path, after: Path) -> dict[str, Any]:
+    return side_by_side(
         before,
         after,
         _child,
@@ -132,15 +129,8 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
             "asyncio callers x 200 sessions, sync_interval always: the loop thread's and the process's "
             "CPU per durable turn, turns/s, Python calls per turn on the loop (cProfile)"
         ),
-        command=f"python -m bench._service_loop {before} {after}",
     )
-    if out:
-        write_json(Path(out), result)
-    return result
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
-        raise SystemExit("usage: python -m bench._service_loop BEFORE_TREE AFTER_TREE [OUT.json]")
-    done = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) == 4 else None)
-    print(json.dumps(done["median"], indent=2))
+    command_line("bench._service_loop", main)

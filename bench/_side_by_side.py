@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_in_tree", "side_by_side"]
+from bench._common import write_json
+
+__all__ = ["command_line", "run_in_tree", "side_by_side"]
 
 
 def run_in_tree(tree: Path, code: str, *args: object) -> dict[str, float]:
@@ -44,7 +46,6 @@ def side_by_side(
     *,
     rounds: int,
     what: str,
-    command: str,
 ) -> dict[str, Any]:
     """`child(tree)` for both trees each round, which goes first alternating; every round and the medians."""
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
@@ -56,7 +57,6 @@ def side_by_side(
         load.append(os.getloadavg()[0])
     return {
         "what": what,
-        "command": command,
         "rounds": rounds,
         "load_average": load,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -66,3 +66,19 @@ def side_by_side(
             for name, figures in runs.items()
         },
     }
+
+
+def command_line(module: str, measure: Callable[[Path, Path], dict[str, Any]]) -> None:
+    """``python -m MODULE BEFORE AFTER [OUT.json]``: `measure` the two checkouts side by side.
+
+    The result, with the command that made it, goes to ``OUT.json`` when given; its medians and the
+    load beside them are printed.
+    """
+    if len(sys.argv) not in (3, 4):
+        raise SystemExit(f"usage: python -m {module} BEFORE_TREE AFTER_TREE [OUT.json]")
+    before, after = Path(sys.argv[1]), Path(sys.argv[2])
+    out = sys.argv[3] if len(sys.argv) == 4 else None
+    result = measure(before, after)
+    result["command"] = " ".join(["python -m", module, str(before), str(after), *([out] if out else [])])
+    write_json(out, result)
+    print(json.dumps({"median": result["median"], "load_average": result["load_average"]}, indent=2))

@@ -26,15 +26,13 @@ rounds (4, or ``CONVMEM_BENCH_ROUNDS``); CPU time is the steadier one on a share
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-from bench._common import nats_server, write_json
-from bench._side_by_side import run_in_tree, side_by_side
+from bench._common import nats_server
+from bench._side_by_side import command_line, run_in_tree, side_by_side
 
 ROUNDS = int(os.environ.get("CONVMEM_BENCH_ROUNDS", "4"))
 """Rounds (each runs both trees, in alternating order); `CONVMEM_BENCH_ROUNDS` sets more."""
@@ -151,9 +149,9 @@ def _child(tree: Path, url: str) -> dict[str, float]:
     return run_in_tree(tree, _CHILD, url, uuid.uuid4().hex[:8], TURNS_MEMORY, TURNS_NATS, TASKS)
 
 
-def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
+def main(before: Path, after: Path) -> dict[str, Any]:
     with nats_server(None) as server:
-        result = side_by_side(
+        return side_by_side(
             before,
             after,
             lambda tree: _child(tree, server.url),
@@ -161,12 +159,8 @@ def main(before: Path, after: Path, out: str | None) -> dict[str, Any]:
             what="the write path before and after a change: CPU per add_turn (in-memory log), durable "
             "add_turn latency and CPU from one thread, turns/s and CPU from asyncio tasks on the "
             "connection's loop; child processes in alternating rounds",
-            command=f"python -m bench._write_protocol {before} {after} {out}",
         )
-    write_json(out, result)
-    return result
 
 
 if __name__ == "__main__":
-    figures = main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-    print(json.dumps({"median": figures["median"], "load_average": figures["load_average"]}, indent=2))
+    command_line("bench._write_protocol", main)
