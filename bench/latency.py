@@ -135,7 +135,6 @@ async def _open_loop(
     latencies: list[float] = [0.0] * count
     failures = 0
     pending: set[asyncio.Task[None]] = set()
-    drained = loop.create_future()
 
     async def one(i: int, scheduled: float) -> None:
         nonlocal failures
@@ -145,12 +144,6 @@ async def _open_loop(
             failures += 1
         latencies[i] = loop.time() - scheduled
 
-    def answered(task: asyncio.Task[None]) -> None:
-        pending.discard(task)
-        if issuing_done and not pending and not drained.done():
-            drained.set_result(None)
-
-    issuing_done = False
     start = loop.time() + 0.02
     for i in range(count):
         scheduled = start + i / rate
@@ -159,11 +152,10 @@ async def _open_loop(
             await asyncio.sleep(delay)
         task = loop.create_task(one(i, scheduled))
         pending.add(task)
-        task.add_done_callback(answered)
+        task.add_done_callback(pending.discard)
     issued = loop.time() - start
-    issuing_done = True
-    if pending:
-        await drained
+    if pending:  # the tasks still unanswered (each answered one left the set)
+        await asyncio.wait(set(pending))
     return latencies, count / max(issued, 1e-9), failures
 
 
