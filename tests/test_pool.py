@@ -139,6 +139,28 @@ def test_a_string_or_a_mapping_is_a_summary_and_anything_else_an_error(pools: li
     assert "not a string" in str(by_n[3].error)
 
 
+class _Hostile(str):
+    """A summarizer's str subclass whose own methods fail: they must never run past the pool."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("len of a hostile summary")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash of a hostile summary")
+
+
+def test_a_str_subclass_from_a_summarizer_becomes_a_plain_string(pools: list[SummarizerPool]) -> None:
+    """The pool hands on a plain `str` of the same text: the subclass's methods never reach the core."""
+    pool = make(pools, lambda payload: {"summary": _Hostile("the gist")}, workers=1)
+    replies = Replies()
+    pool.submit(request(0), replies)
+    (outcome,) = replies.wait(1)
+    assert outcome.error is None
+    assert type(outcome.summary) is str
+    assert outcome.summary == "the gist"
+    assert len(outcome.summary) == 8
+
+
 class Stop(BaseException):
     """A BaseException that is none of Python's own."""
 

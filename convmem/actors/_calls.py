@@ -56,7 +56,9 @@ def extract(result: object) -> str:
         result = result["summary"]
     if not isinstance(result, str):
         raise SummarizerError(f"summarizer output 'summary' is {type(result).__name__}, not a string")
-    return result
+    # A str subclass is copied into a plain str here, at the boundary: its own methods (`__len__`,
+    # `__hash__`, ...) are the summarizer's code and must not run inside the pure core later.
+    return str.__str__(result)
 
 
 def failure(request: SummaryRequest, exc: BaseException) -> SummaryOutcome:
