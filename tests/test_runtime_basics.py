@@ -46,7 +46,14 @@ from convmem.events import (
     SummaryProduced,
     TurnAdded,
 )
-from convmem.projections import encode_state, estimate_tokens, llm_context, snapshot_offset, state_hash
+from convmem.projections import (
+    encode_state,
+    estimate_tokens,
+    llm_context,
+    snapshot_interval,
+    snapshot_offset,
+    state_hash,
+)
 
 TRUNCATION = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
 
@@ -294,6 +301,35 @@ def test_snapshots_are_saved_every_n_events_and_activation_from_them_equals_repl
     system.passivate(key())
     check_replay(system, harness.log, key())
     assert system.load(key())[1].snapshot_seq == last_point(14)
+
+
+def test_a_session_with_many_live_turns_saves_snapshots_less_often(harness: Harness) -> None:
+    """Given a cadence of 4 and a session keeping up to 40 live turns, when it grows to 80 turns, then
+    once it holds more than 16 live turns it saves on a stretched cadence (`snapshot_interval`): far
+    fewer saves than one every 4 events, each on a point of the plain cadence, and its snapshot plus
+    the log's tail still equals the full replay."""
+    config = ShortTermMemoryConfig(
+        strategy="truncation", live_turns=40, budget=MemoryBudget(full_zone_turns=3)
+    )
+    system = harness.system(config, snapshot_every=4)
+    offset = snapshot_offset(key(), 4)
+    session = system.session(key())
+    saved: list[int] = []
+    for i in range(80):
+        session.add_turn(turn(f"t{i}"))
+        snapshot = harness.snapshots.load(key())
+        if snapshot is not None and (not saved or saved[-1] != snapshot.seq):
+            saved.append(snapshot.seq)
+    assert all((seq - offset) % 4 == 0 for seq in saved)
+    late = [seq for seq in saved if seq > 40]
+    assert late
+    assert all(b - a == snapshot_interval(4, 40) == 16 for a, b in itertools.pairwise(late))
+    assert len(saved) < 81 // 4 - 2
+    system.passivate(key())
+    check_replay(system, harness.log, key())
+    state, report = load_state(harness.log, harness.snapshots, key())
+    assert report.snapshot_seq == saved[-1]
+    assert state == replay_log(harness.log, key())
 
 
 def test_sessions_started_together_save_their_snapshots_at_different_turns(harness: Harness) -> None:

@@ -472,7 +472,7 @@ class SessionActor(PooledActor):
         """Make `state` (`old` plus the acknowledged `events`) the session's, and tell who listens."""
         self._cell.state = state
         self._host.notify(self.key, old, state, events)
-        if snapshot_due(self.key, self._storage.snapshot_every, old.version, state.version):
+        if snapshot_due(self.key, self._storage.snapshot_every, old.version, state.version, len(state.turns)):
             if self._storage.settles_here:  # settled on the thread that holds the actor: save now
                 self._storage.save_snapshot(self.key, state, events[-1].event_id)
             else:  # settled on the log's loop, where saving would wait for that loop: after this write

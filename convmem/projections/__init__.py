@@ -112,7 +112,12 @@ from convmem.projections._serial import (
     state_hash,
     to_dict,
 )
-from convmem.projections._snapshot_cadence import snapshot_due, snapshot_offset
+from convmem.projections._snapshot_cadence import (
+    LIVE_TURNS_PER_SAVE_EVENT,
+    snapshot_due,
+    snapshot_interval,
+    snapshot_offset,
+)
 from convmem.projections._state import SessionState, TurnRecord, rendered_turn_length
 from convmem.projections._strategies import (
     AGENTS_STRATEGIES,
@@ -132,6 +137,7 @@ __all__ = [
     "CONTEXT_STRATEGIES",
     "CROSS_SESSION_HEADER",
     "EXPORT_VERSION",
+    "LIVE_TURNS_PER_SAVE_EVENT",
     "MAX_QUERY_CHARS",
     "MEMORY_VIEWS",
     "RECALL_KEY",
@@ -216,6 +222,7 @@ __all__ = [
     "select_context",
     "skipped_from_error",
     "snapshot_due",
+    "snapshot_interval",
     "snapshot_offset",
     "state_hash",
     "strategy_table",
