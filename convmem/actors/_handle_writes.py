@@ -13,6 +13,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from convmem.errors import InvalidInput, InvalidTurn
 from convmem.events import (
+    MAX_TURN_ITEMS,
     AnyEvent,
     ConversationTurn,
     ItemPopped,
@@ -139,6 +140,10 @@ def add_items(
     """Store agent items (OpenAI-Agents session items) as they arrive."""
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
         raise InvalidTurn("items", f"must be a list of items, got {type(items).__name__}")
+    if len(items) > MAX_TURN_ITEMS:  # before parsing them: the count alone refuses the write
+        raise InvalidInput(
+            "items", f"{len(items)} items in one write, over {MAX_TURN_ITEMS}: write them in parts"
+        )
     parsed = tuple(
         item if isinstance(item, MessageItem) else MessageItem.from_agents(item, field=f"items[{i}]")
         for i, item in enumerate(items)

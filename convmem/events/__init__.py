@@ -1,5 +1,6 @@
 """The vocabulary: keys, turns (field checks in `_checks`), configuration, events, their codec. No I/O."""
 
+from convmem.events._checks import MAX_TEXT_LENGTH, MAX_TURN_ITEMS
 from convmem.events._codec import (
     EVENT_TYPES,
     UPCASTERS,
@@ -55,6 +56,8 @@ from convmem.events._turn import (
 __all__ = [
     "EVENT_TYPES",
     "MAX_ID_LENGTH",
+    "MAX_TEXT_LENGTH",
+    "MAX_TURN_ITEMS",
     "UPCASTERS",
     "AgentsMemoryConfig",
     "AgentsStrategy",

@@ -19,6 +19,7 @@ from convmem.errors import InvalidTurn
 
 __all__ = [
     "MAX_TEXT_LENGTH",
+    "MAX_TURN_ITEMS",
     "as_stored",
     "check_finite",
     "check_items_of",
@@ -35,6 +36,10 @@ __all__ = [
 
 MAX_TEXT_LENGTH = 1_000_000
 """Longest single text field, in characters: a turn is memory, not a document store."""
+
+MAX_TURN_ITEMS = 10_000
+"""Most agent items one write may carry, and one turn built from items may hold (a user message
+opens the next turn): a write is refused past it, so no request can make a turn of any size."""
 
 
 def has_lone_surrogate(value: str) -> bool:

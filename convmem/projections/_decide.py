@@ -17,6 +17,7 @@ import msgspec
 
 from convmem.errors import InvalidInput, MemoryBudgetExceeded
 from convmem.events import (
+    MAX_TURN_ITEMS,
     AnyEvent,
     ItemPopped,
     ItemsAdded,
@@ -142,13 +143,13 @@ def _decided(
             folded = _grow(state, added, ids, now, estimator, events)
             through += 1
         case AddItems():
-            if not command.items:
-                raise InvalidInput("items", "must not be empty")
+            _check_item_count(len(command.items))
             seq, event_id = ids.next("items.added")
             items = ItemsAdded(
                 seq=seq, event_id=event_id, at=now, items=command.items, first_index=state.next_index
             )
             folded = _grow(state, items, ids, now, estimator, events)
+            _refuse_oversized_turn(folded)
             through += 1
         case PopItem():
             if state.turns:
@@ -226,6 +227,23 @@ def _grow(
     if trimmed is not None:
         events.append(trimmed)
     return after
+
+
+def _check_item_count(count: int) -> None:
+    if not count:
+        raise InvalidInput("items", "must not be empty")
+    if count > MAX_TURN_ITEMS:
+        raise InvalidInput("items", f"{count} items in one write, over {MAX_TURN_ITEMS}: write them in parts")
+
+
+def _refuse_oversized_turn(state: SessionState) -> None:
+    """The last turn may hold at most `MAX_TURN_ITEMS` items (only the last one grows by a write)."""
+    if state.turns and len(state.turns[-1].turn.items) > MAX_TURN_ITEMS:
+        raise InvalidInput(
+            "items",
+            f"the turn would hold {len(state.turns[-1].turn.items)} items, over {MAX_TURN_ITEMS}; "
+            "a user message opens the next turn",
+        )
 
 
 def _refuse_over_budget(state: SessionState, estimator: TokenEstimator) -> None:
