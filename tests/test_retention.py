@@ -474,6 +474,60 @@ def test_an_erasure_cut_short_after_its_fence_is_finished(store: Store) -> None:
         assert record is not None
 
 
+def test_a_fence_without_its_erasure_then_a_new_session_over_it_leaves_no_snapshot_of_the_erased(
+    store: Store,
+) -> None:
+    """Given a sweep that died between its fence and the journaled erasure (no record), and a
+    planner that began the session again above the fence, when the next sweep drops the history
+    before the fence, then the snapshot of that history goes with it: the session reads as its new
+    history (not `SessionLost`, whose restore would write the erased turns back), and no snapshot
+    holds the erased text."""
+    clock = ManualClock(START)
+    with MemorySystem(
+        TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock, snapshot_every=2
+    ) as system:
+        system.session(key()).add_turn(turn("idle secret ZQX-SNAP"))
+        system.session(key()).add_turn(turn("idle again ZQX-SNAP"))
+    old = store.snapshots.load(key())
+    assert old is not None  # given: a snapshot of the history to erase
+    last = store.log.last_seq(key())
+    fence = SessionErased(seq=last + 1, event_id="erased/retention/died-here", at=clock.now())
+    store.log.append(key(), [fence], expected_seq=last)
+    clock.advance(DAY)
+    with MemorySystem(TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock) as system:
+        system.session(key()).add_turn(turn("a new start"))  # begun again above the fence
+        report = system.sweep_retention(policies=IDLE)
+        assert [(o.action, o.events_removed) for o in report.outcomes] == [("finish", last)]
+        kept = store.snapshots.load(key())
+        assert kept is None or kept.seq > fence.seq
+        assert kept is None or b"ZQX" not in kept.data
+    with MemorySystem(TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock) as system:
+        shown = system.session(key()).get_llm_context()["conversation_memory"]["recent_turns"]
+        assert [t["user"] for t in shown] == ["a new start"]
+    assert b"ZQX" not in texts(store.log, key())
+
+
+def test_a_snapshot_under_a_fence_whose_history_is_gone_is_deleted_not_lost(store: Store) -> None:
+    """Given a snapshot of a history that a fence in the log says was erased, and the events before
+    the fence gone, with no journal record, when the session loads, then the fence is the record:
+    the snapshot (erased data) is deleted and the session is what the log holds after the fence."""
+    clock = ManualClock(START)
+    with MemorySystem(
+        TRUNCATION, log=store.log, snapshots=store.snapshots, clock=clock, snapshot_every=2
+    ) as system:
+        system.session(key()).add_turn(turn("erased ZQX-GONE"))
+        system.session(key()).add_turn(turn("erased too"))
+    last = store.log.last_seq(key())
+    store.log.append(
+        key(), [SessionErased(seq=last + 1, event_id="erased/x", at=clock.now())], expected_seq=last
+    )
+    store.log.drop_before(key(), seq=last + 1)
+    state, report = load_state(store.log, store.snapshots, key())
+    assert not state.started
+    assert report.snapshot_rejected is not None
+    assert store.snapshots.load(key()) is None
+
+
 def test_a_capped_history_is_compacted_and_replays_to_the_live_state(store: Store) -> None:
     """Over max_turns: the log then begins with a compaction holding the summary and the newest turns;
     the live session, a replay, a snapshot load and verify all agree, and writes go on."""

@@ -12,8 +12,11 @@ damage not followed by a `SessionRepaired` (or an erasure fence) raises
 A snapshot the log does not continue (the log holds no event, or another
 one, at the snapshot's seq; or an erasure's fence stands above it) is
 deleted only when the erasure journal has a record of an erasure of that
-session (`find_erasure`): it holds erased data; or when the log records a
-retention compaction (`HistoryCompacted`) past it, which stands for it. Without a record the log
+session (`find_erasure`): it holds erased data; or when the log itself records
+past it a retention compaction (`HistoryCompacted`, which stands for it) or an
+erasure's fence (`SessionErased`: a retention sweep fences before it journals
+the erasure, so a crash between the two leaves the fence as the only record,
+and the erasure's whole point is that the snapshot's data goes). Without a record the log
 lost the session's events: the snapshot, the last copy of its turns, is kept
 and the load raises `SessionLost` (restore it with `restore_lost`).
 """
@@ -250,8 +253,8 @@ def load_state(
             records = [r for r in near if r.position > covered or not r.position]
         else:
             records = log.read(key)
-            if _compacted_past(records, snapshot.seq):
-                snapshots.delete(key)  # retention compacted the history past it: the log says so
+            if _dropped_on_purpose_past(records, snapshot.seq):
+                snapshots.delete(key)  # compacted or erased past it: the log itself says so
             else:
                 _drop_erased(log, snapshots, snapshot, start, problem, journal)
             report.snapshot_rejected = problem
@@ -293,9 +296,10 @@ def _as_damage(record: LoggedEvent) -> PoisonEvent:
     return PoisonEvent(key=record.key, position=record.position, seq=record.seq, problem=record.damage or "")
 
 
-def _compacted_past(records: list[LoggedEvent], seq: int) -> bool:
-    """Whether the log records a retention compaction (`HistoryCompacted`) after `seq`: the events
-    a snapshot at `seq` covers were dropped on purpose, and the compaction stands for them."""
+def _dropped_on_purpose_past(records: list[LoggedEvent], seq: int) -> bool:
+    """Whether the log records, after `seq`, that the history before it was dropped on purpose: a
+    retention compaction (`HistoryCompacted`, which stands for the events a snapshot at `seq`
+    covers) or an erasure's fence (`SessionErased`: the snapshot holds erased data)."""
     for record in records:
         if record.seq is None or record.seq <= seq or record.damage is not None:
             continue
@@ -303,7 +307,7 @@ def _compacted_past(records: list[LoggedEvent], seq: int) -> bool:
             event = decode_event(record.data)
         except EventDecodeError:
             continue
-        if isinstance(event, HistoryCompacted):
+        if isinstance(event, HistoryCompacted | SessionErased):
             return True
     return False
 

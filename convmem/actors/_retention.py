@@ -183,7 +183,7 @@ def _sweep_one(
             except ConcurrencyConflict:
                 return msgspec.structs.replace(outcome, skipped="written meanwhile: kept")
             if log.last_seq(key) != fence.seq:  # a session begun again over the fence since: kept
-                removed = _drop(log, None, passivate, key, fence.seq)
+                removed = _drop(log, snapshots, passivate, key, fence.seq)
                 skipped = "begun again meanwhile: the new session is kept, the idle history before it dropped"
                 return msgspec.structs.replace(outcome, events_removed=removed, skipped=skipped)
             removed = erase(key)
@@ -237,12 +237,15 @@ def _drop(
     compacted: HistoryCompacted | None = None,
 ) -> int:
     """Drop the events before the stored event at `seq` that opens the history (a compaction, or a
-    fence): the live copy here first, then (a compaction) the snapshot is replaced by its state."""
+    fence): the live copy here first, then the snapshot: a compaction's replaces it, and before a
+    fence it goes (it may hold the erased history; one saved since only costs a longer replay)."""
     if passivate is not None:
         passivate(key)  # no live state here keeps (or snapshots) the dropped turns
-    if snapshots is not None and compacted is not None:
-        state = compacted_state(compacted)
-        snapshots.save(snapshot_of(key, state, compacted.event_id))
+    if snapshots is not None:
+        if compacted is not None:
+            snapshots.save(snapshot_of(key, compacted_state(compacted), compacted.event_id))
+        else:
+            snapshots.delete(key)
     return log.drop_before(key, seq=seq)
 
 
