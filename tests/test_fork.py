@@ -95,6 +95,8 @@ def test_bad_forks_are_refused_clearly() -> None:
             memory.fork(MemoryKey("acme", "nobody", "x"), to=MemoryKey("acme", "nobody", "y"))
         with pytest.raises(InvalidInput, match="time zone"):
             memory.fork(SOURCE, to=MemoryKey("a", "b", "c"), at=datetime(2026, 1, 1))
+        with pytest.raises(InvalidInput, match=r"had no events as of time 0\.0: nothing to fork"):
+            memory.fork(SOURCE, to=MemoryKey("a", "b", "d"), at=datetime.fromtimestamp(0, tz=UTC))
 
 
 def test_fork_through_the_service_and_the_cli(

@@ -108,7 +108,11 @@ def fork_events(
         raise damaged
     if not copied or not isinstance(copied[0], SessionStarted):
         when = (
-            f"position {at_position}" if at_position is not None else f"time {at_time}" if at_time else "now"
+            f"position {at_position}"
+            if at_position is not None
+            else f"time {at_time!r}"
+            if at_time is not None
+            else "now"
         )
         raise InvalidInput("at", f"{source} had no events as of {when}: nothing to fork")
     start = msgspec.structs.replace(
