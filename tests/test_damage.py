@@ -23,6 +23,9 @@ not match.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,14 +33,14 @@ import pytest
 
 import convmem
 from convmem.actors import ErasureRequest, MemorySystem, plan_repair, sweep_retention, verify
-from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore
+from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, InMemorySnapshotStore, JetStreamBackend
 from convmem.adapters.backends._checksum import seal
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.service._errors import error_info, exception_of
-from convmem.errors import ConcurrencyConflict, SessionDamaged
+from convmem.errors import ConcurrencyConflict, ConvmemError, SessionDamaged
 from convmem.events import (
     ConversationTurn,
     MemoryKey,
@@ -460,3 +463,67 @@ def test_a_snapshot_left_by_an_erasure_under_way_is_not_damage() -> None:
     assert checks[LATER].ok  # an erasure under way: its status shows it, not verify
     plan, _ = plan_repair(log, snapshots, LATER)
     assert not plan.needed
+
+
+def test_a_pending_erasure_whose_record_is_damaged_on_disk_is_reported_never_forgotten(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kill -9 right after an erasure's `record`; one byte of the record flipped on disk (the server counts
+    it, cannot serve it): erase --resume, pending_erasures and verify --all name it (exit 7) instead of
+    finding nothing pending; erasing the scope again with --settle ends it."""
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server)
+        worker = Path(__file__).with_name("erase_worker.py")
+        done = subprocess.run(
+            [sys.executable, str(worker), server.url, "acme", "alice", "record"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == -9, done.stderr
+        with JetStreamBackend.connect(server.url, read_only=True) as reader:
+            assert reader.journal is not None
+            (pending,) = reader.journal.pending()
+        server.stop()
+        flip(store, pending.user_id, stream="KV_CONVMEM_EVENTS_ERASURES")
+        server.start()
+        record = f"pending.{pending.id}"
+
+        code, out = cli(capsys, server.url, "erase", "--resume")
+        assert code == 7, out
+        assert record in out
+        assert "no pending erasure" not in out
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 7, out
+        assert f"erasure journal: DAMAGED pending erasure {pending.id} (key {record}" in out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            with pytest.raises(ConvmemError, match=re.escape(record)):
+                memory.pending_erasures()
+            assert_usable(memory, FIRST, TURNS)  # not erased, and not silently: reported above
+
+        code, out = cli(
+            capsys,
+            server.url,
+            "erase",
+            "--tenant",
+            "acme",
+            "--user",
+            "alice",
+            "--settle",
+            pending.id,
+            "--yes",
+        )
+        assert code == 0, out
+        assert f"settled the damaged journal record of erasure {pending.id}" in out
+        code, out = cli(capsys, server.url, "erase", "--resume")
+        assert (code, out.strip()) == (0, "no pending erasure")
+        code, out = cli(capsys, server.url, "verify", "--all")
+        assert code == 0, out
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            assert memory.pending_erasures() == []
+            assert memory.log.keys(tenant_id="acme", user_id="alice") == []
+            assert memory.log.keys() == [LATER]
+    finally:
+        server.stop()

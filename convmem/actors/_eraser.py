@@ -37,7 +37,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import msgspec
 
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
-from convmem.actors._journal import ErasureJournal, ErasureRequest
+from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
 from convmem.events import MemoryKey
 
@@ -206,8 +206,21 @@ class Eraser:
         return self._run(request, self.steps[1:])
 
     def finish_pending(self) -> list[Erased]:
-        """Finish every pending erasure of the journal, oldest first."""
-        return [self.finish(request) for request in self.journal.pending()]
+        """Finish every pending erasure of the journal, oldest first.
+
+        A journal holding damaged records (`ErasureJournalDamaged`): every
+        pending erasure that reads is finished first, then the error is raised.
+        """
+        damage: ErasureJournalDamaged | None = None
+        try:
+            pending = self.journal.pending()
+        except ErasureJournalDamaged as exc:
+            pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
+            damage = exc
+        finished = [self.finish(request) for request in pending]
+        if damage is not None:
+            raise damage
+        return finished
 
     def _run(self, request: ErasureRequest, steps: tuple[ErasureStep, ...]) -> Erased:
         run = ErasureRun(self, request)

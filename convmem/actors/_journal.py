@@ -13,22 +13,36 @@ pending request, the only record with ids in clear, is then erased for good.
 "was this session erased?" A snapshot or any other data is deleted as
 erased only when it answers with a record; a session whose events vanished
 without one is lost (`SessionLost`), and its snapshot is kept.
+
+A record the journal holds but cannot read back as it was written (the store
+counts it and cannot serve it, it fails its checksum, or it does not decode)
+is damage, never skipped: `pending` and `receipts` raise
+`ErasureJournalDamaged`, naming each such record and carrying the records
+that still read (so the readable pending erasures are still finished), and
+`find_erasure` raises it when no readable record covers the key (a damaged
+record might). A damaged *pending* record is an erasure asked for and not
+finished whose scope can no longer be read: it stays reported until an
+operator erases its scope again and `settle`s it (``convmem erase ...
+--settle ID``).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
 from convmem.actors._erasure import _SALT_BYTES, _digest  # receipts digest ids as notices do
-from convmem.errors import InvalidInput
+from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 
 __all__ = [
+    "DamagedRecord",
     "ErasureJournal",
+    "ErasureJournalDamaged",
     "ErasureReceipt",
     "ErasureRecord",
     "ErasureRequest",
@@ -127,6 +141,71 @@ ErasureRecord = ErasureRequest | ErasureReceipt
 """What the journal holds about one erasure: pending (a request) or done (a receipt)."""
 
 
+class DamagedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A record the journal holds but cannot read back as it was written: damage, never skipped.
+
+    `kind` is ``pending`` (an erasure asked for and not finished: its scope,
+    tenant, user or session, can no longer be read) or ``done`` (the receipt
+    of a finished one); `id` the erasure's id (random: it names no user);
+    `where` where the store holds the record (its key, and its position when
+    the store could serve it); `problem` what failed.
+    """
+
+    kind: Literal["pending", "done"]
+    id: str
+    where: str
+    problem: str
+
+    def describe(self) -> str:
+        """One line: which record, where, and what failed (no id of a user: the record is unreadable)."""
+        what = "pending erasure" if self.kind == "pending" else "receipt of erasure"
+        return f"{what} {self.id} ({self.where}): {self.problem}"
+
+
+class ErasureJournalDamaged(ConvmemError):
+    """The erasure journal holds records it cannot read back (`damaged`); `readable`: those it could.
+
+    Raised by `ErasureJournal.pending` and `ErasureJournal.receipts` (with the
+    records of that kind that read), and by `find_erasure` when no readable
+    record covers the key. A damaged pending record is an erasure that was
+    asked for and never finished, and its scope is unreadable: it is reported
+    until an operator erases that scope again (an erasure is idempotent) and
+    settles the record (`ErasureJournal.settle`, ``convmem erase --settle ID``).
+    `advice` says so in words.
+    """
+
+    def __init__(self, damaged: Iterable[DamagedRecord], *, readable: Iterable[ErasureRecord] = ()) -> None:
+        self.damaged = tuple(damaged)
+        self.readable = tuple(readable)
+        self.advice = _advice(self.damaged)
+        listed = "; ".join(d.describe() for d in self.damaged)
+        super().__init__(
+            f"the erasure journal holds {len(self.damaged)} damaged record(s): {listed}. {self.advice}"
+        )
+
+
+def _advice(damaged: tuple[DamagedRecord, ...]) -> str:
+    parts = []
+    if any(d.kind == "pending" for d in damaged):
+        parts.append(
+            "A damaged pending record is an erasure that was asked for and not finished, and its scope "
+            "(tenant, user or session) cannot be read: it is not done, and stays reported. Find which "
+            "user or session it was for (who asked, and when), erase that again and settle the record: "
+            "`convmem erase --tenant T --user U --settle ID` (or `--key T:U:S --settle ID`); erasing "
+            "again is safe, an erasure is idempotent."
+        )
+    if any(d.kind == "done" for d in damaged):
+        parts.append(
+            "A damaged receipt belongs to an erasure that finished; what it kept (when, by whom, its "
+            "sessions as a digest) is lost, so a stale copy of those sessions is reported rather than "
+            "deleted: erase its scope again if it is known, then `convmem erase --settle ID`."
+        )
+    parts.append(
+        "`convmem erase --settle ID` alone settles a record whose scope cannot be found (nothing is erased)."
+    )
+    return " ".join(parts)
+
+
 class ErasureJournal(Protocol):
     """Durable records of erasures: pending requests, then receipts (a port; see the module's doc).
 
@@ -138,7 +217,12 @@ class ErasureJournal(Protocol):
         ...
 
     def pending(self) -> list[ErasureRequest]:
-        """The requests not finished yet, oldest first."""
+        """The requests not finished yet, oldest first.
+
+        `ErasureJournalDamaged` (with the readable requests) when a pending
+        record is held but cannot be read back, unless it is finished (a
+        receipt of its id is kept) or settled (`settle`).
+        """
         ...
 
     def complete(self, receipt: ErasureReceipt) -> None:
@@ -146,7 +230,22 @@ class ErasureJournal(Protocol):
         ...
 
     def receipts(self) -> list[ErasureReceipt]:
-        """The finished erasures, oldest first."""
+        """The finished erasures, oldest first.
+
+        `ErasureJournalDamaged` (with the readable receipts) when a receipt is
+        held but cannot be read back, unless it is settled (`settle`).
+        """
+        ...
+
+    def settle(self, erasure_id: str, *, by: str, at: float) -> None:
+        """Keep that an operator dealt with the damaged records of erasure `erasure_id` (`by`, `at`).
+
+        From then on they are no longer reported as damage. Meant for after
+        the erasure's scope was erased again (or found to be gone): settling
+        erases nothing itself. A pending record of that id that the store
+        can still serve is erased for good, as `complete` erases it.
+        Idempotent.
+        """
         ...
 
     def close(self) -> None:
@@ -171,13 +270,28 @@ def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecor
     """The record of an erasure that covers `key` (pending first), or None: was this session erased?
 
     With no journal there is no record, so nothing may be deleted as erased.
+    `ErasureJournalDamaged` when no readable record covers `key` while a
+    damaged one is held: it might, so the answer is neither yes nor no.
     """
     if journal is None:
         return None
-    for request in journal.pending():
+    damaged: list[DamagedRecord] = []
+    try:
+        pending = journal.pending()
+    except ErasureJournalDamaged as exc:
+        pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
+        damaged += exc.damaged
+    for request in pending:
         if request.covers(key):
             return request
-    for receipt in journal.receipts():
+    try:
+        receipts = journal.receipts()
+    except ErasureJournalDamaged as exc:
+        receipts = [r for r in exc.readable if isinstance(r, ErasureReceipt)]
+        damaged += exc.damaged
+    for receipt in receipts:
         if receipt.covers(key):
             return receipt
+    if damaged:
+        raise ErasureJournalDamaged(damaged, readable=[*pending, *receipts])
     return None

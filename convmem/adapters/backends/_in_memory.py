@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, TypeVar
+
+import msgspec
 
 from convmem.actors import (
     ErasureNotice,
@@ -24,6 +27,7 @@ from convmem.actors import (
     Snapshot,
     Unwatch,
 )
+from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged
 from convmem.adapters.backends._checksum import check
 from convmem.adapters.backends._log_bytes import opens_history
 from convmem.errors import ConcurrencyConflict, InvalidInput, SessionClosed
@@ -40,6 +44,7 @@ __all__ = [
 
 MEMORY_URL = "memory://"
 _log = logging.getLogger("convmem.memory")
+_Record = TypeVar("_Record", ErasureRequest, ErasureReceipt)
 
 
 class InMemoryEventLog:
@@ -322,12 +327,21 @@ class InMemorySnapshotStore:
 
 
 class InMemoryErasureJournal:
-    """Pending erasures and receipts, held in this process (as long-lived as the in-memory log)."""
+    """Pending erasures and receipts, held in this process (as long-lived as the in-memory log).
+
+    Its records are immutable objects in memory, never damaged; `store_raw`
+    holds bytes as a store might hand them back (a test's damaged record),
+    read as the JetStream journal reads its messages: bytes that decode as the
+    record of that kind and id are one, any others (and None, a record the
+    store counts but cannot serve) are a damaged record (`ErasureJournalDamaged`).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[str, ErasureRequest] = {}
         self._done: dict[str, ErasureReceipt] = {}
+        self._raw: dict[tuple[str, str], bytes | None] = {}
+        self._settled: dict[str, tuple[str, float]] = {}
         self._closed = False
 
     def _check_open(self) -> None:
@@ -338,27 +352,79 @@ class InMemoryErasureJournal:
         """See `ErasureJournal.record`."""
         with self._lock:
             self._check_open()
-            if request.id not in self._done:
+            if request.id not in self._done and ("pending", request.id) not in self._raw:
                 self._pending.setdefault(request.id, request)
+
+    def store_raw(self, kind: Literal["pending", "done"], erasure_id: str, data: bytes | None) -> None:
+        """Hold `data` as the `kind` record of erasure `erasure_id`, in place of any (see the class doc)."""
+        with self._lock:
+            self._check_open()
+            (self._pending if kind == "pending" else self._done).pop(erasure_id, None)
+            self._raw[(kind, erasure_id)] = data
 
     def pending(self) -> list[ErasureRequest]:
         """See `ErasureJournal.pending`."""
         with self._lock:
             self._check_open()
-            return sorted(self._pending.values(), key=lambda r: (r.at, r.id))
+            found, damaged = self._read(ErasureRequest, "pending", self._pending)
+            ended = {*self._settled, *self._done, *(i for k, i in self._raw if k == "done")}
+        found.sort(key=lambda r: (r.at, r.id))
+        damaged = [d for d in damaged if d.id not in ended]
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=found)
+        return found
 
     def complete(self, receipt: ErasureReceipt) -> None:
         """See `ErasureJournal.complete`."""
         with self._lock:
             self._check_open()
-            self._done.setdefault(receipt.id, receipt)
+            if ("done", receipt.id) not in self._raw:
+                self._done.setdefault(receipt.id, receipt)
             self._pending.pop(receipt.id, None)
+            self._raw.pop(("pending", receipt.id), None)
 
     def receipts(self) -> list[ErasureReceipt]:
         """See `ErasureJournal.receipts`."""
         with self._lock:
             self._check_open()
-            return sorted(self._done.values(), key=lambda r: (r.completed_at, r.id))
+            found, damaged = self._read(ErasureReceipt, "done", self._done)
+            ended = set(self._settled)
+        found.sort(key=lambda r: (r.completed_at, r.id))
+        damaged = [d for d in damaged if d.id not in ended]
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=found)
+        return found
+
+    def settle(self, erasure_id: str, *, by: str, at: float) -> None:
+        """See `ErasureJournal.settle`."""
+        with self._lock:
+            self._check_open()
+            self._settled.setdefault(erasure_id, (by, at))
+            self._pending.pop(erasure_id, None)
+            self._raw.pop(("pending", erasure_id), None)
+
+    def _read(
+        self, kind: type[_Record], name: Literal["pending", "done"], held: dict[str, _Record]
+    ) -> tuple[list[_Record], list[DamagedRecord]]:
+        found, damaged = list(held.values()), []
+        for (raw_kind, erasure_id), data in sorted(self._raw.items(), key=lambda item: item[0]):
+            if raw_kind != name:
+                continue
+            problem = "the store holds it, but cannot read it back"
+            if data is not None:
+                try:
+                    record = msgspec.msgpack.decode(data, type=kind)
+                except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+                    problem = f"does not decode: {str(exc)[:200]}"
+                else:
+                    if record.id == erasure_id:
+                        found.append(record)
+                        continue
+                    problem = f"holds the record of another erasure id ({record.id[:40]!r})"
+            damaged.append(
+                DamagedRecord(kind=name, id=erasure_id, where=f"key {name}.{erasure_id}", problem=problem)
+            )
+        return found, damaged
 
     def close(self) -> None:
         """See `ErasureJournal.close`."""

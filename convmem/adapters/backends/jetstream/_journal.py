@@ -10,19 +10,35 @@ erasure is complete no file of the bucket holds its ids in clear. The
 bucket is a file stream with the events' replica count; on the embedded
 server (``sync_interval: always``) a recorded request is on disk before
 `record` returns, so nothing is deleted before its record is.
+
+Every record carries a ``Convmem-Sum`` header, the CRC-32 of its subject and
+bytes (`convmem.adapters.backends._checksum`, as snapshots are sealed),
+checked on every read; records written before the header existed are read
+unchecked. A record the bucket lists but the server cannot serve (damaged on
+disk: nats-server checks its own hash and answers "no message found"), one
+that fails its checksum, and one that does not decode as the record its key
+names are damage, never skipped: `pending` and `receipts` raise
+`ErasureJournalDamaged` naming each (its key in the bucket, and its stream
+seq when it could be read), unless a receipt of that id (for a pending
+record) or a settlement (``settled.<id>``, written by `settle`) is listed.
+A damaged message cannot be erased through the server (it refuses: "invalid
+checksum"), so the settlement, not the record's removal, is what ends the
+report. A key listed, then not served, is listed again before it counts as
+damage: another process finishing the erasure meanwhile is not damage.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 import nats.errors
 import nats.js.errors
 
 from convmem.actors import ErasureReceipt, ErasureRequest
+from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged
+from convmem.adapters.backends._checksum import SUM_HEADER, seal
 from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage
 from convmem.adapters.backends.jetstream._read import list_subjects
 from convmem.adapters.backends.jetstream._setup import check_names, open_bucket
@@ -31,13 +47,23 @@ from convmem.errors import InvalidConfig, SessionClosed
 
 __all__ = ["JetStreamErasureJournal", "erasure_bucket"]
 
-T = TypeVar("T")
+T = TypeVar("T", ErasureRequest, ErasureReceipt)
 
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+_OPERATION = "KV-Operation"
 _ALREADY_THERE = (10071, 10164)
 _GONE = (10057, 10043)  # "no message found", "sequence not found": erased already
 _request = msgspec.msgpack.Decoder(ErasureRequest)
 _receipt = msgspec.msgpack.Decoder(ErasureReceipt)
+_UNSERVED = "the bucket holds it, but the server cannot read it back (damaged on disk)"
+
+
+class _Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``settled.<id>`` holds: who settled the damaged records of erasure `id`, and when."""
+
+    id: str
+    by: str
+    at: float
 
 
 def erasure_bucket(stream: str) -> str:
@@ -98,9 +124,12 @@ class JetStreamErasureJournal:
         self._conn.call(lambda: self._put_once(subject, data), what="record an erasure")
 
     def pending(self) -> list[ErasureRequest]:
-        """See `ErasureJournal.pending`."""
-        found = self._read_all("pending", _request.decode)
-        return sorted(found, key=lambda r: (r.at, r.id))
+        """See `ErasureJournal.pending`: `ErasureJournalDamaged` names a pending record that is damaged."""
+        found, damaged = self._read_all("pending", _request)
+        found.sort(key=lambda r: (r.at, r.id))
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=found)
+        return found
 
     def complete(self, receipt: ErasureReceipt) -> None:
         """See `ErasureJournal.complete`: the receipt first, then the request's bytes overwritten."""
@@ -117,32 +146,90 @@ class JetStreamErasureJournal:
         self._conn.call(finish, what="complete an erasure")
 
     def receipts(self) -> list[ErasureReceipt]:
-        """See `ErasureJournal.receipts`."""
-        found = self._read_all("done", _receipt.decode)
-        return sorted(found, key=lambda r: (r.completed_at, r.id))
+        """See `ErasureJournal.receipts`: `ErasureJournalDamaged` names a receipt that is damaged."""
+        found, damaged = self._read_all("done", _receipt)
+        found.sort(key=lambda r: (r.completed_at, r.id))
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=found)
+        return found
 
-    def _read_all(self, kind: str, decode: Callable[[bytes], T]) -> list[T]:
+    def settle(self, erasure_id: str, *, by: str, at: float) -> None:
+        """See `ErasureJournal.settle`: ``settled.<id>`` is written once; a pending record of that id
+        that the server can still serve is erased for good."""
         self._check_open()
+        settled = self._subject("settled", erasure_id)
+        pending = self._subject("pending", erasure_id)
+        data = msgspec.msgpack.encode(_Settlement(id=erasure_id, by=by, at=at))
 
-        async def read() -> list[T]:
-            subjects = await list_subjects(self._conn, self._stream, f"$KV.{self._bucket}.{kind}.*")
+        async def put() -> None:
+            await self._put_once(settled, data)
+            while (message := await self._get(pending)) is not None:
+                await self._erase(message.seq)
+
+        self._conn.call(put, what="settle a damaged erasure record")
+
+    def _read_all(
+        self, kind: Literal["pending", "done"], decoder: msgspec.msgpack.Decoder[T]
+    ) -> tuple[list[T], list[DamagedRecord]]:
+        """The records of `kind` that read, and those held that do not (unless finished or settled)."""
+        self._check_open()
+        prefix = f"$KV.{self._bucket}.{kind}."
+
+        async def read() -> tuple[list[T], list[DamagedRecord]]:
+            subjects = await list_subjects(self._conn, self._stream, prefix + "*")
             found: list[T] = []
+            damaged: dict[str, DamagedRecord] = {}
+            unserved: list[str] = []
             for subject in sorted(subjects):
+                erasure_id = subject[len(prefix) :]
                 message = await self._get(subject)
-                if message is None or not message.data:
+                if message is None:
+                    unserved.append(subject)
                     continue
-                try:
-                    found.append(decode(message.data))
-                except (msgspec.MsgspecError, ValueError, TypeError):
-                    continue  # not a record convmem wrote: never acted upon
-            return found
+                if message.headers.get(_OPERATION) in ("DEL", "PURGE"):
+                    continue  # removed with the key-value API: no record
+                record, problem = _read(message, erasure_id, decoder)
+                if record is not None:
+                    found.append(record)
+                else:
+                    damaged[erasure_id] = self._damage(kind, erasure_id, message.seq, problem)
+            if unserved:  # listed again: a record erased meanwhile (finished by another process) is gone
+                still = await list_subjects(self._conn, self._stream, prefix + "*")
+                for subject in unserved:
+                    if still.get(subject):
+                        erasure_id = subject[len(prefix) :]
+                        damaged[erasure_id] = self._damage(kind, erasure_id, None, _UNSERVED)
+            if damaged:
+                for ended in await self._ended(kind):
+                    damaged.pop(ended, None)
+            return found, list(damaged.values())
 
         return self._conn.call(read, what=f"read the erasure journal ({kind})")
 
+    async def _ended(self, kind: str) -> set[str]:
+        """The ids whose damaged `kind` records are no longer damage: settled ones, and for a pending
+        record, a finished one (its receipt kept; the server would not let it be erased)."""
+        kinds = ("settled", "done") if kind == "pending" else ("settled",)
+        ended: set[str] = set()
+        for other in kinds:
+            prefix = f"$KV.{self._bucket}.{other}."
+            listed = await list_subjects(self._conn, self._stream, prefix + "*")
+            ended.update(s[len(prefix) :] for s, count in listed.items() if count)
+        return ended
+
+    def _damage(
+        self, kind: Literal["pending", "done"], erasure_id: str, seq: int | None, problem: str
+    ) -> DamagedRecord:
+        where = f"key {kind}.{erasure_id} of bucket {self._bucket}"
+        if seq is not None:
+            where += f", stream {self._stream} seq {seq}"
+        return DamagedRecord(kind=kind, id=erasure_id, where=where, problem=problem)
+
     async def _put_once(self, subject: str, data: bytes) -> None:
+        headers = {_EXPECTED: "0", SUM_HEADER: seal("", subject, data)}
         try:
             # A refused subject fails now, named.
-            await publish_denied(self._conn.js, self._conn.watch, subject, data, {_EXPECTED: "0"})
+            await publish_denied(self._conn.js, self._conn.watch, subject, data, headers)
         except nats.js.errors.APIError as exc:
             if exc.err_code not in _ALREADY_THERE:  # recorded already (by us, retried, or another process)
                 raise
@@ -164,3 +251,23 @@ class JetStreamErasureJournal:
                 return
             self._closed = True
         self._conn.release()
+
+
+def _read(
+    message: StoredMessage, erasure_id: str, decoder: msgspec.msgpack.Decoder[T]
+) -> tuple[T | None, str]:
+    """The record `message` holds, or None and why it cannot be read as the record of `erasure_id`."""
+    stored = message.headers.get(SUM_HEADER)
+    if stored is not None:  # a record written before the header existed is read unchecked
+        computed = seal("", message.subject, message.data)
+        if stored != computed:
+            return None, f"fails its checksum (stored {stored[:16]!r}, the bytes read give {computed})"
+    if not message.data:
+        return None, "holds no bytes"
+    try:
+        record = decoder.decode(message.data)
+    except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+        return None, f"does not decode: {str(exc)[:200]}"
+    if record.id != erasure_id:
+        return None, f"holds the record of another erasure id ({record.id[:40]!r})"
+    return record, ""

@@ -14,6 +14,9 @@ from typing import Any
 import msgspec
 
 from convmem.actors import (
+    Erased,
+    ErasureJournal,
+    ErasureRequest,
     EventLog,
     LoggedEvent,
     MemorySystem,
@@ -25,6 +28,7 @@ from convmem.actors import (
     restore_lost,
     verify,
 )
+from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged
 from convmem.adapters.backends import InMemoryEventLog, default_export_registry
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
@@ -100,6 +104,12 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", help="the user's tenant")
     p.add_argument("--user", help="every session of this user (needs --tenant)")
     p.add_argument("--resume", action="store_true", help="only finish the erasures left pending")
+    p.add_argument(
+        "--settle",
+        metavar="ID",
+        help="then settle the damaged journal record of erasure ID (`erase --resume` names it): "
+        "erase its scope in the same command (--key or --tenant/--user) when it is known",
+    )
     p.add_argument("--by", help="who asks (kept in the erasure's receipt; default: $USER)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -195,6 +205,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise CliError("say what to verify: a KEY, --tenant [--user], or --all", EXIT_USAGE)
     progress = Progress("verify: events read", quiet=args.json)
     started = time.perf_counter()
+    journal_damage: list[DamagedRecord] = []
     try:
         if args.from_file:
             file_log = InMemoryEventLog()
@@ -203,13 +214,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
             progress.set_total(event_count(file_log, key, scope))
             checks = verify(file_log, None, key=key, progress=progress.update, **scope)
         else:
-            with backend(args, read_only=True) as (log, snapshots):
-                progress.set_total(event_count(log, key, scope))
-                checks = verify(log, snapshots, key=key, progress=progress.update, **scope)
+            with open_store(args, read_only=True) as opened:
+                journal_damage = _verify_journal(opened.journal)
+                progress.set_total(event_count(opened.log, key, scope))
+                try:
+                    checks = verify(opened.log, opened.snapshots, key=key, progress=progress.update, **scope)
+                except ErasureJournalDamaged as exc:  # a session's check needed the damaged records
+                    raise CliError(str(exc), EXIT_DAMAGED) from None
     finally:
         progress.close()
     elapsed = time.perf_counter() - started
-    if not checks:
+    if not checks and not journal_damage:
         raise CliError("nothing to verify: no session has events in that scope", EXIT_NOT_FOUND)
     failed = [c for c in checks if not c.ok]
     events = sum(c.events for c in checks)
@@ -236,6 +251,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     }
                     for c in checks
                 ],
+                "journal_damage": [msgspec.to_builtins(d) for d in journal_damage],
             }
         )
     else:
@@ -260,14 +276,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 )
             for damage in check.damage:
                 print(f"{check.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
+        for damaged in journal_damage:
+            print(f"erasure journal: DAMAGED {damaged.describe()}")
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
+            + (
+                f"; the erasure journal holds {len(journal_damage)} damaged record(s)"
+                if journal_damage
+                else ""
+            )
         )
-    if any(c.damage for c in checks):
+    if any(c.damage for c in checks) or journal_damage:
         if not args.json:
-            print("damaged sessions are refused until repaired: convmem repair tenant:user:session")
+            if any(c.damage for c in checks):
+                print("damaged sessions are refused until repaired: convmem repair tenant:user:session")
+            if journal_damage:
+                print(ErasureJournalDamaged(journal_damage).advice)
         return EXIT_DAMAGED
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _verify_journal(journal: ErasureJournal | None) -> list[DamagedRecord]:
+    """The erasure journal's damaged records, pending and receipts (none when there is no journal)."""
+    return [] if journal is None else _journal_state(journal)[1]
 
 
 def _where(seq: int | None, position: int | None) -> str:
@@ -405,43 +436,69 @@ def _confirm(what: str, token: str, verb: str = "erase") -> bool:
     return answer.strip() == token
 
 
-def cmd_erase(args: argparse.Namespace) -> int:
-    if args.resume and (args.key or args.user or args.tenant):
-        raise CliError("--resume finishes what is pending: give no --key, --tenant or --user", EXIT_USAGE)
-    if not args.resume and bool(args.key) == bool(args.user):
+def _erase_scope(args: argparse.Namespace) -> tuple[MemoryKey | None, bool]:
+    """The session `erase` names (None: a user, or none), and whether it only settles a record."""
+    if args.resume and (args.key or args.user or args.tenant or args.settle):
+        raise CliError(
+            "--resume finishes what is pending: give no --key, --tenant, --user or --settle", EXIT_USAGE
+        )
+    settle_only = bool(args.settle) and not (args.key or args.user)
+    if not args.resume and not settle_only and bool(args.key) == bool(args.user):
         raise CliError(
             "say what to erase: --key tenant:user:session, or --tenant T --user U (or --resume)", EXIT_USAGE
         )
     key = parse_key(args.key) if args.key else None
+    if settle_only and args.tenant:
+        raise CliError("--tenant needs --user", EXIT_USAGE)
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant", EXIT_USAGE)
+    return key, settle_only
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    key, settle_only = _erase_scope(args)
     by = args.by if args.by is not None else os.environ.get("USER", "")
     with open_store(args) as opened:
-        if opened.journal is None:
+        journal = opened.journal
+        if journal is None:
             raise CliError(f"{opened.url}: this backend keeps no erasure journal", EXIT_INVALID)
-        pending = len(opened.journal.pending())
+        pending, damaged = _journal_state(journal)
+        if args.settle and args.settle not in {d.id for d in damaged}:
+            raise CliError(
+                f"no damaged journal record of erasure {args.settle!r} to settle "
+                "(`convmem erase --resume` and `convmem verify --all` name them)",
+                EXIT_NOT_FOUND,
+            )
         keys: list[MemoryKey] = []
         what = ""
-        if not args.resume:
+        if settle_only:
+            if not args.yes and not _confirm(
+                f"the damaged record of erasure {args.settle} (nothing is erased: its scope is not known)",
+                args.settle,
+                verb="settle",
+            ):
+                print("not settled: the confirmation did not match", file=sys.stderr)
+                return EXIT_DECLINED
+        elif not args.resume:
             keys = _erasable(opened.log, opened.snapshots, key, args.tenant, args.user)
             if key is not None:
                 what = f"session {key.composite()}"
             else:
                 what = f"user {args.user} of tenant {args.tenant} ({len(keys)} session(s))"
-            if not keys and not pending:
+            if not keys and not pending and not args.settle:
                 raise CliError(f"nothing to erase: no events or snapshots for {what}", EXIT_NOT_FOUND)
             token = key.composite() if key else args.user
-            if keys and not args.yes and not _confirm(what, token):
+            if (keys or args.settle) and not args.yes and not _confirm(what, token):
                 print("not erased: the confirmation did not match", file=sys.stderr)
                 return EXIT_DECLINED
         # The system finishes the pending erasures as it starts (a crashed erase's, or this one's).
         with MemorySystem(
             log=opened.log,
             snapshots=opened.snapshots,
-            journal=opened.journal,
+            journal=journal,
             exports=default_export_registry(),
         ) as system:
-            still = len(system.pending_erasures())
+            still = len(_journal_state(journal)[0])
             if still:
                 raise CliError(
                     f"{still} pending erasure(s) could not be finished (see the log above); "
@@ -449,23 +506,64 @@ def cmd_erase(args: argparse.Namespace) -> int:
                     EXIT_UNAVAILABLE,
                 )
             erased = None
-            if keys:
+            if keys or (args.settle and not settle_only):  # a settled scope is erased again even if empty
                 erased = system.erase(key, by=by) if key else system.erase_user(args.tenant, args.user, by=by)
-    result = {
-        "events_purged": erased.events_purged if erased else 0,
-        "sessions": erased.sessions if erased else 0,
-        "resumed": pending,
-    }
+            if args.settle:
+                journal.settle(args.settle, by=by, at=system.clock.now())
+        damaged = _journal_state(journal)[1]
+    return _erase_result(args, what, erased, len(pending), damaged)
+
+
+def _erase_result(
+    args: argparse.Namespace, what: str, erased: Erased | None, resumed: int, damaged: list[DamagedRecord]
+) -> int:
+    """What `erase` did, on stdout; the journal's damaged records on stderr (exit 7) when there are any."""
     if args.json:
-        emit_json(result)
-        return EXIT_OK
-    if pending:
-        print(f"finished {pending} pending erasure(s)")
-    if erased is not None:
-        print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
-    elif args.resume and not pending:
-        print("no pending erasure")
+        emit_json(
+            {
+                "events_purged": erased.events_purged if erased else 0,
+                "sessions": erased.sessions if erased else 0,
+                "resumed": resumed,
+                "settled": args.settle,
+                "damaged": [msgspec.to_builtins(d) for d in damaged],
+            }
+        )
+    else:
+        if resumed:
+            print(f"finished {resumed} pending erasure(s)")
+        if erased is not None:
+            print(f"erased {what}: {erased.events_purged} events purged from {erased.sessions} session(s)")
+        if args.settle:
+            print(f"settled the damaged journal record of erasure {args.settle}")
+        elif args.resume and not resumed and not damaged:
+            print("no pending erasure")
+    if damaged:
+        _report_journal_damage(damaged, json_output=args.json)
+        return EXIT_DAMAGED
     return EXIT_OK
+
+
+def _journal_state(journal: ErasureJournal) -> tuple[list[ErasureRequest], list[DamagedRecord]]:
+    """The pending erasures that read, and every damaged record (pending or receipt) of `journal`."""
+    damaged: list[DamagedRecord] = []
+    try:
+        pending = journal.pending()
+    except ErasureJournalDamaged as exc:
+        pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
+        damaged += exc.damaged
+    try:
+        journal.receipts()
+    except ErasureJournalDamaged as exc:
+        damaged += exc.damaged
+    return pending, damaged
+
+
+def _report_journal_damage(damaged: list[DamagedRecord], *, json_output: bool) -> None:
+    """Each damaged journal record on stderr, and what an operator does (`ErasureJournalDamaged.advice`)."""
+    for record in damaged:
+        print(f"erasure journal: DAMAGED {record.describe()}", file=sys.stderr)
+    if not json_output:
+        print(ErasureJournalDamaged(damaged).advice, file=sys.stderr)
 
 
 def _erasable(
