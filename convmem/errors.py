@@ -16,6 +16,7 @@ ConvmemError
 ├── MemoryBudgetExceeded                  policy "error": a turn would exceed the budget
 ├── ConcurrencyConflict                   the session's last sequence is not the expected one
 ├── SessionDamaged                        a stored event failed its check or is missing; names where
+├── ErasureJournalDamaged (convmem.actors) erasure records the journal cannot read back; names each
 ├── LogUnavailable                        the event log cannot be reached or did not answer in time
 │   └── StoreFull                          the JetStream store is full (disk, max_file_store, max_bytes)
 ├── StoreNotFound                         the event stream or snapshot bucket does not exist (read-only use)

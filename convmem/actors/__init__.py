@@ -44,7 +44,9 @@ from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder, Un
 from convmem.actors._fork import Forked, fork_events
 from convmem.actors._handles import AsyncSessionHandle, SessionHandle
 from convmem.actors._journal import (
+    DamagedRecord,
     ErasureJournal,
+    ErasureJournalDamaged,
     ErasureReceipt,
     ErasureRecord,
     ErasureRequest,
@@ -84,10 +86,12 @@ __all__ = [
     "ERASURE_STEPS",
     "AsyncSessionHandle",
     "Clock",
+    "DamagedRecord",
     "Deadlines",
     "Erased",
     "Eraser",
     "ErasureJournal",
+    "ErasureJournalDamaged",
     "ErasureNotice",
     "ErasureReceipt",
     "ErasureRecord",
