@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import cProfile
 import json
+import pstats
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -17,6 +19,7 @@ from summaries import assert_accepted, assert_well_formed, bullets, days, reques
 from summary_samples import PRICING_TURNS
 
 from convmem.adapters import ExtractiveSummarizer
+from convmem.adapters.backends.summarizers._extractive import MAX_OFFERED
 from convmem.adapters.backends.summarizers._selection import Pool
 from convmem.adapters.backends.summarizers._summary import make_fact, parse, prose, render
 from convmem.errors import InvalidConfig, SummarizerError
@@ -512,3 +515,62 @@ def test_bullets_survive_as_whole_lines() -> None:
     assert default_token_estimator(tight) <= 80
     assert set(bullets(tight)) <= set(bullets(full))
     assert 0 < len(bullets(tight)) < len(bullets(full))
+
+
+def _pool_calls(run: Callable[[], object]) -> dict[str, int]:
+    """How many times `run` made the pool take a fact in or let one go (cProfile's call counts)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    run()
+    profile.disable()
+    counts = {"add": 0, "remove": 0}
+    for (file, _line, name), row in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
+        if file.endswith("_selection.py") and name in counts:
+            counts[name] += row[1]
+    return counts
+
+
+def test_a_message_of_thousands_of_short_sentences_costs_a_bounded_call() -> None:
+    """Given one message of 8,000 short distinct sentences (a tenant's 160 KB turn), when it is
+    summarized, then the pool is offered at most `MAX_OFFERED` of them and lets go of no more than
+    it took in (it valued and evicted each of the 8,000 one at a time: a minute of CPU), and the
+    summary keeps facts of the message within its budget."""
+    text = " ".join(f"Word{n:05d} went far." for n in range(8000))
+    summarizer = ExtractiveSummarizer(max_tokens=3900)
+    out: list[str] = []
+    counts = _pool_calls(lambda: out.append(summarizer.summarize("", [{"user": text, "assistant": "ok"}])))
+    assert counts["add"] <= MAX_OFFERED
+    assert counts["remove"] <= MAX_OFFERED
+    assert default_token_estimator(out[0]) <= 3900
+    assert "Word00000 went far." in out[0]
+
+
+def test_a_call_over_the_offer_bound_offers_its_newest_turns() -> None:
+    """Given a call covering 600 turns of two statements each (a restored history), then only the
+    newest turns' statements are offered (the oldest turn's fact cannot be in the summary, the
+    newest turn's is), and a call within the bound offers every turn as before."""
+    turns = [
+        {"user": f"Topic{n:04d} alpha{n:04d} matters. Topic{n:04d} beta{n:04d} follows.", "assistant": "ok"}
+        for n in range(600)
+    ]
+    summary = ExtractiveSummarizer(max_tokens=3900).summarize("", turns)
+    assert "Topic0000" not in summary
+    assert "Topic0599" in summary
+    few = ExtractiveSummarizer(max_tokens=3900).summarize("", turns[:5])
+    assert "Topic0000" in few
+
+
+def test_a_pool_far_over_its_allowance_keeps_its_best_facts_at_once() -> None:
+    """`Pool.keep_best` keeps the best-ranked facts within the characters given, rebuilt as a pool of
+    those facts alone (values and rendered length as if only they had ever come)."""
+    facts = [
+        make_fact("key_facts", f"User: Word{n:04d} went far and Other{n % 7} stayed.", None)
+        for n in range(400)
+    ]
+    pool = Pool(facts)
+    pool.keep_best(2000)
+    assert 0 < sum(fact.cost for fact in pool.facts.values()) <= 2000 < Pool(facts).chars
+    rebuilt = Pool(pool.facts.values())
+    assert rebuilt.value == pool.value
+    assert rebuilt.chars == pool.chars
+    assert rebuilt.render("x") == pool.render("x")

@@ -70,6 +70,14 @@ MIN_TERMS = 2
 MAX_UNIT_CHARS = 360
 """A sentence kept with the ones that lean on it ("I adopted a puppy. She is a corgi.") may run longer."""
 MAX_NAME_CHARS = 40
+MAX_OFFERED = 500
+"""Most statements one call offers the pool: those of its newest turns, in order (a turn with more
+offers its first ones). A summary holds a few hundred facts at most, and each statement offered is
+valued against the facts that share its terms: a call of a restored history or of a message of
+thousands of short sentences took minutes of CPU unbounded (issue: a hostile tenant's summaries)."""
+TRIM_CHARS_PER_TOKEN = 8
+"""A pool over this many characters per token of `max_tokens` (twice a default-estimator summary's
+characters) first keeps only its best facts within that (`Pool.keep_best`), then evicts exactly."""
 _DEFAULT_LABELS = {"user": "User", "assistant": "Assistant"}
 _OTHER = {"user": "assistant", "assistant": "user"}
 _CAPTION_LEAD = re.compile(r"^(?:an? |the )?(?:photo|picture|image|screenshot|pic) of ", re.IGNORECASE)
@@ -178,14 +186,20 @@ class ExtractiveSummarizer:
         names = _learn(rolled.names, texts, given)
         labels = {role: names.get(role) or _DEFAULT_LABELS[role] for role in ROLES}
         _relabel(pool, {rolled.names.get(role) or _DEFAULT_LABELS[role]: labels[role] for role in ROLES})
-        for turn, said in zip(turns, texts, strict=True):
+        statements = [{role: _statements(said[role]) for role in ROLES} for said in texts]
+        allowed = _allowance(statements)
+        for turn, stated, allowance in zip(turns, statements, allowed, strict=True):
+            room_left = allowance
             day = day_of(turn.get("ts"))
             if day is not None:
                 first = day if first is None else min(first, day)
                 last = day if last is None else max(last, day)
             for role in ROLES:
-                if said[role]:
-                    _offer_text(pool, labels[role], said[role], day)
+                units, captions = stated[role]
+                offered = min(room_left, len(units) + len(captions))
+                room_left -= offered
+                if offered:
+                    _offer_statements(pool, labels[role], units, captions, offered, day)
             _offer_tools(pool, turn.get("trajectory_digest"), day)
         count = rolled.turns + len(turns)
         line = prose(count, first, last, names)
@@ -199,6 +213,7 @@ class ExtractiveSummarizer:
         """The pool's summary within `max_tokens` (and its JSON string within `room`, when given),
         evicting the cheapest facts (None: not even empty)."""
         estimator, budget = self._estimator, self.max_tokens
+        pool.keep_best(TRIM_CHARS_PER_TOKEN * budget)  # far over: keep the best at once, then evict exactly
         if estimator is default_token_estimator:
             frame = len(OPEN) + len(line) + len(CLOSE) + 2
             limit = 4 * budget - 1  # len // 4 + 1 <= budget
@@ -339,12 +354,34 @@ def _units(text: str) -> list[str]:
     return [" ".join(unit) for unit in units]
 
 
-def _offer_text(pool: Pool, label: str, text: str, day: int | None) -> None:
-    """Offer a speaker's message: its statements, then the captions of the photos it shared."""
+def _statements(text: str) -> tuple[list[str], list[str]]:
+    """A speaker's message as (its statements, the captions of the photos it shared)."""
+    if not text:
+        return [], []
     body, captions = split_media(text)
-    for unit in _units(body):
+    return _units(body), list(captions)
+
+
+def _allowance(statements: list[dict[str, tuple[list[str], list[str]]]]) -> list[int]:
+    """How many statements each turn may offer: all of them, unless the call brings more than
+    `MAX_OFFERED`; then the newest turns' (a turn over what is left offers its first ones)."""
+    counts = [sum(len(units) + len(captions) for units, captions in turn.values()) for turn in statements]
+    if sum(counts) <= MAX_OFFERED:
+        return counts
+    allowed, left = [0] * len(counts), MAX_OFFERED
+    for i in range(len(counts) - 1, -1, -1):
+        allowed[i] = min(counts[i], left)
+        left -= allowed[i]
+    return allowed
+
+
+def _offer_statements(
+    pool: Pool, label: str, units: list[str], captions: list[str], count: int, day: int | None
+) -> None:
+    """Offer the first `count` of a speaker's statements, then of the captions of its photos."""
+    for unit in units[:count]:
         _offer(pool, label, unit, day)
-    for caption in captions:
+    for caption in captions[: max(0, count - len(units))]:
         shown = _CAPTION_LEAD.sub("", caption)
         if shown:
             _offer_fact(pool, make_fact(FACTS, clip(caption_text(label, shown), MAX_FACT_CHARS), day))

@@ -220,6 +220,27 @@ class Pool:
         else:
             self._day.pop(group, None)
 
+    def keep_best(self, chars: int) -> None:
+        """Keep only the best-ranked facts whose costs add up to at most `chars`, the pool rebuilt at
+        once from them (in the order they came).
+
+        For a pool far over its allowance: evicting one fact at a time from there scanned and
+        re-valued the pool for each fact that left (a call offered a few thousand short sentences
+        took minutes). The exact eviction then decides among the facts kept.
+        """
+        if self.chars <= chars:
+            return
+        rank, facts = self._rank, self.facts
+        kept: set[str] = set()
+        used = 0
+        for key in sorted(rank, key=rank.__getitem__, reverse=True):
+            used += facts[key].cost
+            if used > chars:
+                break
+            kept.add(key)
+        fresh = Pool(fact for key, fact in facts.items() if key in kept)
+        self.__dict__.update(vars(fresh))
+
     def cheapest(self) -> str | None:
         """The key of the fact whose loss costs least coverage per character (None: empty)."""
         rank = self._rank
