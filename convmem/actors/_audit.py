@@ -114,6 +114,14 @@ class SessionCheck(msgspec.Struct, kw_only=True):
         """No problem, no poison and no damage."""
         return not self.problems and not self.poison and not self.damage
 
+    @property
+    def lost(self) -> list[PoisonEvent]:
+        """The `damage` that stands for events (damaged or missing), not for a damaged snapshot."""
+        return [d for d in self.damage if not d.problem.startswith(_SNAPSHOT_DAMAGE)]
+
+
+_SNAPSHOT_DAMAGE = "snapshot: "
+
 
 def verify(
     log: EventLog,
@@ -124,6 +132,7 @@ def verify(
     key: MemoryKey | None = None,
     live: Mapping[MemoryKey, SessionState] | None = None,
     progress: Callable[[int], None] | None = None,
+    records: Iterable[LoggedEvent] | None = None,
 ) -> list[SessionCheck]:
     """Rebuild each session in scope from its events alone and check it.
 
@@ -136,10 +145,13 @@ def verify(
     with ``counts``), or when its snapshot is damaged (a store with
     ``check``). Sessions that have a snapshot and no event are checked too
     (a store with ``keys``).
+
+    `records`: what a read of the same scope from `log` already gave (an export's), checked
+    instead of reading the log again.
     """
-    if key is not None:
-        records: Iterable[LoggedEvent] = log.read(key)
-    else:
+    if records is None and key is not None:
+        records = log.read(key)
+    elif records is None:
         records = log.read_all(tenant_id=tenant_id, user_id=user_id)
     by_key: dict[MemoryKey, list[LoggedEvent]] = defaultdict(list)
     for n, record in enumerate(records, start=1):
@@ -271,7 +283,9 @@ def _check(
     if stored_problem is not None and snapshot is None and (held is None or key in held):
         problem = stored_problem(key)
         if problem is not None:
-            check.damage.append(PoisonEvent(key=key, position=0, seq=None, problem=f"snapshot: {problem}"))
+            check.damage.append(
+                PoisonEvent(key=key, position=0, seq=None, problem=f"{_SNAPSHOT_DAMAGE}{problem}")
+            )
     if snapshot is not None:
         check.snapshot_seq = snapshot.seq
         rebuilt = states.get(snapshot.seq)
@@ -485,40 +499,98 @@ def timeline(
     return rows
 
 
+_MAX_POSITION = 2**64 - 1  # a JetStream stream sequence
+_MAX_SEQ = 2**63 - 1  # the largest session seq the event codec stores
+
+
 def export_jsonl(records: Iterable[LoggedEvent]) -> Iterator[str]:
-    """One JSON line per record: key, position, seq and the event (or the raw bytes of poison)."""
+    """One JSON line per record: key, position, seq and the event (or the raw bytes of poison).
+
+    A record that failed its checksum is written as its raw bytes, its ``error`` saying so; one
+    that only stands for messages the store cannot read back (position 0) has no bytes and no
+    line (`verify` names both). A seq no convmem writer could have stored (a foreign message's
+    header: below 1, or past the codec's range) is written as null, so `read_jsonl` reads every
+    line back.
+    """
     for record in records:
+        if record.damage is not None and not record.position:
+            continue
         line: dict[str, Any] = {
             "key": msgspec.to_builtins(record.key),
             "position": record.position,
-            "seq": record.seq,
+            "seq": record.seq if record.seq is not None and 1 <= record.seq <= _MAX_SEQ else None,
         }
-        try:
-            event = decode_event(record.data, seq=record.position)
-        except EventDecodeError as exc:
+        problem = f"damaged: {record.damage}" if record.damage is not None else None
+        if problem is None:
+            try:
+                line["event"] = json.loads(encode_event_json(decode_event(record.data, seq=record.position)))
+            except EventDecodeError as exc:
+                problem = str(exc)
+        if problem is not None:
             line["raw"] = base64.b64encode(record.data).decode("ascii")
-            line["error"] = str(exc)
-        else:
-            line["event"] = json.loads(encode_event_json(event))
+            line["error"] = problem
         yield json.dumps(line, ensure_ascii=False, sort_keys=True)
 
 
-def read_jsonl(lines: Iterable[str], *, source: str = "<jsonl>") -> Iterator[LoggedEvent]:
-    """Records back from `export_jsonl` lines; a malformed line raises `InvalidInput` naming it."""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+def read_jsonl(lines: Iterable[str | bytes], *, source: str = "<jsonl>") -> Iterator[LoggedEvent]:
+    """Records back from `export_jsonl` lines; a malformed line raises `InvalidInput` naming it.
+
+    `lines` are text, or bytes (a file opened in binary): then a line that is not UTF-8 is named by
+    its number, as every other wrong line is.
+    """
+    for number, given in enumerate(lines, start=1):
         where = f"{source}:{number}"
         try:
+            line = given.decode("utf-8") if isinstance(given, bytes) else given
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(
+                where, f"not UTF-8 text (byte {exc.object[exc.start]:#04x}, byte {exc.start + 1} of the line)"
+            ) from None
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
+        except RecursionError:
+            raise InvalidInput(where, "not an exported event line: nested too deeply") from None
+        except ValueError as exc:
+            raise InvalidInput(where, f"not an exported event line: {exc}") from None
+        if not isinstance(row, dict):
+            kind = _JSON_KINDS.get(type(row), "a number")
+            raise InvalidInput(where, f"not an exported event line: {kind}, not an object")
+        for name, value, high in (
+            ("position", row.get("position"), _MAX_POSITION),
+            ("seq", row.get("seq"), _MAX_SEQ),
+        ):
+            problem = _not_whole(value, name, high, optional=name == "seq")
+            if problem is not None:
+                raise InvalidInput(where, f"not an exported event line: {problem}")
+        try:
             key = msgspec.convert(row["key"], MemoryKey)
-            position = int(row["position"])
-            seq = row.get("seq")
             if "event" in row:
                 event = decode_event_json(json.dumps(row["event"]))
                 data = encode_event(event)
             else:
                 data = base64.b64decode(row["raw"], validate=True)
-        except (ValueError, KeyError, TypeError, msgspec.ValidationError, EventDecodeError) as exc:
+        except KeyError as exc:
+            raise InvalidInput(where, f"not an exported event line: it has no {exc}") from None
+        except (ValueError, TypeError, msgspec.ValidationError, EventDecodeError, RecursionError) as exc:
             raise InvalidInput(where, f"not an exported event line: {exc}") from None
-        yield LoggedEvent(key=key, seq=seq, position=position, data=data)
+        yield LoggedEvent(key=key, seq=row.get("seq"), position=row["position"], data=data)
+
+
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def _not_whole(value: object, name: str, high: int, *, optional: bool) -> str | None:
+    """Why `value` is not a whole number from 1 to `high` (null too, when `optional`), or None."""
+    if value is None and optional:
+        return None
+    if value is None:
+        return f"it has no {name}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = repr(value)[:40] if isinstance(value, float | str) else _JSON_KINDS.get(type(value), "?")
+        return f"{name} must be a whole number, got {shown}"
+    if not 1 <= value <= high:
+        shown = str(value) if abs(value) < 10**20 else f"a {value.bit_length()}-bit number"
+        return f"{name} must be from 1 to {high}, got {shown}"
+    return None

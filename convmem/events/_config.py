@@ -166,12 +166,23 @@ class MemoryHealth(enum.Enum):
     RECOVERING = "recovering"
 
 
+_MAX_INT = 2**63 - 1
+"""The largest whole number a setting may hold: the largest the event codec stores (a config is in
+`SessionStarted`)."""
+
+
 def _positive_int(field: str, value: int, *, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidConfig(field, f"must be an integer >= {minimum}, got {value!r}")
+    if value > _MAX_INT:
+        raise InvalidConfig(field, f"must be an integer <= 2**63 - 1, got a {value.bit_length()}-bit number")
 
 
 def _positive_seconds(field: str, value: float, *, zero: bool = False) -> None:
+    bound = ">= 0" if zero else "> 0"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**300:
+        # float() of it would overflow (an OverflowError, not a setting's error)
+        raise InvalidConfig(field, f"must be a finite number of seconds {bound}, got a number over 1e300")
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -179,7 +190,6 @@ def _positive_seconds(field: str, value: float, *, zero: bool = False) -> None:
         or value < 0
         or (value == 0 and not zero)
     ):
-        bound = ">= 0" if zero else "> 0"
         raise InvalidConfig(field, f"must be a finite number of seconds {bound}, got {value!r}")
 
 

@@ -39,26 +39,52 @@ _MAX_SECONDS = 100 * 365 * 86_400.0  # a century: anything longer is a typo, not
 _DEFAULT_SWEEP = 3_600.0
 
 
+def _shown(value: object) -> str:
+    """`value` for an error message, short whatever it is (a 400-digit number, a long text, a deep list)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        sign = "negative " if value < 0 else ""
+        return (
+            f"a {len(str(abs(value)))}-digit {sign}number"
+            if abs(value) < 10**4000
+            else f"a huge {sign}number"
+        )
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    return f"a {type(value).__name__}"
+
+
+def _part(name: object) -> str:
+    """A key of a mapping from outside as one part of a dotted path (cut when long)."""
+    text = str(name) if isinstance(name, str | int) and not isinstance(name, bool) else _shown(name)
+    return text[:40] + ("..." if len(text) > 40 else "")
+
+
 def parse_duration(value: object, *, field: str) -> float:
     """Seconds from a number or text such as ``"90d"`` or ``"1h30m"``; `InvalidConfig` names `field`."""
     if isinstance(value, bool):
         raise InvalidConfig(field, f"must be a duration such as '90d' or a number of seconds, got {value!r}")
-    if isinstance(value, int | float):
+    if isinstance(value, int) and value > _MAX_SECONDS:  # float() of a huge int overflows: said here
+        seconds = math.inf
+    elif isinstance(value, int) and value <= 0:
+        seconds = 0.0
+    elif isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if not _WHOLE.fullmatch(text):
             raise InvalidConfig(
                 field,
-                f"{value[:40]!r} is not a duration: write a number and a unit (w, d, h, m, s), e.g. '90d'",
+                f"{_shown(value)} is not a duration: write a number and a unit (w, d, h, m, s), e.g. '90d'",
             )
         seconds = sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(text))
     else:
         raise InvalidConfig(field, f"must be a duration such as '90d', got {type(value).__name__}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidConfig(field, f"must be a duration above zero, got {value!r}")
+    if math.isnan(seconds) or seconds <= 0 or (seconds == math.inf and isinstance(value, float)):
+        raise InvalidConfig(field, f"must be a duration above zero, got {_shown(value)}")
     if seconds > _MAX_SECONDS:
-        raise InvalidConfig(field, f"{value!r} is over a century; say what you mean in days ('3650d')")
+        raise InvalidConfig(field, f"{_shown(value)} is over a century; say what you mean in days ('3650d')")
     return seconds
 
 
@@ -77,7 +103,7 @@ def format_duration(seconds: float) -> str:
 
 def _count(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfig(field, f"must be a whole number of 1 or more, got {value!r}")
+        raise InvalidConfig(field, f"must be a whole number of 1 or more, got {_shown(value)}")
     return value
 
 
@@ -118,7 +144,7 @@ class RetentionPolicy(msgspec.Struct, frozen=True, kw_only=True):
         for name in data:
             if name not in known:
                 raise InvalidConfig(
-                    f"{where}.{name}", f"is not a retention setting (known: {', '.join(known)})"
+                    f"{where}.{_part(name)}", f"is not a retention setting (known: {', '.join(known)})"
                 )
         values: dict[str, Any] = {}
         for name in ("idle", "max_age"):
@@ -195,7 +221,8 @@ class RetentionPolicies(msgspec.Struct, frozen=True, kw_only=True):
         for name in data:
             if name not in ("default", "tenants", "sweep_every"):
                 raise InvalidConfig(
-                    f"{where}.{name}", "is not a retention setting (known: default, tenants, sweep_every)"
+                    f"{where}.{_part(name)}",
+                    "is not a retention setting (known: default, tenants, sweep_every)",
                 )
         default = RetentionPolicy.parse(data.get("default", {}), where=f"{where}.default")
         tenants_raw = data.get("tenants", {})
@@ -207,9 +234,9 @@ class RetentionPolicies(msgspec.Struct, frozen=True, kw_only=True):
         for tenant, policy in tenants_raw.items():
             if not isinstance(tenant, str) or not tenant.strip():
                 raise InvalidConfig(
-                    f"{where}.tenants", f"a tenant id must be a non-empty string, got {tenant!r}"
+                    f"{where}.tenants", f"a tenant id must be a non-empty string, got {_shown(tenant)}"
                 )
-            tenants[tenant] = RetentionPolicy.parse(policy, where=f"{where}.tenants.{tenant}")
+            tenants[tenant] = RetentionPolicy.parse(policy, where=f"{where}.tenants.{_part(tenant)}")
         sweep = parse_duration(data.get("sweep_every", _DEFAULT_SWEEP), field=f"{where}.sweep_every")
         return cls(default=default, tenants=tenants, sweep_every=sweep)
 

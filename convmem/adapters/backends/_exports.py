@@ -136,7 +136,8 @@ class FileExportRegistry:
 def _rewrite(path: Path, request: ErasureRequest) -> set[MemoryKey]:
     """Drop the request's sessions' lines from the export at `path`; the keys left (none: file removed)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        # Bytes that are not UTF-8 (an edited copy) are kept as they are, not a reason to fail the erasure.
+        lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
     except FileNotFoundError:
         return set()  # moved or removed: out of reach, forgotten
     left: list[str] = []
@@ -153,7 +154,7 @@ def _rewrite(path: Path, request: ErasureRequest) -> set[MemoryKey]:
             path.unlink()
         return set()
     temporary = path.with_name(f".{path.name}.{os.getpid()}.erasing")
-    temporary.write_text("".join(left), encoding="utf-8")
+    temporary.write_text("".join(left), encoding="utf-8", errors="surrogateescape")
     os.replace(temporary, path)
     return keys
 
@@ -161,5 +162,5 @@ def _rewrite(path: Path, request: ErasureRequest) -> set[MemoryKey]:
 def _key_of(line: str) -> MemoryKey | None:
     try:
         return msgspec.convert(json.loads(line)["key"], MemoryKey)
-    except (ValueError, KeyError, TypeError, msgspec.ValidationError):
+    except (ValueError, KeyError, TypeError, msgspec.ValidationError, RecursionError):
         return None

@@ -159,16 +159,7 @@ def master_key_from_file(path: str | os.PathLike[str]) -> LocalMasterKeys:
     """The master key in the file at `path` (an unfinished rotation's ``.new`` key beside it first)."""
     file = Path(path)
     source = f"master key file {file}"
-    try:
-        text = file.read_text(encoding="ascii")
-    except FileNotFoundError:
-        raise EncryptionKeyError(
-            "does not exist: give the file that holds the master key this store was written with",
-            source=source,
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EncryptionKeyError(f"cannot be read ({exc})", source=source) from None
-    keys = [parse_master_key(text, source=source)]
+    keys = [parse_master_key(_key_text(file, source), source=source)]
     pending = pending_key_file(file)
     if pending.exists():
         _log.warning(
@@ -176,10 +167,22 @@ def master_key_from_file(path: str | os.PathLike[str]) -> LocalMasterKeys:
             file,
             pending,
         )
-        keys.insert(
-            0, parse_master_key(pending.read_text(encoding="ascii"), source=f"master key file {pending}")
-        )
+        pending_source = f"master key file {pending}"
+        keys.insert(0, parse_master_key(_key_text(pending, pending_source), source=pending_source))
     return LocalMasterKeys(keys, source=source)
+
+
+def _key_text(file: Path, source: str) -> str:
+    """The text of a key file; `EncryptionKeyError` naming `source` when it is missing or unreadable."""
+    try:
+        return file.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise EncryptionKeyError(
+            "does not exist: give the file that holds the master key this store was written with",
+            source=source,
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EncryptionKeyError(f"cannot be read ({exc})", source=source) from None
 
 
 def master_key_from_env(name: str = MASTER_KEY_ENV) -> LocalMasterKeys:

@@ -131,6 +131,10 @@ def recommended(
         raise InvalidConfig(
             "total_tokens", f"must be an int of at least {SMALLEST_BUDGET}, got {total_tokens!r}"
         )
+    if total_tokens > 2**63 - 1:  # the largest a config holds (and a float of it would overflow)
+        raise InvalidConfig(
+            "total_tokens", f"must be at most 2**63 - 1, got a {total_tokens.bit_length()}-bit number"
+        )
     summary_tokens = total_tokens - RESERVE_TOKENS
     config = ShortTermMemoryConfig(
         strategy="rolling_summary",

@@ -23,7 +23,6 @@ from convmem.actors import (
     SnapshotStore,
     export_jsonl,
     plan_repair,
-    read_jsonl,
     replay_session,
     restore_lost,
     verify,
@@ -50,6 +49,7 @@ from convmem.adapters.frontends.cli._common import (
     session_counts,
     table,
 )
+from convmem.adapters.frontends.cli._inspect import records_from_file
 from convmem.adapters.frontends.cli._readable import readable
 from convmem.adapters.frontends.cli._safe import json_text
 from convmem.errors import ConvmemError, StoreNotFound
@@ -146,14 +146,6 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_restore)
 
 
-def _records_from_file(path: Path) -> list[LoggedEvent]:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return list(read_jsonl(handle, source=str(path)))
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_INVALID) from None
-
-
 def _scope(args: argparse.Namespace) -> dict[str, Any]:
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant (a user id is only unique within its tenant)", EXIT_USAGE)
@@ -164,7 +156,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     key = parse_key(args.key)
     until_time = parse_time(args.time) if args.time else None
     if args.from_file:
-        records: Iterable[LoggedEvent] = _records_from_file(args.from_file)
+        records: Iterable[LoggedEvent] = records_from_file(args.from_file)
         state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
     else:
         with backend(args, read_only=True) as (log, _):
@@ -209,7 +201,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         if args.from_file:
             file_log = InMemoryEventLog()
-            for record in _records_from_file(args.from_file):
+            for record in records_from_file(args.from_file):
                 file_log.append_raw(record.key, record.data, seq=record.seq)
             progress.set_total(event_count(file_log, key, scope))
             checks = verify(file_log, None, key=key, progress=progress.update, **scope)
@@ -389,10 +381,12 @@ def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """Write the scope's events; then name each damaged or missing one (verify's check of the same
+    records) on stderr and exit 7 if there is any: what could be read is written all the same."""
     scope = _scope(args)
     key = parse_key(args.key) if args.key else None
     count = 0
-    with backend(args, read_only=True) as (log, _):
+    with backend(args, read_only=True) as (log, snapshots):
         total = event_count(log, key, scope)
         if not total:
             what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
@@ -400,9 +394,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
         progress = Progress("export: events", total, quiet=not args.output)
         exported: set[MemoryKey] = set()
+        read: list[LoggedEvent] = []
         try:
             records = log.read(key) if key is not None else log.read_all(**scope)
-            for line in export_jsonl(_noting_keys(records, exported)):
+            for line in export_jsonl(_noting(records, exported, read)):
                 out.write((line if args.output else json_text(line)) + "\n")  # stdout: no raw controls
                 count += 1
                 if count % 200 == 0:
@@ -414,14 +409,35 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out.close()
                 # An erasure of any of these sessions rewrites the file without them.
                 default_export_registry().record(args.output, exported)
+        lost = [d for c in verify(log, snapshots, key=key, records=read, **scope) for d in c.lost]
+    if not args.output:
+        sys.stdout.flush()
+    for damage in lost:
+        print(
+            f"{damage.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}", file=sys.stderr
+        )
+    into = f" to {args.output}" if args.output else ""
+    if lost:
+        sessions = len({d.key for d in lost})
+        print(
+            f"exported {count} events{into}, but {len(lost)} event(s) of {sessions} session(s) are damaged "
+            "or missing (named above): convmem repair tenant:user:session",
+            file=sys.stderr,
+        )
+        return EXIT_DAMAGED
     if args.output:
-        print(f"exported {count} events to {args.output}", file=sys.stderr)
+        print(f"exported {count} events{into}", file=sys.stderr)
     return EXIT_OK
 
 
-def _noting_keys(records: Iterable[LoggedEvent], keys: set[MemoryKey]) -> Iterator[LoggedEvent]:
+def _noting(
+    records: Iterable[LoggedEvent], keys: set[MemoryKey], read: list[LoggedEvent]
+) -> Iterator[LoggedEvent]:
+    """`records` as they pass, their keys noted in `keys` (the export registry's) and each kept in `read`
+    (for the damage check)."""
     for record in records:
         keys.add(record.key)
+        read.append(record)
         yield record
 
 

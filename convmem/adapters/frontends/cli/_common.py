@@ -6,9 +6,11 @@ import argparse
 import json
 import os
 import sys
+import tomllib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -47,6 +49,7 @@ __all__ = [
     "parse_time",
     "positive_int",
     "positive_seconds",
+    "read_document",
     "session_counts",
     "table",
 ]
@@ -58,7 +61,7 @@ EXIT_NOT_FOUND = 3  # the key or user has no events
 EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
 EXIT_INVALID = 5  # an input (file, key, data) is wrong
 EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
-EXIT_DAMAGED = 7  # verification found damaged or missing events (repair them with `convmem repair`)
+EXIT_DAMAGED = 7  # verification (or an export) found damaged or missing events (`convmem repair`)
 EXIT_INTERNAL = 70  # a bug
 EXIT_INTERRUPTED = 130
 
@@ -72,7 +75,8 @@ EXIT_CODES = {
     EXIT_INVALID: "an input is wrong (a file, data; or the demo's `--data-dir` already holds an earlier "
     "demo run, left as it is)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
-    EXIT_DAMAGED: "verification found damaged or missing events or a damaged snapshot (`convmem repair`)",
+    EXIT_DAMAGED: "verification (or an export) found damaged or missing events or a damaged snapshot "
+    "(`convmem repair`)",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
     EXIT_INTERRUPTED: "interrupted",
 }
@@ -106,6 +110,35 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def read_document(path: Path, what: str) -> Any:
+    """The TOML (a ``.toml`` file) or JSON document in `path` (`what` it is: ``config file``).
+
+    Every way the file can be wrong is a `CliError` (exit 5) naming it: unreadable, not UTF-8 (with
+    the line), not valid TOML or JSON (the parser's line and column), nested too deeply to parse.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}", EXIT_INVALID) from None
+    kind = "TOML" if path.suffix == ".toml" else "JSON"
+    try:
+        return tomllib.loads(raw.decode("utf-8")) if kind == "TOML" else json.loads(raw)
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - raw.rfind(b"\n", 0, exc.start)
+        raise CliError(
+            f"{what} {path} is not valid {kind}: line {line} is not UTF-8 text "
+            f"(byte {raw[exc.start]:#04x}, byte {column} of the line)",
+            EXIT_INVALID,
+        ) from None
+    except ValueError as exc:
+        raise CliError(f"{what} {path} is not valid {kind}: {exc}", EXIT_INVALID) from None
+    except RecursionError:
+        raise CliError(
+            f"{what} {path} is not valid {kind}: its arrays or tables are nested too deeply", EXIT_INVALID
+        ) from None
 
 
 def parse_key(text: str) -> MemoryKey:

@@ -108,11 +108,13 @@ def _show(rows: list[TimelineRow], *, as_json: bool, lines: bool = False) -> Non
 
 
 def records_from_file(path: Path) -> list[LoggedEvent]:
+    """The records of the JSONL export `path` (``--from-file``); a wrong line is an `InvalidInput`
+    naming the file and the line (exit 5), a line that is not UTF-8 too (read as bytes for that)."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open("rb") as handle:
             return list(read_jsonl(handle, source=str(path)))
     except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_INVALID) from None
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}", EXIT_INVALID) from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

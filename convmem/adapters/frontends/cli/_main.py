@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from convmem import __version__
 from convmem.adapters._auth import NatsAuth, scrub, url_secrets
@@ -145,6 +146,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CliError(f"{message} (see {self.prog} --help)", EXIT_USAGE)
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Python 3.11's argparse drops a "--" given as an option's value (``--position=--``) and
+        # stores [] without calling the option's type: the value is the text "--", checked as any.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:

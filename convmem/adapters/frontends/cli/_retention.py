@@ -10,11 +10,9 @@ through the normal erasure, histories over a cap are compacted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from convmem.adapters.frontends.cli._common import (
     backend,
     emit_json,
     parse_time,
+    read_document,
     table,
 )
 from convmem.events import RetentionPolicies
@@ -42,16 +41,7 @@ RETENTION_ENV = "CONVMEM_RETENTION"
 
 def load_retention(path: Path) -> RetentionPolicies:
     """The policies in `path` (TOML, or JSON for any other suffix); errors name the file and the key."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read retention policies {path}: {exc.strerror}", EXIT_INVALID) from None
-    toml = path.suffix == ".toml"
-    try:
-        data: Any = tomllib.loads(raw.decode("utf-8")) if toml else json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        kind = "TOML" if toml else "JSON"
-        raise CliError(f"retention policies {path} are not valid {kind}: {exc}", EXIT_INVALID) from None
+    data = read_document(path, "retention policy file")
     try:
         return RetentionPolicies.parse(data)
     except ValueError as exc:

@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +37,7 @@ from convmem.adapters.frontends.cli._common import (
     open_store,
     positive_int,
     positive_seconds,
+    read_document,
     table,
 )
 from convmem.adapters.frontends.cli._retention import load_retention
@@ -275,17 +275,7 @@ def load_quotas(path: Path | None) -> Quotas:
 
 
 def _read_config(path: Path) -> Any:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        data: Any = tomllib.loads(raw.decode("utf-8")) if path.suffix == ".toml" else json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CliError(
-            f"config {path} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}"
-        ) from None
-    return data
+    return read_document(path, "config file")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -478,7 +468,7 @@ def _local_instances(args: argparse.Namespace) -> list[str]:
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
         instances, pid = [str(i) for i in recorded["workers"]], int(recorded["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         raise CliError(
             f"no convmem serve recorded in {path.parent} (start one, or drop --local)", 4
         ) from None
