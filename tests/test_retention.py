@@ -6,6 +6,7 @@ against the in-memory log and a JetStream stream on a real nats-server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import nats
 import pytest
 from nats_fixtures import JetStreamNames
 from runtime_helpers import (
@@ -647,6 +649,168 @@ def test_an_interrupted_compaction_is_finished_by_the_next_sweep(store: Store) -
     assert [(o.action, o.events_removed) for o in report.outcomes] == [("finish", 6)]
     assert [r.seq for r in store.log.read(key())] == [event.seq]
     assert load_state(store.log, None, key())[0] == compacted_state(event)
+
+
+SWEEPER = Path(__file__).with_name("retention_worker.py")
+
+
+def test_a_compaction_killed_during_its_drop_reads_right_and_the_next_sweep_finishes_it(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """Given a sweeper killed (kill -9) between two windows of its drop's deletions, then meanwhile
+    the session reads as its compaction (from the snapshot and from the log alone) and verifies, the
+    next sweep finishes the drop, and no file of the stopped store holds a dropped turn."""
+    k = key("long")
+    with convmem.connect(nats_server.url, config=TRUNCATION, snapshot_every=4) as memory:
+        for n in range(70):
+            memory.session(k).add_turn(turn(f"dropped-ZQX{n:02d}" if n < 65 else f"kept-ZQX{n:02d}"))
+    killed = subprocess.run(
+        [sys.executable, str(SWEEPER), nats_server.url, "5", "64"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert killed.stdout.strip() == "KILLED-AFTER 64 deletes"
+    kept = [f"kept-ZQX{n}" for n in range(65, 70)]
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=5))
+    with JetStreamBackend.connect(nats_server.url) as backend:
+        log, snapshots = backend.log, backend.snapshots
+        event = decode_event(log.read(k)[-1].data)
+        assert isinstance(event, HistoryCompacted)
+        assert 1 < len(log.read(k)) < event.seq  # given: the drop was cut short
+        for where in (snapshots, None):
+            state, loaded = load_state(log, where, k)
+            assert state == compacted_state(event)
+            assert (loaded.poison, loaded.damage) == ([], [])
+        (check,) = verify(log, snapshots)
+        assert check.ok, (check.problems, check.poison, check.damage)
+        with MemorySystem(TRUNCATION, log=log, snapshots=snapshots) as system:
+            assert [r.turn.user_message for r in live_state(system, k).turns] == kept
+            report = system.sweep_retention(policies=policies)
+            assert [(o.action, o.done) for o in report.outcomes] == [("finish", True)]
+            assert [r.turn.user_message for r in live_state(system, k).turns] == kept
+        assert [r.seq for r in log.read(k)] == [event.seq]
+        (check,) = verify(log, snapshots)
+        assert check.ok, (check.problems, check.poison, check.damage)
+    nats_server.stop()
+    files = [p for p in nats_server.store_dir.rglob("*") if p.is_file()]
+    assert [p for p in files if b"dropped-ZQX" in p.read_bytes()] == []
+    assert any(b"kept-ZQX69" in p.read_bytes() for p in files)  # the scan can find what is there
+
+
+@dataclass
+class Stream:
+    """A JetStream log of a stream of its own on the shared server, and a way to delete its messages."""
+
+    log: EventLog
+    url: str
+    name: str
+
+    def delete(self, positions: Sequence[int]) -> None:
+        """Delete these messages of the stream, as a drop killed on the way left them deleted."""
+
+        async def delete() -> None:
+            client = await nats.connect(self.url)
+            try:
+                for position in positions:
+                    subject = f"$JS.API.STREAM.MSG.DELETE.{self.name}"
+                    answer = await client.request(subject, json.dumps({"seq": position}).encode(), timeout=10)
+                    assert json.loads(answer.data).get("success"), answer.data
+            finally:
+                await client.close()
+
+        asyncio.run(delete())
+
+
+@pytest.fixture
+def stream(nats_server_shared: EmbeddedNatsServer, jetstream_names: JetStreamNames) -> Iterator[Stream]:
+    names = jetstream_names
+    backend = JetStreamBackend.connect(
+        nats_server_shared.url, stream=names.stream, prefix=names.prefix, bucket=names.bucket, timeout=15.0
+    )
+    try:
+        yield Stream(backend.log, nats_server_shared.url, names.stream)
+    finally:
+        backend.close()
+
+
+def cut_short(stream: Stream, k: MemoryKey, opener: int, left: str) -> list[int]:
+    """Delete part of the session's messages before seq `opener`: the oldest half (the newest are
+    `left`, as an older convmem's drop killed half-way left them), or every other one; the positions
+    of the ones left."""
+    below = [r.position for r in stream.log.read(k) if r.seq is not None and r.seq < opener]
+    gone = below[: len(below) // 2] if left == "newest" else below[1::2]
+    stream.delete(gone)
+    return [p for p in below if p not in gone]
+
+
+def users_of(log: EventLog, k: MemoryKey) -> list[str]:
+    return [r.turn.user_message for r in load_state(log, None, k)[0].turns]
+
+
+@pytest.mark.parametrize("left", ["newest", "every-other"])
+@pytest.mark.parametrize("opener", ["compaction", "fence"])
+def test_whatever_part_of_the_dropped_events_a_kill_left_the_next_sweep_finishes(
+    stream: Stream, opener: str, left: str
+) -> None:
+    """Given a drop before a stored compaction (or a fence a session was begun again over) cut short
+    with any part of the events before it left: the newest (an older convmem deleted oldest first,
+    so the history starts in its middle) or every other one (deletions in flight at once), then the
+    session reads as what follows that event, and the next sweep finishes the drop: it folds the
+    session from that event, never what is left before it."""
+    clock, k, log = ManualClock(START), key(), stream.log
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        for n in range(8):
+            system.session(k).add_turn(turn(f"dropped-ZQX{n}" if n < 6 else f"kept {n}"))
+        state = live_state(system, k)
+    event: Event
+    if opener == "compaction":
+        event = compaction(state, state.turns[-2:], event_id="retention/cut-short", at=clock.now())
+        log.append(k, [event], expected_seq=state.version)
+    else:
+        event = SessionErased(seq=state.version + 1, event_id="erased/retention/cut-short", at=clock.now())
+        log.append(k, [event], expected_seq=state.version)
+        with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+            system.session(k).add_turn(turn("a new start"))
+    after = users_of(log, k)
+    left_over = cut_short(stream, k, event.seq, left)
+    assert users_of(log, k) == after
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=50))
+    report = sweep_retention(log, policies, now=clock.now(), dry_run=False)
+    assert report.problems == []
+    assert [(o.action, o.done, o.events_removed) for o in report.outcomes] == [
+        ("finish", True, len(left_over))
+    ]
+    assert log.read(k)[0].seq == event.seq
+    (check,) = verify(log)
+    assert check.ok, (check.problems, check.poison, check.damage)
+    assert users_of(log, k) == after
+    assert b"dropped-ZQX" not in texts(log, k)
+
+
+@pytest.mark.parametrize("left", ["newest", "every-other"])
+def test_an_erasure_whose_deletions_were_cut_short_is_finished_by_the_next_sweep(
+    stream: Stream, left: str
+) -> None:
+    """Given a sweep's fence over a session and part of the events under it deleted when the eraser
+    was killed, then the session reads as erased, and the next sweep erases the rest (journaled)."""
+    clock, k, log = ManualClock(START), key(), stream.log
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        for n in range(8):
+            system.session(k).add_turn(turn(f"erased-ZQX{n}"))
+    last = log.last_seq(k)
+    fence = SessionErased(seq=last + 1, event_id="erased/retention/x", at=clock.now())
+    log.append(k, [fence], expected_seq=last)
+    cut_short(stream, k, fence.seq, left)
+    assert not load_state(log, None, k)[0].started
+    with MemorySystem(TRUNCATION, log=log, clock=clock) as system:
+        report = system.sweep_retention(policies=RetentionPolicies(default=RetentionPolicy(max_turns=50)))
+        assert report.problems == []
+        assert [(o.action, o.done) for o in report.outcomes] == [("erase", True)]
+        assert system.erasure_record(k) is not None
+    assert log.read(k) == []
 
 
 def test_concurrent_sweeps_compact_each_session_once_and_lose_nothing(store: Store) -> None:

@@ -17,7 +17,10 @@ to do at the clock's `now`:
   compaction are erased from the log (`EventLog.drop_before`);
 * **finish** what a cut-short sweep left: the events before a stored
   compaction (or before a fence a session was begun again over), or the
-  events under a fence whose erasure did not run.
+  events under a fence whose erasure did not run. A session is folded from
+  its latest stored compaction or fence on, so whatever part of the events
+  before it a drop killed half-way left is finished, never refused as a
+  history that does not fold.
 
 Every change is conditional on the session's seq, and dropping events
 before a stored compaction can be done again: sweeps are idempotent and
@@ -44,7 +47,7 @@ import msgspec
 from convmem.actors._load import LoadReport, decode_logged
 from convmem.actors._ports import Clock, EventLog, SnapshotStore, Timer, snapshot_of
 from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError
-from convmem.events import HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
+from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
 from convmem.projections import (
     Compact,
     EraseIdle,
@@ -146,15 +149,16 @@ def _sweep_one(
         )
         return None
     events = [e for e in decoded if not isinstance(e, SkippedEvent)]
+    opened = _opened(events, key)
     try:
-        state = replay(events)
+        state = replay(opened)
     except ReplayError as exc:
         report.problems.append(RetentionProblem(key=key, problem=f"its events do not fold: {exc}"))
         return None
     policy = policies.for_tenant(key.tenant_id)
     # The turns past the live horizon are in the log only: fold it without the horizon to keep
     # those within the caps (a session that retired none has them all in its state).
-    whole = replay(without_horizon(events)) if policy.caps and state.retired_through else None
+    whole = replay(without_horizon(opened)) if policy.caps and state.retired_through else None
     action = plan_retention(state, history_facts(events), policy, now, whole=whole)
     match action:
         case None:
@@ -226,6 +230,23 @@ def _sweep_one(
             )
             removed = _drop(log, snapshots, passivate, key, action.seq, stored)
             return msgspec.structs.replace(outcome, done=True, events_removed=removed)
+
+
+def _opened(events: list[AnyEvent], key: MemoryKey) -> list[AnyEvent]:
+    """The session's events from the latest stored compaction of it or erasure fence on.
+
+    Either one opens the history it reads as (a compaction carries the whole
+    state, after a fence the session is empty), so the fold starts there.
+    What is stored before it is what a sweep drops (or finishes dropping), and
+    is never folded: a drop cut short may have left any part of it (its oldest
+    events, or its newest: an older convmem dropped oldest first), which need
+    not fold on its own, and the next sweep must still finish the drop.
+    """
+    for n in range(len(events) - 1, 0, -1):
+        event = events[n]
+        if isinstance(event, SessionErased) or (isinstance(event, HistoryCompacted) and event.key == key):
+            return events[n:]
+    return events
 
 
 def _drop(

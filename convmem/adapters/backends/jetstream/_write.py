@@ -398,7 +398,9 @@ class SessionWriter:
            subject's last message, so from here on a stale writer conflicts and
            a reader rebuilds an empty session, never a part of the history.
         2. Every message below the fence is erased (``STREAM.MSG.DELETE``,
-           whose default overwrites the stored bytes; a purge only forgets them).
+           whose default overwrites the stored bytes; a purge only forgets them),
+           newest first, so an erasure cut short leaves a history that folds
+           up to its fence.
         3. The fence itself is erased. A session begun again on top of it
            meanwhile keeps its events: its `SessionStarted` opens its history.
         """
@@ -429,7 +431,11 @@ class SessionWriter:
 
         The messages are erased as `erase` erases them (``STREAM.MSG.DELETE``,
         their bytes overwritten), not purged: a purge only forgets them. The
-        subject's last message stays, so the writer's cache stays true.
+        subject's last message stays, so the writer's cache stays true. They go
+        newest first (`erase_messages`): a drop cut short (the process killed)
+        leaves the history's oldest events and the compaction, which fold as the
+        whole does (a compaction may follow any seq), so reads stay right and
+        the next drop finishes it.
         """
         async with self._session(subject):
             messages = await fetch_subject(self._conn, self._stream, subject)
@@ -444,9 +450,17 @@ class SessionWriter:
             return len(below)
 
     async def erase_messages(self, positions: list[int]) -> None:
-        """Erase these stream messages securely (their bytes overwritten), some requests at a time."""
-        for start in range(0, len(positions), _ERASE_WINDOW):
-            await asyncio.gather(*(self._erase_one(p) for p in positions[start : start + _ERASE_WINDOW]))
+        """Erase these stream messages securely (their bytes overwritten), some requests at a time.
+
+        Newest first: what an eraser killed on the way leaves is the oldest of
+        them (whole, up to the window that was in flight), so a history still
+        opens with its first event and reads up to the event that opens what
+        follows (a compaction, or a fence) instead of starting in its middle.
+        """
+        newest_first = sorted(positions, reverse=True)
+        for start in range(0, len(newest_first), _ERASE_WINDOW):
+            window = newest_first[start : start + _ERASE_WINDOW]
+            await asyncio.gather(*(self._erase_one(p) for p in window))
 
     async def _erase_one(self, position: int) -> None:
         try:
