@@ -19,9 +19,11 @@ from convmem.adapters.backends.jetstream._sealing import SHREDDED
 from convmem.adapters.backends.keys import (
     DirKeyStore,
     KeySettings,
+    WrappedKey,
     generate_key_text,
     master_key_from_file,
     rotate_master_file,
+    subject_of,
 )
 from convmem.adapters.frontends.cli import main
 from convmem.errors import EncryptionKeyError, SealBroken, SessionDamaged
@@ -336,3 +338,89 @@ def test_from_the_key_deletion_on_the_events_left_read_as_erased(tmp_path: Path)
     with connect(data_dir=data) as system:  # a start finishes it
         assert system.pending_erasures() == []
         assert system.log.keys(tenant_id="acme", user_id="alice") == []
+
+
+def _key_id_of(data: Path, user: str) -> str:
+    """The id of `user`'s (only) data key, read from the key files (what they name is the truth)."""
+    found = [k.key_id for k in DirKeyStore(data / "keys").all() if k.subject == subject_of("acme", user)]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_an_erase_shreds_a_key_whose_index_marker_was_lost(tmp_path: Path) -> None:
+    """Losing the one-line marker of bob's key must not leave the key (and a backup readable)."""
+    data, copy = tmp_path / "data", tmp_path / "copy"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2)
+        _write(system, BOB, 2)
+    shutil.copytree(data / "jetstream", copy / "jetstream")
+    bob = _key_id_of(data, "bob")
+    (data / "keys" / "subjects" / subject_of("acme", "bob") / bob).unlink()
+
+    assert main(["--data-dir", str(data), "erase", "--tenant", "acme", "--user", "bob", "--yes"]) == 0
+    assert not (data / "keys" / "keys" / bob).exists()
+    assert (data / "keys" / "shredded" / bob).exists()
+    keys = KeySettings(master_key_file=str(data / "master.key"), key_store=str(data / "keys"))
+    with JetStreamBackend.embedded(copy, keys=keys) as backend:
+        events = [decode_event(r.data) for r in backend.log.read(BOB)]
+        assert events
+        assert all(isinstance(e, SessionErased) and e.reason == SHREDDED for e in events)
+        assert _turn_texts(backend, ALICE) == [f"{SECRET} alice message {n}" for n in range(2)]
+
+
+def test_an_erase_unsure_every_key_is_gone_fails_naming_the_file_and_stays_pending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key file that does not read may be the erased user's: the erase says so, and is resumed later."""
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 2)
+        _write(system, BOB, 2)
+    bob = _key_id_of(data, "bob")
+    damaged = data / "keys" / "keys" / _key_id_of(data, "alice")
+    intact = damaged.read_bytes()
+    damaged.write_bytes(intact[:10])
+    where = ["--data-dir", str(data)]
+
+    capsys.readouterr()
+    assert main([*where, "erase", "--tenant", "acme", "--user", "bob", "--yes"]) == 5
+    err = capsys.readouterr().err
+    assert f"data key file {damaged}" in err
+    assert "stays pending" in err
+    assert not (data / "keys" / "keys" / bob).exists()  # the keys it could tell are gone already
+    assert main([*where, "erase", "--resume"]) == 4  # still unsure: still pending
+
+    damaged.write_bytes(intact)  # restored from a backup of the key store
+    capsys.readouterr()
+    assert main([*where, "erase", "--resume"]) == 0
+    assert "finished 1 pending erasure(s)" in capsys.readouterr().out
+    with JetStreamBackend.embedded(data) as backend:
+        assert backend.log.keys(tenant_id="acme", user_id="bob") == []
+        assert _turn_texts(backend, ALICE) == [f"{SECRET} alice message {n}" for n in range(2)]
+
+
+def test_keys_status_names_a_damaged_key_file_and_exits_7(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 1)
+        _write(system, BOB, 1)
+    where = ["--data-dir", str(data), "keys", "status"]
+    capsys.readouterr()
+    assert main([*where, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["damaged_data_keys"] == []
+
+    flipped = data / "keys" / "keys" / _key_id_of(data, "bob")
+    stored = bytearray(flipped.read_bytes())
+    wrapped = msgspec.msgpack.decode(bytes(stored), type=WrappedKey).wrapped
+    stored[bytes(stored).index(wrapped) + 20] ^= 0x01  # inside the wrapped key: the record still decodes
+    flipped.write_bytes(bytes(stored))
+    assert main(where) == 7
+    out, err = capsys.readouterr()
+    assert "data_keys: 2" in out
+    assert "damaged_data_keys: 1" in out
+    assert f"data key file {flipped}: does not unwrap" in err
+    assert main([*where, "--json"]) == 7
+    status = json.loads(capsys.readouterr().out)
+    assert [d["where"] for d in status["damaged_data_keys"]] == [f"data key file {flipped}"]

@@ -119,3 +119,149 @@ def test_a_key_missing_without_a_shred_is_an_error_not_an_erasure(tmp_path: Path
     other = Keyring(master, MemoryKeyStore())
     with pytest.raises(EncryptionKeyError, match="never erased it"):
         other.open(sealed, b"ctx", where="test")
+
+
+def _lose_index_entry(store: KeyStore, subject: str, key_id: str) -> None:
+    """Delete what the store's index keeps of one key (the key itself stays)."""
+    if isinstance(store, DirKeyStore):
+        (store.root / "subjects" / subject / key_id).unlink()
+    else:
+        assert isinstance(store, NatsKeyStore)
+        store._call(lambda: store._erase(f"subj.{subject}.{key_id}"), "test: drop an index entry")
+
+
+def _index_under(store: KeyStore, subject: str, key_id: str) -> None:
+    """Add an index entry giving the key `key_id` to `subject` (a damaged index)."""
+    if isinstance(store, DirKeyStore):
+        (store.root / "subjects" / subject).mkdir(exist_ok=True)
+        (store.root / "subjects" / subject / key_id).touch()
+    else:
+        assert isinstance(store, NatsKeyStore)
+        store._call(lambda: store._put(f"subj.{subject}.{key_id}", b""), "test: add an index entry")
+
+
+def _damage(store: KeyStore, key_id: str) -> str:
+    """Replace one stored key by bytes that are not a key record; where the store keeps it."""
+    if isinstance(store, DirKeyStore):
+        path = store.root / "keys" / key_id
+        path.write_bytes(path.read_bytes()[:10])
+        return str(path)
+    assert isinstance(store, NatsKeyStore)
+    store._call(lambda: store._put(f"key.{key_id}", b"\x93junk"), "test: damage a key")
+    return f"entry key.{key_id} of NATS bucket"
+
+
+@pytest.fixture(params=["dir", "nats"])
+def indexed_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyStore]:
+    """A store that keeps an index of each subject's keys beside the keys (folder, NATS bucket)."""
+    if request.param == "dir":
+        yield DirKeyStore(tmp_path / "keys")
+        return
+    server: EmbeddedNatsServer = request.getfixturevalue("nats_server_shared")
+    connection = NatsConnection.connect(server.url)
+    made = NatsKeyStore(connection, bucket=f"KEYS_{uuid.uuid4().hex[:10]}")
+    connection.release()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _reopened(store: KeyStore) -> KeyStore:
+    """Another store object on the same keys (another process's view: nothing cached)."""
+    if isinstance(store, DirKeyStore):
+        return DirKeyStore(store.root)
+    assert isinstance(store, NatsKeyStore)
+    return NatsKeyStore(store._conn, bucket=store._bucket)
+
+
+def test_a_key_whose_index_entry_is_lost_is_still_found_and_shredded(indexed_store: KeyStore) -> None:
+    """The keys name their subject: a lost index entry hides no key from `of_subject` or `shred`."""
+    alice, bob = subject_of("acme", "alice"), subject_of("acme", "bob")
+    first, second, other = _key("a1" * 8, alice, 1.0), _key("a2" * 8, alice, 2.0), _key("b1" * 8, bob, 1.5)
+    for key in (first, second, other):
+        indexed_store.put(key)
+    _lose_index_entry(indexed_store, alice, second.key_id)
+
+    reopened = _reopened(indexed_store)
+    try:
+        assert reopened.of_subject(alice) == [first, second]  # the newest, unindexed, still seals
+        assert reopened.of_subject(bob) == [other]
+    finally:
+        reopened.close()
+    assert sorted(indexed_store.shred(alice)) == [first.key_id, second.key_id]
+    assert indexed_store.get(second.key_id) is None
+    assert indexed_store.shredded(second.key_id)
+    assert [k.key_id for k in indexed_store.all()] == [other.key_id]
+    assert indexed_store.of_subject(alice) == []
+    assert indexed_store.shred(alice) == []
+
+
+def test_a_key_that_does_not_read_stops_a_shred_naming_it_after_the_rest_is_deleted(
+    indexed_store: KeyStore,
+) -> None:
+    """Whose an unreadable key is cannot be told: the shred deletes what it can, then raises naming it."""
+    alice, bob, carol = (subject_of("acme", u) for u in ("alice", "bob", "carol"))
+    mine, theirs, carols = (
+        _key("a1" * 8, alice, 1.0),
+        _key("b1" * 8, bob, 1.0),
+        _key("c1" * 8, carol, 1.0),
+    )
+    for key in (mine, theirs, carols):
+        indexed_store.put(key)
+    where = _damage(indexed_store, theirs.key_id)
+
+    with pytest.raises(EncryptionKeyError, match="cannot tell whether every data key") as caught:
+        indexed_store.shred(alice)
+    assert where in str(caught.value)
+    assert caught.value.source == indexed_store.source
+    assert indexed_store.get(mine.key_id) is None  # alice's readable key is gone all the same
+    assert indexed_store.shredded(mine.key_id)
+    with pytest.raises(EncryptionKeyError, match="cannot tell"):
+        indexed_store.shred(alice)  # and it stays unsure while the damage is there
+    scan = indexed_store.scan()
+    assert [k.key_id for k in scan.keys] == [carols.key_id]
+    assert [(d.key_id, d.where) for d in scan.damaged] == [
+        (theirs.key_id, indexed_store.where(theirs.key_id))
+    ]
+    assert [k.key_id for k in indexed_store.of_subject(carol)] == [carols.key_id]
+
+    # A damaged key the index gives the erased user is theirs to delete: no doubt, no error.
+    assert indexed_store.shred(bob) == [theirs.key_id]
+    assert indexed_store.shred(alice) == []
+    assert [k.key_id for k in indexed_store.all()] == [carols.key_id]
+
+
+def test_keyring_check_names_a_key_that_does_not_unwrap(store: KeyStore) -> None:
+    master = LocalMasterKeys([b"\x04" * 32], source="test key")
+    keyring = Keyring(master, store)
+    keyring.seal(KEY, b"hello", b"ctx")
+    keyring.seal(MemoryKey("acme", "bob", "s1"), b"hello", b"ctx")
+    assert keyring.check().damaged == []
+    record = next(iter(store.all()))
+    flipped = bytes([record.wrapped[0] ^ 1]) + record.wrapped[1:]
+    store.put(WrappedKey(record.key_id, record.subject, record.master_id, flipped, record.created))
+
+    check = Keyring(master, store).check()
+    assert (check.data_keys, check.users, check.of_other_master_keys) == (2, 2, 0)
+    assert [(d.where, d.key_id) for d in check.damaged] == [(store.where(record.key_id), record.key_id)]
+    assert "does not unwrap" in check.damaged[0].problem
+
+
+def test_an_index_entry_giving_another_users_key_stops_the_shred_and_deletes_nothing_of_theirs(
+    indexed_store: KeyStore,
+) -> None:
+    """The index and the key disagree on whose it is: neither is trusted, the key stays, the shred says so."""
+    alice, bob = subject_of("acme", "alice"), subject_of("acme", "bob")
+    mine, theirs = _key("a1" * 8, alice, 1.0), _key("b1" * 8, bob, 1.0)
+    indexed_store.put(mine)
+    indexed_store.put(theirs)
+    _index_under(indexed_store, alice, theirs.key_id)
+
+    assert indexed_store.of_subject(alice) == [mine]
+    with pytest.raises(EncryptionKeyError, match="the index gives it to this user") as caught:
+        indexed_store.shred(alice)
+    assert indexed_store.where(theirs.key_id) in str(caught.value)
+    assert indexed_store.get(mine.key_id) is None
+    assert indexed_store.get(theirs.key_id) == theirs
+    assert not indexed_store.shredded(theirs.key_id)

@@ -9,7 +9,10 @@ point, and two processes may run them at once:
    nothing is deleted before it.
 2. ``shred_key``: a user's erasure deletes the user's data keys when the log
    encrypts per user (`KeyShredder`): from then on no copy anywhere (replicas,
-   backups, old snapshots) can be read. A session's erasure keeps the key.
+   backups, old snapshots) can be read. A session's erasure keeps the key. A
+   key store that cannot tell every key of the user is gone (a stored key
+   that does not read) raises `EncryptionKeyError`: the erasure stops there,
+   pending, and is not reported done.
 3. ``drop_live``: this process's live actors and idle cache of the sessions
    stop, so none keeps (or snapshots) what is being erased.
 4. ``events``: each session's events are erased from the log.
@@ -39,6 +42,7 @@ import msgspec
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
 from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
+from convmem.errors import EncryptionKeyError
 from convmem.events import MemoryKey
 
 __all__ = ["ERASURE_STEPS", "Erased", "Eraser", "ErasureStep", "ExportRegistry"]
@@ -100,8 +104,20 @@ def _record(run: ErasureRun) -> None:
 
 def _shred_key(run: ErasureRun) -> None:
     request, log = run.request, run.eraser.log
-    if request.session_id is None and isinstance(log, KeyShredder):
-        log.shred_user(request.tenant_id, request.user_id)
+    if request.session_id is not None or not isinstance(log, KeyShredder):
+        return
+    try:
+        ids = log.shred_user(request.tenant_id, request.user_id)
+    except EncryptionKeyError as exc:
+        # The key store cannot tell that every key of the user is gone: the erasure must not
+        # carry on as done. It stays pending (recorded), and finishing it runs this step again.
+        message = str(exc).removeprefix(f"{exc.source}: ")
+        raise EncryptionKeyError(
+            f"{message}. The erasure of the user stays pending: it is finished by the next "
+            "start or `convmem erase --resume` once the key store is fixed",
+            source=exc.source,
+        ) from exc
+    _log.info("erasure %s: %d data key(s) of the user deleted", request.id, len(ids))
 
 
 def _drop_live(run: ErasureRun) -> None:

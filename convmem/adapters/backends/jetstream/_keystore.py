@@ -6,6 +6,12 @@ data key), ``subj.<subject>.<id>`` (which keys a user has), ``shredded.<id>``
 and ``meta.<name>``. Deleting a key erases its message with
 ``STREAM.MSG.DELETE``, which overwrites the bytes on the server's disk.
 
+Each ``key.<id>`` names its subject, and those entries are the truth: the
+``subj.`` entries are an index, and `shred` reads every ``key.`` entry (in
+batches) so an index entry that is gone hides no key; an entry the server
+counts but cannot serve, or that does not decode, is named in the error
+`shred` raises once it has deleted the rest (see `convmem.adapters.backends.keys`).
+
 The bucket must be kept out of every mirror, source and backup of the events
 stream: a copy of it taken with the events keeps the keys that erasure
 deletes, and so the erased text readable.
@@ -13,6 +19,7 @@ deletes, and so the erased text readable.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -20,6 +27,7 @@ import msgspec
 import nats.js.errors
 
 from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._read import fetch_batch
 from convmem.adapters.backends.jetstream._setup import (
     bucket_config,
     check_names,
@@ -27,7 +35,17 @@ from convmem.adapters.backends.jetstream._setup import (
     setup_wait,
     stream_config_of,
 )
-from convmem.adapters.backends.keys import WrappedKey, check_hex, sorted_keys
+from convmem.adapters.backends.keys import (
+    DamagedKey,
+    KeyScan,
+    WrappedKey,
+    check_hex,
+    is_hex_id,
+    parse_key,
+    shred_plan,
+    shred_uncertain,
+    sorted_keys,
+)
 from convmem.errors import ConvmemError, EncryptionKeyError
 
 __all__ = ["DEFAULT_KEY_BUCKET", "NatsKeyStore"]
@@ -36,7 +54,6 @@ DEFAULT_KEY_BUCKET = "CONVMEM_KEYS"
 _NO_MESSAGE = 10057
 _T = TypeVar("_T")
 _encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(WrappedKey).decode
 
 
 class NatsKeyStore:
@@ -51,6 +68,9 @@ class NatsKeyStore:
         self._bucket = bucket
         self._stream = f"KV_{bucket}"
         self._closed = False
+        self._lock = threading.Lock()
+        self._unindexed: dict[str, set[str]] | None = None
+        """Per subject, the keys without an index entry when this object read every key."""
         try:
             self._call(
                 lambda: self._ensure(replicas), f"checking bucket {bucket!r}", timeout=setup_wait(connection)
@@ -78,6 +98,9 @@ class NatsKeyStore:
 
     def _subject(self, name: str) -> str:
         return f"$KV.{self._bucket}.{name}"
+
+    def where(self, key_id: str) -> str:
+        return f"entry key.{key_id} of NATS bucket {self._bucket}"
 
     def _call(
         self, fn: Callable[[], Coroutine[Any, Any, _T]], what: str, *, timeout: float | None = None
@@ -141,20 +164,32 @@ class NatsKeyStore:
         data = self._call(lambda: self._get(name), f"reading data key {key_id}")
         if data is None:
             return None
-        try:
-            return _decode(data)
-        except msgspec.MsgspecError:
-            raise EncryptionKeyError(f"data key {key_id} is damaged", source=self.source) from None
+        key = parse_key(key_id, data)
+        if isinstance(key, str):
+            raise EncryptionKeyError(f"{self.where(key_id)} is damaged: {key}", source=self.source)
+        return key
 
-    def _ids(self, subject: str) -> list[str]:
+    def _ids(self, subject: str) -> set[str]:
         pattern = f"subj.{check_hex(subject, 'subject')}.*"
-        return [
+        return {
             n.rsplit(".", 1)[1] for n in self._call(lambda: self._names(pattern), "listing a user's keys")
-        ]
+        }
 
     def of_subject(self, subject: str) -> list[WrappedKey]:
-        found = (self.get(key_id) for key_id in self._ids(subject))
-        return sorted_keys([k for k in found if k is not None])
+        found = (self.get(key_id) for key_id in self._ids(subject) | self._unindexed_of(subject))
+        return sorted_keys([k for k in found if k is not None and k.subject == subject])
+
+    def _unindexed_of(self, subject: str) -> set[str]:
+        """The keys of `subject` without an index entry: every key is read on the first call."""
+        with self._lock:
+            if self._unindexed is None:
+                indexed = set(self._call(lambda: self._names("subj.*.*"), "listing the keys' index"))
+                unindexed: dict[str, set[str]] = {}
+                for key in self.scan().keys:
+                    if f"subj.{key.subject}.{key.key_id}" not in indexed:
+                        unindexed.setdefault(key.subject, set()).add(key.key_id)
+                self._unindexed = unindexed
+            return set(self._unindexed.get(subject, ()))
 
     def all(self) -> Iterator[WrappedKey]:
         for name in self._call(lambda: self._names("key.*"), "listing data keys"):
@@ -162,8 +197,53 @@ class NatsKeyStore:
             if key is not None:
                 yield key
 
+    async def _entries(self, pattern: str) -> tuple[dict[str, bytes], list[str]]:
+        """The data of every entry matching `pattern` (deleted ones left out), and the names of
+        those the server counts but does not serve (damaged on its disk)."""
+        served: dict[str, bytes | None] = {}
+        skip = len(self._subject(""))
+        counted = await self._names(pattern)
+        start = 1
+        while True:
+            batch = await fetch_batch(
+                self._conn, self._stream, self._subject(pattern), start=start, batch=1000
+            )
+            for message in batch.messages:
+                deleted = message.headers.get("KV-Operation") in ("DEL", "PURGE")
+                served[message.subject[skip:]] = None if deleted else message.data
+            if batch.pending == 0 or not batch.messages:
+                break
+            start = batch.messages[-1].seq + 1
+        unserved: list[str] = []
+        for name in counted:
+            if name not in served and await self._names(name):  # (not erased meanwhile)
+                unserved.append(name)
+        return {name: data for name, data in served.items() if data is not None}, unserved
+
+    def scan(self) -> KeyScan:
+        entries, unserved = self._call(lambda: self._entries("key.*"), "reading every data key")
+        keys: list[WrappedKey] = []
+        damaged: list[DamagedKey] = []
+        for name, data in sorted(entries.items()):
+            key_id = name[len("key.") :]
+            key = parse_key(key_id, data) if is_hex_id(key_id) else "its name is not a data key id"
+            if isinstance(key, str):
+                damaged.append(DamagedKey(self.where(key_id), key_id if is_hex_id(key_id) else None, key))
+            else:
+                keys.append(key)
+        for name in unserved:
+            key_id = name[len("key.") :]
+            damaged.append(
+                DamagedKey(
+                    self.where(key_id),
+                    key_id if is_hex_id(key_id) else None,
+                    "the server counts it but cannot serve it (damaged on its disk)",
+                )
+            )
+        return KeyScan(keys, damaged)
+
     def shred(self, subject: str) -> list[str]:
-        ids = self._ids(subject)
+        ids, uncertain = shred_plan(subject, self._ids(subject), self.scan(), self.where)
 
         async def shred() -> None:
             for key_id in ids:
@@ -173,6 +253,11 @@ class NatsKeyStore:
                 await self._erase(f"subj.{subject}.{key_id}")
 
         self._call(shred, "deleting a user's data keys")
+        with self._lock:
+            if self._unindexed is not None:
+                self._unindexed.pop(subject, None)
+        if uncertain:
+            raise shred_uncertain(self.source, uncertain, ids)
         return ids
 
     def shredded(self, key_id: str) -> bool:

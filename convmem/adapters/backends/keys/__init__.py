@@ -10,7 +10,7 @@ erasure, `_rotate` master key rotation, and `_settings` the `KeySettings`
 every entry point takes.
 """
 
-from convmem.adapters.backends.keys._keyring import SEAL_MAGIC, Keyring, is_sealed, subject_of
+from convmem.adapters.backends.keys._keyring import SEAL_MAGIC, KeyCheck, Keyring, is_sealed, subject_of
 from convmem.adapters.backends.keys._master import (
     MASTER_KEY_ENV,
     KeyProvider,
@@ -24,11 +24,17 @@ from convmem.adapters.backends.keys._master import (
 from convmem.adapters.backends.keys._rotate import rotate_master, rotate_master_file
 from convmem.adapters.backends.keys._settings import MASTER_KEY_FILE, KeySettings, master_source, store_spec
 from convmem.adapters.backends.keys._stores import (
+    DamagedKey,
     DirKeyStore,
+    KeyScan,
     KeyStore,
     MemoryKeyStore,
     WrappedKey,
     check_hex,
+    is_hex_id,
+    parse_key,
+    shred_plan,
+    shred_uncertain,
     sorted_keys,
 )
 
@@ -36,8 +42,11 @@ __all__ = [
     "MASTER_KEY_ENV",
     "MASTER_KEY_FILE",
     "SEAL_MAGIC",
+    "DamagedKey",
     "DirKeyStore",
+    "KeyCheck",
     "KeyProvider",
+    "KeyScan",
     "KeySettings",
     "KeyStore",
     "Keyring",
@@ -47,13 +56,17 @@ __all__ = [
     "check_hex",
     "embedded_master_key",
     "generate_key_text",
+    "is_hex_id",
     "is_sealed",
     "master_key_from_env",
     "master_key_from_file",
     "master_source",
+    "parse_key",
     "parse_master_key",
     "rotate_master",
     "rotate_master_file",
+    "shred_plan",
+    "shred_uncertain",
     "sorted_keys",
     "store_spec",
     "subject_of",

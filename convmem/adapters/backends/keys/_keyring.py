@@ -30,11 +30,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from convmem.adapters.backends.keys._master import KeyProvider
-from convmem.adapters.backends.keys._stores import CHECK_META, KeyStore, WrappedKey
+from convmem.adapters.backends.keys._stores import CHECK_META, DamagedKey, KeyStore, WrappedKey
 from convmem.errors import EncryptionKeyError, SealBroken
 from convmem.events import MemoryKey
 
-__all__ = ["SEAL_MAGIC", "Keyring", "is_sealed", "subject_of"]
+__all__ = ["SEAL_MAGIC", "KeyCheck", "Keyring", "is_sealed", "subject_of"]
 
 SEAL_MAGIC: Final = 0xC1
 _VERSION: Final = 1
@@ -50,6 +50,18 @@ _CHECK_TEXT: Final = b"convmem master key check"
 class _Check(msgspec.Struct, frozen=True):
     master_id: str
     wrapped: bytes
+
+
+class KeyCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What `Keyring.check` found in the key store."""
+
+    data_keys: int
+    """Every data key stored, damaged ones included."""
+    users: int
+    """The (tenant, user)s the readable keys belong to."""
+    of_other_master_keys: int
+    """Keys wrapped by a master key this keyring does not hold (a writer that ran on an old one)."""
+    damaged: list[DamagedKey]
 
 
 def is_sealed(data: bytes) -> bool:
@@ -236,10 +248,18 @@ class Keyring:
     # Erasure ------------------------------------------------------------------------------
 
     def shred(self, tenant_id: str, user_id: str) -> list[str]:
-        """Delete every data key of the user: their sealed bytes, in every copy, read as erased."""
+        """Delete every data key of the user: their sealed bytes, in every copy, read as erased.
+
+        `EncryptionKeyError` when the store cannot tell that every key of the user is gone (a
+        stored key that does not read, see `KeyStore.shred`): the keys it could tell are deleted.
+        """
         with self._lock:
-            ids = self.store.shred(subject_of(tenant_id, user_id))
             self._sealers.pop((tenant_id, user_id), None)
+            try:
+                ids = self.store.shred(subject_of(tenant_id, user_id))
+            except BaseException:
+                self._openers.clear()  # some of the user's keys may be gone: ask the store again
+                raise
             for key_id in ids:
                 self._openers[bytes.fromhex(key_id)] = None
         return ids
@@ -256,6 +276,39 @@ class Keyring:
                 self._openers.pop(sealer[0][2:], None)
             for record in self.store.of_subject(subject_of(tenant_id, user_id)):
                 self._openers.pop(bytes.fromhex(record.key_id), None)
+
+    # Checking -----------------------------------------------------------------------------
+
+    def check(self) -> KeyCheck:
+        """Every stored data key read, and unwrapped when this master key holds its wrapper.
+
+        A key that does not read, or does not unwrap (its wrapped bytes, id or subject
+        damaged), is listed in `KeyCheck.damaged`, named by where the store keeps it.
+        """
+        scan = self.store.scan()
+        damaged = list(scan.damaged)
+        other = 0
+        for record in scan.keys:
+            if not self.provider.knows(record.master_id):
+                other += 1
+                continue
+            try:
+                self._unwrap(record)
+            except EncryptionKeyError:
+                damaged.append(
+                    DamagedKey(
+                        self.store.where(record.key_id),
+                        record.key_id,
+                        f"does not unwrap with master key {record.master_id} (its stored bytes "
+                        "were damaged or tampered with)",
+                    )
+                )
+        return KeyCheck(
+            data_keys=len(scan.keys) + len(scan.damaged),
+            users=len({k.subject for k in scan.keys}),
+            of_other_master_keys=other,
+            damaged=damaged,
+        )
 
     # Rotation -----------------------------------------------------------------------------
 

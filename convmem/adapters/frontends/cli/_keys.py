@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from convmem.adapters.backends.jetstream import NatsConnection, open_key_store
 from convmem.adapters.backends.keys import (
@@ -26,6 +29,7 @@ from convmem.adapters.backends.keys import (
     store_spec,
 )
 from convmem.adapters.frontends.cli._common import (
+    EXIT_DAMAGED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -112,24 +116,36 @@ def cmd_keys_status(args: argparse.Namespace) -> int:
         provider = master_source(settings, may_create=False)
         if provider is None:
             raise CliError("no master key is given: set CONVMEM_MASTER_KEY or --master-key-file", EXIT_USAGE)
-        Keyring(provider, store)  # checks the master key against the store
-        keys = list(store.all())
-        status = {
+        # Checks the master key against the store, then reads and unwraps every data key.
+        check = Keyring(provider, store).check()
+        status: dict[str, Any] = {
             "master_key": provider.source,
             "master_id": provider.master_id,
             "key_store": store.source,
-            "data_keys": len(keys),
-            "users": len({k.subject for k in keys}),
+            "data_keys": check.data_keys,
+            "users": check.users,
             # Wrapped by a master key this one is not (a writer that ran on the old key after a
             # rotation): they cannot be opened with this key; rotate from the old one to fix them.
-            "data_keys_of_other_master_keys": sum(1 for k in keys if not provider.knows(k.master_id)),
+            "data_keys_of_other_master_keys": check.of_other_master_keys,
+            "damaged_data_keys": [msgspec.to_builtins(d) for d in check.damaged],
         }
     if args.json:
         emit_json(status)
     else:
         for name, value in status.items():
-            print(f"{name}: {value}")
-    return EXIT_OK
+            print(f"{name}: {len(check.damaged) if name == 'damaged_data_keys' else value}")
+    if not check.damaged:
+        return EXIT_OK
+    for damaged in check.damaged:
+        print(f"{store.source}: DAMAGED {damaged.where}: {damaged.problem}", file=sys.stderr)
+    if not args.json:
+        print(
+            f"{len(check.damaged)} data key(s) damaged: restore them from a backup of the key store. "
+            "Until then the events they sealed do not open, and a user's erasure stops with an "
+            "error (and stays pending) while a damaged key may be that user's",
+            file=sys.stderr,
+        )
+    return EXIT_DAMAGED
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
