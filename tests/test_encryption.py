@@ -424,3 +424,23 @@ def test_keys_status_names_a_damaged_key_file_and_exits_7(
     assert main([*where, "--json"]) == 7
     status = json.loads(capsys.readouterr().out)
     assert [d["where"] for d in status["damaged_data_keys"]] == [f"data key file {flipped}"]
+
+
+def test_a_reader_whose_key_store_is_gone_says_so_not_that_no_master_key_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Given an encrypted store whose key folder was lost while its master key stayed, when a reader
+    meets a sealed event, then the error names the missing key store (a backup of it is the fix),
+    not a master key that was never given."""
+    data = tmp_path / "data"
+    with connect(data_dir=data) as system:
+        _write(system, ALICE, 1)
+    shutil.rmtree(data / "keys")
+    assert (data / "master.key").exists()
+    with JetStreamBackend.embedded(data, read_only=True) as backend:
+        with pytest.raises(EncryptionKeyError, match="key store .* does not exist") as caught:
+            backend.log.read(ALICE)
+    assert "does not exist" in caught.value.source
+    assert "CONVMEM_MASTER_KEY" not in str(caught.value)
+    assert main(["--data-dir", str(data), "replay", "acme:alice:chat-1"]) != 0
+    assert "key store" in capsys.readouterr().err

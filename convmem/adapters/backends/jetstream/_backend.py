@@ -33,7 +33,7 @@ from convmem.adapters.backends.jetstream._setup import check_exists
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
 from convmem.adapters.backends.keys._stores import CHECK_META, DirKeyStore
-from convmem.errors import InvalidConfig, StoreNotFound
+from convmem.errors import EncryptionKeyError, InvalidConfig, StoreNotFound
 
 __all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_key_store", "open_keyring"]
 
@@ -148,6 +148,11 @@ class JetStreamBackend:
                 create=create,
                 keyring=keyring,
                 journal_bucket=options.get("journal_bucket"),
+                keys_missing=(
+                    missing_key_store(keys)
+                    if keyring is None and not create and not isinstance(keys, Keyring)
+                    else None
+                ),
             )
             snapshots: JetStreamSnapshotStore | None = None
             try:
@@ -285,6 +290,25 @@ def open_keyring(
     except BaseException:
         store.close()
         raise
+
+
+def missing_key_store(keys: KeySettings | None) -> str | None:
+    """Why a reader has no keyring although a master key is given: its key store folder is gone."""
+    settings = keys or KeySettings()
+    if settings.encrypt is False:
+        return None
+    spec = store_spec(settings)
+    if spec.startswith("nats:") or Path(spec).is_dir():
+        return None
+    try:
+        if master_source(settings, may_create=False) is None:
+            return None
+    except EncryptionKeyError:
+        return None  # no usable master key either: the error names that one, as before
+    return (
+        f"the key store {spec} does not exist, though a master key is given: restore that folder "
+        "from a backup of the keys (without it nothing encrypted can be read)"
+    )
 
 
 def open_key_store(

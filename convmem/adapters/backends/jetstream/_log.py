@@ -98,6 +98,7 @@ class JetStreamEventLog:
         create: bool = True,
         keyring: Keyring | None = None,
         journal_bucket: str | None = None,
+        keys_missing: str | None = None,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the stream.
 
@@ -105,6 +106,8 @@ class JetStreamEventLog:
         (encryption at rest, `convmem.adapters.backends.keys`) and `erase_user` deletes
         the user's keys first; without one, events are stored plain and sealed
         events already stored raise `EncryptionKeyError` when read.
+        `keys_missing` says why there is no `keyring` though a master key is given (a reader
+        whose key store is gone): a sealed event then says so rather than "no master key".
         `journal_bucket` names the erasure journal's bucket (default ``<stream>_ERASURES``),
         opened on first use (`erasure_journal`).
 
@@ -124,7 +127,7 @@ class JetStreamEventLog:
         self._conn = connection
         self._stream = stream
         self._keys = SubjectKeys(prefix)
-        self._sealing = Sealing(keyring)
+        self._sealing = Sealing(keyring, keys_missing)
         self._writer = SessionWriter(connection, stream)
         self._writer.opener = lambda message: self._sealing.message_data(
             message, self._keys.key(message.subject)

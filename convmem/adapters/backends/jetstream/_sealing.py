@@ -54,10 +54,12 @@ BROKEN_SEAL = (
 class Sealing:
     """Seals and opens one log's events with a `Keyring` (None: events are stored plain)."""
 
-    __slots__ = ("keyring",)
+    __slots__ = ("keyring", "missing")
 
-    def __init__(self, keyring: Keyring | None) -> None:
+    def __init__(self, keyring: Keyring | None, missing: str | None = None) -> None:
         self.keyring = keyring
+        self.missing = missing
+        """Why there is no keyring although a master key is given (its key store is gone), if so."""
 
     def payloads(self, key: MemoryKey, events: Sequence[Event]) -> tuple[bytes, ...]:
         """The stored bytes of `events` of `key`: sealed when there is a keyring."""
@@ -126,6 +128,12 @@ class Sealing:
             return message.data  # not written by convmem: the reader reports it as poison
         keyring = self.keyring
         if keyring is None:
+            if self.missing is not None:
+                raise EncryptionKeyError(
+                    f"the event at position {message.seq} of {key} is encrypted, and its data keys "
+                    f"cannot be read: {self.missing}",
+                    source=self.missing,
+                )
             raise EncryptionKeyError(
                 f"the event at position {message.seq} of {key} is encrypted, and this log was opened "
                 "without a master key: give the one it was written with (--master-key-file, "
