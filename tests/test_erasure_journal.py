@@ -39,7 +39,7 @@ from convmem.adapters import (
 )
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.frontends.cli import main
-from convmem.errors import InvalidConfig, InvalidInput, SessionLost
+from convmem.errors import InvalidConfig, InvalidInput, LogUnavailable, SessionLost
 from convmem.events import (
     ConversationTurn,
     MemoryBudget,
@@ -124,6 +124,42 @@ def test_the_erased_user_cannot_be_the_one_named_as_asking() -> None:
 
 class Stop(Exception):
     """Stands for a crash in the in-memory runs (the process runs on)."""
+
+
+class _UnreachableFor(InMemoryEventLog):
+    """The in-memory log, whose erase of one user's sessions fails as an unreachable store would."""
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__()
+        self.user_id = user_id
+        self.down = True
+
+    def erase(self, key: MemoryKey, *, at: float) -> int:
+        if self.down and key.user_id == self.user_id:
+            raise LogUnavailable(f"the store of {key.user_id} did not answer")
+        return super().erase(key, at=at)
+
+
+def test_a_pending_erasure_that_cannot_finish_does_not_hold_back_the_ones_after_it() -> None:
+    """Given two pending erasures, the older one's store unreachable, when a system finishes them,
+    then the younger one is finished anyway, the older one's error is raised and it stays pending,
+    and it is finished once its store answers."""
+    log, journal = _UnreachableFor("erin-older"), InMemoryErasureJournal()
+    older, younger = MemoryKey(TENANT, "erin-older", "c"), MemoryKey(TENANT, "erin-younger", "c")
+    with MemorySystem(CONFIG, log=log, journal=journal) as memory:
+        write(memory, older, SECRET)
+        write(memory, younger, SECRET)
+    journal.record(ErasureRequest.of(TENANT, "erin-older", None, by="ops", at=1.0))
+    journal.record(ErasureRequest.of(TENANT, "erin-younger", None, by="ops", at=2.0))
+    with MemorySystem(CONFIG, log=log, journal=journal) as memory:  # its start tries both
+        assert log.read(younger) == []
+        assert [r.user_id for r in memory.pending_erasures()] == ["erin-older"]
+        with pytest.raises(LogUnavailable, match="erin-older"):
+            memory.finish_erasures()
+        log.down = False
+        memory.finish_erasures()
+        assert log.read(older) == []
+        assert memory.pending_erasures() == []
 
 
 @pytest.mark.parametrize("step", STEPS)

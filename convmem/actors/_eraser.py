@@ -42,7 +42,7 @@ import msgspec
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
 from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
-from convmem.errors import EncryptionKeyError
+from convmem.errors import ConvmemError, EncryptionKeyError
 from convmem.events import MemoryKey
 
 __all__ = ["ERASURE_STEPS", "Erased", "Eraser", "ErasureStep", "ExportRegistry"]
@@ -226,6 +226,9 @@ class Eraser:
 
         A journal holding damaged records (`ErasureJournalDamaged`): every
         pending erasure that reads is finished first, then the error is raised.
+        One that cannot finish now (its store unreachable, a key file damaged)
+        does not hold back the ones after it: each is tried, then the first
+        failure is raised (the ones that failed stay pending).
         """
         damage: ErasureJournalDamaged | None = None
         try:
@@ -233,9 +236,18 @@ class Eraser:
         except ErasureJournalDamaged as exc:
             pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
             damage = exc
-        finished = [self.finish(request) for request in pending]
+        finished: list[Erased] = []
+        failed: list[ConvmemError] = []
+        for request in pending:
+            try:
+                finished.append(self.finish(request))
+            except ConvmemError as exc:
+                _log.warning("pending erasure %s not finished: %s", request.id, exc)
+                failed.append(exc)
         if damage is not None:
             raise damage
+        if failed:
+            raise failed[0]
         return finished
 
     def _run(self, request: ErasureRequest, steps: tuple[ErasureStep, ...]) -> Erased:
