@@ -38,6 +38,7 @@ from convmem.adapters.backends._checksum import seal
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
+from convmem.adapters.backends.keys._keyring import subject_of
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.service._errors import error_info, exception_of
 from convmem.errors import ConcurrencyConflict, ConvmemError, SessionDamaged
@@ -136,8 +137,16 @@ def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_r
             assert_usable(memory, LATER, TURNS)
 
         code, out = cli(capsys, server.url, "replay", HURT.composite())
-        assert code == 0  # the replay is shown, with the damage under it
+        assert code == 7  # the replay is shown, with the damage under it
         assert "acme:alice:hurt: DAMAGED seq 3: event seq 3 missing" in out
+        code, listed, _ = json_of(capsys, server.url, "sessions")
+        assert code == 7  # every session listed, the damaged one named as such
+        assert {r["key"]: r["health"] for r in listed} == {
+            FIRST.composite(): "healthy",
+            HURT.composite(): "damaged",
+            LATER.composite(): "healthy",
+        }
+        assert "damaged at seq 3" in next(r["problem"] for r in listed if r["health"] == "damaged")
         code, out = cli(capsys, server.url, "repair", "--dry-run", HURT.composite())
         assert code == 0, out
         assert "would repair" in out
@@ -282,6 +291,141 @@ def test_a_flip_before_a_crash_loses_the_block_tail_and_verify_names_what_is_mis
             assert_usable(memory, LATER, TURNS)
     finally:
         server.stop()
+
+
+def json_of(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, object, str]:
+    """A command's exit code, its JSON on stdout, and its stderr."""
+    code = main(["--nats", url, *argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+def assert_listed_as_lost(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """`sessions` lists HURT (its tail lost) and LATER (known only by its snapshot) as lost, and why."""
+    code, listed, _ = json_of(capsys, url, "sessions")
+    assert code == 7
+    rows_by_key = {r["key"]: r for r in listed}
+    assert list(rows_by_key) == [FIRST.composite(), HURT.composite(), LATER.composite()]
+    assert rows_by_key[FIRST.composite()]["health"] == "healthy"
+    assert rows_by_key[FIRST.composite()]["problem"] is None
+    for key, log_seq in ((HURT, 2), (LATER, 0)):
+        row = rows_by_key[key.composite()]
+        assert row["health"] == "lost"
+        assert f"its snapshot covers seq 4, the log has seq {log_seq}" in row["problem"]
+    code, out = cli(capsys, url, "sessions", "--tenant", "acme", "--user", "bob")
+    assert code == 7, out
+    assert "acme:bob:later: LOST: session acme:bob:later is lost from the log" in out
+
+
+def test_a_session_the_log_lost_is_named_by_replay_inspect_timeline_and_sessions(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crash's recovery drops HURT's tail (seqs 3-4, which its snapshot covers) and every event of
+    LATER (its snapshot remains): the auditor's views name that loss as verify does and exit 7; a
+    session known only by its snapshot is listed; after the repairs each exits 0 again."""
+    server = EmbeddedNatsServer(store).start()
+    try:
+        seed(server, snapshot_every=1)
+        server.kill()  # kill -9
+        flip(store, marker(HURT, 1))
+        server.start()  # recovery drops the block from the damaged message on
+        code, replayed, _ = json_of(capsys, server.url, "replay", HURT.composite())
+        assert code == 7
+        assert (replayed["seq"], replayed["health"]) == (2, "damaged")
+        (lost,) = replayed["damage"]
+        assert lost["seq"] == 3
+        assert "seqs 3-4 missing: the snapshot at seq 4 covers them" in lost["problem"]
+        code, out = cli(capsys, server.url, "replay", LATER.composite())
+        assert code == 7, out  # not "no events" (exit 3): its events are lost, not absent
+        assert "acme:bob:later: DAMAGED seq 1: event seqs 1-4 missing" in out
+
+        code, out = cli(capsys, server.url, "inspect", HURT.composite())
+        assert code == 7, out
+        assert "acme:alice:hurt: DAMAGED seq 3: event seqs 3-4 missing" in out
+        code, rows, err = json_of(capsys, server.url, "inspect", LATER.composite())
+        assert (code, rows) == (7, [])
+        assert "acme:bob:later: DAMAGED seq 1" in err
+        page = tmp_path / "hurt.html"
+        code, out = cli(capsys, server.url, "timeline", HURT.composite(), "-o", str(page))
+        assert code == 7, out
+        assert page.is_file()
+        assert "acme:alice:hurt: DAMAGED seq 3" in out
+        code, out = cli(capsys, server.url, "timeline", LATER.composite(), "-o", str(tmp_path / "later.html"))
+        assert code == 7, out
+        assert "acme:bob:later: DAMAGED seq 1" in out
+        assert not (tmp_path / "later.html").exists()
+
+        assert_listed_as_lost(capsys, server.url)
+        for key in (HURT, LATER):
+            code, out = cli(capsys, server.url, "repair", key.composite(), "--yes")
+            assert code == 0, out
+        for argv in (
+            ["replay", HURT.composite()],
+            ["replay", LATER.composite()],
+            ["inspect", LATER.composite()],
+            ["timeline", LATER.composite(), "-o", str(tmp_path / "later.html")],
+            ["sessions"],
+        ):
+            code, out = cli(capsys, server.url, *argv)
+            assert code == 0, (argv, out)
+            assert "DAMAGED" not in out
+    finally:
+        server.stop()
+
+
+def test_a_damaged_data_key_file_is_named_with_its_sessions_and_the_others_are_still_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Encryption on: alice's data key file is cut to 10 bytes. verify, sessions, replay and inspect
+    name her sessions and the key's file, and exit 7; bob's session is still verified and listed.
+    Without the master key (no session's fault) a read is still exit 5, not damage."""
+    data = tmp_path / "data"
+    alice = (MemoryKey("acme", "alice", "one"), MemoryKey("acme", "alice", "two"))
+    bob = MemoryKey("acme", "bob", "three")
+    with convmem.connect(data_dir=data, config=CONFIG, snapshot_every=2) as memory:
+        for key in (*alice, bob):
+            for i in range(TURNS):
+                memory.session(key).add_turn(turn(key, i), timeout=10)
+    (key_id,) = [p.name for p in (data / "keys" / "subjects" / subject_of("acme", "alice")).iterdir()]
+    key_file = data / "keys" / "keys" / key_id
+    key_file.write_bytes(key_file.read_bytes()[:10])
+    where = ["--data-dir", str(data)]
+
+    code = main([*where, "verify", "--all", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 7, err
+    checks = {c["key"]: c for c in json.loads(out)["checks"]}
+    assert list(checks) == [alice[0].composite(), alice[1].composite(), bob.composite()]
+    assert checks[bob.composite()]["ok"]
+    assert checks[bob.composite()]["events"] == TURNS + 1
+    for key in alice:
+        (damage,) = checks[key.composite()]["damage"]
+        assert key_id in damage["problem"]
+        assert str(data / "keys") in damage["problem"]
+    code = main([*where, "sessions", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 7, err
+    rows = {r["key"]: r for r in json.loads(out)}
+    assert rows[bob.composite()]["health"] == "healthy"
+    assert rows[bob.composite()]["turns"] == TURNS
+    for key in alice:
+        assert rows[key.composite()]["health"] == "damaged"
+        assert key_id in rows[key.composite()]["problem"]
+    for command in ("replay", "inspect"):
+        code = main([*where, command, alice[0].composite()])
+        err = capsys.readouterr().err
+        assert code == 7, err
+        assert f"acme:alice:one: DAMAGED: data key: key store {data / 'keys'}" in err
+        assert key_id in err
+        assert main([*where, command, bob.composite()]) == 0
+        capsys.readouterr()
+
+    (data / "master.key").rename(tmp_path / "master.key")  # every sealed event lacks its key now
+    for argv in (["verify", "--all"], ["sessions"], ["replay", bob.composite()]):
+        code = main([*where, *argv])
+        err = capsys.readouterr().err
+        assert code == 5, (argv, err)
+        assert "master key" in err
 
 
 @pytest.mark.parametrize(

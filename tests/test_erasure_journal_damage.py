@@ -31,7 +31,14 @@ from convmem.adapters import (
 from convmem.adapters.backends._checksum import SUM_HEADER, seal
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.frontends.cli import main
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.events import (
+    ConversationTurn,
+    MemoryKey,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    encode_event,
+)
 
 TENANT, USER = "acme", "erin.ZQXJ8@example.com"
 KEPT = MemoryKey(TENANT, "frank", "chat-kept")
@@ -258,3 +265,37 @@ def test_the_cli_names_a_damaged_receipt_and_settles_it(
     assert main(["-s", url, "verify", "--all"]) == 0
     assert main(["-s", url, "erase", "--resume"]) == 0
     assert "no pending erasure" in capsys.readouterr().out
+
+
+def test_a_command_that_needs_a_damaged_record_exits_7_with_its_advice(
+    nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repair` asks the journal whether the damaged session was erased; a damaged record might say so:
+    the CLI's error mapping reports it as damage (exit 7), naming the record and what to do."""
+    url = nats_server.url
+    hurt = user_key(1)
+    with JetStreamBackend.connect(url) as backend:
+        assert backend.journal is not None
+        started = SessionStarted(seq=1, event_id="s/1", at=1.0, key=hurt, config=CONFIG)
+        backend.log.append(hurt, [started], expected_seq=0)
+        added = TurnAdded(
+            seq=2,
+            event_id="s/2",
+            at=2.0,
+            index=1,
+            turn=ConversationTurn(user_message="hello", assistant_response="hi"),
+        )
+        data = encode_event(added)
+        backend.log.append_raw(  # bytes that no longer match their checksum: the session is damaged
+            hurt, data.replace(b"hello", b"HELLO"), seq=2, checksum=seal(2, "s/2", data), event_id="s/2"
+        )
+        subject = f"$KV.{backend.journal.bucket}.done.ab12"
+    _publish(url, subject, b"junk", {SUM_HEADER: seal("", subject, b"junk")})
+
+    for argv in (["repair", hurt.composite(), "--dry-run"], ["repair", hurt.composite(), "--yes"]):
+        assert main(["-s", url, *argv]) == 7
+        out, err = capsys.readouterr()
+        assert out == ""
+        (line,) = err.splitlines()
+        assert "the erasure journal holds 1 damaged record(s): receipt of erasure ab12 (key done.ab12" in line
+        assert "`convmem erase --settle ID`" in line  # its advice

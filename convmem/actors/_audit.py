@@ -9,7 +9,9 @@ on the in-memory log, on JetStream, and on an exported JSONL file.
   their snapshots (and, when given, with live states); report poison, and
   damage: each event that failed its checksum, is missing (a gap between
   intact events, a snapshot beyond the log's last event, a session with a
-  snapshot and no event) or is held by the store but cannot be read back;
+  snapshot and no event) or is held by the store but cannot be read back,
+  and each session whose data key cannot be used (every other session is
+  still checked);
 * `timeline`: a session's events as rows for people (each described by
   `describe_event`, pure, in `convmem.projections`);
 * `export_jsonl` / `read_jsonl`: one event per line, for offline audits.
@@ -25,10 +27,18 @@ from typing import Any, Literal
 
 import msgspec
 
-from convmem.actors._journal import ErasureJournal, JournaledLog, find_erasure
+from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, JournaledLog, find_erasure
 from convmem.actors._load import LoadReport, PoisonEvent, applied, fold_logged, load_state
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
-from convmem.errors import EventDecodeError, InvalidInput, ReplayError, SessionLost
+from convmem.errors import (
+    ConvmemError,
+    EncryptionKeyError,
+    EventDecodeError,
+    InvalidInput,
+    ReplayError,
+    SessionDamaged,
+    SessionLost,
+)
 from convmem.events import (
     HistoryCompacted,
     MemoryKey,
@@ -121,6 +131,51 @@ class SessionCheck(msgspec.Struct, kw_only=True):
 
 
 _SNAPSHOT_DAMAGE = "snapshot: "
+_KEY_DAMAGE = "data key: "
+
+
+def _key_problem(log: EventLog, exc: EncryptionKeyError) -> str:
+    """What `exc`, met reading one session, says of that session: its user's data key cannot be
+    used (its file or entry is damaged, missing or unreadable, or does not unwrap), so none of its
+    sealed bytes can be read.
+
+    Raises `exc` again when it is not about a data key of the session: the log was opened without
+    the master key its events were sealed with (no keyring), or the key store could not be reached
+    (a failure behind it): every session would fail the same way, and that is not damage.
+    """
+    if getattr(log, "keyring", None) is None or exc.__cause__ is not None:
+        raise exc
+    return (
+        f"{_KEY_DAMAGE}{exc}: none of the session's sealed events or snapshot can be read until the "
+        "key store holds that key again (restore it from a backup of the key store; `convmem repair` "
+        "cannot bring a key back)"
+    )
+
+
+def _read_each(
+    log: EventLog, keys: Iterable[MemoryKey], problems: dict[MemoryKey, str]
+) -> Iterator[LoggedEvent]:
+    """The records of each session of `keys`, read one session at a time; a session whose data key
+    cannot be used is noted in `problems` (`_key_problem`) and the others are still read."""
+    for key in keys:
+        try:
+            records = log.read(key)
+        except EncryptionKeyError as exc:
+            problems[key] = _key_problem(log, exc)
+            continue
+        yield from records
+
+
+def _group(
+    records: Iterable[LoggedEvent],
+    by_key: dict[MemoryKey, list[LoggedEvent]],
+    progress: Callable[[int], None] | None,
+) -> None:
+    for n, record in enumerate(records, start=1):
+        if record.position or record.damage is None:  # the store's count says what it cannot read
+            by_key[record.key].append(record)
+        if progress is not None and n % 1000 == 0:
+            progress(n)
 
 
 def verify(
@@ -149,16 +204,22 @@ def verify(
     `records`: what a read of the same scope from `log` already gave (an export's), checked
     instead of reading the log again.
     """
-    if records is None and key is not None:
-        records = log.read(key)
-    elif records is None:
-        records = log.read_all(tenant_id=tenant_id, user_id=user_id)
+    problems: dict[MemoryKey, str] = {}  # sessions whose data key cannot be used: why
     by_key: dict[MemoryKey, list[LoggedEvent]] = defaultdict(list)
-    for n, record in enumerate(records, start=1):
-        if record.position or record.damage is None:  # the store's count says what it cannot read
-            by_key[record.key].append(record)
-        if progress is not None and n % 1000 == 0:
-            progress(n)
+    if records is not None:
+        _group(records, by_key, progress)
+    elif key is not None:
+        _group(_read_each(log, [key], problems), by_key, progress)
+    else:
+        try:
+            _group(log.read_all(tenant_id=tenant_id, user_id=user_id), by_key, progress)
+        except EncryptionKeyError as exc:  # one user's data key: the read of the scope stops there
+            _key_problem(log, exc)  # (raised again when it is no data key's)
+            by_key.clear()
+            in_scope = log.keys(tenant_id=tenant_id, user_id=user_id)
+            _group(_read_each(log, in_scope, problems), by_key, progress)
+    for damaged in problems:
+        by_key.setdefault(damaged, [])
     counts = _counts(log, tenant_id, user_id, key)
     for held in counts or {}:  # a session none of whose messages the store could read back
         if counts and counts[held]:
@@ -170,7 +231,12 @@ def verify(
     journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
     checks = []
     for session_key in sorted(by_key, key=lambda k: k.composite()):
-        check = _check(session_key, by_key[session_key], snapshots, live, stored_keys, journal)
+        problem = problems.get(session_key)
+        if problem is not None:  # nothing of it can be read: the key is what is damaged
+            damage = PoisonEvent(key=session_key, position=0, seq=None, problem=problem)
+            checks.append(SessionCheck(key=session_key, damage=[damage]))
+            continue
+        check = _check(session_key, by_key[session_key], snapshots, live, stored_keys, journal, log)
         _count_unreadable(check, by_key[session_key], counts)
         checks.append(check)
     return checks
@@ -197,7 +263,10 @@ def _snapshot_keys(
     cannot list them."""
     keys = getattr(snapshots, "keys", None) if snapshots is not None else None
     if key is not None:
-        return [key] if snapshots is not None and snapshots.load(key) is not None else []
+        try:
+            return [key] if snapshots is not None and snapshots.load(key) is not None else []
+        except EncryptionKeyError:  # held, and sealed with a key that cannot be used: the check says
+            return [key]
     if keys is None:
         return None
     listed: list[MemoryKey] = keys()
@@ -252,11 +321,12 @@ def _check(
     live: Mapping[MemoryKey, SessionState] | None,
     held: set[MemoryKey] | None = None,
     journal: ErasureJournal | None = None,
+    log: EventLog | None = None,
 ) -> SessionCheck:
     check = SessionCheck(key=key)
     report = LoadReport()
     states: dict[int, SessionState] = {}
-    snapshot = snapshots.load(key) if snapshots is not None else None
+    snapshot, snapshot_damage = _snapshot_of(key, snapshots, held, log)
     want = snapshot.seq if snapshot is not None else None
     state = SessionState()
     try:
@@ -278,14 +348,8 @@ def _check(
     check.damage = list(report.damage)
     check.repaired = len(report.repaired)
     check.last_seq = state.version
-    stored_problem = getattr(snapshots, "check", None)
-    # A snapshot that loads passed its checks; one that does not is asked why, when one is held.
-    if stored_problem is not None and snapshot is None and (held is None or key in held):
-        problem = stored_problem(key)
-        if problem is not None:
-            check.damage.append(
-                PoisonEvent(key=key, position=0, seq=None, problem=f"{_SNAPSHOT_DAMAGE}{problem}")
-            )
+    if snapshot_damage is not None:
+        check.damage.append(snapshot_damage)
     if snapshot is not None:
         check.snapshot_seq = snapshot.seq
         rebuilt = states.get(snapshot.seq)
@@ -330,6 +394,31 @@ def _check(
     return check
 
 
+def _snapshot_of(
+    key: MemoryKey, snapshots: SnapshotStore | None, held: set[MemoryKey] | None, log: EventLog | None
+) -> tuple[Snapshot | None, PoisonEvent | None]:
+    """The session's snapshot; or None, and its damage when one is held that cannot be read back or
+    is sealed with a data key that cannot be used (`_key_problem`)."""
+    if snapshots is None:
+        return None, None
+    try:
+        snapshot = snapshots.load(key)
+    except EncryptionKeyError as exc:
+        if log is None:
+            raise
+        problem = _key_problem(log, exc)
+    else:
+        stored_problem = getattr(snapshots, "check", None)
+        # A snapshot that loads passed its checks; one that does not is asked why, when one is held.
+        if snapshot is not None or stored_problem is None or (held is not None and key not in held):
+            return snapshot, None
+        found: str | None = stored_problem(key)
+        if found is None:
+            return None, None
+        problem = found
+    return None, PoisonEvent(key=key, position=0, seq=None, problem=f"{_SNAPSHOT_DAMAGE}{problem}")
+
+
 def _erased(records: list[LoggedEvent]) -> bool:
     return any(r.event_id is not None and r.event_id.startswith("erased/") for r in records)
 
@@ -357,6 +446,9 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     """Turns the session's log numbered: its latest turn's number (cleared and retired ones count)."""
     live_turns: int = 0
     """Turns in its live state (since the last clear, at most ``live_turns`` of the configuration)."""
+    problem: str | None = None
+    """Why the session is ``unreadable``, ``lost`` or ``damaged`` (None otherwise): what failed, and
+    where (the seq, the snapshot, the data key's file)."""
 
     def as_json(self) -> dict[str, Any]:
         """The row as the CLI's and the service's JSON show it, from ``user_id`` on (no tenant)."""
@@ -402,43 +494,99 @@ def list_sessions(
     user_id: str | None = None,
     limit: int | None = None,
 ) -> list[SessionRow]:
-    """The sessions with events (of a tenant, of a user), in key order, with their true turn counts.
+    """The sessions with events or a snapshot (of a tenant, of a user), in key order, with their true
+    turn counts.
 
     Each state is its snapshot (when valid) plus the events after it, as a session
     is activated: a long session is not replayed whole. Nothing is written (a
     stale snapshot is skipped, not deleted). The event counts come from a log that
     counts without reading (JetStream's per-subject counts), else from the reads.
     A session whose events do not fold shows health ``unreadable``; one whose
-    snapshot the log no longer continues (`SessionLost`) shows ``lost``.
+    snapshot the log no longer continues (`SessionLost`: a session known only by its
+    snapshot too) shows ``lost``; one with damage (`SessionDamaged`), a damaged snapshot
+    and no event, or whose data key cannot be used shows ``damaged``. Each of those says
+    why in `SessionRow.problem`, and the other sessions are still listed.
     """
     counter = getattr(log, "counts", None)
     counts: dict[MemoryKey, int] | None = (
         counter(tenant_id=tenant_id, user_id=user_id) if counter is not None else None
     )
-    keys = list(counts) if counts is not None else log.keys(tenant_id=tenant_id, user_id=user_id)
+    logged = set(counts) if counts is not None else set(log.keys(tenant_id=tenant_id, user_id=user_id))
+    held = set(snapshots.keys(tenant_id=tenant_id, user_id=user_id)) if snapshots is not None else set()
     reader = _ReadOnlySnapshots(snapshots) if snapshots is not None else None
-    rows = []
-    for key in sorted(keys, key=MemoryKey.composite)[:limit]:
-        try:
-            state, _ = load_state(log, reader, key, on_poison="skip")
-            health, last_seq, last_at = state.health.value, state.version, state.last_at
-            turns, live = state.next_index - 1, len(state.turns)
-        except ReplayError:
-            health, last_seq, last_at, turns, live = "unreadable", log.last_seq(key), None, 0, 0
-        except SessionLost:  # the log lost events its snapshot covers: `convmem restore` brings them back
-            health, last_seq, last_at, turns, live = "lost", log.last_seq(key), None, 0, 0
-        rows.append(
-            SessionRow(
-                key=key,
-                events=counts[key] if counts is not None else len(log.read(key)),
-                last_seq=last_seq,
-                last_at=last_at or None,
-                health=health,
-                turns=turns,
-                live_turns=live,
-            )
-        )
+    check = getattr(snapshots, "check", None)
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    rows: list[SessionRow] = []
+    for key in sorted(logged | held, key=MemoryKey.composite):
+        if limit is not None and len(rows) >= limit:
+            break
+        events = counts.get(key, 0) if counts is not None else None
+        row = _session_row(log, reader, check, key, journal, events=events, logged=key in logged)
+        if row is not None:
+            rows.append(row)
     return rows
+
+
+def _session_row(
+    log: EventLog,
+    snapshots: SnapshotStore | None,
+    check: Callable[[MemoryKey], str | None] | None,
+    key: MemoryKey,
+    journal: ErasureJournal | None,
+    *,
+    events: int | None,
+    logged: bool,
+) -> SessionRow | None:
+    """One row of `list_sessions` (`events`: its count, None to count them with a read); None for a
+    session known only by a snapshot that holds nothing and is not damaged (`check`: the store's
+    question of why a snapshot does not load), as one an erasure left or sealed with a shredded key."""
+    problem, health, last_seq = None, "", 0
+    try:
+        state, _ = load_state(log, snapshots, key, on_poison="skip", journal=journal)
+    except ReplayError as exc:
+        health, problem = "unreadable", f"its events do not fold: {exc}"
+    except SessionLost as exc:  # the log lost events its snapshot covers: `convmem restore` brings them back
+        health, problem, last_seq = "lost", str(exc), exc.log_seq
+    except SessionDamaged as exc:
+        health, problem = "damaged", str(exc)
+    except EncryptionKeyError as exc:
+        health, problem = "damaged", _key_problem(log, exc)
+    except ErasureJournalDamaged as exc:  # was the snapshot's session erased? the journal cannot say
+        health = "lost"
+        problem = (
+            f"the log holds no event its snapshot covers, and no readable erasure record says why: {exc}"
+        )
+    else:
+        if not logged and not state.started and state.version == 0:
+            damaged = check(key) if check is not None else None
+            if damaged is None:
+                return None
+            health, problem = "damaged", f"{_SNAPSHOT_DAMAGE}{damaged} (and the log holds no event of it)"
+        else:
+            return SessionRow(
+                key=key,
+                events=events if events is not None else len(log.read(key)),
+                last_seq=state.version,
+                last_at=state.last_at or None,
+                health=state.health.value,
+                turns=state.next_index - 1,
+                live_turns=len(state.turns),
+            )
+    if health in ("unreadable", "damaged") and logged:
+        try:
+            last_seq = log.last_seq(key)
+        except ConvmemError:  # what makes it damaged stops this read too
+            last_seq = 0
+    return SessionRow(
+        key=key,
+        events=events or 0,
+        last_seq=last_seq,
+        last_at=None,
+        health=health,
+        turns=0,
+        live_turns=0,
+        problem=problem,
+    )
 
 
 class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):

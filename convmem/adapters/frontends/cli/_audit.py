@@ -20,6 +20,7 @@ from convmem.actors import (
     EventLog,
     LoggedEvent,
     MemorySystem,
+    PoisonEvent,
     SnapshotStore,
     export_jsonl,
     plan_repair,
@@ -41,11 +42,13 @@ from convmem.adapters.frontends.cli._common import (
     CliError,
     Progress,
     backend,
+    damage_line,
     emit_json,
     open_store,
     parse_key,
     parse_time,
     positive_int,
+    read_session,
     session_counts,
     table,
 )
@@ -153,41 +156,54 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    """The state as of the latest event (a position, a time); exit 7 naming the session's damage when
+    verify's check of it finds any (events damaged or missing, the log short of its snapshot: a lost
+    session; a damaged snapshot or data key), also when no event of it is left to replay."""
     key = parse_key(args.key)
     until_time = parse_time(args.time) if args.time else None
     if args.from_file:
-        records: Iterable[LoggedEvent] = records_from_file(args.from_file)
+        records: list[LoggedEvent] = records_from_file(args.from_file)
         state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
+        damage = report.damage
     else:
-        with backend(args, read_only=True) as (log, _):
-            records = log.read(key)
+        with backend(args, read_only=True) as (log, snapshots):
+            records, damage = read_session(log, snapshots, key)
             state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
-    if not state.started and state.version == 0:
+    if not state.started and state.version == 0 and not damage:
         raise CliError(f"no events for session {key} (check the key, or --nats/--data-dir)", EXIT_NOT_FOUND)
+    health = "damaged" if damage else state.health.value
     context = llm_context(state)
     result = {
         "key": key.composite(),
         "seq": state.version,
-        "health": state.health.value,
+        "health": health,
         "turns": len(state.turns),
         "summary_through": state.summary_through,
         "context": context,
         "agent_items": agent_items(state) if state.config.agents.strategy != "none" else None,
         "poison": [msgspec.to_builtins(p) for p in report.poison],
-        "damage": [msgspec.to_builtins(d) for d in report.damage],
+        "damage": [msgspec.to_builtins(d) for d in damage],
     }
     if args.json:
         emit_json(result)
     else:
-        print(
-            f"session {key}  seq {state.version}  health {state.health.value}  live turns {len(state.turns)}"
-        )
+        print(f"session {key}  seq {state.version}  health {health}  live turns {len(state.turns)}")
         print(readable(context))  # the context as text: a summary as its lines, not one escaped string
         for poison in report.poison:
             print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
-        for damage in report.damage:
-            print(f"{key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}", file=sys.stderr)
-    return EXIT_OK
+        _report_damage(damage)
+    return EXIT_DAMAGED if damage else EXIT_OK
+
+
+def _report_damage(damage: list[PoisonEvent]) -> None:
+    """Each damage on stderr as verify names it, then what to do."""
+    for each in damage:
+        print(damage_line(each), file=sys.stderr)
+    if damage:
+        print(_DAMAGED_ADVICE, file=sys.stderr)
+
+
+_DAMAGED_ADVICE = "damaged sessions are refused until repaired: convmem repair tenant:user:session"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -209,10 +225,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             with open_store(args, read_only=True) as opened:
                 journal_damage = _verify_journal(opened.journal)
                 progress.set_total(event_count(opened.log, key, scope))
-                try:
-                    checks = verify(opened.log, opened.snapshots, key=key, progress=progress.update, **scope)
-                except ErasureJournalDamaged as exc:  # a session's check needed the damaged records
-                    raise CliError(str(exc), EXIT_DAMAGED) from None
+                # (A session's check that needs the damaged journal records: ErasureJournalDamaged, exit 7.)
+                checks = verify(opened.log, opened.snapshots, key=key, progress=progress.update, **scope)
     finally:
         progress.close()
     elapsed = time.perf_counter() - started
@@ -267,7 +281,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     f"{check.key}: poison at position {poison.position} (seq {poison.seq}): {poison.problem}"
                 )
             for damage in check.damage:
-                print(f"{check.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
+                print(damage_line(damage))
         for damaged in journal_damage:
             print(f"erasure journal: DAMAGED {damaged.describe()}")
         print(
@@ -281,7 +295,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if any(c.damage for c in checks) or journal_damage:
         if not args.json:
             if any(c.damage for c in checks):
-                print("damaged sessions are refused until repaired: convmem repair tenant:user:session")
+                print(_DAMAGED_ADVICE)
             if journal_damage:
                 print(ErasureJournalDamaged(journal_damage).advice)
         return EXIT_DAMAGED
@@ -291,13 +305,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify_journal(journal: ErasureJournal | None) -> list[DamagedRecord]:
     """The erasure journal's damaged records, pending and receipts (none when there is no journal)."""
     return [] if journal is None else _journal_state(journal)[1]
-
-
-def _where(seq: int | None, position: int | None) -> str:
-    """ " seq 3, position 12" (what is known of where a damage is), or "" (a snapshot's)."""
-    parts = [f"seq {seq}" if seq is not None else "", f"position {position}" if position else ""]
-    where = ", ".join(p for p in parts if p)
-    return f" {where}" if where else ""
 
 
 def _repair_key(args: argparse.Namespace) -> MemoryKey:
@@ -376,7 +383,7 @@ def _report_repair(args: argparse.Namespace, plan: Any, message: str) -> None:
         )
         return
     for damage in plan.damage:
-        print(f"{plan.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}")
+        print(damage_line(damage))
     print(message)
 
 
@@ -413,9 +420,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not args.output:
         sys.stdout.flush()
     for damage in lost:
-        print(
-            f"{damage.key}: DAMAGED{_where(damage.seq, damage.position)}: {damage.problem}", file=sys.stderr
-        )
+        print(damage_line(damage), file=sys.stderr)
     into = f" to {args.output}" if args.output else ""
     if lost:
         sessions = len({d.key for d in lost})

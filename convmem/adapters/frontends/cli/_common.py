@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from convmem.actors import EventLog, SnapshotStore
+from convmem.actors import EventLog, LoggedEvent, PoisonEvent, SnapshotStore, verify
 from convmem.adapters.backends import Backend
 from convmem.adapters.backends.jetstream import default_store_dir, running_server_url
 from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.frontends._connect import open_backend
 from convmem.adapters.frontends.cli._safe import json_text, raw_stream, visible
-from convmem.errors import InvalidInput
+from convmem.errors import EncryptionKeyError, InvalidInput
 from convmem.events import MemoryKey
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "CliError",
     "Progress",
     "backend",
+    "damage_line",
     "emit_json",
     "key_settings",
     "nats_url",
@@ -50,33 +51,36 @@ __all__ = [
     "positive_int",
     "positive_seconds",
     "read_document",
+    "read_session",
     "session_counts",
     "table",
 ]
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # verification found a mismatch or poison; retention left an unreadable session alone
+EXIT_FAILED = 1  # verification found a mismatch or poison; an unreadable session (retention, sessions)
 EXIT_USAGE = 2  # bad arguments
 EXIT_NOT_FOUND = 3  # the key or user has no events
 EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
 EXIT_INVALID = 5  # an input (file, key, data) is wrong
 EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
-EXIT_DAMAGED = 7  # verification (or an export) found damaged or missing events (`convmem repair`)
+EXIT_DAMAGED = (
+    7  # damaged or missing events, a damaged snapshot or data key, a damaged erasure-journal record
+)
 EXIT_INTERNAL = 70  # a bug
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
     EXIT_OK: "done",
     EXIT_FAILED: "verification found a mismatch or a poison event (or a demo session did not verify, "
-    "or retention left an unreadable session alone)",
+    "retention left an unreadable session alone, or `sessions` listed one)",
     EXIT_USAGE: "bad arguments",
     EXIT_NOT_FOUND: "the key, user or stream has no events",
     EXIT_UNAVAILABLE: "the NATS server or log cannot be reached, or refuses these credentials",
     EXIT_INVALID: "an input is wrong (a file, data; or the demo's `--data-dir` already holds an earlier "
     "demo run, left as it is)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
-    EXIT_DAMAGED: "verification (or an export) found damaged or missing events or a damaged snapshot "
-    "(`convmem repair`)",
+    EXIT_DAMAGED: "damaged or missing events, a damaged snapshot or data key (verify, replay, inspect, "
+    "timeline, sessions, export: `convmem repair`), or a damaged erasure-journal record",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
     EXIT_INTERRUPTED: "interrupted",
 }
@@ -248,6 +252,30 @@ def session_counts(
         raise CliError(f"{type(log).__name__} cannot count its sessions' events", EXIT_INVALID)
     found: dict[MemoryKey, int] = counts(tenant_id=tenant_id, user_id=user_id)
     return found
+
+
+def read_session(
+    log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey
+) -> tuple[list[LoggedEvent], list[PoisonEvent]]:
+    """The session's records, and its damaged or missing events (and damaged snapshot or data key):
+    verify's check of the session. No record when its data key cannot be used (the damage names
+    it); a key error that is no session's (no master key given) is raised, as a read raises it."""
+    try:
+        records = log.read(key)
+    except EncryptionKeyError:  # verify's check reads it again: whose key, or raised again
+        records = None
+    damage = [d for check in verify(log, snapshots, key=key, records=records) for d in check.damage]
+    return records or [], damage
+
+
+def damage_line(damage: PoisonEvent) -> str:
+    """One damage as verify names it: ``KEY: DAMAGED seq 3, position 12: what failed``."""
+    parts = [
+        f"seq {damage.seq}" if damage.seq is not None else "",
+        f"position {damage.position}" if damage.position else "",
+    ]
+    where = ", ".join(p for p in parts if p)
+    return f"{damage.key}: DAMAGED{f' {where}' if where else ''}: {damage.problem}"
 
 
 def emit_json(data: Any, out: TextIO | None = None) -> None:

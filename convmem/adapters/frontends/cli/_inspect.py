@@ -13,16 +13,20 @@ import msgspec
 
 from convmem.actors import LoggedEvent, SessionSequence, TimelineRow, list_sessions, read_jsonl, timeline
 from convmem.adapters.frontends.cli._common import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
     EXIT_OK,
     CliError,
     backend,
+    damage_line,
     emit_json,
     parse_key,
     parse_time,
     positive_int,
     positive_seconds,
+    read_session,
     table,
 )
 from convmem.adapters.frontends.cli._safe import json_text
@@ -129,13 +133,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise CliError(f"no events for session {key.composite()} in {args.from_file}", EXIT_NOT_FOUND)
         _show(shown, as_json=args.json)
         return EXIT_OK
-    with backend(args, read_only=True) as (log, _):
-        records = log.read(key)
-        if not records and not args.follow:
+    with backend(args, read_only=True) as (log, snapshots):
+        records, damage = read_session(log, snapshots, key)
+        if not records and not damage and not args.follow:
             raise CliError(f"no events for session {key.composite()}", EXIT_NOT_FOUND)
         walks: dict[MemoryKey, SessionSequence] = {}
         rows = timeline(records, full=args.full, walks=walks)
         _show([r for r in rows if keep.keeps(r)], as_json=args.json, lines=args.follow)
+        for each in damage:  # what the rows cannot show (events the log lost), and what they do
+            print(damage_line(each), file=sys.stderr)
         if args.follow:
             last = max((r.position for r in records), default=0)  # by position: seqs may be forged
             pause = threading.Event()  # never set: waits between checks of the log
@@ -147,10 +153,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 rows = [r for r in timeline(fresh, full=args.full, walks=walks) if keep.keeps(r)]
                 if rows:
                     _show(rows, as_json=args.json, lines=True)
-    return EXIT_OK
+    return EXIT_DAMAGED if damage else EXIT_OK
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    """The sessions (those known only by a snapshot too); each lost, damaged or unreadable one is named
+    with why (on stderr, or its ``problem`` in JSON): exit 7 for a lost or damaged one, else 1 for an
+    unreadable one."""
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant (a user id is only unique within its tenant)", 2)
     with backend(args, read_only=True) as (log, snapshots):
@@ -163,10 +172,21 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         )
         raise CliError(f"no sessions in {scope}", EXIT_NOT_FOUND)
     if args.json:
-        emit_json([{"key": r.key.composite(), "tenant_id": r.key.tenant_id, **r.as_json()} for r in rows])
+        emit_json(
+            [
+                {"key": r.key.composite(), "tenant_id": r.key.tenant_id, **r.as_json(), "problem": r.problem}
+                for r in rows
+            ]
+        )
     else:
         table(
             [(r.key.composite(), r.events, r.turns, r.live_turns, stamp(r.last_at), r.health) for r in rows],
             ["session", "events", "turns", "live turns", "last activity (UTC)", "health"],
         )
-    return EXIT_OK
+        for row in rows:
+            if row.problem is not None:
+                print(f"{row.key}: {row.health.upper()}: {row.problem}", file=sys.stderr)
+    healths = {r.health for r in rows}
+    if healths & {"lost", "damaged"}:
+        return EXIT_DAMAGED
+    return EXIT_FAILED if "unreadable" in healths else EXIT_OK

@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from convmem import __version__
+from convmem.actors import ErasureJournalDamaged
 from convmem.adapters._auth import NatsAuth, scrub, url_secrets
 from convmem.adapters.frontends.cli._audit import add_audit_commands
 from convmem.adapters.frontends.cli._common import (
     EXIT_CODES,
+    EXIT_DAMAGED,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -265,6 +267,8 @@ def _main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> in
         return _fail(str(exc), exc.code, secrets)
     except StoreNotFound as exc:
         return _fail(str(exc), EXIT_NOT_FOUND, secrets)
+    except ErasureJournalDamaged as exc:  # a command needed the damaged records: damage, with its advice
+        return _fail(str(exc), EXIT_DAMAGED, secrets)
     except (LogUnavailable, PermissionDenied, OperationTimeout, SessionClosed) as exc:
         return _fail(f"{exc} (check --server/NATS_URL and the credentials)", EXIT_UNAVAILABLE, secrets)
     except (ConvmemError, ValueError) as exc:

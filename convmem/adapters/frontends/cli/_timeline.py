@@ -20,20 +20,24 @@ import argparse
 import difflib
 import json
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from convmem.actors import LoadReport, LoggedEvent, SessionSequence, decode_logged, timeline
+from convmem.actors import LoadReport, LoggedEvent, PoisonEvent, SessionSequence, decode_logged, timeline
 from convmem.adapters.frontends.cli._common import (
+    EXIT_DAMAGED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     CliError,
     Progress,
     backend,
+    damage_line,
     parse_key,
+    read_session,
 )
 from convmem.adapters.frontends.cli._inspect import records_from_file, stamp
 from convmem.adapters.frontends.cli._page import PAGE
@@ -264,12 +268,22 @@ def _html(text: str) -> str:
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     key = parse_key(args.key)
+    records: list[LoggedEvent] = []
     if args.from_file:
         records = [r for r in records_from_file(args.from_file) if r.key == key]
-    else:
-        with backend(args, read_only=True) as (log, _):
-            records = log.read(key)
+    damage: list[PoisonEvent] = []
+    if not args.from_file:
+        with backend(args, read_only=True) as (log, snapshots):
+            records, damage = read_session(log, snapshots, key)
+    for each in damage:  # the page shows the records the log holds; this, what it lost too
+        print(damage_line(each), file=sys.stderr)
     if not records:
+        if damage:
+            raise CliError(
+                f"no event of session {key.composite()} can be read (its damage is named above): "
+                "no page written",
+                EXIT_DAMAGED,
+            )
         raise CliError(f"no events for session {key.composite()}", EXIT_NOT_FOUND)
     progress = Progress("timeline: events", total=len(records))
     try:
@@ -278,4 +292,4 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         progress.close()
     args.output.write_text(page, encoding="utf-8")
     print(f"wrote the timeline of {key.composite()} ({len(records)} events) to {args.output}")
-    return EXIT_OK
+    return EXIT_DAMAGED if damage else EXIT_OK
