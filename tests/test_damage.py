@@ -419,6 +419,16 @@ def test_a_damaged_data_key_file_is_named_with_its_sessions_and_the_others_are_s
         assert key_id in err
         assert main([*where, command, bob.composite()]) == 0
         capsys.readouterr()
+    exported = tmp_path / "acme.jsonl"
+    code = main([*where, "export", "--tenant", "acme", "-o", str(exported)])
+    err = capsys.readouterr().err
+    assert code == 7, err  # bob's events are written, alice's sessions named with the key's file
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert {MemoryKey(**line["key"]) for line in lines} == {bob}
+    assert len(lines) == TURNS + 1
+    for key in alice:
+        assert f"{key.composite()}: DAMAGED: data key:" in err
+    assert key_id in err
 
     (data / "master.key").rename(tmp_path / "master.key")  # every sealed event lacks its key now
     for argv in (["verify", "--all"], ["sessions"], ["replay", bob.composite()]):

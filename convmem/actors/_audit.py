@@ -66,6 +66,7 @@ __all__ = [
     "export_jsonl",
     "list_sessions",
     "read_jsonl",
+    "read_scope",
     "replay_session",
     "timeline",
     "verify",
@@ -166,6 +167,34 @@ def _read_each(
         yield from records
 
 
+def read_scope(
+    log: EventLog,
+    problems: dict[MemoryKey, str],
+    *,
+    key: MemoryKey | None = None,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+) -> Iterator[LoggedEvent]:
+    """The records of a scope, as `verify` and an export read them: the scope in one read, and
+    when a session's data key cannot be used (`_key_problem`), the read goes on one session at a
+    time past what was already given; each session whose key cannot be used is noted in
+    `problems`, and every other session is read whole."""
+    if key is not None:
+        yield from _read_each(log, [key], problems)
+        return
+    given, seen = 0, set()
+    try:
+        for record in log.read_all(tenant_id=tenant_id, user_id=user_id):
+            given = max(given, record.position)
+            seen.add(record.key)
+            yield record
+    except EncryptionKeyError as exc:  # one user's data key: the read of the scope stops there
+        _key_problem(log, exc)  # (raised again when it is no data key's)
+        for record in _read_each(log, log.keys(tenant_id=tenant_id, user_id=user_id), problems):
+            if record.position > given or (not record.position and record.key not in seen):
+                yield record
+
+
 def _group(
     records: Iterable[LoggedEvent],
     by_key: dict[MemoryKey, list[LoggedEvent]],
@@ -188,6 +217,7 @@ def verify(
     live: Mapping[MemoryKey, SessionState] | None = None,
     progress: Callable[[int], None] | None = None,
     records: Iterable[LoggedEvent] | None = None,
+    key_problems: Mapping[MemoryKey, str] | None = None,
 ) -> list[SessionCheck]:
     """Rebuild each session in scope from its events alone and check it.
 
@@ -201,23 +231,15 @@ def verify(
     ``check``). Sessions that have a snapshot and no event are checked too
     (a store with ``keys``).
 
-    `records`: what a read of the same scope from `log` already gave (an export's), checked
-    instead of reading the log again.
+    `records`: what a read of the same scope from `log` already gave (an export's, through
+    `read_scope`), checked instead of reading the log again; `key_problems`: the sessions that
+    read noted as unreadable for their data key.
     """
-    problems: dict[MemoryKey, str] = {}  # sessions whose data key cannot be used: why
+    problems: dict[MemoryKey, str] = dict(key_problems or {})  # sessions whose data key cannot be used
     by_key: dict[MemoryKey, list[LoggedEvent]] = defaultdict(list)
-    if records is not None:
-        _group(records, by_key, progress)
-    elif key is not None:
-        _group(_read_each(log, [key], problems), by_key, progress)
-    else:
-        try:
-            _group(log.read_all(tenant_id=tenant_id, user_id=user_id), by_key, progress)
-        except EncryptionKeyError as exc:  # one user's data key: the read of the scope stops there
-            _key_problem(log, exc)  # (raised again when it is no data key's)
-            by_key.clear()
-            in_scope = log.keys(tenant_id=tenant_id, user_id=user_id)
-            _group(_read_each(log, in_scope, problems), by_key, progress)
+    if records is None:
+        records = read_scope(log, problems, key=key, tenant_id=tenant_id, user_id=user_id)
+    _group(records, by_key, progress)
     for damaged in problems:
         by_key.setdefault(damaged, [])
     counts = _counts(log, tenant_id, user_id, key)

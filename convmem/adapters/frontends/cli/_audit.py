@@ -24,6 +24,7 @@ from convmem.actors import (
     SnapshotStore,
     export_jsonl,
     plan_repair,
+    read_scope,
     replay_session,
     restore_lost,
     verify,
@@ -402,8 +403,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         progress = Progress("export: events", total, quiet=not args.output)
         exported: set[MemoryKey] = set()
         read: list[LoggedEvent] = []
+        unreadable: dict[MemoryKey, str] = {}  # sessions whose data key cannot be used: why
         try:
-            records = log.read(key) if key is not None else log.read_all(**scope)
+            records = read_scope(log, unreadable, key=key, **scope)
             for line in export_jsonl(_noting(records, exported, read)):
                 out.write((line if args.output else json_text(line)) + "\n")  # stdout: no raw controls
                 count += 1
@@ -416,7 +418,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out.close()
                 # An erasure of any of these sessions rewrites the file without them.
                 default_export_registry().record(args.output, exported)
-        lost = [d for c in verify(log, snapshots, key=key, records=read, **scope) for d in c.lost]
+        checks = verify(log, snapshots, key=key, records=read, key_problems=unreadable, **scope)
+        lost = [d for c in checks for d in c.lost]
     if not args.output:
         sys.stdout.flush()
     for damage in lost:
