@@ -149,6 +149,9 @@ BAD = {
         (["serve", "--api-prefix", "convmem.>"], 2),
         (["serve", "--api-prefix", "two words"], 2),
         (["serve", "--summarizer", "gpt"], 2),
+        (["serve", "--queue-group", "a b"], 2),
+        (["serve", "--queue-group", "a.b"], 2),
+        (["serve", "--queue-group", ""], 2),
         (["serve", "--summarizer", "openai"], 2),  # no API key
         (["serve", "--config", "missing.json"], 5),
         (["serve", "--nats", "memory://"], 2),
@@ -203,6 +206,10 @@ def test_the_walk_covers_every_command_of_this_issue() -> None:
         ("CONVMEM_SUMMARIZER_WORKERS", "none"),
         ("CONVMEM_REPLICAS", "7"),
         ("CONVMEM_TOTAL_TOKENS", "x"),
+        ("CONVMEM_SUMMARIZER", "bogus"),
+        ("CONVMEM_QUEUE_GROUP", "a b"),
+        ("CONVMEM_QUEUE_GROUP", "convmem.>"),
+        ("CONVMEM_API_PREFIX", "two words"),
     ],
 )
 def test_a_bad_environment_setting_is_one_line(
@@ -213,6 +220,39 @@ def test_a_bad_environment_setting_is_one_line(
     assert code == 2
     one_line(err)
     assert variable in err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("CONVMEM_WORKERS", "abc"), ("CONVMEM_PORT", "99999"), ("CONVMEM_SUMMARIZER", "bogus")],
+)
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [(["--version"], 0), (["--help"], 0), (["serve", "--help"], 0), (["-s", "memory://", "sessions"], 3)],
+)
+def test_a_bad_serve_variable_is_only_serves_concern(
+    variable: str,
+    value: str,
+    argv: list[str],
+    expected: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The serve variables are checked when `serve` runs: other commands, --help, --version ignore them."""
+    monkeypatch.setenv(variable, value)
+    code, err = walked(capsys, argv)
+    assert code == expected, err
+    assert variable not in err
+
+
+def test_a_serve_variable_given_as_a_flag_is_not_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flag wins over its variable: a bad variable the flag overrides is never checked."""
+    monkeypatch.setenv("CONVMEM_SUMMARIZER", "bogus")
+    code, err = walked(capsys, ["serve", "--summarizer", "extractive", "--nats", "memory://"])
+    assert code == 2
+    assert "CONVMEM_SUMMARIZER" not in err and "serve needs NATS" in err
 
 
 @pytest.mark.parametrize("max_turns", ["2", "5", "7"])

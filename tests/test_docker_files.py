@@ -29,6 +29,7 @@ from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteSession
 from convmem.adapters.backends.jetstream._connection import MIN_SERVER_VERSION
 from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.adapters.frontends.cli._main import build_parser
+from convmem.adapters.frontends.cli._serve import apply_serve_environment
 from convmem.adapters.frontends.cli._serve import ENVIRONMENT, load_config
 from convmem.events import ConversationTurn, MemoryKey
 
@@ -253,7 +254,7 @@ def test_the_compose_environment_configures_serve_as_it_says(
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    args = build_parser().parse_args(["serve"])
+    args = apply_serve_environment(build_parser().parse_args(["serve"]))
     for name, value in env.items():
         assert str(getattr(args, _flag(name))) == value, name
     assert args.replicas == 3

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -55,7 +56,7 @@ from convmem.adapters.frontends.service._status import service_status
 from convmem.errors import ConvmemError, InvalidConfig
 from convmem.events import RetentionPolicies, ShortTermMemoryConfig
 
-__all__ = ["ENVIRONMENT", "add_serve_command", "load_config", "load_quotas"]
+__all__ = ["ENVIRONMENT", "add_serve_command", "apply_serve_environment", "load_config", "load_quotas"]
 
 ENVIRONMENT = {
     "CONVMEM_NATS_URL": "--nats: NATS URL(s) of an existing server or cluster (default: embedded server)",
@@ -84,35 +85,48 @@ ENVIRONMENT = {
 }
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(name) or default
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
+def _whole_number(text: str) -> int:
     try:
-        return int(raw)
+        return int(text)
     except ValueError:
-        raise CliError(f"{name}={raw!r} is not a whole number", EXIT_USAGE) from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-D = TypeVar("D")
+def summarizer_choice(text: str) -> str:
+    """An argparse type: a summarizer's name."""
+    if text not in SUMMARIZERS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(SUMMARIZERS)}")
+    return text
 
 
-def _env_checked(name: str, check: Callable[[str], int], default: D) -> int | D:
-    """`name`'s value checked as its flag is, by the flag's argparse type `check`, else `default`.
+def queue_group(text: str) -> str:
+    """An argparse type: a NATS queue group name (one token: no space, dot or wildcard)."""
+    if not text or not _QUEUE_GROUP.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be one NATS token: letters, digits, _ and - (no space, dot, * or >)"
+        )
+    return text
 
-    A bad value is one line naming the variable, exit 2.
-    """
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return check(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
+
+SUMMARIZERS = ("extractive", "openai")
+_QUEUE_GROUP = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def apply_serve_environment(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each serve option not given on the command line filled from its variable, checked
+    as its flag is (a bad value: one line naming the variable, exit 2), else its default."""
+    for dest, name, check, default in _SERVE_ENVIRONMENT:
+        if getattr(args, dest, None) is not None:
+            continue
+        raw = os.environ.get(name)
+        if not raw:
+            setattr(args, dest, default)
+            continue
+        try:
+            setattr(args, dest, check(raw))
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"{name}={raw!r}: {exc}", EXIT_USAGE) from None
+    return args
 
 
 def replica_count(text: str) -> int:
@@ -142,81 +156,85 @@ def port_number(text: str) -> int:
     return value
 
 
+# The serve options read from the environment: (option's dest, variable, its check, default when
+# neither is given). Only `serve` reads them, when it runs: a bad one is no other command's concern.
+_SERVE_ENVIRONMENT: tuple[tuple[str, str, Callable[[str], Any], Any], ...] = (
+    ("api_prefix", "CONVMEM_API_PREFIX", api_prefix, DEFAULT_API_PREFIX),
+    ("queue_group", "CONVMEM_QUEUE_GROUP", queue_group, "convmem"),
+    ("config", "CONVMEM_CONFIG", Path, None),
+    ("total_tokens", "CONVMEM_TOTAL_TOKENS", _whole_number, 4000),
+    ("summarizer", "CONVMEM_SUMMARIZER", summarizer_choice, "extractive"),
+    ("max_live_sessions", "CONVMEM_MAX_LIVE_SESSIONS", positive_int, 256),
+    ("actor_threads", "CONVMEM_ACTOR_THREADS", positive_int, 64),
+    ("summarizer_workers", "CONVMEM_SUMMARIZER_WORKERS", positive_int, 4),
+    ("replicas", "CONVMEM_REPLICAS", replica_count, 1),
+    ("workers", "CONVMEM_WORKERS", positive_int, None),
+    ("port", "CONVMEM_PORT", port_number, None),
+    ("retention", "CONVMEM_RETENTION", Path, None),
+    ("api_nats", "CONVMEM_API_NATS_URL", str, None),
+    ("members_secret", "CONVMEM_MEMBERS_SECRET", str, None),
+    ("metrics_port", "CONVMEM_METRICS_PORT", port_number, None),
+    ("metrics_host", "CONVMEM_METRICS_HOST", str, "127.0.0.1"),
+)
+
+
 def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register `serve` and `status` on the CLI's subparsers (`common`: the global options)."""
     p = commands.add_parser("serve", parents=[common], help="run the memory service (NATS request/reply API)")
-    p.add_argument("--api-prefix", type=api_prefix, default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
-    p.add_argument("--queue-group", default=_env("CONVMEM_QUEUE_GROUP", "convmem"))
-    p.add_argument(
-        "--config", type=Path, default=_env("CONVMEM_CONFIG"), help="JSON or TOML ShortTermMemoryConfig"
-    )
+    p.add_argument("--api-prefix", type=api_prefix)
+    p.add_argument("--queue-group", type=queue_group)
+    p.add_argument("--config", type=Path, help="JSON or TOML ShortTermMemoryConfig")
     p.add_argument(
         "--total-tokens",
-        type=int,
-        default=_env_int("CONVMEM_TOTAL_TOKENS", 4000),
+        type=_whole_number,
         help="without --config: the recommended configuration for a context of this many tokens (4000)",
     )
-    p.add_argument(
-        "--summarizer", choices=["extractive", "openai"], default=_env("CONVMEM_SUMMARIZER", "extractive")
-    )
+    p.add_argument("--summarizer", type=summarizer_choice, metavar="{extractive,openai}")
     p.add_argument(
         "--max-live-sessions",
         type=positive_int,
-        default=_env_checked("CONVMEM_MAX_LIVE_SESSIONS", positive_int, 256),
     )
-    p.add_argument(
-        "--actor-threads", type=positive_int, default=_env_checked("CONVMEM_ACTOR_THREADS", positive_int, 64)
-    )
+    p.add_argument("--actor-threads", type=positive_int)
     p.add_argument(
         "--summarizer-workers",
         type=positive_int,
-        default=_env_checked("CONVMEM_SUMMARIZER_WORKERS", positive_int, 4),
     )
-    p.add_argument(
-        "--replicas", type=replica_count, default=_env_checked("CONVMEM_REPLICAS", replica_count, 1)
-    )
+    p.add_argument("--replicas", type=replica_count)
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=_env_checked("CONVMEM_WORKERS", positive_int, None),
         help="service processes sharing the sessions (default: this machine's cores)",
     )
     p.add_argument(
         "--port",
         type=port_number,
-        default=_env_checked("CONVMEM_PORT", port_number, None),
         help="the embedded nats-server's port, so planners elsewhere know the URL "
         "(default: a free one; not with --nats; env CONVMEM_PORT)",
     )
     p.add_argument(
         "--retention",
         type=Path,
-        default=_env("CONVMEM_RETENTION"),
         help="TOML or JSON file of retention policies, swept every sweep_every by worker 0 "
         "(default: keep everything)",
     )
     p.add_argument(
         "--api-nats",
-        default=_env("CONVMEM_API_NATS_URL"),
         help="NATS URL(s) of the API connection, with the credentials that answer requests (the responder "
         "of docker/nats-tenants.conf); default: the log's URL and credentials",
     )
     p.add_argument(
         "--members-secret",
-        default=_env("CONVMEM_MEMBERS_SECRET"),
         help="the secret the workers sign their membership announcements with: the same for every serve "
         "sharing the partitions (default: one drawn per serve; prefer the variable, argv is visible)",
     )
     p.add_argument(
         "--metrics-port",
         type=port_number,
-        default=_env_checked("CONVMEM_METRICS_PORT", port_number, None),
         help="expose Prometheus metrics over HTTP: worker i on this port + i, at /metrics "
         "(default: none; env CONVMEM_METRICS_PORT)",
     )
     p.add_argument(
         "--metrics-host",
-        default=_env("CONVMEM_METRICS_HOST", "127.0.0.1"),
         help="the address the metrics endpoints listen on (default: 127.0.0.1, loopback only; "
         "env CONVMEM_METRICS_HOST)",
     )
@@ -226,7 +244,7 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "status", parents=[common], help="health and metrics of every running service replica"
     )
-    p.add_argument("--api-prefix", default=_env("CONVMEM_API_PREFIX", DEFAULT_API_PREFIX))
+    p.add_argument("--api-prefix", help=f"(default: {DEFAULT_API_PREFIX}; env CONVMEM_API_PREFIX)")
     p.add_argument(
         "--expect",
         type=positive_int,
@@ -287,6 +305,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     in process groups of their own, so none of them stops under the others; this
     process stops them in order (workers first, each answering what it received).
     """
+    apply_serve_environment(args)
     config = load_config(args.config, args.total_tokens)
     quotas = load_quotas(args.config)
     members_secret = _members_secret(args.members_secret)
@@ -482,6 +501,7 @@ def _local_instances(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    args.api_prefix = args.api_prefix or os.environ.get("CONVMEM_API_PREFIX") or DEFAULT_API_PREFIX
     url = nats_url(args)
     if not url:
         raise CliError(
