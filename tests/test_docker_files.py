@@ -29,8 +29,7 @@ from convmem.adapters import EmbeddedNatsServer, MemoryService, RemoteSession
 from convmem.adapters.backends.jetstream._connection import MIN_SERVER_VERSION
 from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.adapters.frontends.cli._main import build_parser
-from convmem.adapters.frontends.cli._serve import apply_serve_environment
-from convmem.adapters.frontends.cli._serve import ENVIRONMENT, load_config
+from convmem.adapters.frontends.cli._serve import ENVIRONMENT, apply_serve_environment, load_config
 from convmem.events import ConversationTurn, MemoryKey
 
 DOCKERFILE = DOCKER / "Dockerfile"
