@@ -69,6 +69,8 @@ BAD = {
         (["--timeout", "0", "sessions"], 2),
         (["--timeout", "soon", "sessions"], 2),
         (["--timeout", "inf", "sessions"], 2),
+        (["--timeout", "1e12", "sessions"], 2),
+        (["-s", "memory://", "sessions", "--timeout", "1e12"], 2),
         (["-s", "not-a-url", "sessions"], 5),
         (["-s", "memory://", "--data-dir", "x", "sessions", "--tenant", "t", "--user"], 2),
     ],
@@ -150,6 +152,10 @@ BAD = {
         (["serve", "--api-prefix", "two words"], 2),
         (["serve", "--summarizer", "gpt"], 2),
         (["serve", "--queue-group", "a b"], 2),
+        (["serve", "--actor-threads", "100000000"], 2),
+        (["serve", "--summarizer-workers", "1000000000"], 2),
+        (["serve", "--workers", "1000000000"], 2),
+        (["serve", "--timeout", "1e12"], 2),
         (["serve", "--queue-group", "a.b"], 2),
         (["serve", "--queue-group", ""], 2),
         (["serve", "--summarizer", "openai"], 2),  # no API key
@@ -160,6 +166,8 @@ BAD = {
         (["status"], 2),
         (["status", "--expect", "0"], 2),
         (["status", "--discover", "0"], 2),
+        (["status", "--discover", "1e12", "-s", "nats://127.0.0.1:4222"], 2),
+        (["status", "--timeout", "1e12", "-s", "nats://127.0.0.1:4222"], 2),
         (["status", "-s", "nats://127.0.0.1:4222", "--api-prefix", "a b"], 5),
     ],
 }
@@ -207,6 +215,8 @@ def test_the_walk_covers_every_command_of_this_issue() -> None:
         ("CONVMEM_REPLICAS", "7"),
         ("CONVMEM_TOTAL_TOKENS", "x"),
         ("CONVMEM_SUMMARIZER", "bogus"),
+        ("CONVMEM_WORKERS", "1000000000"),
+        ("CONVMEM_ACTOR_THREADS", "100000000"),
         ("CONVMEM_QUEUE_GROUP", "a b"),
         ("CONVMEM_QUEUE_GROUP", "convmem.>"),
         ("CONVMEM_API_PREFIX", "two words"),
@@ -301,3 +311,13 @@ def test_clients_close_quietly_after_the_server_died(tmp_path: Path) -> None:
         system.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"timeout": 1e12}, {"timeout": float("nan")}, {"actor_threads": 10**8}, {"summarizer_workers": 10**9}],
+)
+def test_connect_refuses_an_unbounded_setting(setting: dict[str, float]) -> None:
+    """A wait past a day or a thread count past the bound is InvalidConfig, before anything starts."""
+    with pytest.raises(convmem.InvalidConfig):
+        convmem.connect("memory://", **setting)  # type: ignore[arg-type]

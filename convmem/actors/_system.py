@@ -61,6 +61,22 @@ __all__ = ["Erased", "MemorySystem"]
 _log = logging.getLogger("convmem.system")
 
 
+MAX_TIMEOUT_SECONDS = 86_400.0
+"""The longest call timeout a system takes (a day): longer ones overflow the platform's waits."""
+MAX_ACTOR_THREADS = 4096
+"""The most actor threads (and summarizer workers) a system starts: each is a thread."""
+
+
+def check_timeout(timeout: object) -> None:
+    """`InvalidConfig` unless `timeout` is a number of seconds above 0 and at most a day (NaN refused)."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= MAX_TIMEOUT_SECONDS
+    ):
+        raise InvalidConfig("timeout", f"must be seconds > 0 and <= {MAX_TIMEOUT_SECONDS:g}, got {timeout!r}")
+
+
 class _Limits(NamedTuple):
     """The numeric settings, their defaults filled in (`SystemSettings` documents each)."""
 
@@ -89,6 +105,15 @@ def _checked(options: SystemOptions) -> _Limits:
     )
     if limits.max_live_sessions < 1:
         raise InvalidConfig("max_live_sessions", f"must be >= 1, got {limits.max_live_sessions}")
+    if not 0 < limits.timeout <= MAX_TIMEOUT_SECONDS:  # NaN too; past it a wait overflows time_t
+        raise InvalidConfig(
+            "timeout", f"must be > 0 and <= {MAX_TIMEOUT_SECONDS:g} seconds, got {limits.timeout}"
+        )
+    if limits.actor_threads > MAX_ACTOR_THREADS:
+        raise InvalidConfig("actor_threads", f"must be <= {MAX_ACTOR_THREADS}, got {limits.actor_threads}")
+    workers = options.get("summarizer_workers", 4)
+    if isinstance(workers, int) and workers > MAX_ACTOR_THREADS:
+        raise InvalidConfig("summarizer_workers", f"must be <= {MAX_ACTOR_THREADS}, got {workers}")
     cache = limits.idle_cache_bytes
     if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
         raise InvalidConfig("idle_cache_bytes", f"must be an int >= 0 (0: none), got {cache!r}")

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Unpack, cast
 
 from convmem.actors import MemorySystem, SystemSettings
+from convmem.actors._system import check_timeout
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters.backends import (
     MEMORY_URL,
@@ -63,12 +64,16 @@ class ConnectOptions(BackendOptions, SystemSettings, total=False):
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
     """The log and snapshot store behind `url` (None: ``NATS_URL``, else the embedded server)."""
     url = _url(url)
+    if "timeout" in options:
+        check_timeout(options["timeout"])
     return backend_opener(url).open(url, options)
 
 
 async def open_backend_here(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
     """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
     url = _url(url)
+    if "timeout" in options:
+        check_timeout(options["timeout"])
     return await backend_opener(url).open_here(url, options)
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,9 +38,11 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "MAX_SECONDS",
     "CliError",
     "Progress",
     "backend",
+    "bounded_int",
     "damage_line",
     "emit_json",
     "key_settings",
@@ -94,15 +96,33 @@ class CliError(Exception):
         self.code = code
 
 
+MAX_SECONDS = 86_400.0
+"""The longest wait a seconds option takes (a day; past about 9.2e9 a wait overflows time_t)."""
+
+
 def positive_seconds(text: str) -> float:
     """An argparse type: a number of seconds above zero."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g} (a day)"
+        )
     return value
+
+
+def bounded_int(most: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to `most`."""
+
+    def check(text: str) -> int:
+        value = positive_int(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {most}")
+        return value
+
+    return check
 
 
 def positive_int(text: str) -> int:

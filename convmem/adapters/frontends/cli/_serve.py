@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from convmem.actors._system import MAX_ACTOR_THREADS
 from convmem.adapters._auth import redact_url
 from convmem.adapters.backends.jetstream import JetStreamBackend, default_store_dir
 from convmem.adapters.backends.summarizers import recommended
@@ -32,6 +33,7 @@ from convmem.adapters.frontends.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    bounded_int,
     emit_json,
     key_settings,
     nats_url,
@@ -156,6 +158,11 @@ def port_number(text: str) -> int:
     return value
 
 
+MAX_WORKERS = 256
+"""The most worker processes one `convmem serve` runs (``--workers``)."""
+_threads = bounded_int(MAX_ACTOR_THREADS)  # --actor-threads, --summarizer-workers
+_workers = bounded_int(MAX_WORKERS)
+
 # The serve options read from the environment: (option's dest, variable, its check, default when
 # neither is given). Only `serve` reads them, when it runs: a bad one is no other command's concern.
 _SERVE_ENVIRONMENT: tuple[tuple[str, str, Callable[[str], Any], Any], ...] = (
@@ -165,10 +172,10 @@ _SERVE_ENVIRONMENT: tuple[tuple[str, str, Callable[[str], Any], Any], ...] = (
     ("total_tokens", "CONVMEM_TOTAL_TOKENS", _whole_number, 4000),
     ("summarizer", "CONVMEM_SUMMARIZER", summarizer_choice, "extractive"),
     ("max_live_sessions", "CONVMEM_MAX_LIVE_SESSIONS", positive_int, 256),
-    ("actor_threads", "CONVMEM_ACTOR_THREADS", positive_int, 64),
-    ("summarizer_workers", "CONVMEM_SUMMARIZER_WORKERS", positive_int, 4),
+    ("actor_threads", "CONVMEM_ACTOR_THREADS", _threads, 64),
+    ("summarizer_workers", "CONVMEM_SUMMARIZER_WORKERS", _threads, 4),
     ("replicas", "CONVMEM_REPLICAS", replica_count, 1),
-    ("workers", "CONVMEM_WORKERS", positive_int, None),
+    ("workers", "CONVMEM_WORKERS", _workers, None),
     ("port", "CONVMEM_PORT", port_number, None),
     ("retention", "CONVMEM_RETENTION", Path, None),
     ("api_nats", "CONVMEM_API_NATS_URL", str, None),
@@ -194,15 +201,15 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--max-live-sessions",
         type=positive_int,
     )
-    p.add_argument("--actor-threads", type=positive_int)
+    p.add_argument("--actor-threads", type=_threads)
     p.add_argument(
         "--summarizer-workers",
-        type=positive_int,
+        type=_threads,
     )
     p.add_argument("--replicas", type=replica_count)
     p.add_argument(
         "--workers",
-        type=positive_int,
+        type=_workers,
         help="service processes sharing the sessions (default: this machine's cores)",
     )
     p.add_argument(
@@ -401,7 +408,11 @@ def _serve(
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
     )
-    supervisor = Supervisor(spec, workers)
+    try:
+        supervisor = Supervisor(spec, workers)
+    except BaseException:
+        opened.close()  # the embedded server and its folder go with it
+        raise
     try:
         if stop.is_set():  # stopped while the log was opening
             serving = False
