@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from convmem.adapters.backends._exports import FileExportRegistry
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.keys import master_key_from_file
 from convmem.adapters.backends.summarizers import recommended
-from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._common import MAX_DOCUMENT_BYTES, CliError
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._serve import load_config
 from convmem.errors import EncryptionKeyError, InvalidConfig, InvalidInput
@@ -382,3 +383,32 @@ def test_an_event_that_fails_its_checksum_is_exported_as_raw_bytes_and_named(
     assert "event" not in lines[1]
     assert lines[1]["error"].startswith("damaged: ")
     assert base64.b64decode(lines[1]["raw"]) == bytes(bad)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "too-large"])
+def test_a_settings_file_that_is_no_small_regular_file_is_exit_5_without_reading_it_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """A policy, config or master key file named by an option may be a device (``/dev/zero``, which
+    a plain read follows until memory runs out), a pipe (which a plain open waits on forever) or a
+    file of gigabytes: each is refused, naming the file, before anything is read past the bound."""
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        path = tmp_path / "policy.json"
+        os.mkfifo(path)
+    else:
+        path = tmp_path / "policy.json"
+        with path.open("wb") as grown:
+            grown.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: nothing is written to the disk
+    code, err = run(capsys, "-s", "memory://", "retention", "--dry-run", "--policy", str(path))
+    assert code == 5, err
+    line = one_line(err)
+    assert str(path) in line
+    assert ("larger than" if kind == "too-large" else "not a regular file") in line
+    with pytest.raises(CliError) as caught:
+        load_config(path)  # `convmem serve --config` reads its file the same way
+    assert caught.value.code == 5
+    with pytest.raises(EncryptionKeyError) as refused:
+        master_key_from_file(path)
+    assert str(path) in str(refused.value)

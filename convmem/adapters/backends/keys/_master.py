@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from convmem.adapters._files import read_limited
 from convmem.errors import EncryptionKeyError
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 MASTER_KEY_ENV = "CONVMEM_MASTER_KEY"
+MAX_KEY_FILE_BYTES = 64 << 10
+"""A master key file holds at most this many bytes (a key is 44 characters of base64)."""
 """The environment variable a master key is read from by default (base64 of 32 bytes)."""
 
 _NONCE = 12
@@ -175,7 +178,7 @@ def master_key_from_file(path: str | os.PathLike[str]) -> LocalMasterKeys:
 def _key_text(file: Path, source: str) -> str:
     """The text of a key file; `EncryptionKeyError` naming `source` when it is missing or unreadable."""
     try:
-        return file.read_text(encoding="ascii")
+        return read_limited(file, MAX_KEY_FILE_BYTES).decode("ascii")
     except FileNotFoundError:
         raise EncryptionKeyError(
             "does not exist: give the file that holds the master key this store was written with",

@@ -23,6 +23,7 @@ from convmem.adapters.backends.keys._keyring import Keyring
 from convmem.adapters.backends.keys._master import (
     KeyProvider,
     LocalMasterKeys,
+    _key_text,
     generate_key_text,
     parse_master_key,
     pending_key_file,
@@ -39,14 +40,14 @@ def rotate_master_file(path: str | os.PathLike[str], store: KeyStore) -> tuple[s
     """Replace the master key in the file at `path` by a new one; (its id, data keys rewrapped)."""
     file = Path(path)
     source = f"master key file {file}"
-    try:
-        old = parse_master_key(file.read_text(encoding="ascii"), source=source)
-    except FileNotFoundError:
-        raise EncryptionKeyError("does not exist: nothing to rotate", source=source) from None
+    if not file.exists():
+        raise EncryptionKeyError("does not exist: nothing to rotate", source=source)
+    old = parse_master_key(_key_text(file, source), source=source)
     pending = pending_key_file(file)
     if not pending.exists():
         write_key_file(pending, generate_key_text())
-    new = parse_master_key(pending.read_text(encoding="ascii"), source=f"master key file {pending}")
+    new_source = f"master key file {pending}"
+    new = parse_master_key(_key_text(pending, new_source), source=new_source)
     provider = LocalMasterKeys([new, old], source=source)
     keyring = Keyring(provider, store)
     rewrapped = keyring.rotate_master(provider)

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.progress import Progress as RichProgress
 
 from convmem.actors import EventLog, LoggedEvent, PoisonEvent, SnapshotStore, verify
+from convmem.adapters._files import read_limited
 from convmem.adapters.backends import Backend
 from convmem.adapters.backends.jetstream import default_store_dir, running_server_url
 from convmem.adapters.backends.keys import KeySettings
@@ -57,6 +58,9 @@ __all__ = [
     "session_counts",
     "table",
 ]
+
+MAX_DOCUMENT_BYTES = 1 << 20
+"""A config or policy document holds at most this many bytes (1 MiB: far more than any real one)."""
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # verification found a mismatch or poison; an unreadable session (retention, sessions)
@@ -139,11 +143,12 @@ def positive_int(text: str) -> int:
 def read_document(path: Path, what: str) -> Any:
     """The TOML (a ``.toml`` file) or JSON document in `path` (`what` it is: ``config file``).
 
-    Every way the file can be wrong is a `CliError` (exit 5) naming it: unreadable, not UTF-8 (with
-    the line), not valid TOML or JSON (the parser's line and column), nested too deeply to parse.
+    Every way the file can be wrong is a `CliError` (exit 5) naming it: unreadable, not a regular
+    file or over `MAX_DOCUMENT_BYTES`, not UTF-8 (with the line), not valid TOML or JSON (the
+    parser's line and column), nested too deeply to parse.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, MAX_DOCUMENT_BYTES)
     except OSError as exc:
         raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}", EXIT_INVALID) from None
     kind = "TOML" if path.suffix == ".toml" else "JSON"
