@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ from convmem.adapters.backends.summarizers import recommended
 from convmem.adapters.frontends.cli._common import MAX_DOCUMENT_BYTES, CliError
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._serve import load_config
-from convmem.errors import EncryptionKeyError, InvalidConfig, InvalidInput
+from convmem.errors import EncryptionKeyError, InvalidConfig, InvalidInput, LogUnavailable
 from convmem.events import (
     ConversationTurn,
     HealthPolicy,
@@ -412,3 +414,28 @@ def test_a_settings_file_that_is_no_small_regular_file_is_exit_5_without_reading
     with pytest.raises(EncryptionKeyError) as refused:
         master_key_from_file(path)
     assert str(path) in str(refused.value)
+
+
+def _runtime_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("convmem-nats-*")}
+
+
+def test_an_embedded_server_that_cannot_start_leaves_no_folder_and_names_a_busy_port(tmp_path: Path) -> None:
+    """Given a port another process listens on, or a store another server holds, when an embedded
+    server starts there, then it fails naming the cause (the busy port said in words, not a page of
+    the server's log) and leaves no runtime folder behind (its conf and log name the store)."""
+    before = _runtime_folders()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(LogUnavailable) as caught:
+            EmbeddedNatsServer(tmp_path / "a", port=port).start()
+    message = str(caught.value)
+    assert f"port {port} on 127.0.0.1 is in use" in message
+    assert len(message) < 300
+    with EmbeddedNatsServer(tmp_path / "b") as holder:
+        assert holder.running
+        with pytest.raises(LogUnavailable):
+            EmbeddedNatsServer(tmp_path / "b").start()
+    assert _runtime_folders() <= before

@@ -184,19 +184,27 @@ class EmbeddedNatsServer:
                 self.stop()
                 raise
             self._copy = copy
-        failure = ""
-        for attempt in range(5):
-            port = self._port if self._port is not None and (self._fixed_port or attempt == 0) else None
-            port = port or _free_port(self.host)
-            monitor = _free_port(self.host)
-            failure = self._launch(binary, port, monitor)
-            if not failure:
-                self._port = port
-                return self
-            if self._fixed_port or "address already in use" not in failure:
-                break
-        if self._copy is not None:
-            self.stop()  # the copy goes with the start that failed
+        failure, port = "", 0
+        try:
+            for attempt in range(5):
+                kept = self._port if self._port is not None and (self._fixed_port or attempt == 0) else None
+                port = kept or _free_port(self.host)
+                monitor = _free_port(self.host)
+                failure = self._launch(binary, port, monitor)
+                if not failure:
+                    self._port = port
+                    return self
+                if self._fixed_port or "address already in use" not in failure:
+                    break
+        except BaseException:
+            self.stop()  # its runtime folder (and a reader's copy) go with the start that failed
+            raise
+        self.stop()
+        if self._fixed_port and "address already in use" in failure:
+            raise LogUnavailable(
+                f"nats-server did not start: port {port} on {self.host} is in use (another process "
+                "listens there): choose another port (--port, CONVMEM_PORT) or stop that process"
+            )
         raise LogUnavailable(f"nats-server did not start: {failure}")
 
     def _check_store(self) -> None:
