@@ -437,9 +437,11 @@ def test_a_reader_whose_key_store_is_gone_says_so_not_that_no_master_key_was_giv
         _write(system, ALICE, 1)
     shutil.rmtree(data / "keys")
     assert (data / "master.key").exists()
-    with JetStreamBackend.embedded(data, read_only=True) as backend:
-        with pytest.raises(EncryptionKeyError, match="key store .* does not exist") as caught:
-            backend.log.read(ALICE)
+    with (
+        JetStreamBackend.embedded(data, read_only=True) as backend,
+        pytest.raises(EncryptionKeyError, match=r"key store .* does not exist") as caught,
+    ):
+        backend.log.read(ALICE)
     assert "does not exist" in caught.value.source
     assert "CONVMEM_MASTER_KEY" not in str(caught.value)
     assert main(["--data-dir", str(data), "replay", "acme:alice:chat-1"]) != 0
