@@ -125,8 +125,8 @@ def test_a_huge_name_is_named_not_echoed(tmp_path: Any) -> None:
         with pytest.raises((InvalidConfig, SummarizerError)) as caught:
             attempt()
         errors.append(caught.value)
-    config = tmp_path / "config.json"
-    config.write_text('{"speaker_names": {"user": "' + huge + '"}}', encoding="utf-8")
+    config = tmp_path / "config.json"  # a config file holds at most 1 MiB (MAX_DOCUMENT_BYTES)
+    config.write_text('{"speaker_names": {"user": "' + huge[:1_000_000] + '"}}', encoding="utf-8")
     with pytest.raises(CliError) as refused:
         load_config(config)
     errors.append(refused.value)

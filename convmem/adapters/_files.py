@@ -7,21 +7,22 @@ on forever. `read_limited` reads only a regular file, and only up to a bound.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
+
+from convmem.errors import InvalidInput
 
 __all__ = ["read_limited"]
 
 
 def read_limited(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file `path`; `OSError` (its ``strerror`` says why) when it is not a
-    regular file or holds more than `limit` bytes, as for a file that cannot be opened or read."""
+    """The bytes of the regular file `path`: `InvalidInput` naming it when it is not a regular file or
+    holds more than `limit` bytes; `OSError` when it cannot be opened or read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe's open would wait for a writer
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a device, a pipe or a socket)", str(path))
+            raise InvalidInput(str(path), "is not a regular file (a device, a pipe or a socket)")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -30,9 +31,7 @@ def read_limited(path: Path, limit: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise OSError(
-                errno.EFBIG, f"larger than {limit:,} bytes, far more than such a file holds", str(path)
-            )
+            raise InvalidInput(str(path), f"is larger than {limit:,} bytes, far more than such a file holds")
         return b"".join(chunks)
     finally:
         os.close(fd)

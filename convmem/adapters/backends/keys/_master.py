@@ -28,7 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from convmem.adapters._files import read_limited
-from convmem.errors import EncryptionKeyError
+from convmem.errors import EncryptionKeyError, InvalidInput
 
 __all__ = [
     "MASTER_KEY_ENV",
@@ -186,6 +186,8 @@ def _key_text(file: Path, source: str) -> str:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise EncryptionKeyError(f"cannot be read ({exc})", source=source) from None
+    except InvalidInput as exc:
+        raise EncryptionKeyError(f"cannot be read: it {exc.problem}", source=source) from None
 
 
 def master_key_from_env(name: str = MASTER_KEY_ENV) -> LocalMasterKeys:

@@ -151,6 +151,8 @@ def read_document(path: Path, what: str) -> Any:
         raw = read_limited(path, MAX_DOCUMENT_BYTES)
     except OSError as exc:
         raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}", EXIT_INVALID) from None
+    except InvalidInput as exc:
+        raise CliError(f"cannot read {what} {path}: it {exc.problem}", EXIT_INVALID) from None
     kind = "TOML" if path.suffix == ".toml" else "JSON"
     try:
         return tomllib.loads(raw.decode("utf-8")) if kind == "TOML" else json.loads(raw)
