@@ -40,7 +40,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import msgspec
 
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
-from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest
+from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest, readable_pending
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
 from convmem.errors import ConvmemError, EncryptionKeyError
 from convmem.events import MemoryKey
@@ -230,12 +230,7 @@ class Eraser:
         does not hold back the ones after it: each is tried, then the first
         failure is raised (the ones that failed stay pending).
         """
-        damage: ErasureJournalDamaged | None = None
-        try:
-            pending = self.journal.pending()
-        except ErasureJournalDamaged as exc:
-            pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
-            damage = exc
+        pending, damaged = readable_pending(self.journal)
         finished: list[Erased] = []
         failed: list[ConvmemError] = []
         for request in pending:
@@ -244,8 +239,8 @@ class Eraser:
             except ConvmemError as exc:
                 _log.warning("pending erasure %s not finished: %s", request.id, exc)
                 failed.append(exc)
-        if damage is not None:
-            raise damage
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=pending)
         if failed:
             raise failed[0]
         return finished

@@ -48,6 +48,8 @@ __all__ = [
     "ErasureRequest",
     "JournaledLog",
     "find_erasure",
+    "readable_pending",
+    "readable_receipts",
 ]
 
 
@@ -275,23 +277,30 @@ def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecor
     """
     if journal is None:
         return None
-    damaged: list[DamagedRecord] = []
-    try:
-        pending = journal.pending()
-    except ErasureJournalDamaged as exc:
-        pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
-        damaged += exc.damaged
+    pending, damaged = readable_pending(journal)
     for request in pending:
         if request.covers(key):
             return request
-    try:
-        receipts = journal.receipts()
-    except ErasureJournalDamaged as exc:
-        receipts = [r for r in exc.readable if isinstance(r, ErasureReceipt)]
-        damaged += exc.damaged
+    receipts, damaged_receipts = readable_receipts(journal)
     for receipt in receipts:
         if receipt.covers(key):
             return receipt
-    if damaged:
-        raise ErasureJournalDamaged(damaged, readable=[*pending, *receipts])
+    if damaged or damaged_receipts:
+        raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])
     return None
+
+
+def readable_pending(journal: ErasureJournal) -> tuple[list[ErasureRequest], list[DamagedRecord]]:
+    """The pending erasures of `journal` that read, and its pending records that do not."""
+    try:
+        return journal.pending(), []
+    except ErasureJournalDamaged as exc:
+        return [r for r in exc.readable if isinstance(r, ErasureRequest)], list(exc.damaged)
+
+
+def readable_receipts(journal: ErasureJournal) -> tuple[list[ErasureReceipt], list[DamagedRecord]]:
+    """The receipts of `journal` that read, and its receipts that do not."""
+    try:
+        return journal.receipts(), []
+    except ErasureJournalDamaged as exc:
+        return [r for r in exc.readable if isinstance(r, ErasureReceipt)], list(exc.damaged)

@@ -29,7 +29,7 @@ from convmem.actors import (
     restore_lost,
     verify,
 )
-from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged
+from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged, readable_pending, readable_receipts
 from convmem.adapters.backends import InMemoryEventLog, default_export_registry
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
@@ -569,17 +569,8 @@ def _erase_result(
 
 def _journal_state(journal: ErasureJournal) -> tuple[list[ErasureRequest], list[DamagedRecord]]:
     """The pending erasures that read, and every damaged record (pending or receipt) of `journal`."""
-    damaged: list[DamagedRecord] = []
-    try:
-        pending = journal.pending()
-    except ErasureJournalDamaged as exc:
-        pending = [r for r in exc.readable if isinstance(r, ErasureRequest)]
-        damaged += exc.damaged
-    try:
-        journal.receipts()
-    except ErasureJournalDamaged as exc:
-        damaged += exc.damaged
-    return pending, damaged
+    pending, damaged = readable_pending(journal)
+    return pending, [*damaged, *readable_receipts(journal)[1]]
 
 
 def _report_journal_damage(damaged: list[DamagedRecord], *, json_output: bool) -> None:
