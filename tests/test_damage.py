@@ -110,6 +110,18 @@ def assert_usable(memory: MemorySystem, key: MemoryKey, turns: int) -> None:
     session.add_turn(ConversationTurn(user_message="after the damage", assistant_response="ok"), timeout=10)
 
 
+def _seed_then_flip(server: EmbeddedNatsServer, store: Path, turn: int, *, crash: bool) -> None:
+    """`seed` with a snapshot after every event, stop the server (kill -9 when `crash`), flip a byte
+    of HURT's turn `turn` in the block file, and start the server again on the damaged store."""
+    seed(server, snapshot_every=1)
+    if crash:
+        server.kill()
+    else:
+        server.stop()
+    flip(store, marker(HURT, turn))
+    server.start()
+
+
 def test_a_flipped_byte_in_a_turn_after_a_clean_stop_is_reported_contained_and_repaired(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,10 +186,7 @@ def test_damage_below_the_snapshot_refuses_every_write_not_only_the_first(
     the writer reads the whole subject and refuses each write (the fast path never takes it)."""
     server = EmbeddedNatsServer(store).start()
     try:
-        seed(server, snapshot_every=1)
-        server.stop()
-        flip(store, marker(HURT, 0))  # seq 2, below the snapshot at seq 4
-        server.start()
+        _seed_then_flip(server, store, 0, crash=False)  # seq 2, below the snapshot at seq 4
         with convmem.connect(server.url, config=CONFIG) as memory:
             session = memory.session(HURT)
             assert len(session.get_llm_context()["conversation_memory"]["recent_turns"]) == TURNS
@@ -233,10 +242,7 @@ def test_a_damaged_last_event_is_damage_not_a_conflict(
     """
     server = EmbeddedNatsServer(store).start()
     try:
-        seed(server, snapshot_every=1)
-        server.stop()
-        flip(store, marker(HURT, 2))  # HURT's last turn, seq 4
-        server.start()
+        _seed_then_flip(server, store, 2, crash=False)  # HURT's last turn, seq 4
         with convmem.connect(server.url, config=CONFIG) as memory:
             with pytest.raises(SessionDamaged) as caught:
                 memory.session(HURT).add_turn(turn(HURT, 9), timeout=10)
@@ -268,10 +274,7 @@ def test_a_flip_before_a_crash_loses_the_block_tail_and_verify_names_what_is_mis
 ) -> None:
     server = EmbeddedNatsServer(store).start()
     try:
-        seed(server, snapshot_every=1)
-        server.kill()  # kill -9
-        flip(store, marker(HURT, 1))
-        server.start()  # recovery drops the block from the damaged message on
+        _seed_then_flip(server, store, 1, crash=True)  # recovery drops the block from it on
         code, out = cli(capsys, server.url, "verify", "--all", "--json")
         assert code == 7, out
         checks = {c["key"]: c for c in json.loads(out)["checks"]}
@@ -325,10 +328,7 @@ def test_a_session_the_log_lost_is_named_by_replay_inspect_timeline_and_sessions
     session known only by its snapshot is listed; after the repairs each exits 0 again."""
     server = EmbeddedNatsServer(store).start()
     try:
-        seed(server, snapshot_every=1)
-        server.kill()  # kill -9
-        flip(store, marker(HURT, 1))
-        server.start()  # recovery drops the block from the damaged message on
+        _seed_then_flip(server, store, 1, crash=True)  # recovery drops the block from it on
         code, replayed, _ = json_of(capsys, server.url, "replay", HURT.composite())
         assert code == 7
         assert (replayed["seq"], replayed["health"]) == (2, "damaged")
