@@ -176,8 +176,14 @@ def run(sizes: Sizes) -> Result:
                         result.details.setdefault("order", []).append(f"{tree}, --workers {workers}")
                         pids["workers"] = serve.pids
                         tag = f"c{r}w{workers}{'b' if env else ''}"
-                        rounds[tree][workers].append(
-                            _loads(server.url, processes, sessions, callers, turns, tag, pids)
+                        once = _loads(server.url, processes, sessions, callers, turns, tag, pids)
+                        rounds[tree][workers].append(once)
+                        # each run as it ends, so a run stopped at its time limit still tells its figures
+                        print(
+                            f"cores: round {r + 1}, {tree}, --workers {workers}: "
+                            f"{once['turns_per_s']:,.0f} turns/s, cores busy {once['cores']}",
+                            file=sys.stderr,
+                            flush=True,
                         )
                     finally:
                         serve.stop()
