@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ class _Serve:
     ) -> None:
         ready = folder / f"ready-{workers}"
         self.err = folder / f"serve-{workers}.err"
+        ready.unlink(missing_ok=True)  # a file left by the serve before would pass for this one's
         config = folder / "truncation.json"  # as bench.throughput's: the write path, no summaries
         settings: dict[str, Any] = {"strategy": "truncation", **({"quotas": quotas} if quotas else {})}
         config.write_text(json.dumps(settings), encoding="utf-8")
@@ -81,15 +83,21 @@ class _Serve:
             pause.wait(0.05)
         self.pids = self._dealt(url, workers)
 
-    @staticmethod
-    def _dealt(url: str, workers: int) -> list[int]:
-        """The worker pids once each owns its share of the partitions."""
-        for _ in range(int(_WAIT)):
+    def _dealt(self, url: str, workers: int) -> list[int]:
+        """The worker pids once each owns its share of the partitions; if they do not within `_WAIT`
+        seconds, an error that says what the workers reported and what the serve wrote."""
+        deadline = time.monotonic() + _WAIT
+        seen: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and self.proc.poll() is None:
             found = asyncio.run(service_status(url, api_prefix=DEFAULT_API_PREFIX, discover=0.5))
             seen = [r.health["worker"] for r in found if r.ok and r.health and "worker" in r.health]
-            if len(seen) == workers and all(w["members"] == workers for w in seen):
+            if len(seen) == workers and all(w.get("members") == workers for w in seen):
                 return [int(w["pid"]) for w in seen]
-        raise RuntimeError(f"the {workers} workers did not share the partitions")
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        raise RuntimeError(
+            f"the {workers} workers did not share the partitions within {_WAIT:g}s (serve {state}; "
+            f"workers seen: {seen}); the serve's stderr ends:\n{self.err.read_text(errors='replace')[-2000:]}"
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
