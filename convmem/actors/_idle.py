@@ -126,6 +126,18 @@ class IdleCache:
         self.bytes = 0
         """The estimated memory the entries hold now (`idle_bytes` of each)."""
         self._entries: OrderedDict[MemoryKey, _Entry] = OrderedDict()
+        self._tenants: dict[str, OrderedDict[MemoryKey, None]] = {}
+        """Each tenant's keys, least recently used first (what `_trim` gives up first)."""
+        self._tenant_bytes: dict[str, int] = {}
+        """What each tenant's entries hold (the sum of their `idle_bytes`)."""
+
+    def tenant_bytes(self, tenant_id: str) -> int:
+        """The estimated memory `tenant_id`'s entries hold now."""
+        return self._tenant_bytes.get(tenant_id, 0)
+
+    def _grow(self, key: MemoryKey, grew: int) -> None:
+        self.bytes += grew
+        self._tenant_bytes[key.tenant_id] += grew
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -147,7 +159,9 @@ class IdleCache:
         if entry.size > self.max_bytes:
             return [key]
         self._entries[key] = entry
-        self.bytes += entry.size
+        self._tenants.setdefault(key.tenant_id, OrderedDict())[key] = None
+        self._tenant_bytes[key.tenant_id] = self._tenant_bytes.get(key.tenant_id, 0)
+        self._grow(key, entry.size)
         return self._trim()
 
     def counted(self, key: MemoryKey, cell: StateCell, measured: Measured) -> list[MemoryKey]:
@@ -159,7 +173,7 @@ class IdleCache:
         if measured.size > self.max_bytes:
             self.pop(key)
             return [key]
-        self.bytes += entry.count(measured)
+        self._grow(key, entry.count(measured))
         return self._trim(keep=key)
 
     def get(self, key: MemoryKey) -> StateCell | None:
@@ -172,9 +186,10 @@ class IdleCache:
         if entry is None:
             return None
         self._entries.move_to_end(key)
+        self._tenants[key.tenant_id].move_to_end(key)
         cell = entry.cell
         if entry.state is not cell.state or entry.view is not cell.view:
-            self.bytes += entry.count(measure(cell))
+            self._grow(key, entry.count(measure(cell)))
             self._trim(keep=key)
         return cell
 
@@ -183,7 +198,11 @@ class IdleCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
-        self.bytes -= entry.size
+        self._grow(key, -entry.size)
+        keys = self._tenants[key.tenant_id]
+        del keys[key]
+        if not keys:
+            del self._tenants[key.tenant_id], self._tenant_bytes[key.tenant_id]
         return entry.cell
 
     def drop(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
@@ -195,17 +214,34 @@ class IdleCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._tenants.clear()
+        self._tenant_bytes.clear()
         self.bytes = 0
 
     def _trim(self, keep: MemoryKey | None = None) -> list[MemoryKey]:
+        """Give up entries until the cache is within its bound, never `keep`: each the least recently
+        used of the tenant whose entries hold the most bytes then (ties: the tenant cached first), so
+        a tenant filling the cache with many sessions evicts its own, not another tenant's few. With
+        one tenant, that is plain least recently used."""
         evicted: list[MemoryKey] = []
-        while self.bytes > self.max_bytes and self._entries:
-            key = next(iter(self._entries))
-            if key == keep:
-                if len(self._entries) == 1:
-                    break
-                self._entries.move_to_end(key)
-                continue
+        while self.bytes > self.max_bytes:
+            key = self._heaviest_oldest(keep)
+            if key is None:
+                break
             self.pop(key)
             evicted.append(key)
         return evicted
+
+    def _heaviest_oldest(self, keep: MemoryKey | None) -> MemoryKey | None:
+        """The least recently used key, other than `keep`, of the tenant holding the most bytes."""
+        best: str | None = None
+        for tenant, size in self._tenant_bytes.items():
+            if best is not None and size <= self._tenant_bytes[best]:
+                continue
+            keys = self._tenants[tenant]
+            if len(keys) == 1 and keep in keys:
+                continue
+            best = tenant
+        if best is None:
+            return None
+        return next(key for key in self._tenants[best] if key != keep)

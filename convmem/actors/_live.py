@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -375,14 +374,37 @@ class LiveSessions(Leaving):
         evicted: list[LiveEntry] = []
         excess = len(self._live) - self.max_live_sessions
         if excess > 0:
-            # Least recently used first, but not a session whose summary or flush is under way:
-            # passivating it would throw the work away and wake it again at once (sessions then
-            # evict each other without end). The bound gives way until the work is done.
-            idle = ((k, e) for k, e in self._live.items() if k != key and not e.cell.busy())
-            for old_key, old in list(itertools.islice(idle, excess)):
+            for old_key, old in self._evictable(key, excess):
                 self._retire(old_key, old, keep=True)
                 evicted.append(old)
         return entry, evicted
+
+    def _evictable(self, key: MemoryKey, excess: int) -> list[tuple[MemoryKey, LiveEntry]]:
+        """Under the lock: the `excess` live sessions to give up for `key`'s activation.
+
+        Each is the least recently used session of the tenant holding the most live sessions
+        then (ties: the tenant of the least recently used among them), so a tenant that
+        touches many sessions evicts its own, never the few of another tenant. With one
+        tenant, that is plain least recently used. Never `key`, nor a session whose summary or
+        flush is under way: passivating it would throw the work away and wake it again at once
+        (sessions then evict each other without end). The bound gives way until the work is done.
+        """
+        held: dict[str, int] = {}
+        idle: dict[str, list[tuple[MemoryKey, LiveEntry]]] = {}
+        for k, e in self._live.items():  # least recently used first
+            held[k.tenant_id] = held.get(k.tenant_id, 0) + 1
+            if k != key and not e.cell.busy():
+                idle.setdefault(k.tenant_id, []).append((k, e))
+        chosen: list[tuple[MemoryKey, LiveEntry]] = []
+        taken = dict.fromkeys(idle, 0)
+        for _ in range(excess):
+            tenant = max((t for t in idle if taken[t] < len(idle[t])), key=lambda t: held[t], default=None)
+            if tenant is None:
+                break
+            chosen.append(idle[tenant][taken[tenant]])
+            taken[tenant] += 1
+            held[tenant] -= 1
+        return chosen
 
     def close(self) -> None:
         """Stop every session actor (after its queued messages), then the dispatcher's threads."""

@@ -1,0 +1,158 @@
+"""Shared per-process resources a hostile tenant could take from the others, on the shipped tenants
+configuration (a real nats-server) with only the tenant's own credentials.
+
+The live set (`max_live_sessions`) and the idle cache (`idle_cache_bytes`) of
+a service worker are shared by every tenant it serves. Past either bound the
+session given up is the least recently used of the tenant holding the most
+(live sessions, cached bytes), so a tenant that touches many sessions evicts
+its own while another tenant's few stay: that tenant's next writes start no
+actor and read no log. Counted with the system's activation and cache-miss
+counters, not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from runtime_helpers import WAIT
+from test_service import _user, tenants_server  # noqa: F401 (the fixture: the shipped file on a real server)
+
+import convmem
+from convmem.actors import MemorySystem
+from convmem.actors._idle import IdleCache, idle_bytes, measure
+from convmem.actors._session import StateCell
+from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
+from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.projections import SessionState
+
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+VICTIM = MemoryKey("globex", "bob", "chat-9")
+LIVE = 8
+"""The worker's `max_live_sessions`."""
+
+
+def _turn(text: str) -> ConversationTurn:
+    return ConversationTurn(user_message=text, assistant_response="ok")
+
+
+CACHE = 64 * 1024
+"""The worker's `idle_cache_bytes`: about 30 sessions of one turn."""
+
+
+@pytest.fixture
+def served(tenants_server: int) -> Iterator[tuple[int, MemorySystem]]:  # noqa: F811
+    store = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
+    memory = convmem.connect(store, config=CONFIG, max_live_sessions=LIVE, idle_cache_bytes=CACHE)
+    try:
+        with MemoryService(memory, _user(tenants_server, "convmem-api")):
+            yield tenants_server, memory
+    finally:
+        memory.close()
+
+
+def _counts(memory: MemorySystem) -> dict[str, int]:
+    counts: dict[str, int] = memory.metrics.snapshot()["counts"]
+    return counts
+
+
+def test_a_tenant_touching_many_sessions_evicts_its_own_not_another_tenants(
+    served: tuple[int, MemorySystem],
+) -> None:
+    """acme writes to ten times the live bound of sessions between each of globex's writes; globex's
+    session stays live throughout, and its writes start no actor and read no log."""
+    port, memory = served
+    with (
+        RemoteSession(_user(port, "globex"), VICTIM, timeout=WAIT) as victim,
+        RemoteMemory(_user(port, "acme"), timeout=WAIT) as attacker,
+    ):
+        victim.add_turn(_turn("globex first"))
+        assert memory.is_live(VICTIM)
+        flood = 10 * LIVE
+        for round_ in range(3):
+            before = _counts(memory)
+            for n in range(flood):
+                attacker.session(MemoryKey("acme", "mallory", f"s{round_}-{n}")).add_turn(_turn(f"flood {n}"))
+            assert memory.is_live(VICTIM), f"round {round_}: acme's flood evicted globex's live session"
+            middle = _counts(memory)
+            assert middle["activations"] - before.get("activations", 0) == flood  # acme's own, each once
+            victim.add_turn(_turn(f"globex {round_}"))
+            after = _counts(memory)
+            assert after["activations"] == middle["activations"], "globex's write paid an activation"
+            assert after.get("idle_cache_misses", 0) == middle.get("idle_cache_misses", 0)
+        assert memory.live_sessions() == LIVE
+        assert [t["user_message"] for t in victim.to_dict()["turns"]] == [
+            "globex first",
+            "globex 0",
+            "globex 1",
+            "globex 2",
+        ]
+
+
+def test_a_tenant_filling_the_idle_cache_evicts_its_own_cells_not_another_tenants(
+    served: tuple[int, MemorySystem],
+) -> None:
+    """globex has more sessions than the live bound (some cached without an actor); acme then writes
+    to many more than the cache holds. Every globex session is still live or cached, and writing to
+    each of them again reads no log (no idle-cache miss)."""
+    port, memory = served
+    theirs = [MemoryKey("globex", "bob", f"chat-{n}") for n in range(LIVE + LIVE // 2)]
+    with (
+        RemoteMemory(_user(port, "globex"), timeout=WAIT) as victim,
+        RemoteMemory(_user(port, "acme"), timeout=WAIT) as attacker,
+    ):
+        for key in theirs:
+            victim.session(key).add_turn(_turn(f"{key.session_id} first"))
+        flood = 100
+        for n in range(flood):
+            attacker.session(MemoryKey("acme", "mallory", f"s{n}")).add_turn(_turn(f"flood {n}"))
+        cached, held = memory.cached_sessions()
+        assert cached < len(theirs) + flood - LIVE
+        assert held <= CACHE
+        lost = [k for k in theirs if not (memory.is_live(k) or memory.is_cached(k))]
+        assert lost == [], f"acme's flood pushed globex's sessions out of the worker: {lost}"
+        before = _counts(memory)
+        for key in theirs:
+            victim.session(key).add_turn(_turn(f"{key.session_id} again"))
+        after = _counts(memory)
+        assert after.get("idle_cache_misses", 0) == before.get("idle_cache_misses", 0), (
+            "a globex write read its session from the log"
+        )
+        for key in theirs:
+            turns = victim.session(key).to_dict()["turns"]
+            assert [t["user_message"] for t in turns] == [
+                f"{key.session_id} first",
+                f"{key.session_id} again",
+            ]
+
+
+def _key(tenant: str, n: int) -> MemoryKey:
+    return MemoryKey(tenant, "u", f"s{n}")
+
+
+def test_the_idle_cache_gives_up_the_heaviest_tenants_oldest_cell_first() -> None:
+    """Past the bound the cache evicts the least recently used cell of the tenant holding the most
+    bytes; one tenant alone is plain least recently used."""
+    one = idle_bytes(StateCell(SessionState(config=CONFIG), 0.0))
+    cache = IdleCache(10 * one)
+    cells = {}
+    for key in [_key("small", 0), *(_key("big", n) for n in range(40))]:
+        cells[key] = StateCell(SessionState(config=CONFIG), 0.0)
+        cache.put(key, cells[key], measure(cells[key]))
+    assert _key("small", 0) in cache  # the oldest of all, kept: "big" holds more
+    assert cache.bytes <= cache.max_bytes
+    assert cache.tenant_bytes("small") + cache.tenant_bytes("big") == cache.bytes
+    kept = [k for k in cache if k.tenant_id == "big"]
+    assert kept == [_key("big", n) for n in range(31, 40)]  # its newest nine
+    alone = IdleCache(cache.bytes - cache.tenant_bytes("small"))
+    for key in kept:
+        alone.put(key, cells[key], measure(cells[key]))
+    alone.get(kept[0])  # now the most recently used
+    newest = StateCell(SessionState(config=CONFIG), 0.0)
+    alone.put(_key("big", 99), newest, measure(newest))
+    assert kept[0] in alone
+    assert kept[1] not in alone
+    for key in list(cache):
+        cache.pop(key)
+    assert cache.bytes == 0
+    assert cache.tenant_bytes("big") == cache.tenant_bytes("small") == 0
