@@ -22,7 +22,8 @@
   answer handed across threads); erasure notices (`_erasure`), the erasure
   journal (`_journal`) and the erasure steps (`_eraser`); lost sessions'
   restore (`_restore`); audits (`_audit`), forks (`_fork`) and repairs of
-  damaged sessions (`_repair`).
+  damaged sessions (`_repair`); the bounds every numeric setting and call
+  timeout is checked against (`_bounds`).
 """
 
 from convmem.actors._answers import Deadlines, SettleOnce

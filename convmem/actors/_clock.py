@@ -20,6 +20,11 @@ __all__ = ["ManualClock", "SystemClock"]
 
 _log = logging.getLogger("convmem.clock")
 
+LONGEST_SLEEP = 3_600.0
+"""The longest the timer thread sleeps at once: it wakes and looks again (a wait of more than about
+9.2e9 seconds overflows time_t, and the thread would die with every timer of the system; settings
+are bounded to a day, but a configuration stored by an older version is replayed as it was)."""
+
 
 class _Handle:
     __slots__ = ("_heap", "callback", "cancelled", "when")
@@ -129,7 +134,9 @@ class SystemClock:
         while True:
             with self._cond:
                 while not self._closed and (due := self._timers.due()) > time.time():
-                    self._cond.wait(timeout=None if due == math.inf else due - time.time())
+                    self._cond.wait(
+                        timeout=None if due == math.inf else min(due - time.time(), LONGEST_SLEEP)
+                    )
                 if self._closed:
                     return
                 handle = self._timers.pop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+from convmem.actors._bounds import check_seconds
 from convmem.errors import InvalidInput, InvalidTurn
 from convmem.events import (
     MAX_TURN_ITEMS,
@@ -40,6 +41,7 @@ __all__ = [
     "add_items",
     "add_turn",
     "adopt",
+    "call_timeout",
     "clear",
     "from_dict",
     "pop_item",
@@ -72,6 +74,15 @@ def _check_turn(turn: object) -> ConversationTurn:
     if not isinstance(turn, ConversationTurn):
         raise InvalidTurn("turn", f"must be a ConversationTurn, got {type(turn).__name__}")
     return turn
+
+
+def call_timeout(timeout: float | None) -> float | None:
+    """A call's own `timeout`: None (the system's), or seconds from 0 (answered at once, or timed out)
+    to a day; `InvalidInput` otherwise, before anything is sent (a wait past about 9.2e9 seconds
+    overflowed time_t; a NaN or a negative one timed out a write that was then stored anyway)."""
+    if timeout is None:
+        return None
+    return check_seconds("timeout", timeout, zero=True, error=InvalidInput)
 
 
 def _check_idempotency_key(value: str | None) -> str | None:
@@ -111,6 +122,8 @@ def add_turn(
     With `idempotency_key`, a retry of the same call stores the turn once
     (the retry then returns 0: the turn was already stored by the first call).
     """
+    if timeout is not None:  # (the common call gives none: no call made for it on the write path)
+        timeout = call_timeout(timeout)
     return Call(
         AddTurn(turn=_check_turn(turn)), timeout, _turn_index, _check_idempotency_key(idempotency_key)
     )
@@ -131,7 +144,7 @@ def start(
     command = StartSession(
         key=handle.key, config=config, injected_summary=injected_summary, injected_from=injected_from
     )
-    return Call(command, timeout, bool)
+    return Call(command, call_timeout(timeout), bool)
 
 
 def add_items(
@@ -150,12 +163,12 @@ def add_items(
     )
     if not parsed:
         raise InvalidInput("items", "must not be empty")
-    return Call(AddItems(items=parsed), timeout, _nothing)
+    return Call(AddItems(items=parsed), call_timeout(timeout), _nothing)
 
 
 def pop_item(handle: Handle, *, timeout: float | None = None) -> Call[dict[str, Any] | None]:
     """Remove and return the session's last item (None when the session is empty)."""
-    return Call(PopItem(), timeout, _popped)
+    return Call(PopItem(), call_timeout(timeout), _popped)
 
 
 def clear(
@@ -175,7 +188,7 @@ def clear(
     the clear on (recorded in the `SessionCleared`).
     """
     command = Clear(reason=reason or "cleared by caller", moved_to=moved_to, through=through, config=config)
-    return Call(command, timeout, _nothing)
+    return Call(command, call_timeout(timeout), _nothing)
 
 
 def restore(
@@ -193,7 +206,7 @@ def restore(
     """
     summary, _health, turns = parse_export(state)
     command = Restore(summary=summary, turns=turns, origin=origin)
-    return Call(command, timeout, bool, _check_idempotency_key(idempotency_key))
+    return Call(command, call_timeout(timeout), bool, _check_idempotency_key(idempotency_key))
 
 
 def adopt(
@@ -211,7 +224,7 @@ def adopt(
     the session already stored. Clear `source` with ``moved_to`` after it.
     """
     command = AdoptTurns(source=source, source_seq=source_seq, turns=tuple(_check_turn(t) for t in turns))
-    return Call(command, timeout, bool, _check_idempotency_key(idempotency_key))
+    return Call(command, call_timeout(timeout), bool, _check_idempotency_key(idempotency_key))
 
 
 def from_dict(
@@ -222,4 +235,4 @@ def from_dict(
     `origin` is recorded in the `SessionRestored` event (where the state came from).
     """
     call = restore(handle, state, timeout=timeout, origin=origin)
-    return Call(call.command, timeout, _nothing)
+    return Call(call.command, call_timeout(timeout), _nothing)

@@ -36,6 +36,7 @@ from convmem.actors._handle_writes import (
     add_items,
     add_turn,
     adopt,
+    call_timeout,
     clear,
     from_dict,
     pop_item,
@@ -232,9 +233,10 @@ class SessionHandle(_Core):
 
     def _ask(self, message: Flush | Refresh, timeout: float | None, what: str) -> Any:
         self._refuse_on_the_log_loop(what)
+        wait = self._wait(call_timeout(timeout))
         self._sessions.deliver(self.key, message)
         reply: concurrent.futures.Future[Any] = message.reply
-        return wait_for(reply, self._wait(timeout), what)
+        return wait_for(reply, wait, what)
 
     @property
     def aio(self) -> AsyncSessionHandle:
@@ -319,9 +321,10 @@ class AsyncSessionHandle(_Core):
     async def _ask(self, message: Flush | Refresh, timeout: float | None, what: str) -> Any:
         # No `_refuse_on_the_log_loop` here, unlike the blocking twins: this awaits, so the log's
         # loop stays free to answer the reads the session makes for it on its own thread.
+        wait = self._wait(call_timeout(timeout))
         await self._deliver(message)
         reply: concurrent.futures.Future[Any] = message.reply
-        return await await_for(reply, self._wait(timeout), what)
+        return await await_for(reply, wait, what)
 
     def from_dict(self, state: Mapping[str, Any]) -> None:
         """Synchronous `from_dict` (the RFC's signature); prefer `await restore(state)` on a loop."""

@@ -53,6 +53,13 @@ from typing import Any
 
 import pykka
 
+from convmem.actors._bounds import (
+    MAX_ACTOR_THREADS,
+    MAX_QUEUED,
+    MAX_TIMEOUT_SECONDS,
+    check_count,
+    check_seconds,
+)
 from convmem.actors._calls import SummaryLoops, SummaryOutcome, extract, failure
 from convmem.actors._ports import Summarizer
 from convmem.errors import InternalError, InvalidConfig, InvalidInput
@@ -191,15 +198,14 @@ class SummarizerPool:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """`max_abandoned` defaults to `workers`; `loop` is where coroutine summarizers run while it runs."""
+        check_count("workers", workers, most=MAX_ACTOR_THREADS)  # each a thread, as each abandoned call
         max_abandoned = workers if max_abandoned is None else max_abandoned
-        if max_abandoned < 0:
-            raise InvalidConfig("max_abandoned", f"must be >= 0, got {max_abandoned}")
-        if workers < 1:
-            raise InvalidConfig("workers", f"must be >= 1, got {workers}")
+        check_count("max_abandoned", max_abandoned, least=0, most=MAX_ACTOR_THREADS)
+        check_count("queue_limit", queue_limit, most=MAX_QUEUED)
         if queue_limit < workers:
             raise InvalidConfig("queue_limit", f"({queue_limit}) must be >= workers ({workers})")
-        if not call_timeout > 0:
-            raise InvalidConfig("call_timeout", f"must be > 0, got {call_timeout}")
+        # A system's is twice its configuration's summary time limit (at most a day).
+        check_seconds("call_timeout", call_timeout, most=2 * MAX_TIMEOUT_SECONDS)
         self._summarizer = summarizer
         self._queue_limit = queue_limit
         self._call_timeout = call_timeout

@@ -28,6 +28,17 @@ from typing import Literal, NamedTuple, Unpack
 
 import msgspec
 
+from convmem.actors._bounds import (
+    MAX_ACTOR_THREADS,
+    MAX_CACHE_BYTES,
+    MAX_LIVE_SESSIONS,
+    MAX_QUEUED,
+    MAX_SNAPSHOT_EVERY,
+    MAX_TIMEOUT_SECONDS,
+    check_count,
+    check_seconds,
+    check_timeout,
+)
 from convmem.actors._callbacks import Callbacks, callbacks_of
 from convmem.actors._clock import SystemClock
 from convmem.actors._eraser import Erased, Eraser
@@ -56,25 +67,16 @@ from convmem.errors import ConvmemError, InvalidConfig, InvalidInput, SessionClo
 from convmem.events import MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 from convmem.projections import RetentionReport, SessionState, TokenEstimator, default_token_estimator
 
-__all__ = ["Erased", "MemorySystem"]
+__all__ = [
+    "MAX_ACTOR_THREADS",
+    "MAX_LIVE_SESSIONS",
+    "MAX_TIMEOUT_SECONDS",
+    "Erased",
+    "MemorySystem",
+    "check_timeout",
+]
 
 _log = logging.getLogger("convmem.system")
-
-
-MAX_TIMEOUT_SECONDS = 86_400.0
-"""The longest call timeout a system takes (a day): longer ones overflow the platform's waits."""
-MAX_ACTOR_THREADS = 4096
-"""The most actor threads (and summarizer workers) a system starts: each is a thread."""
-
-
-def check_timeout(timeout: object) -> None:
-    """`InvalidConfig` unless `timeout` is a number of seconds above 0 and at most a day (NaN refused)."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 < timeout <= MAX_TIMEOUT_SECONDS
-    ):
-        raise InvalidConfig("timeout", f"must be seconds > 0 and <= {MAX_TIMEOUT_SECONDS:g}, got {timeout!r}")
 
 
 class _Limits(NamedTuple):
@@ -90,43 +92,34 @@ class _Limits(NamedTuple):
 
 
 def _checked(options: SystemOptions) -> _Limits:
-    """The settings' limits, each given one in range; an unknown setting is refused."""
+    """The settings' limits, each given one in range (`_bounds`); an unknown setting is refused."""
     unknown = options.keys() - SystemOptions.__optional_keys__
     if unknown:
         raise UnknownSetting(min(unknown), "is not a MemorySystem setting (SystemOptions lists them)")
     limits = _Limits(
-        max_live_sessions=options.get("max_live_sessions", 256),
-        idle_seconds=options.get("idle_seconds", 300.0),
-        idle_cache_bytes=options.get("idle_cache_bytes", DEFAULT_IDLE_CACHE_BYTES),
-        snapshot_every=options.get("snapshot_every", 50),
-        actor_threads=options.get("actor_threads", 64),
+        max_live_sessions=check_count(
+            "max_live_sessions", options.get("max_live_sessions", 256), most=MAX_LIVE_SESSIONS
+        ),
+        idle_seconds=check_seconds("idle_seconds", options.get("idle_seconds", 300.0)),
+        idle_cache_bytes=check_count(
+            "idle_cache_bytes",
+            options.get("idle_cache_bytes", DEFAULT_IDLE_CACHE_BYTES),
+            least=0,
+            most=MAX_CACHE_BYTES,
+        ),
+        snapshot_every=check_count(
+            "snapshot_every", options.get("snapshot_every", 50), most=MAX_SNAPSHOT_EVERY
+        ),
+        actor_threads=check_count("actor_threads", options.get("actor_threads", 64), most=MAX_ACTOR_THREADS),
         on_poison=options.get("on_poison", "skip"),
-        timeout=options.get("timeout", 30.0),
+        timeout=check_seconds("timeout", options.get("timeout", 30.0)),  # past a day a wait overflows
     )
-    if limits.max_live_sessions < 1:
-        raise InvalidConfig("max_live_sessions", f"must be >= 1, got {limits.max_live_sessions}")
-    if not 0 < limits.timeout <= MAX_TIMEOUT_SECONDS:  # NaN too; past it a wait overflows time_t
-        raise InvalidConfig(
-            "timeout", f"must be > 0 and <= {MAX_TIMEOUT_SECONDS:g} seconds, got {limits.timeout}"
-        )
-    if limits.actor_threads > MAX_ACTOR_THREADS:
-        raise InvalidConfig("actor_threads", f"must be <= {MAX_ACTOR_THREADS}, got {limits.actor_threads}")
-    workers = options.get("summarizer_workers", 4)
-    if isinstance(workers, int) and workers > MAX_ACTOR_THREADS:
-        raise InvalidConfig("summarizer_workers", f"must be <= {MAX_ACTOR_THREADS}, got {workers}")
-    cache = limits.idle_cache_bytes
-    if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
-        raise InvalidConfig("idle_cache_bytes", f"must be an int >= 0 (0: none), got {cache!r}")
-    if limits.idle_seconds <= 0:
-        raise InvalidConfig("idle_seconds", f"must be > 0, got {limits.idle_seconds}")
-    if limits.snapshot_every < 1:
-        raise InvalidConfig("snapshot_every", f"must be >= 1, got {limits.snapshot_every}")
-    if limits.actor_threads < 1:
-        raise InvalidConfig("actor_threads", f"must be >= 1, got {limits.actor_threads}")
+    check_count("summarizer_workers", options.get("summarizer_workers", 4), most=MAX_ACTOR_THREADS)
+    check_count("summarizer_queue", options.get("summarizer_queue", 1000), most=MAX_QUEUED)
+    if (abandoned := options.get("summarizer_abandoned")) is not None:  # each one a thread
+        check_count("summarizer_abandoned", abandoned, least=0, most=MAX_ACTOR_THREADS)
     if limits.on_poison not in ("skip", "stop"):
         raise InvalidConfig("on_poison", f"must be 'skip' or 'stop', got {limits.on_poison!r}")
-    if (abandoned := options.get("summarizer_abandoned")) is not None and abandoned < 0:
-        raise InvalidConfig("summarizer_abandoned", f"must be >= 0, got {abandoned}")
     if (summarizer := options.get("summarizer")) is not None and not callable(summarizer):
         raise InvalidConfig("summarizer", f"must be callable, got {type(summarizer).__name__}")
     return limits

@@ -12,6 +12,7 @@ from convmem.events._codec import (
     event_tag,
 )
 from convmem.events._config import (
+    MAX_WAIT_SECONDS,
     AgentsMemoryConfig,
     AgentsStrategy,
     ConversationMemoryConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_TEXT_LENGTH",
     "MAX_TURN_ITEMS",
+    "MAX_WAIT_SECONDS",
     "UPCASTERS",
     "AgentsMemoryConfig",
     "AgentsStrategy",

@@ -64,12 +64,14 @@ _STORED: ContextVar[bool] = ContextVar("convmem_stored_values", default=False)
 
 @contextmanager
 def as_stored() -> Iterator[None]:
-    """Decode values that were stored before a rule about numbers JSON cannot carry existed.
+    """Decode values that were stored before a rule for new values existed.
 
-    NaN and the infinities in a turn's artifacts, and an item's `raw` that is
-    not the JSON of an object, are refused when a turn is built; an event that
-    a version before that rule stored holding one still decodes (replay never
-    loses a stored turn). The codec uses this only after a strict decode failed.
+    NaN and the infinities in a turn's artifacts, an item's `raw` that is not
+    the JSON of an object, and a configuration's seconds over a day (or more
+    back-off intervals than it may hold) are refused when a turn or a
+    configuration is built; an event or a snapshot that a version before that
+    rule stored holding one still decodes (replay never loses a stored
+    session). The codecs use this only after a strict decode failed.
     """
     token = _STORED.set(True)
     try:

@@ -22,8 +22,10 @@ from typing import Literal, assert_never, get_args
 import msgspec
 
 from convmem.errors import InvalidConfig
+from convmem.events._checks import storing
 
 __all__ = [
+    "MAX_WAIT_SECONDS",
     "AgentsMemoryConfig",
     "AgentsStrategy",
     "ConversationMemoryConfig",
@@ -178,6 +180,17 @@ def _positive_int(field: str, value: int, *, minimum: int = 1) -> None:
         raise InvalidConfig(field, f"must be an integer <= 2**63 - 1, got a {value.bit_length()}-bit number")
 
 
+MAX_WAIT_SECONDS = 86_400.0
+"""The longest wait a setting may ask for (a day): the health machine's timers and the summarizer's
+time limit wait this long at most (past about 9.2e9 seconds a thread's wait overflows time_t, and a
+longer wait is a hang, not a setting). A configuration stored before this bound existed still
+replays as it was (`as_stored`)."""
+
+MAX_BACKOFF_STEPS = 100
+"""The most intervals `HealthPolicy.retry_backoff_seconds` holds (the last repeats; the configuration
+is stored with every session, so its size is bounded too)."""
+
+
 def _positive_seconds(field: str, value: float, *, zero: bool = False) -> None:
     bound = ">= 0" if zero else "> 0"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**300:
@@ -191,6 +204,10 @@ def _positive_seconds(field: str, value: float, *, zero: bool = False) -> None:
         or (value == 0 and not zero)
     ):
         raise InvalidConfig(field, f"must be a finite number of seconds {bound}, got {value!r}")
+    if value > MAX_WAIT_SECONDS and storing():
+        raise InvalidConfig(
+            field, f"must be at most {MAX_WAIT_SECONDS:g} seconds (a day), got {shown(value)}"
+        )
 
 
 class MemoryBudget(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -265,6 +282,12 @@ class HealthPolicy(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     def __post_init__(self) -> None:
         if not self.retry_backoff_seconds:
             raise InvalidConfig("health.retry_backoff_seconds", "needs at least one interval")
+        if len(self.retry_backoff_seconds) > MAX_BACKOFF_STEPS and storing():
+            raise InvalidConfig(
+                "health.retry_backoff_seconds",
+                f"holds at most {MAX_BACKOFF_STEPS} intervals (the last repeats), "
+                f"got {len(self.retry_backoff_seconds):,}",
+            )
         for i, seconds in enumerate(self.retry_backoff_seconds):
             _positive_seconds(f"health.retry_backoff_seconds[{i}]", seconds, zero=True)
         _positive_seconds("health.degraded_retry_seconds", self.degraded_retry_seconds, zero=True)

@@ -19,6 +19,7 @@ import msgspec
 
 from convmem.errors import EventDecodeError, InvalidInput
 from convmem.events import ConversationTurn, MemoryHealth
+from convmem.events._checks import as_stored
 from convmem.projections._state import SessionState, TurnRecord
 
 __all__ = [
@@ -137,7 +138,13 @@ def decode_state(data: bytes) -> SessionState:
         return _state_decoder.decode(data)
     except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError) as exc:
         # Bad UTF-8 in a string and nesting deeper than msgspec reads are not MsgspecErrors.
-        raise EventDecodeError(f"not a session snapshot: {exc}") from None
+        error = exc
+    try:  # saved before a rule on new values existed (a configuration's day-long bound): still read
+        with as_stored():
+            return _state_decoder.decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError, OverflowError, RecursionError):
+        pass
+    raise EventDecodeError(f"not a session snapshot: {error}") from None
 
 
 def state_hash(state: SessionState) -> str:

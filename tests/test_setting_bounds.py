@@ -1,0 +1,327 @@
+"""Every number from outside has an upper bound that keeps the process working, and a refusal names it.
+
+A `MemorySystem` / `connect()` setting, a handle call's ``timeout``, a configuration's seconds: each
+is checked where it comes in, against a bound (seconds: a day; threads: 4,096; live sessions and
+queued summaries: 1,000,000; ...). NaN, the infinities and bools are refused too. The refusal is
+`InvalidConfig` (`InvalidInput` for a call's own argument) naming the setting and its bound, and
+nothing is stored. The largest value allowed still works: a wait of a day overflows nothing.
+
+A configuration stored by a version before the bounds still replays as it was, and its timers
+never stop the system's timer thread (past about 9.2e9 seconds a wait overflowed time_t and the
+thread died with every timer of the system).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from runtime_helpers import (
+    WAIT,
+    EchoSummarizer,
+    PlannedSummarizer,
+    key,
+    summarizing_config,
+    turn,
+    users,
+    wait_until,
+)
+
+import convmem
+from convmem.actors import MemorySystem, SummarizerPool
+from convmem.actors._bounds import (
+    MAX_ACTOR_THREADS,
+    MAX_CACHE_BYTES,
+    MAX_LIVE_SESSIONS,
+    MAX_QUEUED,
+    MAX_SNAPSHOT_EVERY,
+)
+from convmem.actors._clock import SystemClock
+from convmem.adapters import InMemoryEventLog
+from convmem.errors import InvalidConfig, InvalidInput
+from convmem.events import (
+    MAX_WAIT_SECONDS,
+    HealthPolicy,
+    MemoryHealth,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    decode_event,
+    encode_event,
+)
+from convmem.events._checks import as_stored
+from convmem.events._config import MAX_BACKOFF_STEPS
+from convmem.projections import SessionState, decode_state, encode_state
+
+DAY = 86_400.0
+K = key("bounds")
+
+# -- MemorySystem / connect() settings --------------------------------------------------------------
+
+SETTINGS: list[tuple[str, object, str]] = [
+    # (setting, a value past its bound, the bound its message names)
+    ("max_live_sessions", MAX_LIVE_SESSIONS + 1, "1,000,000"),
+    ("max_live_sessions", 10**30, "1,000,000"),
+    ("max_live_sessions", True, "1,000,000"),
+    ("max_live_sessions", 2.5, "1,000,000"),
+    ("max_live_sessions", math.nan, "1,000,000"),
+    ("idle_seconds", DAY + 1, "86400"),
+    ("idle_seconds", 1e12, "86400"),
+    ("idle_seconds", math.inf, "86400"),
+    ("idle_seconds", math.nan, "86400"),
+    ("idle_seconds", True, "86400"),
+    ("timeout", math.nan, "86400"),
+    ("timeout", True, "86400"),
+    ("idle_cache_bytes", MAX_CACHE_BYTES + 1, "1,152,921,504,606,846,976"),
+    ("snapshot_every", MAX_SNAPSHOT_EVERY + 1, "1,000,000"),
+    ("snapshot_every", 2.5, "1,000,000"),
+    ("actor_threads", 2.5, "4,096"),
+    ("actor_threads", True, "4,096"),
+    ("summarizer_workers", True, "4,096"),
+    ("summarizer_queue", MAX_QUEUED + 1, "1,000,000"),
+    ("summarizer_queue", 10**30, "1,000,000"),
+    ("summarizer_abandoned", MAX_ACTOR_THREADS + 1, "4,096"),
+    ("summarizer_abandoned", 10**30, "4,096"),
+]
+
+
+@pytest.mark.parametrize(("setting", "value", "bound"), SETTINGS, ids=[f"{s}={v!r}" for s, v, _ in SETTINGS])
+def test_a_system_setting_past_its_bound_is_invalid_config_naming_it_and_the_bound(
+    setting: str, value: object, bound: str
+) -> None:
+    log = InMemoryEventLog()
+    with pytest.raises(InvalidConfig) as caught:
+        MemorySystem(log=log, **{setting: value})  # type: ignore[arg-type]
+    assert caught.value.field == setting
+    assert str(caught.value).startswith(f"{setting}: must be")
+    assert bound in caught.value.problem
+    assert log.keys() == []  # nothing stored
+    with pytest.raises(InvalidConfig, match=f"^{setting}: "):
+        convmem.connect("memory://", **{setting: value})  # type: ignore[arg-type]
+
+
+@given(
+    setting=st.sampled_from(["max_live_sessions", "snapshot_every", "summarizer_queue"]),
+    value=st.integers(min_value=1_000_001) | st.integers(max_value=0),
+)
+def test_any_count_outside_its_range_is_refused(setting: str, value: int) -> None:
+    with pytest.raises(InvalidConfig, match=f"^{setting}: must be a whole number from 1 to 1,000,000"):
+        MemorySystem(log=InMemoryEventLog(), **{setting: value})  # type: ignore[arg-type]
+
+
+@given(
+    setting=st.sampled_from(["idle_seconds", "timeout"]),
+    value=st.floats(min_value=DAY, exclude_min=True) | st.floats(max_value=0.0) | st.just(math.nan),
+)
+def test_any_seconds_outside_zero_to_a_day_are_refused(setting: str, value: float) -> None:
+    with pytest.raises(InvalidConfig, match=f"^{setting}: must be seconds > 0 and <= 86400 \\(a day\\)"):
+        MemorySystem(log=InMemoryEventLog(), **{setting: value})  # type: ignore[arg-type]
+
+
+def test_every_setting_at_its_largest_still_works() -> None:
+    """The bounds themselves are allowed: a day's idle time and timeout, a million live sessions,
+    queued summaries and events between snapshots, 4,096 abandoned calls, an exbibyte of cache."""
+    with MemorySystem(
+        summarizing_config(),
+        log=InMemoryEventLog(),
+        summarizer=EchoSummarizer(),
+        max_live_sessions=MAX_LIVE_SESSIONS,
+        idle_seconds=DAY,
+        timeout=DAY,
+        idle_cache_bytes=MAX_CACHE_BYTES,
+        snapshot_every=MAX_SNAPSHOT_EVERY,
+        summarizer_queue=MAX_QUEUED,
+        summarizer_abandoned=MAX_ACTOR_THREADS,
+    ) as system:
+        session = system.session(K)
+        for n in range(4):
+            assert session.add_turn(turn(f"t{n}")) == n + 1
+        session.flush(timeout=WAIT)
+        assert session.snapshot_state().summary.startswith("covers")
+        assert_timers_fire(system)
+
+
+def assert_timers_fire(system: MemorySystem) -> None:
+    """The system's timer thread still runs timers (it died when a wait overflowed)."""
+    fired = threading.Event()
+    system.clock.call_at(system.clock.now(), fired.set)
+    assert fired.wait(WAIT), "the system's timer thread no longer runs timers"
+
+
+# -- a call's own timeout ---------------------------------------------------------------------------
+
+BAD_TIMEOUTS = [DAY + 1, 1e12, math.inf, math.nan, -1.0, True, "soon"]
+
+
+@pytest.mark.parametrize("bad", BAD_TIMEOUTS, ids=repr)
+def test_a_calls_timeout_past_a_day_or_not_a_number_is_refused_before_anything_is_stored(bad: Any) -> None:
+    log = InMemoryEventLog()
+    with MemorySystem(log=log) as system:
+        session = system.session(K)
+        calls = [
+            lambda: session.add_turn(turn("kept out"), timeout=bad),
+            lambda: session.start(timeout=bad),
+            lambda: session.add_items([{"role": "user", "content": "kept out"}], timeout=bad),
+            lambda: session.pop_item(timeout=bad),
+            lambda: session.clear(timeout=bad),
+            lambda: session.flush(timeout=bad),
+            lambda: session.refresh(timeout=bad),
+            lambda: asyncio.run(session.aio.add_turn(turn("kept out"), timeout=bad)),
+            lambda: asyncio.run(session.aio.flush(timeout=bad)),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidInput) as caught:
+                call()
+            assert caught.value.field == "timeout"
+            assert "must be seconds >= 0 and <= 86400 (a day)" in caught.value.problem
+        assert log.keys() == []  # nothing stored, the session not even started
+
+
+def test_a_calls_timeout_of_a_day_works() -> None:
+    with MemorySystem(log=InMemoryEventLog()) as system:
+        session = system.session(K)
+        assert session.add_turn(turn("a"), timeout=DAY) == 1
+        assert asyncio.run(session.aio.add_turn(turn("b"), timeout=DAY)) == 2
+        session.flush(timeout=DAY)
+        assert users(session.refresh(timeout=DAY)) == ["a", "b"]
+
+
+# -- the configuration's seconds --------------------------------------------------------------------
+
+SECONDS_FIELDS = [
+    ({"summarize_timeout_seconds": DAY + 0.5}, "health.summarize_timeout_seconds"),
+    ({"degraded_retry_seconds": 1e12}, "health.degraded_retry_seconds"),
+    ({"retry_backoff_seconds": (2.0, 1e12)}, "health.retry_backoff_seconds[1]"),
+    ({"summarize_timeout_seconds": 10**200}, "health.summarize_timeout_seconds"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), SECONDS_FIELDS, ids=[f for _, f in SECONDS_FIELDS])
+def test_a_configured_wait_past_a_day_is_invalid_config_naming_the_field(
+    fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidConfig) as caught:
+        HealthPolicy(**fields)
+    assert caught.value.field == field
+    assert "at most 86400 seconds (a day)" in caught.value.problem
+    assert len(str(caught.value)) < 200  # a huge number is cut, not printed whole
+
+
+@given(st.floats(min_value=DAY, exclude_min=True, allow_infinity=False))
+def test_any_summarize_timeout_past_a_day_is_refused(seconds: float) -> None:
+    with pytest.raises(InvalidConfig, match=r"^health\.summarize_timeout_seconds: must be at most 86400"):
+        HealthPolicy(summarize_timeout_seconds=seconds)
+
+
+def test_more_backoff_intervals_than_a_config_holds_are_refused() -> None:
+    assert len(HealthPolicy(retry_backoff_seconds=(1.0,) * MAX_BACKOFF_STEPS).retry_backoff_seconds) == 100
+    with pytest.raises(InvalidConfig, match=r"^health\.retry_backoff_seconds: holds at most 100 intervals"):
+        HealthPolicy(retry_backoff_seconds=(1.0,) * (MAX_BACKOFF_STEPS + 1))
+
+
+def test_a_config_file_with_a_wait_past_a_day_is_refused_naming_the_key(tmp_path: Any) -> None:
+    from convmem.adapters.frontends.cli._common import CliError  # noqa: PLC0415 - the CLI's reader
+    from convmem.adapters.frontends.cli._serve import load_config  # noqa: PLC0415
+
+    path = tmp_path / "serve.toml"
+    path.write_text("[health]\nsummarize_timeout_seconds = 1e12\n", encoding="utf-8")
+    with pytest.raises(CliError) as caught:
+        load_config(path)
+    assert caught.value.code == 5
+    assert str(path) in str(caught.value)
+    assert "health.summarize_timeout_seconds" in str(caught.value)
+    assert "at most 86400" in str(caught.value)
+
+
+def test_a_session_whose_waits_are_a_day_summarizes_retries_and_keeps_its_timers() -> None:
+    """Every configured wait at its bound: a summary's time limit of a day, a day's back-off and
+    DEGRADED probe; the summary is made, a failure goes to RETRY, and the timers still fire."""
+    config = summarizing_config(
+        summarize_timeout_seconds=DAY, backoff=(DAY,), degraded_retry_seconds=DAY, retry_attempts=1
+    )
+    summarizer = PlannedSummarizer("ok", default="fail")
+    with MemorySystem(config, log=InMemoryEventLog(), summarizer=summarizer) as system:
+        session = system.session(K)
+        for n in range(3):
+            session.add_turn(turn(f"t{n}"))
+        wait_until(lambda: session.snapshot_state().summary.startswith("covers"), message="the summary")
+        session.add_turn(turn("t3"))  # the next summary fails: RETRY, its back-off a day away
+        wait_until(lambda: session.snapshot_state().health is MemoryHealth.RETRY, message="RETRY")
+        assert_timers_fire(system)  # the day-long timers are scheduled: the thread sleeps, it does not die
+
+
+# -- configurations stored before the bounds --------------------------------------------------------
+
+
+def legacy_config() -> ShortTermMemoryConfig:
+    """A configuration a version before the bounds stored: waits of 1e12 seconds."""
+    with as_stored():
+        return summarizing_config(
+            summarize_timeout_seconds=1e12, backoff=(1e12,), degraded_retry_seconds=1e12, retry_attempts=1
+        )
+
+
+def test_a_config_stored_before_the_bounds_still_decodes_from_an_event_and_a_snapshot() -> None:
+    old = legacy_config()
+    started = SessionStarted(key=K, config=old, seq=1, at=1.0, event_id="e1")
+    decoded = decode_event(encode_event(started))
+    assert isinstance(decoded, SessionStarted)
+    assert decoded.config.health.summarize_timeout_seconds == 1e12
+    state = msgspec.structs.replace(SessionState(), config=old)
+    assert decode_state(encode_state(state)).config == old
+    with pytest.raises(InvalidConfig):  # the bound is back once the decode is over
+        HealthPolicy(summarize_timeout_seconds=1e12)
+
+
+def test_a_session_stored_with_waits_past_a_day_replays_and_its_timers_never_stop_the_clock() -> None:
+    """It replays as it was (its turns stored, its summary asked for, its failure retried after
+    1e12 s), and the system's timers still fire."""
+    log = InMemoryEventLog()
+    log.append(
+        K, [SessionStarted(key=K, config=legacy_config(), seq=1, at=1.0, event_id="e1")], expected_seq=0
+    )
+    summarizer = PlannedSummarizer("fail", default="ok")
+    with MemorySystem(log=log, summarizer=summarizer) as system:
+        assert isinstance(system.clock, SystemClock)
+        session = system.session(K)
+        for n in range(3):
+            session.add_turn(turn(f"t{n}"))
+        summarizer.wait_calls(1)
+        assert_timers_fire(system)
+        assert users(session.snapshot_state()) == ["t0", "t1", "t2"]
+
+
+def test_a_timer_far_past_what_a_wait_can_hold_never_stops_the_others() -> None:
+    clock = SystemClock()
+    try:
+        fired = threading.Event()
+        clock.call_at(clock.now() + 1e12, fired.set)  # past time_t as a wait: the thread must not die
+        clock.call_at(clock.now() + MAX_WAIT_SECONDS * 10**6, fired.set)
+        clock.call_at(clock.now(), fired.set)
+        assert fired.wait(WAIT)
+    finally:
+        clock.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"workers": MAX_ACTOR_THREADS + 1}, "workers"),
+        ({"workers": True}, "workers"),
+        ({"max_abandoned": 10**9}, "max_abandoned"),
+        ({"queue_limit": 10**30}, "queue_limit"),
+        ({"call_timeout": 1e12}, "call_timeout"),
+        ({"call_timeout": math.nan}, "call_timeout"),
+    ],
+)
+def test_a_summarizer_pool_past_its_bounds_is_refused(kwargs: dict[str, Any], field: str) -> None:
+    """The pool's own sizes (it is public): threads, queued jobs, and a call limit of at most two days
+    (a system gives it twice its configuration's summary time limit)."""
+    with pytest.raises(InvalidConfig) as caught:
+        SummarizerPool(lambda payload: "s", **kwargs)
+    assert caught.value.field == field
