@@ -9,9 +9,11 @@ and erasure in `_write`, the one-event hot path in `_fast`, what both share
 in `_appends`; reads are `_read`, stream setup `_setup`. `_sealing` seals
 events as they are encoded and opens them as they are read (encryption at
 rest), and `_keystore` keeps data keys in a key-value bucket of their own
-(`NatsKeyStore`). `_backend` bundles log, snapshots and keyring, and
-`_embedded` runs a private `nats-server` for the default setup. Front ends
-(the service, the CLI) use the names below, the connection helpers among them.
+(`NatsKeyStore`). `_backend` bundles log, snapshots and keyring (for a
+reader whose events stream is missing, `_lost` says whether the store lost
+its history or never had any), and `_embedded` runs a private `nats-server`
+for the default setup. Front ends (the service, the CLI) use the names
+below, the connection helpers among them.
 """
 
 from convmem.adapters.backends.jetstream._backend import JetStreamBackend, open_key_store

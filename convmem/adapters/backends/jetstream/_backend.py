@@ -28,7 +28,13 @@ from convmem.adapters.backends.jetstream._connection import (
 from convmem.adapters.backends.jetstream._embedded import EmbeddedNatsServer
 from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.backends.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
-from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM, JetStreamEventLog
+from convmem.adapters.backends.jetstream._log import (
+    DEFAULT_PREFIX,
+    DEFAULT_STREAM,
+    JetStreamEventLog,
+    stream_not_found,
+)
+from convmem.adapters.backends.jetstream._lost import history_lost
 from convmem.adapters.backends.jetstream._setup import check_exists
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
@@ -54,7 +60,10 @@ class EmbeddedOptions(TypedDict, total=False):
     read_only: bool
     """Never create the stream or the buckets (audits): a missing stream is `StoreNotFound`,
     a missing bucket leaves `snapshots` (or `journal`) None. An embedded server then never
-    creates its folder or store either (see `EmbeddedNatsServer`)."""
+    creates its folder or store either (see `EmbeddedNatsServer`). A missing stream while the
+    store still holds what sessions leave beside their events (snapshots, erasure records, data
+    keys, byte tallies) is no `StoreNotFound` but damage: the log reads as empty and its `history_lost` says
+    what was lost (`verify` names each session with a snapshot as lost)."""
     keys: KeySettings | Keyring | None
     """Encryption at rest: where the master key and the key store are (`KeySettings`), or a
     `Keyring` made by the caller (kept open: the caller closes it). None: the embedded default's
@@ -146,6 +155,7 @@ class JetStreamBackend:
                 replicas=replicas,
                 duplicate_window=options.get("duplicate_window", 120.0),
                 create=create,
+                absent_ok=not create,
                 keyring=keyring,
                 journal_bucket=options.get("journal_bucket"),
                 keys_missing=(
@@ -167,6 +177,17 @@ class JetStreamBackend:
                 except StoreNotFound:
                     snapshots = None  # a reader does without snapshots
                 journal = log.erasure_journal()  # beside the stream, closed with the log
+                if log.stream_absent:  # a reader's: lost, if the rest of the store shows sessions
+                    log.history_lost = history_lost(
+                        connection,
+                        stream,
+                        options.get("prefix", DEFAULT_PREFIX),
+                        snapshots=snapshots,
+                        journal=journal,
+                        keyring=keyring,
+                    )
+                    if log.history_lost is None:
+                        raise stream_not_found(stream)  # nothing was stored there yet
             except BaseException:
                 log.close()
                 if snapshots is not None:

@@ -69,7 +69,7 @@ from convmem.errors import (
 )
 from convmem.events import Event, MemoryKey
 
-__all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog"]
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_STREAM", "JetStreamEventLog", "stream_not_found"]
 
 T = TypeVar("T")
 
@@ -81,6 +81,15 @@ _log = logging.getLogger("convmem.jetstream")
 
 DEFAULT_STREAM = "CONVMEM_EVENTS"
 DEFAULT_PREFIX = "convmem.ev"
+
+
+def stream_not_found(stream: str) -> StoreNotFound:
+    """A reader's error for a store without the events stream `stream` (and nothing else of convmem's)."""
+    return StoreNotFound(
+        f"the NATS server has no stream {stream!r}: nothing was stored there yet "
+        "(or the events live under another --stream name)",
+        name=stream,
+    )
 
 
 class JetStreamEventLog:
@@ -99,6 +108,7 @@ class JetStreamEventLog:
         keyring: Keyring | None = None,
         journal_bucket: str | None = None,
         keys_missing: str | None = None,
+        absent_ok: bool = False,
     ) -> None:
         """Use an open connection (leased until `close`); creates or checks the stream.
 
@@ -114,7 +124,9 @@ class JetStreamEventLog:
         `duplicate_window` (seconds) must outlast any retry of an append;
         `read_batch` is how many messages one read request brings back. With
         `create` False (readers: audits) the stream is never created or
-        checked, and a missing one is `StoreNotFound`.
+        checked, and a missing one is `StoreNotFound`; or, with `absent_ok`, a log that reads
+        as empty (`stream_absent`), for a caller that asks the rest of the store whether that
+        is damage (`history_lost`, as `JetStreamBackend` does).
         """
         check_names(stream=stream, prefix=prefix)
         if replicas < 1:
@@ -142,6 +154,10 @@ class JetStreamEventLog:
         self._journal_opened = False
         self._journal_lock = threading.Lock()
         self._tallies = UsageTallies(connection, usage_bucket(stream), replicas=replicas)
+        self._absent = False
+        self.history_lost: str | None = None
+        """Why the log holds none of its sessions' history though the rest of the store shows it
+        had some (its stream is gone: `JetStreamBackend` sets it for a reader); None otherwise."""
         try:
             if create:
                 connection.call(
@@ -156,11 +172,9 @@ class JetStreamEventLog:
                 what=f"finding {stream!r}",
                 timeout=setup_wait(connection),
             ):
-                raise StoreNotFound(
-                    f"the NATS server has no stream {stream!r}: nothing was stored there yet "
-                    "(or the events live under another --stream name)",
-                    name=stream,
-                )
+                if not absent_ok:
+                    raise stream_not_found(stream)
+                self._absent = True
         except BaseException:
             self.close()
             raise
@@ -192,6 +206,11 @@ class JetStreamEventLog:
     @property
     def stream(self) -> str:
         return self._stream
+
+    @property
+    def stream_absent(self) -> bool:
+        """Whether the stream did not exist when this reader opened (`absent_ok`): it reads as empty."""
+        return self._absent
 
     @property
     def subjects(self) -> str:
@@ -328,6 +347,8 @@ class JetStreamEventLog:
         (damaged on disk) are one record at the end, with `damage` set, position 0 and the seq the
         first of them would have."""
         subject = self._open_subject(key, publish=False)
+        if self._absent:
+            return []
         messages, unread = self._conn.call(
             lambda: self._writer.read_counted(subject, after_seq), what=f"read {key}"
         )
@@ -342,6 +363,8 @@ class JetStreamEventLog:
     def last_seq(self, key: MemoryKey) -> int:
         """See `EventLog.last_seq`."""
         subject = self._open_subject(key, publish=False)
+        if self._absent:
+            return 0
         return self._conn.call(lambda: self._writer.load_last(subject), what=f"last seq of {key}").seq
 
     def read_all(
@@ -359,6 +382,8 @@ class JetStreamEventLog:
             raise InvalidInput("user_id", "reading one user's events needs tenant_id too")
         if self._closed:
             raise SessionClosed("the JetStream event log is closed")
+        if self._absent:
+            return
         end = self._conn.call(self._stream_last_seq, what=f"info of stream {self._stream!r}")
         if until_position is not None:
             end = min(end, until_position)
@@ -384,7 +409,7 @@ class JetStreamEventLog:
         if self._closed:
             raise SessionClosed("the JetStream event log is closed")
         subject_filter = self._keys.filter(tenant_id, user_id)
-        if subject_filter is None:
+        if subject_filter is None or self._absent:
             return {}
         subjects = self._conn.call(lambda: self._subjects(subject_filter), what="list session subjects")
         counted = ((self._keys.key(s), n) for s, n in sorted(subjects.items()))

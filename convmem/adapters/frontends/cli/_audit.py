@@ -45,6 +45,8 @@ from convmem.adapters.frontends.cli._common import (
     backend,
     damage_line,
     emit_json,
+    history_line,
+    history_lost,
     open_store,
     parse_key,
     parse_time,
@@ -167,7 +169,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
         damage = report.damage
     else:
-        with backend(args, read_only=True) as (log, snapshots):
+        with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
             records, damage = read_session(log, snapshots, key)
             state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
     if not state.started and state.version == 0 and not damage:
@@ -215,6 +217,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     progress = Progress("verify: events read", quiet=args.json)
     started = time.perf_counter()
     journal_damage: list[DamagedRecord] = []
+    lost: str | None = None  # the log's whole history, when its stream is gone (`history_lost`)
     try:
         if args.from_file:
             file_log = InMemoryEventLog()
@@ -223,7 +226,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             progress.set_total(event_count(file_log, key, scope))
             checks = verify(file_log, None, key=key, progress=progress.update, **scope)
         else:
-            with open_store(args, read_only=True) as opened:
+            with open_store(args, read_only=True, lost_ok=True) as opened:
+                lost = history_lost(opened.log)
                 journal_damage = _verify_journal(opened.journal)
                 progress.set_total(event_count(opened.log, key, scope))
                 # (A session's check that needs the damaged journal records: ErasureJournalDamaged, exit 7.)
@@ -231,7 +235,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     elapsed = time.perf_counter() - started
-    if not checks and not journal_damage:
+    if not checks and not journal_damage and lost is None:
         raise CliError("nothing to verify: no session has events in that scope", EXIT_NOT_FOUND)
     failed = [c for c in checks if not c.ok]
     events = sum(c.events for c in checks)
@@ -259,6 +263,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     for c in checks
                 ],
                 "journal_damage": [msgspec.to_builtins(d) for d in journal_damage],
+                "history_lost": lost,
             }
         )
     else:
@@ -285,6 +290,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(damage_line(damage))
         for damaged in journal_damage:
             print(f"erasure journal: DAMAGED {damaged.describe()}")
+        if lost is not None:
+            print(history_line(lost))
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
             + (
@@ -293,7 +300,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    if any(c.damage for c in checks) or journal_damage:
+    if any(c.damage for c in checks) or journal_damage or lost is not None:
         if not args.json:
             if any(c.damage for c in checks):
                 print(_DAMAGED_ADVICE)
@@ -394,11 +401,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     scope = _scope(args)
     key = parse_key(args.key) if args.key else None
     count = 0
-    with backend(args, read_only=True) as (log, snapshots):
+    with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         total = event_count(log, key, scope)
         if not total:
-            what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
-            raise CliError(f"nothing to export: no events for {what}", EXIT_NOT_FOUND)
+            return _nothing_to_export(log, snapshots, key, scope)
         out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
         progress = Progress("export: events", total, quiet=not args.output)
         exported: set[MemoryKey] = set()
@@ -436,6 +442,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output:
         print(f"exported {count} events{into}", file=sys.stderr)
     return EXIT_OK
+
+
+def _nothing_to_export(
+    log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey | None, scope: dict[str, Any]
+) -> int:
+    """No event to export: exit 3, or 7 naming the loss when the scope's sessions had events that the
+    log lost (a session known only by its snapshot; the whole stream gone). No file is written."""
+    lost = [d for c in verify(log, snapshots, key=key, **scope) for d in c.lost]
+    gone = history_lost(log)
+    what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
+    if not lost and gone is None:
+        raise CliError(f"nothing to export: no events for {what}", EXIT_NOT_FOUND)
+    for damage in lost:
+        print(damage_line(damage), file=sys.stderr)
+    if gone is not None:
+        print(history_line(gone), file=sys.stderr)
+    print(
+        f"nothing exported: the log holds no event of {what}, and its events are lost (named above): "
+        "convmem repair tenant:user:session",
+        file=sys.stderr,
+    )
+    return EXIT_DAMAGED
 
 
 def _noting(

@@ -46,6 +46,8 @@ __all__ = [
     "bounded_int",
     "damage_line",
     "emit_json",
+    "history_line",
+    "history_lost",
     "key_settings",
     "nats_url",
     "open_store",
@@ -234,24 +236,28 @@ def key_settings(args: argparse.Namespace) -> KeySettings:
 
 @contextmanager
 def backend(
-    args: argparse.Namespace, *, read_only: bool = False
+    args: argparse.Namespace, *, read_only: bool = False, lost_ok: bool = False
 ) -> Iterator[tuple[EventLog, SnapshotStore | None]]:
     """The log and snapshot store the global options name; closed on exit.
 
     `read_only` (replay, verify, inspect, export, sessions, timeline) never
-    creates the stream or the bucket: a missing stream is `StoreNotFound`.
+    creates the stream or the bucket: a missing stream is `StoreNotFound`, or
+    damage when the store shows it held sessions (see `open_store`).
     """
-    with open_store(args, read_only=read_only) as opened:
+    with open_store(args, read_only=read_only, lost_ok=lost_ok) as opened:
         yield opened.log, opened.snapshots
 
 
 @contextmanager
 def open_store(
-    args: argparse.Namespace, *, read_only: bool = False, url: str | None = None
+    args: argparse.Namespace, *, read_only: bool = False, url: str | None = None, lost_ok: bool = False
 ) -> Iterator[Backend]:
     """The whole backend the global options name (log, snapshots, erasure journal); closed on exit.
 
-    `url` overrides where the options say the server is.
+    `url` overrides where the options say the server is. A reader's log whose history is lost
+    (`history_lost`: its stream is gone, the rest of the store is not) is a `CliError` saying so
+    (exit 7), unless the command names that damage itself (`lost_ok`: verify, sessions and the
+    auditor's views).
     """
     opened = open_backend(
         url if url is not None else nats_url(args),
@@ -265,9 +271,24 @@ def open_store(
         keys=key_settings(args),
     )
     try:
+        lost = history_lost(opened.log)
+        if lost is not None and not lost_ok:
+            raise CliError(lost, EXIT_DAMAGED)
         yield opened
     finally:
         opened.close()
+
+
+def history_lost(log: EventLog) -> str | None:
+    """Why `log` holds none of its sessions' history though the store shows it had some (its stream
+    is gone: see `JetStreamBackend`'s `read_only`); None otherwise."""
+    lost = getattr(log, "history_lost", None)
+    return lost if isinstance(lost, str) else None
+
+
+def history_line(lost: str) -> str:
+    """The lost history as the auditor's commands name it (as `damage_line` names a session's)."""
+    return f"events stream: DAMAGED: {lost}"
 
 
 def session_counts(
@@ -292,6 +313,9 @@ def read_session(
     except EncryptionKeyError:  # verify's check reads it again: whose key, or raised again
         records = None
     damage = [d for check in verify(log, snapshots, key=key, records=records) for d in check.damage]
+    lost = history_lost(log)
+    if lost is not None:  # whatever events the session had went with the stream
+        damage.append(PoisonEvent(key=key, position=0, seq=None, problem=lost))
     return records or [], damage
 
 

@@ -22,6 +22,8 @@ from convmem.adapters.frontends.cli._common import (
     backend,
     damage_line,
     emit_json,
+    history_line,
+    history_lost,
     parse_key,
     parse_time,
     positive_int,
@@ -133,7 +135,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise CliError(f"no events for session {key.composite()} in {args.from_file}", EXIT_NOT_FOUND)
         _show(shown, as_json=args.json)
         return EXIT_OK
-    with backend(args, read_only=True) as (log, snapshots):
+    with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         records, damage = read_session(log, snapshots, key)
         if not records and not damage and not args.follow:
             raise CliError(f"no events for session {key.composite()}", EXIT_NOT_FOUND)
@@ -159,12 +161,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     """The sessions (those known only by a snapshot too); each lost, damaged or unreadable one is named
     with why (on stderr, or its ``problem`` in JSON): exit 7 for a lost or damaged one, else 1 for an
-    unreadable one."""
+    unreadable one. A log whose history is lost (its stream gone, the store's snapshots not) is named
+    on stderr too, and exit 7, even when no session is left to list."""
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant (a user id is only unique within its tenant)", 2)
-    with backend(args, read_only=True) as (log, snapshots):
+    with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         rows = list_sessions(log, snapshots, tenant_id=args.tenant, user_id=args.user, limit=args.limit)
-    if not rows:
+        lost = history_lost(log)
+    if not rows and lost is None:
         scope = (
             f"tenant {args.tenant}" + (f", user {args.user}" if args.user else "")
             if args.tenant
@@ -186,7 +190,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for row in rows:
             if row.problem is not None:
                 print(f"{row.key}: {row.health.upper()}: {row.problem}", file=sys.stderr)
+    if lost is not None:  # what no row can show: sessions left no snapshot to be listed by
+        print(history_line(lost), file=sys.stderr)
     healths = {r.health for r in rows}
-    if healths & {"lost", "damaged"}:
+    if healths & {"lost", "damaged"} or lost is not None:
         return EXIT_DAMAGED
     return EXIT_FAILED if "unreadable" in healths else EXIT_OK

@@ -562,7 +562,7 @@ def _pending_erasures(args: argparse.Namespace, url: str) -> dict[str, Any]:
     reported as unknown, with why.
     """
     try:
-        with open_store(args, read_only=True, url=url) as opened:
+        with open_store(args, read_only=True, url=url, lost_ok=True) as opened:  # the journal only
             pending = opened.journal.pending() if opened.journal is not None else []
     except ConvmemError as exc:
         return {"pending": None, "oldest_age_s": None, "problem": str(exc)}

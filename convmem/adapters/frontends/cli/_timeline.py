@@ -273,7 +273,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         records = [r for r in records_from_file(args.from_file) if r.key == key]
     damage: list[PoisonEvent] = []
     if not args.from_file:
-        with backend(args, read_only=True) as (log, snapshots):
+        with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
             records, damage = read_session(log, snapshots, key)
     for each in damage:  # the page shows the records the log holds; this, what it lost too
         print(damage_line(each), file=sys.stderr)
