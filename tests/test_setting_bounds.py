@@ -49,6 +49,8 @@ from convmem.events import (
     MAX_WAIT_SECONDS,
     HealthPolicy,
     MemoryHealth,
+    RetentionPolicies,
+    RetentionPolicy,
     SessionStarted,
     ShortTermMemoryConfig,
     decode_event,
@@ -325,3 +327,70 @@ def test_a_summarizer_pool_past_its_bounds_is_refused(kwargs: dict[str, Any], fi
     with pytest.raises(InvalidConfig) as caught:
         SummarizerPool(lambda payload: "s", **kwargs)
     assert caught.value.field == field
+
+
+# -- retention policies -----------------------------------------------------------------------------
+
+INT64 = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "says"),
+    [
+        ({"default": {"max_turns": INT64 + 1}}, "retention.default.max_turns", "from 1 to 2**63 - 1"),
+        ({"tenants": {"acme": {"max_events": 10**400}}}, "retention.tenants.acme.max_events", "2**63 - 1"),
+        ({"default": {"max_turns": 2.0}}, "retention.default.max_turns", "2**63 - 1"),
+        ({"sweep_every": "2d"}, "retention.sweep_every", "over a day"),
+        ({"sweep_every": DAY + 1}, "retention.sweep_every", "over a day"),
+        ({"sweep_every": math.nan}, "retention.sweep_every", "above zero"),
+    ],
+)
+def test_a_retention_count_or_sweep_interval_past_its_bound_is_refused_naming_the_key(
+    policy: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(InvalidConfig) as caught:
+        RetentionPolicies.parse(policy)
+    assert caught.value.field == field
+    assert says in caught.value.problem
+    assert len(str(caught.value)) < 200
+    with pytest.raises(InvalidConfig, match=f"^{field}: "):
+        convmem.connect("memory://", retention=policy)
+
+
+def test_the_python_retention_types_hold_the_same_bounds() -> None:
+    with pytest.raises(InvalidConfig, match=r"^max_turns: must be a whole number from 1 to 2\*\*63 - 1"):
+        RetentionPolicy(max_turns=INT64 + 1)
+    with pytest.raises(InvalidConfig, match=r"^retention\.sweep_every: .* over a day"):
+        RetentionPolicies(sweep_every=7 * DAY)
+
+
+def test_a_policy_file_with_a_count_past_the_bound_is_exit_5_naming_the_file_and_key(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from convmem.adapters.frontends.cli._main import main  # noqa: PLC0415
+
+    path = tmp_path / "policy.toml"
+    path.write_text(f'sweep_every = "1h"\n[default]\nmax_turns = {INT64}\nmax_events = 1{"0" * 30}\n')
+    code = main(["-s", "memory://", "retention", "--dry-run", "--policy", str(path)])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    assert str(path) in err
+    assert "retention.default.max_events" in err
+    assert "0" * 30 not in err
+
+
+def test_retention_policies_at_their_largest_still_sweep() -> None:
+    """A century's idle time and max age, counts of 2**63 - 1 and a daily sweep: a sweep runs, keeps
+    what is younger, and nothing overflows (the cutoff is a century before the system's clock)."""
+    policies = {
+        "default": {"idle": "36500d", "max_age": "36500d", "max_turns": INT64, "max_events": INT64},
+        "sweep_every": "1d",
+    }
+    with convmem.connect("memory://", retention=policies) as system:
+        session = system.session(K)
+        session.add_turn(turn("kept"))
+        report = system.sweep_retention()
+        assert report.sessions == 1
+        assert report.outcomes == []
+        assert report.problems == []
+        assert users(session.refresh()) == ["kept"]

@@ -16,7 +16,9 @@ is empty.
 Durations are seconds (a number) or readable text: ``"90d"``, ``"12h"``,
 ``"1d12h"``, ``"30m"``, ``"45s"``, ``"2w"``. `RetentionPolicies.parse`
 checks a mapping from a file (TOML or JSON) and raises `InvalidConfig`
-naming the bad key (``retention.tenants.acme.idle``).
+naming the bad key (``retention.tenants.acme.idle``). A duration is at most
+a century, `sweep_every` (a wait, as every wait a setting asks for) at most
+a day, and a count at most 2**63 - 1.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
 _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?[wdhms])+")
 _MAX_SECONDS = 100 * 365 * 86_400.0  # a century: anything longer is a typo, not a policy
 _DEFAULT_SWEEP = 3_600.0
+_MAX_SWEEP = 86_400.0  # a wait between two sweeps, as every wait a setting asks for: at most a day
+_MAX_COUNT = 2**63 - 1  # the largest whole number the event codec stores
 
 
 def _shown(value: object) -> str:
@@ -102,9 +106,18 @@ def format_duration(seconds: float) -> str:
 
 
 def _count(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfig(field, f"must be a whole number of 1 or more, got {_shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_COUNT:
+        raise InvalidConfig(field, f"must be a whole number from 1 to 2**63 - 1, got {_shown(value)}")
     return value
+
+
+def _sweep_every(value: object, field: str) -> float:
+    """Seconds between two sweeps: a duration of at most a day (a sweep enforces the policies: one a
+    week would keep an idle session days past its `idle`)."""
+    seconds = parse_duration(value, field=field)
+    if seconds > _MAX_SWEEP:
+        raise InvalidConfig(field, f"{_shown(value)} is over a day: sweep at least daily ('1d', '12h')")
+    return seconds
 
 
 class RetentionPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,7 +206,7 @@ class RetentionPolicies(msgspec.Struct, frozen=True, kw_only=True):
                     f"retention.tenants.{tenant}", f"must be a RetentionPolicy, got {policy!r}"
                 )
         msgspec.structs.force_setattr(
-            self, "sweep_every", parse_duration(self.sweep_every, field="retention.sweep_every")
+            self, "sweep_every", _sweep_every(self.sweep_every, "retention.sweep_every")
         )
 
     def for_tenant(self, tenant_id: str) -> RetentionPolicy:
@@ -237,7 +250,7 @@ class RetentionPolicies(msgspec.Struct, frozen=True, kw_only=True):
                     f"{where}.tenants", f"a tenant id must be a non-empty string, got {_shown(tenant)}"
                 )
             tenants[tenant] = RetentionPolicy.parse(policy, where=f"{where}.tenants.{_part(tenant)}")
-        sweep = parse_duration(data.get("sweep_every", _DEFAULT_SWEEP), field=f"{where}.sweep_every")
+        sweep = _sweep_every(data.get("sweep_every", _DEFAULT_SWEEP), f"{where}.sweep_every")
         return cls(default=default, tenants=tenants, sweep_every=sweep)
 
     def describe(self) -> list[str]:
