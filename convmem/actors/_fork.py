@@ -6,16 +6,30 @@ origin (`forked_from`, `forked_at`), the others follow unchanged but for
 their ids and seqs. So the fork's state is the source's state at that point
 (its key aside), `verify` rebuilds it like any session, and an auditor sees
 where it came from.
+
+A fork copies old data, so it never outlives an erasure of it: one pending
+for the source or the new session refuses the fork before it writes, and
+once written the journal is asked again (`erasure_after`): an erasure of
+either that is pending then, or finished since the fork began reading, may
+have listed the user's sessions before the fork existed or erased the
+source after it was read, so the new session is erased through the journal
+(an erasure of its own, recorded first, by ``fork``) and `InvalidInput`
+says so.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Iterable
 from datetime import datetime
 
 import msgspec
 
+from convmem.actors._clock import SystemClock
+from convmem.actors._eraser import Eraser
+from convmem.actors._journal import ErasureJournal, ErasureRequest, JournaledLog, erasure_after
 from convmem.actors._ports import EventLog, LoggedEvent
 from convmem.errors import EventDecodeError, InvalidInput, SessionDamaged
 from convmem.events import (
@@ -139,6 +153,11 @@ def fork_session(
         raise InvalidInput("at", f"must be a log position (int) or a datetime, got {type(at).__name__}")
     if isinstance(at, datetime) and at.tzinfo is None:
         raise InvalidInput("at", "a datetime needs a time zone (say datetime.now(UTC))")
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    for key in (source, to):
+        if erasure_after(journal, key, math.inf) is not None:
+            raise InvalidInput("key", f"an erasure of {key} is pending (being erased): nothing forked")
+    began = time.time()
     events, last = fork_events(
         log.read(source),
         source,
@@ -152,4 +171,17 @@ def fork_session(
     for start in range(0, len(events), _CHUNK):
         chunk = events[start : start + _CHUNK]
         log.append(to, chunk, expected_seq=chunk[0].seq - 1)
+    if journal is not None and any(erasure_after(journal, key, began) is not None for key in (source, to)):
+        _erase_fork(log, journal, to)
+        raise InvalidInput(
+            "key",
+            f"{source} was erased while it was forked: the fork {to} holds erased data and is erased too",
+        )
     return Forked(events=len(events), forked_at=last), events
+
+
+def _erase_fork(log: EventLog, journal: ErasureJournal, to: MemoryKey) -> None:
+    """Erase the fork `to` as any erasure is: recorded first, then its events, then every process told."""
+    clock = SystemClock()
+    eraser = Eraser(journal=journal, log=log, snapshots=None, clock=clock, drop=lambda _matches: None)
+    eraser.erase(ErasureRequest.of(to.tenant_id, to.user_id, to.session_id, by="fork", at=clock.now()))

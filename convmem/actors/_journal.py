@@ -47,6 +47,7 @@ __all__ = [
     "ErasureRecord",
     "ErasureRequest",
     "JournaledLog",
+    "erasure_after",
     "find_erasure",
     "readable_pending",
     "readable_receipts",
@@ -284,6 +285,32 @@ def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecor
     receipts, damaged_receipts = readable_receipts(journal)
     for receipt in receipts:
         if receipt.covers(key):
+            return receipt
+    if damaged or damaged_receipts:
+        raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])
+    return None
+
+
+def erasure_after(journal: ErasureJournal | None, key: MemoryKey, since: float) -> ErasureRecord | None:
+    """An erasure covering `key` that data read as of `since` belongs to: one pending now, or one
+    finished at or after `since` (any receipt of those that read, not only the first); else None.
+
+    What a copy of old data asks (a lost session's restore, a fork) before it
+    writes, with `since` the copied data's last time, and after it wrote, with
+    `since` when it began reading: an erasure that ran meanwhile may have
+    listed the sessions before the copy existed, so the copy is erased data
+    too. `since=math.inf` asks for a pending one only. `ErasureJournalDamaged`
+    as `find_erasure`.
+    """
+    if journal is None:
+        return None
+    pending, damaged = readable_pending(journal)
+    for request in pending:
+        if request.covers(key):
+            return request
+    receipts, damaged_receipts = readable_receipts(journal)
+    for receipt in receipts:
+        if receipt.covers(key) and receipt.completed_at >= since:
             return receipt
     if damaged or damaged_receipts:
         raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])

@@ -12,8 +12,9 @@ damage not followed by a `SessionRepaired` (or an erasure fence) raises
 A snapshot the log does not continue (the log holds no event, or another
 one, at the snapshot's seq; or an erasure's fence stands above it) is
 deleted only when the erasure journal has a record of an erasure of that
-session (`find_erasure`): it holds erased data; or when the log itself records
-past it a retention compaction (`HistoryCompacted`, which stands for it) or an
+session (`erasure_after`: pending, or finished after the snapshot's last
+event): it holds erased data; or when the log itself records past it a
+retention compaction (`HistoryCompacted`, which stands for it) or an
 erasure's fence (`SessionErased`: a retention sweep fences before it journals
 the erasure, so a crash between the two leaves the fence as the only record,
 and the erasure's whole point is that the snapshot's data goes). Without a record the log
@@ -29,7 +30,7 @@ from typing import Literal
 
 import msgspec
 
-from convmem.actors._journal import ErasureJournal, ErasureReceipt, find_erasure
+from convmem.actors._journal import ErasureJournal, erasure_after
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import EventDecodeError, ReplayError, SessionDamaged, SessionLost
 from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, SessionErased, SessionRepaired, decode_event
@@ -319,10 +320,7 @@ def _erased(journal: ErasureJournal | None, key: MemoryKey, state: SessionState)
     what was written before it finished (a session begun afresh after an
     erasure is not erased data).
     """
-    record = find_erasure(journal, key)
-    if record is None:
-        return False
-    return not isinstance(record, ErasureReceipt) or state.last_at <= record.completed_at
+    return erasure_after(journal, key, state.last_at) is not None  # every receipt, not only the first
 
 
 def _drop_erased(

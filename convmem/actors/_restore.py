@@ -15,12 +15,23 @@ still holds of the session:
 The events' ids come from the snapshot, so a restore retried after a crash
 stores them once. The snapshot is deleted only after the log acknowledged
 them (its content is then in the log).
+
+A snapshot is never restored over an erasure. The journal is asked first: an
+erasure of the session pending, or finished after the snapshot's last event
+(`erasure_after`), makes the snapshot erased data, deleted, and nothing is
+written. An erasure erases the events first and the snapshot after, so in
+between the session looks lost; and an erasure recorded while the restore
+runs may have listed the user's sessions before the restored events
+existed. So the journal is asked again once the log acknowledged them: an
+erasure pending then, or finished since the restore began, has what was
+written erased under that record too. Either way `InvalidInput` says so.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from convmem.actors._journal import ErasureJournal, JournaledLog, erasure_after
 from convmem.actors._load import LoadReport, _stale, _usable, fold_logged
 from convmem.actors._ports import EventLog, SnapshotStore
 from convmem.errors import InvalidInput, StoreNotFound
@@ -40,12 +51,22 @@ class Restored(msgspec.Struct, frozen=True, kw_only=True):
     turns: int
 
 
-def restore_lost(log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey, *, now: float) -> Restored:
+def restore_lost(
+    log: EventLog,
+    snapshots: SnapshotStore | None,
+    key: MemoryKey,
+    *,
+    now: float,
+    journal: ErasureJournal | None = None,
+) -> Restored:
     """Write the snapshot of the lost session `key` back into `log` as events (see the module's doc).
 
     `StoreNotFound` when there is no snapshot; `InvalidInput` when the
-    snapshot is unusable or the session is not lost (the log continues it).
+    snapshot is unusable, the session is not lost (the log continues it), or
+    an erasure covers it (`journal`: the log's own when not given).
     """
+    if journal is None and isinstance(log, JournaledLog):
+        journal = log.erasure_journal()
     snapshot = snapshots.load(key) if snapshots is not None else None
     if snapshots is None or snapshot is None:
         raise StoreNotFound(f"session {key} has no snapshot to restore from", name=key.composite())
@@ -53,6 +74,13 @@ def restore_lost(log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey,
     saved = _usable(snapshot, key, report)
     if saved is None:
         raise InvalidInput("snapshot", f"of session {key} cannot be restored: {report.snapshot_rejected}")
+    if erasure_after(journal, key, saved.last_at) is not None:
+        snapshots.delete(key)  # erased data: the erasure's own snapshot step would delete it too
+        raise InvalidInput(
+            "key",
+            f"session {key} was erased (the erasure journal records it): its snapshot is deleted, "
+            "not restored",
+        )
     records = log.read(key)
     if _stale(records, snapshot) is None:
         raise InvalidInput(
@@ -79,5 +107,12 @@ def restore_lost(log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey,
         )
     )
     last = log.append(key, events, expected_seq=base.version)
+    if erasure_after(journal, key, now) is not None:
+        # An erasure ran meanwhile and may have listed the sessions before these events existed.
+        log.erase(key, at=now)
+        snapshots.delete(key)
+        raise InvalidInput(
+            "key", f"session {key} was erased while it was restored: what the restore wrote is erased too"
+        )
     snapshots.delete(key)  # its content is in the log now
     return Restored(key=key, snapshot_seq=snapshot.seq, log_seq=base.version, seq=last, turns=len(turns))

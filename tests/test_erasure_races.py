@@ -1,0 +1,236 @@
+"""Erasures racing the commands that write a session's old data again: a lost-session restore, a fork.
+
+`convmem restore` writes a kept snapshot back as events, and `fork` copies a
+session's events into a new session. Both write *old* data, so an erasure
+that covers what they read must cover what they wrote too, whether it was
+recorded before they began (a pending one), while they ran, or finished
+meanwhile. The checks are the erased text's bytes in the store's files, on a
+real nats-server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from store_scan import markers, scan
+
+import convmem
+from convmem.actors import ErasureRequest, MemorySystem, find_erasure
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemoryErasureJournal,
+    InMemoryEventLog,
+    InMemorySnapshotStore,
+    JetStreamBackend,
+)
+from convmem.adapters.frontends.cli import main
+from convmem.errors import InvalidInput, StoreNotFound
+from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+
+WORKER = Path(__file__).with_name("erase_worker.py")
+CONFIG = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
+TENANT, USER = "acme", "gail.QW7RT@example.com"
+SECRET = "gail's card 5500-QW7RT"
+KEY = MemoryKey(TENANT, USER, "chat-QW7RT-1")
+FORK = MemoryKey(TENANT, USER, "chat-QW7RT-fork")
+KEPT = MemoryKey(TENANT, "hank.QW7RT-kept", "chat-kept")
+KEPT_TEXT = "hank's note QW7RT-KEPT"
+
+
+def write(memory: MemorySystem, key: MemoryKey, text: str, turns: int = 3) -> None:
+    session = memory.session(key)
+    for n in range(turns):
+        session.add_turn(ConversationTurn(user_message=f"{text} #{n}", assistant_response="noted"))
+
+
+def seed(url: str) -> None:
+    """The user's session (with a snapshot) and another user's kept one."""
+    with convmem.connect(url, config=CONFIG, snapshot_every=2) as memory:
+        write(memory, KEY, SECRET)
+        write(memory, KEPT, KEPT_TEXT)
+
+
+def lose_events(url: str) -> None:
+    """The log loses the user's session, its snapshot stays (a crash; no erasure recorded)."""
+    with JetStreamBackend.connect(url) as backend:
+        backend.log.erase(KEY, at=1.0)
+        assert backend.snapshots.load(KEY) is not None
+
+
+def secrets() -> list[bytes]:
+    return sorted({SECRET.encode(), *markers(KEY, SECRET), *markers(FORK, SECRET)})
+
+
+def check_erased_on_disk(server: EmbeddedNatsServer, store: Path) -> None:
+    server.stop()
+    assert scan(store, secrets()) == {}
+    assert set(scan(store, markers(KEPT, KEPT_TEXT))) == set(markers(KEPT, KEPT_TEXT)), "the scan sees"
+
+
+def kill_after(url: str, step: str) -> None:
+    """An eraser process of the user that kills itself (SIGKILL) right after `step`."""
+    done = subprocess.run(
+        [sys.executable, str(WORKER), url, TENANT, USER, step],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+    assert done.stdout.strip() == f"KILLED-AFTER {step}"
+
+
+def test_a_restore_run_while_an_erasure_runs_writes_nothing_that_stays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The erasure has erased the events and not yet the snapshot, so the session looks lost: a
+    `convmem restore` run then is refused and writes nothing back, and the erasure leaves no byte."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        codes: list[int] = []
+
+        def restore_now(step: str) -> None:
+            if step == "events":  # the user's events are gone, the snapshot not yet
+                codes.append(main(["-s", server.url, "restore", KEY.composite(), "--yes", "--json"]))
+
+        with convmem.connect(server.url, config=CONFIG, erasure_hook=restore_now) as memory:
+            memory.erase_user(TENANT, USER, by="ops")
+        assert codes == [5], capsys.readouterr()
+        assert "was erased (the erasure journal records it)" in capsys.readouterr().err  # before writing
+        with JetStreamBackend.connect(server.url) as backend:
+            assert backend.log.keys(tenant_id=TENANT, user_id=USER) == []
+            assert backend.snapshots.keys(tenant_id=TENANT, user_id=USER) == []
+        check_erased_on_disk(server, store)
+
+
+def test_a_restore_of_a_session_whose_erasure_is_pending_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The eraser was killed after the events: `convmem restore` (which finishes no erasure) refuses,
+    and `memory.restore_lost` too; the resume then leaves no byte."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        kill_after(server.url, "events")
+        assert main(["-s", server.url, "restore", KEY.composite(), "--yes"]) == 5
+        assert "its snapshot is deleted, not restored" in capsys.readouterr().err  # before writing
+        with JetStreamBackend.connect(server.url) as backend:
+            assert backend.log.keys(tenant_id=TENANT, user_id=USER) == []
+        assert main(["-s", server.url, "erase", "--resume", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["resumed"] == 1
+        check_erased_on_disk(server, store)
+
+
+def test_an_erasure_run_in_a_restores_middle_leaves_nothing_it_wrote(tmp_path: Path) -> None:
+    """The restore has loaded the snapshot and asked the journal (nothing then); the whole erasure of the
+    user runs before it writes (it finds the snapshot, deletes it, and finishes). What the restore then
+    writes is erased too: no byte is left."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        lose_events(server.url)
+        with (
+            convmem.connect(server.url, config=CONFIG) as restorer,
+            convmem.connect(server.url, config=CONFIG) as eraser,
+        ):
+            read = restorer.log.read
+
+            def erase_then_read(key: MemoryKey) -> object:
+                if key == KEY:  # the restore has its snapshot and is about to read the log
+                    eraser.erase_user(TENANT, USER, by="ops")
+                return read(key)
+
+            restorer.log.read = erase_then_read  # type: ignore[method-assign]
+            with pytest.raises(InvalidInput, match="erased while it was restored"):
+                restorer.restore_lost(KEY)
+            restorer.log.read = read  # type: ignore[method-assign]
+            assert restorer.log.read(KEY) == []
+        check_erased_on_disk(server, store)
+
+
+def test_a_lost_session_begun_after_an_old_erasure_is_still_restored(
+    nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An erasure of the user that finished before the session was written does not block its restore."""
+    with convmem.connect(nats_server.url, config=CONFIG) as memory:
+        write(memory, MemoryKey(TENANT, USER, "older"), "older text")
+        memory.erase_user(TENANT, USER, by="ops")
+    seed(nats_server.url)
+    lose_events(nats_server.url)
+    assert main(["-s", nats_server.url, "restore", KEY.composite(), "--yes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["turns"] >= 1
+    with convmem.connect(nats_server.url, config=CONFIG) as memory:
+        assert SECRET in str(memory.session(KEY).get_llm_context())
+        assert find_erasure(memory.journal, KEY) is not None  # the old receipt covers the user
+
+
+def test_a_fork_made_while_an_erasure_of_the_user_is_pending_is_refused(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """A system started before the eraser was killed (before it listed the sessions) forks the user's
+    session: the copy would be of data under erasure, so the fork is refused and writes nothing."""
+    seed(nats_server.url)
+    with convmem.connect(nats_server.url, config=CONFIG) as memory:
+        kill_after(nats_server.url, "drop_live")
+        assert len(memory.pending_erasures()) == 1
+        with pytest.raises(InvalidInput, match="pending"):
+            memory.fork(KEY, to=FORK)
+        assert memory.log.read(FORK) == []
+        assert memory.finish_erasures()
+    with JetStreamBackend.connect(nats_server.url) as backend:
+        assert backend.log.keys(tenant_id=TENANT, user_id=USER) == []
+
+
+@pytest.mark.parametrize("into", ["same user", "other user"])
+def test_a_fork_made_while_the_user_is_erased_does_not_keep_the_erased_turns(
+    tmp_path: Path, into: str
+) -> None:
+    """A running system forks the user's session while another one erases the user; the erasure lists
+    the sessions before the fork is written and erases the source after it was read (the hook runs the
+    erasure's listing and deletion in the fork's middle). The fork is erased too: no byte is left."""
+    to = FORK if into == "same user" else MemoryKey(TENANT, "hank.QW7RT-kept", "chat-QW7RT-fork")
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        with (
+            convmem.connect(server.url, config=CONFIG) as forker,
+            convmem.connect(server.url, config=CONFIG) as eraser,
+        ):
+            read = forker.log.read
+
+            def read_then_erase(key: MemoryKey) -> object:
+                records = read(key)
+                if key == KEY:  # the fork has read the source: the whole erasure runs now
+                    eraser.erase_user(TENANT, USER, by="ops")
+                return records
+
+            forker.log.read = read_then_erase  # type: ignore[method-assign]
+            with pytest.raises(InvalidInput, match="erased while it was forked"):
+                forker.fork(KEY, to=to)
+            forker.log.read = read  # type: ignore[method-assign]
+            assert forker.log.read(to) == []
+            assert forker.erasure_record(to) is not None
+        check_erased_on_disk(server, store)
+
+
+def test_a_stale_snapshot_is_erased_data_by_any_receipt_not_only_the_first() -> None:
+    """The user was erased twice: an old receipt (before the snapshot) and a new one (after it). The
+    snapshot left behind is erased data by the new one, whichever receipt the journal lists first."""
+    log, snapshots, journal = InMemoryEventLog(), InMemorySnapshotStore(), InMemoryErasureJournal()
+    with MemorySystem(CONFIG, log=log, snapshots=snapshots, journal=journal, snapshot_every=1) as memory:
+        write(memory, KEY, SECRET)
+    log.erase(KEY, at=1.0)  # the events gone, the snapshot left (as a stale process's save would leave it)
+    for completed in (1.0, 4e9):  # the old receipt first
+        request = ErasureRequest.of(TENANT, USER, None, by="ops", at=completed)
+        journal.record(request)
+        journal.complete(request.receipt(completed_at=completed, sessions=1, events_purged=4))
+    with MemorySystem(CONFIG, log=log, snapshots=snapshots, journal=journal) as memory:
+        assert memory.session(KEY).get_llm_context()["conversation_memory"]["recent_turns"] == []
+        with pytest.raises(StoreNotFound):
+            memory.restore_lost(KEY)
+    assert snapshots.load(KEY) is None
