@@ -43,7 +43,7 @@ from convmem.actors._bounds import (
     MAX_SNAPSHOT_EVERY,
 )
 from convmem.actors._clock import SystemClock
-from convmem.adapters import InMemoryEventLog
+from convmem.adapters import InMemoryEventLog, open_backend
 from convmem.errors import InvalidConfig, InvalidInput
 from convmem.events import (
     MAX_WAIT_SECONDS,
@@ -394,3 +394,44 @@ def test_retention_policies_at_their_largest_still_sweep() -> None:
         assert report.outcomes == []
         assert report.problems == []
         assert users(session.refresh()) == ["kept"]
+
+
+# -- where the log is, and the service's clients ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("replicas", 6, "from 1 to 5"),
+        ("replicas", 10**6, "from 1 to 5"),
+        ("replicas", True, "from 1 to 5"),
+        ("replicas", 2.5, "from 1 to 5"),
+        ("port", 65536, "from 1 to 65,535"),
+        ("port", -1, "from 1 to 65,535"),
+        ("port", True, "from 1 to 65,535"),
+        ("timeout", 1e12, "<= 86400 (a day)"),
+    ],
+)
+def test_a_backend_number_out_of_range_is_refused_before_anything_opens(
+    setting: str, value: object, says: str, tmp_path: Any
+) -> None:
+    """Checked before a server starts or a folder is made (a bool port reached the embedded server's
+    configuration file, port -1 was an internal error, 10**6 replicas were accepted)."""
+    folder = tmp_path / "never-made"
+    with pytest.raises(InvalidConfig) as caught:
+        convmem.connect(None, data_dir=folder, **{setting: value})  # type: ignore[arg-type]
+    assert caught.value.field == setting
+    assert says in caught.value.problem
+    assert not folder.exists()
+    with pytest.raises(InvalidConfig, match=f"^{setting}: "):
+        open_backend("memory://", **{setting: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [DAY + 1, 1e12, math.inf, math.nan, 0.0, -1.0, True])
+def test_a_service_clients_timeout_past_a_day_is_refused_before_it_connects(bad: Any) -> None:
+    """`connect_remote(timeout=)` and a remote session's own: checked before any connection is tried
+    (1e12 overflowed time_t)."""
+    with pytest.raises(InvalidInput) as caught:
+        convmem.connect_remote("nats://127.0.0.1:1", timeout=bad)
+    assert caught.value.field == "timeout"
+    assert "must be seconds > 0 and <= 86400 (a day)" in caught.value.problem

@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Unpack, cast
 
 from convmem.actors import MemorySystem, SystemSettings
-from convmem.actors._system import check_timeout
+from convmem.actors._bounds import check_count, check_timeout
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters.backends import (
     MEMORY_URL,
@@ -64,17 +64,31 @@ class ConnectOptions(BackendOptions, SystemSettings, total=False):
 def open_backend(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
     """The log and snapshot store behind `url` (None: ``NATS_URL``, else the embedded server)."""
     url = _url(url)
-    if "timeout" in options:
-        check_timeout(options["timeout"])
+    _check_numbers(options)
     return backend_opener(url).open(url, options)
 
 
 async def open_backend_here(url: str | None = None, **options: Unpack[BackendOptions]) -> Backend:
     """`open_backend`, from a coroutine, with the NATS connection on the running event loop."""
     url = _url(url)
+    _check_numbers(options)
+    return await backend_opener(url).open_here(url, options)
+
+
+MAX_REPLICAS = 5
+"""JetStream keeps at most 5 replicas of a stream."""
+
+
+def _check_numbers(options: BackendOptions) -> None:
+    """`InvalidConfig` naming a number out of range, before anything opens: the timeout (above 0, at
+    most a day: longer overflowed a wait), the replicas (1 to 5) and the embedded server's port (1 to
+    65535: a bool reached its configuration file, -1 an internal error)."""
     if "timeout" in options:
         check_timeout(options["timeout"])
-    return await backend_opener(url).open_here(url, options)
+    if "replicas" in options:
+        check_count("replicas", options["replicas"], most=MAX_REPLICAS)
+    if options.get("port") is not None:
+        check_count("port", options["port"], most=65535)
 
 
 def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> MemorySystem:

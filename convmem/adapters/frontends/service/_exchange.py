@@ -29,6 +29,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.nuid import NUID
 
+from convmem.actors._bounds import check_seconds
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters.backends.jetstream import answered_first, close_quietly, server_list
 from convmem.adapters.frontends.service._errors import PermissionDenied, ServiceUnavailable, exception_of
@@ -318,9 +319,9 @@ async def open_client(
 
 
 def deadlines(wait: float) -> tuple[float, float]:
-    """(seconds the client waits, seconds the service may take)."""
-    if not wait > 0:
-        raise InvalidInput("timeout", f"must be a number of seconds > 0, got {wait!r}")
+    """(seconds the client waits, seconds the service may take); `InvalidInput` unless `wait` is above 0
+    and at most a day (a longer wait overflowed time_t)."""
+    wait = check_seconds("timeout", wait, error=InvalidInput)
     return wait, max(wait - GRACE, wait / 2)
 
 
