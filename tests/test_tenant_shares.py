@@ -8,22 +8,32 @@ session given up is the least recently used of the tenant holding the most
 its own while another tenant's few stay: that tenant's next writes start no
 actor and read no log. Counted with the system's activation and cache-miss
 counters, not timed.
+
+The summarizer pool is shared too: its workers take turns between tenants
+(the next call is the oldest job of the tenant served least recently), and a
+full queue takes a job of a tenant holding fewer jobs in place of the newest
+queued job of the tenant holding the most. Seen in the order of the calls
+and in the health each session stores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+import msgspec
 import pytest
-from runtime_helpers import WAIT
+from pool_helpers import Replies, request
+from runtime_helpers import WAIT, summarizing_config, wait_until
 from test_service import _user, tenants_server  # noqa: F401 (the fixture: the shipped file on a real server)
 
 import convmem
-from convmem.actors import MemorySystem
+from convmem.actors import MemorySystem, SummarizerPool
 from convmem.actors._idle import IdleCache, idle_bytes, measure
 from convmem.actors._session import StateCell
 from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -156,3 +166,121 @@ def test_the_idle_cache_gives_up_the_heaviest_tenants_oldest_cell_first() -> Non
         cache.pop(key)
     assert cache.bytes == 0
     assert cache.tenant_bytes("big") == cache.tenant_bytes("small") == 0
+
+
+class _Gated:
+    """A summarizer whose first call waits for `release`; records whose turns each call summarized."""
+
+    def __init__(self) -> None:
+        self.tenants: list[str] = []
+        self.gate = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Mapping[str, Any], /) -> dict[str, str]:
+        with self._lock:
+            self.tenants.append(request["turns"][0]["user"].split()[0])
+            first = len(self.tenants) == 1
+        if first:
+            self.gate.wait(WAIT * 4)
+        return {"summary": "summarized"}
+
+    def calls(self) -> list[str]:
+        with self._lock:
+            return list(self.tenants)
+
+
+QUEUE = 6
+"""The worker's `summarizer_queue`: jobs asked and not answered, the running one included."""
+
+
+def test_a_tenant_filling_the_summarizer_queue_neither_refuses_nor_delays_another_tenants_summary(
+    tenants_server: int,  # noqa: F811
+) -> None:
+    """acme's twelve sessions each ask for a summary while the one worker's first call is held:
+    six fill the queue, six are refused (acme's own sessions go RETRY). globex's summary then takes
+    the place of acme's newest queued one (one more acme session RETRY, globex's stays HEALTHY) and is
+    the next call made, not the sixth."""
+    summarizer = _Gated()
+    store = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
+    memory = convmem.connect(
+        store,
+        config=summarizing_config(),
+        summarizer=summarizer,
+        summarizer_workers=1,
+        summarizer_queue=QUEUE,
+    )
+    theirs = [MemoryKey("acme", "mallory", f"s{n}") for n in range(2 * QUEUE)]
+
+    def retrying() -> list[MemoryKey]:
+        return [k for k in theirs if memory.session(k).snapshot_state().health is MemoryHealth.RETRY]
+
+    try:
+        with (
+            MemoryService(memory, _user(tenants_server, "convmem-api")),
+            RemoteMemory(_user(tenants_server, "acme"), timeout=WAIT) as attacker,
+            RemoteSession(_user(tenants_server, "globex"), VICTIM, timeout=WAIT) as victim,
+        ):
+            for key in theirs:
+                for n in range(3):
+                    attacker.session(key).add_turn(_turn(f"acme {key.session_id} {n}"))
+            pool = memory._services.pool
+            assert pool is not None
+            wait_until(lambda: pool.queued == QUEUE and len(retrying()) == QUEUE, message="acme's queue")
+            for n in range(3):
+                victim.add_turn(_turn(f"globex {n}"))
+            mine = memory.session(VICTIM)
+            wait_until(
+                lambda: len(retrying()) > QUEUE or mine.snapshot_state().health is MemoryHealth.RETRY,
+                message="globex's summary asked",
+            )
+            assert mine.snapshot_state().health is MemoryHealth.HEALTHY, "globex's summary was refused"
+            assert len(retrying()) == QUEUE + 1  # acme's newest queued job gave its place up
+            assert pool.queued == QUEUE
+            summarizer.gate.set()
+            wait_until(lambda: len(summarizer.calls()) >= 2, message="the next call")
+            assert summarizer.calls()[:2] == ["acme", "globex"], "globex's summary waited behind acme's"
+            victim.flush()
+            assert mine.snapshot_state().summary == "summarized"
+            assert mine.snapshot_state().health is MemoryHealth.HEALTHY
+    finally:
+        memory.close()
+
+
+def test_the_pools_worker_takes_turns_between_tenants_and_runs_every_job_once() -> None:
+    """While a's first call is held, a queues three more jobs, b two, c one: the worker then takes
+    them in turns (b, c, a, b, a, a), every job called and answered once; a full queue takes c's job
+    in place of a's newest queued one, and refuses a's own."""
+    summarizer = _Gated()
+    pool = SummarizerPool(summarizer, workers=1, queue_limit=7, call_timeout=WAIT * 8)
+    replies = Replies()
+    order = ["a", "a", "a", "a", "b", "b", "c"]
+    try:
+        for n, tenant in enumerate(order):
+            job = request(n)
+            job = msgspec.structs.replace(
+                job,
+                key=MemoryKey(tenant, "u", f"s{n}"),
+                turns=(msgspec.structs.replace(job.turns[0], user_message=f"{tenant} {n}"),),
+            )
+            assert pool.submit(job, replies)
+            if n == 0:
+                wait_until(lambda: summarizer.calls() == ["a"], message="a's first call")
+        assert pool.queued == 7
+        late = msgspec.structs.replace(request(7), key=MemoryKey("a", "u", "s7"))
+        assert not pool.submit(late, replies)  # a holds the most: its own job waits no place
+        extra = msgspec.structs.replace(
+            request(8),
+            key=MemoryKey("c", "u", "s8"),
+            turns=(msgspec.structs.replace(request(8).turns[0], user_message="c 8"),),
+        )
+        assert pool.submit(extra, replies)  # c holds one, a four: a's newest queued job gives way
+        pushed = replies.wait(1)[0]
+        assert (pushed.request.covers_from, pushed.error) == (3, "summarizer queue is full")
+        summarizer.gate.set()
+        outcomes = replies.wait(8)
+        assert summarizer.calls() == ["a", "b", "c", "a", "b", "c", "a"]
+        assert sorted(o.request.covers_from for o in outcomes) == [0, 1, 2, 3, 4, 5, 6, 8]
+        assert [o.summary for o in outcomes[1:]] == ["summarized"] * 7
+        assert pool.queued == 0
+    finally:
+        pool.close()

@@ -7,6 +7,16 @@ that holds the fewest jobs, so no job queues behind a busy or hanging worker
 while another is idle. The queue is bounded: `queue_limit` counts every job
 submitted and not yet answered, queued or running.
 
+Tenants (a job's `SummaryRequest.key.tenant_id`) share the pool fairly. A
+worker's next call is the oldest queued job of the tenant it served least
+recently, not its oldest job: a tenant with many sessions asking for
+summaries takes turns with the others instead of queueing them behind all of
+its own. And when the queue is full, a job of a tenant holding fewer jobs
+than the one holding the most takes the place of that tenant's newest queued
+job, which is answered at once with ``summarizer queue is full`` (its session
+retries as for any refusal): one tenant filling the queue cannot refuse
+another's summaries.
+
 A worker calls the summarizer on its own thread and answers the job there:
 a summary costs two thread wake-ups (the worker takes the job, the session
 takes the answer), where a worker that handed each call to a call thread of
@@ -72,6 +82,9 @@ _log = logging.getLogger("convmem.summarizer")
 
 Reply = Callable[[SummaryOutcome], object]
 
+QUEUE_FULL = "summarizer queue is full"
+"""The error of a job pushed out of a full queue by another tenant's (the text a refusal is stored with)."""
+
 
 class _Slot:
     """The pool's side of one worker's place: the worker serving it now, the jobs it holds.
@@ -88,19 +101,30 @@ class _Slot:
         self.ref: pykka.ActorRef[_Worker] | None = None
         """The serving worker's ref (kept once it stopped from outside: a job told to it is refused)."""
         self.generation = itertools.count(1)
+        self.waiting: dict[str, dict[_Job, None]] = {}
+        """The jobs of `jobs` no worker took yet, by tenant, oldest first (tenants with none left out)."""
+        self.held: dict[str, int] = {}
+        """How many of `jobs` each tenant holds (tenants with none left out)."""
+        self.served: dict[str, int] = {}
+        """When (the pool's turn count) the slot last took a job of each tenant holding jobs in it."""
 
 
 class _Job:
     """A submitted request, answered once: by its worker, the watchdog or `close()`."""
 
-    __slots__ = ("reply", "request", "settled", "slot", "started", "summarizer")
+    __slots__ = ("order", "reply", "request", "settled", "slot", "started", "summarizer", "tenant")
+
+    _orders = itertools.count()
 
     def __init__(self, request: SummaryRequest, reply: Reply, slot: _Slot, summarizer: Summarizer) -> None:
+        self.order = next(self._orders)
+        """When it was submitted, across the pool's slots (made under the pool's lock)."""
         self.request = request
         self.reply = reply
         self.slot = slot
         self.summarizer = summarizer
         """Who answers it: the session's own summarizer, or the pool's."""
+        self.tenant = request.key.tenant_id
         self.started = False
         """Whether its worker started its call."""
         self.settled = False
@@ -145,13 +169,18 @@ class _Worker(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if not isinstance(message, _Job):
             raise InternalError(f"summarizer worker got an unknown message {type(message).__name__}")
+        # Each job told to the slot is one message; each message runs one queued job of the slot,
+        # the fairest (`SummarizerPool._next`), which need not be the message's own.
+        job = self._pool._next(self.slot)
+        if job is None:
+            return None  # every queued job of the slot ran on an earlier message, or was answered
         try:
-            outcome = self._pool._run(self, message)
+            outcome = self._pool._run(self, job)
         except BaseException as exc:  # the job gets the error, the actor lives
-            _log.exception("running a summary for %s failed", message.request.key)
-            outcome = self._pool._give_up(message, exc)
+            _log.exception("running a summary for %s failed", job.request.key)
+            outcome = self._pool._give_up(job, exc)
         if outcome is not None:
-            _deliver(message, outcome)
+            _deliver(job, outcome)
         return None
 
     def on_stop(self) -> None:
@@ -212,6 +241,9 @@ class SummarizerPool:
         self._lock = threading.Lock()
         self._watch = threading.Condition(self._lock)
         self._queued = 0
+        self._held: dict[str, int] = {}
+        """Jobs submitted and not answered, by tenant (those holding none are left out)."""
+        self._turns = itertools.count()
         self._abandoned = 0
         self._hanging = 0
         self._max_abandoned = max_abandoned
@@ -258,12 +290,17 @@ class SummarizerPool:
             raise InvalidInput(
                 "summarizer", "this summarizer pool has no summarizer of its own: pass summarizer="
             )
+        pushed: _Job | None = None
         with self._lock:
-            if self._closing or self._queued >= self._queue_limit:
+            if self._closing:
                 return False
+            if self._queued >= self._queue_limit:
+                pushed = self._push_out(request.key.tenant_id)
+                if pushed is None:
+                    return False
             serving = [slot for slot in self._slots if slot.worker is not None]
             if not serving:  # every worker's call hangs and no fresh one may start: answered at once
-                full = self._full_error()
+                full, pushed = self._full_error(), None
             else:
                 slot = min(serving, key=lambda slot: len(slot.jobs))
                 job = _Job(request, reply, slot, chosen)
@@ -271,14 +308,37 @@ class SummarizerPool:
                     slot.ref.tell(job)  # type: ignore[union-attr]  # a serving slot has a ref
                 except pykka.ActorDeadError:  # stopped from outside (pykka's stop_all)
                     return False
+                if pushed is not None:
+                    self._settle(pushed)
                 slot.jobs[job] = None
+                slot.waiting.setdefault(job.tenant, {})[job] = None
+                slot.held[job.tenant] = slot.held.get(job.tenant, 0) + 1
                 self._queued += 1
-                return True
-        try:
-            reply(SummaryOutcome(request=request, error=full))
-        except BaseException:
-            _log.exception("delivering a summary to %s failed", request.key)
+                self._held[job.tenant] = self._held.get(job.tenant, 0) + 1
+                full = ""
+        if pushed is not None:
+            _deliver(pushed, SummaryOutcome(request=pushed.request, error=QUEUE_FULL))
+        if full:
+            try:
+                reply(SummaryOutcome(request=request, error=full))
+            except BaseException:
+                _log.exception("delivering a summary to %s failed", request.key)
         return True
+
+    def _push_out(self, tenant: str) -> _Job | None:
+        """The queue is full (lock held): the newest queued (not started) job of the tenant holding
+        the most jobs, when `tenant` holds fewer than that one; None when `tenant`'s job must wait."""
+        heaviest = max(self._held, key=self._held.__getitem__, default=None)
+        if heaviest is None or self._held.get(tenant, 0) + 1 >= self._held[heaviest]:
+            return None
+        newest: _Job | None = None
+        for slot in self._slots:
+            waiting = slot.waiting.get(heaviest)
+            if waiting:
+                job = next(reversed(waiting))
+                if newest is None or job.order > newest.order:
+                    newest = job
+        return newest
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, answer every queued and running one, stop the workers."""
@@ -418,12 +478,11 @@ class SummarizerPool:
             self._staff(slot, f"{slot.name}-{next(slot.generation)}")
         refused: list[_Job] = []
         for envelope in moved:
-            job = envelope.message
-            if not isinstance(job, _Job):  # a stop from outside, say: it stays the old worker's
+            if not isinstance(envelope.message, _Job):  # a stop from outside, say: it stays the old worker's
                 worker.actor_inbox.put(envelope)
-                continue
-            if job.settled:
-                continue
+        # A message runs whichever queued job of the slot is fairest (`_next`), so the fresh worker
+        # gets one message for each job of the slot not started yet, whatever the moved ones named.
+        for job in [job for waiting in slot.waiting.values() for job in waiting]:
             if slot.worker is not None and slot.ref is not None:
                 slot.ref.tell(job)
             else:  # no thread to be had: its turn comes at once, with the error
@@ -481,5 +540,39 @@ class SummarizerPool:
     def _settle(self, job: _Job) -> None:
         """Mark `job` answered (the caller answers it); with the lock held."""
         job.settled = True
-        del job.slot.jobs[job]
+        slot = job.slot
+        del slot.jobs[job]
         self._queued -= 1
+        tenant = job.tenant
+        waiting = slot.waiting.get(tenant)
+        if waiting is not None and waiting.pop(job, False) is None and not waiting:
+            del slot.waiting[tenant]
+        _less(self._held, tenant)
+        if _less(slot.held, tenant):
+            slot.served.pop(tenant, None)  # nothing of it left here: it comes first again when it asks
+
+    def _next(self, slot: _Slot) -> _Job | None:
+        """The job a worker of `slot` runs on its next message: the oldest queued (not started, not
+        answered) job of the tenant the slot took a job of least recently (a tenant it never did
+        first; ties: the tenant waiting in the slot longest). None when the slot has none queued."""
+        with self._lock:
+            if not slot.waiting:
+                return None
+            tenant = min(slot.waiting, key=lambda t: slot.served.get(t, -1))
+            slot.served[tenant] = next(self._turns)
+            waiting = slot.waiting[tenant]
+            job = next(iter(waiting))
+            del waiting[job]
+            if not waiting:
+                del slot.waiting[tenant]
+            return job
+
+
+def _less(held: dict[str, int], tenant: str) -> bool:
+    """Count one job of `tenant` fewer in `held`; whether it holds none now (then it is left out)."""
+    left = held[tenant] - 1
+    if left:
+        held[tenant] = left
+        return False
+    del held[tenant]
+    return True
