@@ -31,7 +31,7 @@ from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
 from convmem.adapters.backends.jetstream import JetStreamEventLog, NatsConnection
 from convmem.adapters.frontends.cli._main import main
 from convmem.errors import SessionLost, StoreNotFound
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.events import ConversationTurn, MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
 SNAPSHOTTED = (
@@ -161,11 +161,12 @@ def assert_views_name_the_loss(capsys: pytest.CaptureFixture[str], nats: list[st
 
 
 def test_a_stream_a_writer_made_again_still_leaves_the_snapshot_sessions_lost(
-    store: Path, capsys: pytest.CaptureFixture[str]
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A service started after the loss makes the stream again, empty, and writes a new session:
     verify and sessions still name the snapshot sessions lost (exit 7), the new one verifies, a
-    writer refuses the lost ones (`SessionLost`), and `convmem repair` writes each snapshot back."""
+    writer refuses the lost ones (`SessionLost`), a retention sweep names them (no policy can apply
+    to them, their snapshots keep their turns), and `convmem repair` writes each snapshot back."""
     server = EmbeddedNatsServer(store).start()
     fresh = MemoryKey("initech", "erin", "new")
     try:
@@ -192,6 +193,18 @@ def test_a_stream_a_writer_made_again_still_leaves_the_snapshot_sessions_lost(
             **{k.composite(): "lost" for k in SNAPSHOTTED},
             fresh.composite(): "healthy",
         }
+        policy = tmp_path / "policy.toml"
+        policy.write_text('[default]\nidle = "30d"\n', encoding="utf-8")
+        code, out, err = cli(capsys, *nats, "retention", "--dry-run", "--policy", str(policy))
+        assert code == 1, out + err
+        for key in SNAPSHOTTED:
+            assert f"convmem: left alone {key}: lost: session {key} is lost from the log" in err
+        assert fresh.composite() not in err
+        with convmem.connect(server.url, config=CONFIG) as memory:
+            swept = memory.sweep_retention(policies=RetentionPolicies.parse({"default": {"idle": "30d"}}))
+            assert sorted(p.key.composite() for p in swept.problems) == sorted(
+                map(MemoryKey.composite, SNAPSHOTTED)
+            )
 
         for key in SNAPSHOTTED:
             code, out, err = cli(capsys, *nats, "repair", key.composite(), "--yes")

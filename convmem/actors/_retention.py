@@ -30,7 +30,12 @@ A dry run reads and plans the same way and writes nothing. What a sweep did
 is a `RetentionReport`, a pure value of `projections` (`_retention`).
 
 A session with a message that does not decode or does not fit is never
-touched: the sweep reports it (``convmem verify`` says more).
+touched: the sweep reports it (``convmem verify`` says more). So is a session
+known only by its snapshot (given `snapshots`): one the log lost
+(`SessionLost`), or whose snapshot cannot be read. No policy can apply to it
+(its events are gone), and its snapshot keeps its turns past every policy
+until an operator restores or erases it; an erased session's leftover is no
+problem (the erasure deletes it).
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ from collections.abc import Callable
 
 import msgspec
 
-from convmem.actors._load import LoadReport, decode_logged
+from convmem.actors._audit import _ReadOnlySnapshots
+from convmem.actors._journal import JournaledLog
+from convmem.actors._load import LoadReport, decode_logged, load_state
 from convmem.actors._ports import Clock, EventLog, SnapshotStore, Timer, snapshot_of
-from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError
+from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError, SessionLost
 from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
 from convmem.projections import (
     Compact,
@@ -94,8 +101,8 @@ def sweep_retention(
     outcome and the sweep goes on.
     """
     report = RetentionReport(dry_run=dry_run, at=now)
-    keys = sorted(log.keys(tenant_id=tenant_id), key=MemoryKey.composite)
-    keys = [k for k in keys if not policies.for_tenant(k.tenant_id).empty]
+    logged = sorted(log.keys(tenant_id=tenant_id), key=MemoryKey.composite)
+    keys = [k for k in logged if not policies.for_tenant(k.tenant_id).empty]
     for n, key in enumerate(keys, start=1):
         if stop is not None and stop.is_set():
             report.stopped = True
@@ -111,7 +118,42 @@ def sweep_retention(
             report.outcomes.append(outcome)
         if progress is not None:
             progress(n, len(keys))
+    if snapshots is not None and not report.stopped:
+        report.problems.extend(_known_by_snapshot_only(log, snapshots, policies, tenant_id, set(logged)))
     return report
+
+
+def _known_by_snapshot_only(
+    log: EventLog,
+    snapshots: SnapshotStore,
+    policies: RetentionPolicies,
+    tenant_id: str | None,
+    logged: set[MemoryKey],
+) -> list[RetentionProblem]:
+    """The sessions (of tenants with a policy) that the log holds no event of while a snapshot of
+    them is kept and tells of a session: lost ones, and those whose snapshot cannot be read. Read
+    only: nothing is deleted (an erased session's leftover is the erasure's to delete)."""
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    reader = _ReadOnlySnapshots(snapshots)
+    problems = []
+    for key in snapshots.keys(tenant_id=tenant_id):
+        if key in logged or policies.for_tenant(key.tenant_id).empty:
+            continue
+        try:
+            load_state(log, reader, key, journal=journal)
+        except SessionLost as exc:
+            problem = (
+                f"lost: {exc}. No policy applies to it, and its snapshot keeps its turns until it is "
+                "restored or erased (convmem erase --key)"
+            )
+        except ConvmemError as exc:
+            problem = (
+                f"known only by its snapshot, which cannot be read: {exc}; left as it is: run convmem verify"
+            )
+        else:
+            continue  # nothing of a session left in it (an erasure's leftover, a shredded key)
+        problems.append(RetentionProblem(key=key, problem=problem))
+    return problems
 
 
 def _sweep_one(

@@ -89,9 +89,15 @@ def cmd_retention(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             now = parse_time(args.as_of) if args.as_of else time.time()
-            with backend(args, read_only=True) as (log, _):
+            with backend(args, read_only=True) as (log, snapshots):
                 report = sweep_retention(
-                    log, policies, now=now, dry_run=True, tenant_id=args.tenant, progress=advance
+                    log,
+                    policies,
+                    now=now,
+                    dry_run=True,
+                    snapshots=snapshots,  # read only: names a session known only by its snapshot
+                    tenant_id=args.tenant,
+                    progress=advance,
                 )
         else:
             with backend(args) as (log, snapshots), MemorySystem(log=log, snapshots=snapshots) as system:
