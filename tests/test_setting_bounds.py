@@ -435,3 +435,51 @@ def test_a_service_clients_timeout_past_a_day_is_refused_before_it_connects(bad:
         convmem.connect_remote("nats://127.0.0.1:1", timeout=bad)
     assert caught.value.field == "timeout"
     assert "must be seconds > 0 and <= 86400 (a day)" in caught.value.problem
+
+
+# -- the CLI's flags and CONVMEM_* variables --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["serve", "--max-live-sessions", "1000001"],
+            "--max-live-sessions: '1000001' must be at most 1000000",
+        ),
+        (["serve", "--max-live-sessions", "0"], "--max-live-sessions: '0' must be 1 or more"),
+        (
+            ["status", "-s", "nats://127.0.0.1:1", "--expect", "10001"],
+            "--expect: '10001' must be at most 10000",
+        ),
+        (["demo", "--planners", "4097"], "--planners: '4097' must be at most 4096"),
+        (
+            ["serve", "--timeout", "86401"],
+            "--timeout: '86401' must be a number of seconds above 0 and at most",
+        ),
+    ],
+)
+def test_a_cli_count_past_its_bound_is_exit_2_naming_the_flag(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused when parsed, before anything opens (``status --expect 10**9`` built a row per silent
+    replica: a billion rows; ``--max-live-sessions`` had no bound at all)."""
+    from convmem.adapters.frontends.cli._main import main  # noqa: PLC0415
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert says in err
+
+
+def test_a_serve_variable_past_its_bound_is_exit_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from convmem.adapters.frontends.cli._main import main  # noqa: PLC0415
+
+    monkeypatch.setenv("CONVMEM_MAX_LIVE_SESSIONS", str(10**12))
+    code = main(["serve"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "CONVMEM_MAX_LIVE_SESSIONS='1000000000000'" in err
+    assert "must be at most 1000000" in err

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from convmem.actors import timeline, verify
+from convmem.actors._bounds import MAX_ACTOR_THREADS
 from convmem.adapters._auth import redact_url
 from convmem.adapters.backends.summarizers import ExtractiveSummarizer, ProcessSummarizer, recommended
 from convmem.adapters.frontends._connect import connect
@@ -38,6 +39,7 @@ from convmem.adapters.frontends.cli._common import (
     EXIT_OK,
     CliError,
     Progress,
+    bounded_int,
     emit_json,
     positive_int,
     session_counts,
@@ -72,7 +74,12 @@ def add_demo_command(commands: Any, common: argparse.ArgumentParser) -> None:
         default=30,
         help="turns per conversation at most, 2 or more (default 30)",
     )
-    p.add_argument("--planners", type=positive_int, default=8, help="concurrent planner threads (default 8)")
+    p.add_argument(
+        "--planners",
+        type=bounded_int(MAX_ACTOR_THREADS),
+        default=8,
+        help="concurrent planner threads (default 8, at most 4096)",
+    )
     p.add_argument("--seed", type=int, default=7, help="which conversations to pick (default 7)")
     p.add_argument("--keep", action="store_true", help="keep the demo's data folder (printed at the end)")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")

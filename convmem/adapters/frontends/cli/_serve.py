@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors._system import MAX_ACTOR_THREADS
+from convmem.actors._bounds import MAX_ACTOR_THREADS, MAX_LIVE_SESSIONS
 from convmem.adapters._auth import redact_url
 from convmem.adapters.backends.jetstream import JetStreamBackend, default_store_dir
 from convmem.adapters.backends.summarizers import recommended
@@ -160,8 +160,11 @@ def port_number(text: str) -> int:
 
 MAX_WORKERS = 256
 """The most worker processes one `convmem serve` runs (``--workers``)."""
+MAX_EXPECTED = 10_000
+"""The most replicas ``status --expect`` waits for (each silent one is a row of the report)."""
 _threads = bounded_int(MAX_ACTOR_THREADS)  # --actor-threads, --summarizer-workers
 _workers = bounded_int(MAX_WORKERS)
+_live_sessions = bounded_int(MAX_LIVE_SESSIONS)
 
 # The serve options read from the environment: (option's dest, variable, its check, default when
 # neither is given). Only `serve` reads them, when it runs: a bad one is no other command's concern.
@@ -171,7 +174,7 @@ _SERVE_ENVIRONMENT: tuple[tuple[str, str, Callable[[str], Any], Any], ...] = (
     ("config", "CONVMEM_CONFIG", Path, None),
     ("total_tokens", "CONVMEM_TOTAL_TOKENS", _whole_number, 4000),
     ("summarizer", "CONVMEM_SUMMARIZER", summarizer_choice, "extractive"),
-    ("max_live_sessions", "CONVMEM_MAX_LIVE_SESSIONS", positive_int, 256),
+    ("max_live_sessions", "CONVMEM_MAX_LIVE_SESSIONS", _live_sessions, 256),
     ("actor_threads", "CONVMEM_ACTOR_THREADS", _threads, 64),
     ("summarizer_workers", "CONVMEM_SUMMARIZER_WORKERS", _threads, 4),
     ("replicas", "CONVMEM_REPLICAS", replica_count, 1),
@@ -197,10 +200,7 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
         help="without --config: the recommended configuration for a context of this many tokens (4000)",
     )
     p.add_argument("--summarizer", type=summarizer_choice, metavar="{extractive,openai}")
-    p.add_argument(
-        "--max-live-sessions",
-        type=positive_int,
-    )
+    p.add_argument("--max-live-sessions", type=_live_sessions)
     p.add_argument("--actor-threads", type=_threads)
     p.add_argument(
         "--summarizer-workers",
@@ -254,7 +254,7 @@ def add_serve_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--api-prefix", help=f"(default: {DEFAULT_API_PREFIX}; env CONVMEM_API_PREFIX)")
     p.add_argument(
         "--expect",
-        type=positive_int,
+        type=bounded_int(MAX_EXPECTED),
         help="how many replicas should answer (fewer: exit 4, the silent shown)",
     )
     p.add_argument(
