@@ -25,6 +25,11 @@ runs may have listed the user's sessions before the restored events
 existed. So the journal is asked again once the log acknowledged them: an
 erasure pending then, or finished since the restore began, has what was
 written erased under that record too. Either way `InvalidInput` says so.
+The log is asked too, as a load asks it: an erasure's fence (or a retention
+compaction) stored past the snapshot's seq says the history it covers went
+on purpose, so the snapshot is deleted, not restored, even when the journal
+lost the erasure's record (an eraser killed before it erased its own
+fence, and the journal's file damaged).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import msgspec
 
 from convmem.actors._journal import ErasureJournal, JournaledLog, erasure_after
-from convmem.actors._load import LoadReport, _stale, _usable, fold_logged
+from convmem.actors._load import LoadReport, _dropped_on_purpose_past, _stale, _usable, fold_logged
 from convmem.actors._ports import EventLog, SnapshotStore
 from convmem.errors import InvalidInput, StoreNotFound
 from convmem.events import AnyEvent, MemoryKey, SessionRestored, SessionStarted
@@ -85,6 +90,14 @@ def restore_lost(
     if _stale(records, snapshot) is None:
         raise InvalidInput(
             "key", f"session {key} is not lost: the log holds its snapshot's seq {snapshot.seq}"
+        )
+    if _dropped_on_purpose_past(records, snapshot.seq):
+        snapshots.delete(key)  # as a load deletes it: the log itself says its history went on purpose
+        raise InvalidInput(
+            "key",
+            f"session {key} is not lost: the log records past its snapshot's seq {snapshot.seq} that "
+            "the history it covers was dropped on purpose (an erasure's fence, or a retention "
+            "compaction): its snapshot is deleted, not restored",
         )
     base = fold_logged(records, on_poison="skip", report=LoadReport())
     tag = f"lost-restore/{snapshot.seq}/{snapshot.state_hash[:24]}"
