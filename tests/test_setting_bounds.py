@@ -44,6 +44,11 @@ from convmem.actors._bounds import (
 )
 from convmem.actors._clock import SystemClock
 from convmem.adapters import InMemoryEventLog, open_backend
+from convmem.adapters.backends.summarizers import (
+    ExtractiveSummarizer,
+    OpenAIChatSummarizer,
+    ProcessSummarizer,
+)
 from convmem.errors import InvalidConfig, InvalidInput
 from convmem.events import (
     MAX_WAIT_SECONDS,
@@ -483,3 +488,59 @@ def test_a_serve_variable_past_its_bound_is_exit_2_naming_the_variable(
     assert code == 2, err
     assert "CONVMEM_MAX_LIVE_SESSIONS='1000000000000'" in err
     assert "must be at most 1000000" in err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("CONVMEM_MAX_LIVE_SESSIONS", str(10**12), "from 1 to 1,000,000"),
+        ("CONVMEM_ACTOR_THREADS", "100000", "from 1 to 4,096"),
+        ("CONVMEM_SUMMARIZER_WORKERS", "0", "from 1 to 4,096"),
+        ("CONVMEM_REPLICAS", "7", "from 1 to 5"),
+    ],
+)
+def test_the_penguiflow_drop_in_names_the_variable_past_its_bound(
+    variable: str, value: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop-in's process-wide system reads the variables `convmem serve` reads, with its bounds."""
+    import convmem.penguiflow  # noqa: PLC0415
+
+    monkeypatch.setenv("CONVMEM_NATS_URL", "memory://")
+    monkeypatch.setenv(variable, value)
+    convmem.penguiflow.configure()
+    try:
+        with pytest.raises(InvalidConfig) as caught:
+            convmem.penguiflow.current_system()
+        assert caught.value.field == variable
+        assert says in caught.value.problem
+    finally:
+        convmem.penguiflow.close()
+
+
+# -- summarizers' own options -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: OpenAIChatSummarizer(base_url="http://127.0.0.1:1", timeout=1e12), "timeout"),
+        (lambda: OpenAIChatSummarizer(base_url="http://127.0.0.1:1", timeout=math.nan), "timeout"),
+        (lambda: OpenAIChatSummarizer(base_url="http://127.0.0.1:1", max_tokens=2**63), "max_tokens"),
+        (lambda: ProcessSummarizer("json:dumps", timeout=1e12, start=False), "timeout"),
+        (lambda: ExtractiveSummarizer(max_tokens=2**63), "max_tokens"),
+        (lambda: ExtractiveSummarizer(cache_size=10**9), "cache_size"),
+    ],
+)
+def test_a_summarizer_option_past_its_bound_is_invalid_config(build: Any, field: str) -> None:
+    """A summarizer's wait is at most a day (1e12 overflowed the HTTP client's socket wait), its
+    budget at most what a configuration holds, its cache at most a pool per live session."""
+    with pytest.raises(InvalidConfig) as caught:
+        build()
+    assert caught.value.field == field
+
+
+def test_summarizer_options_at_their_bounds_are_accepted() -> None:
+    with OpenAIChatSummarizer(base_url="http://127.0.0.1:1", timeout=DAY, max_tokens=2**63 - 1):
+        pass
+    ExtractiveSummarizer(max_tokens=2**63 - 1, cache_size=MAX_LIVE_SESSIONS)
+    ProcessSummarizer("json:dumps", timeout=DAY, start=False).close()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convmem.actors import token_counter_of
+from convmem.actors._bounds import MAX_LIVE_SESSIONS, check_count
 from convmem.adapters.backends.summarizers._dates import day_of, resolve
 from convmem.adapters.backends.summarizers._selection import Pool
 from convmem.adapters.backends.summarizers._summary import (
@@ -61,6 +62,9 @@ from convmem.events._config import shown, speaker_name_taken
 from convmem.projections import TokenEstimator, default_token_estimator
 
 __all__ = ["ExtractiveSummarizer"]
+
+_MAX_TOKENS = 2**63 - 1
+"""The largest budget a summary takes: the largest a configuration's ``summary_max_tokens`` holds."""
 
 MAX_FACT_CHARS = 240
 MIN_GAIN = FULL_WEIGHT
@@ -133,12 +137,17 @@ class ExtractiveSummarizer:
     ) -> None:
         estimator = token_counter_of(estimator, "estimator") or default_token_estimator
         floor = estimator(MINIMAL)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < floor:
+        if (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not floor <= max_tokens <= _MAX_TOKENS
+        ):
             raise InvalidConfig(
-                "max_tokens", f"must be an int of at least {floor} (the smallest summary), got {max_tokens!r}"
+                "max_tokens",
+                f"must be an int from {floor} (the smallest summary) to 2**63 - 1, got {shown(max_tokens)}",
             )
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise InvalidConfig("cache_size", f"must be an int >= 0, got {cache_size!r}")
+        # A pool kept per rolling session, each in memory: at most as many as a system keeps live.
+        check_count("cache_size", cache_size, least=0, most=MAX_LIVE_SESSIONS)
         self.max_tokens = max_tokens
         self.speaker_names = speaker_names_of(speaker_names, InvalidConfig, "speaker_names")
         self._estimator = estimator

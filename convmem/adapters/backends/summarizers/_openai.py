@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import httpx
 
+from convmem.actors._bounds import check_count, check_seconds
 from convmem.adapters._auth import redact_url, scrub, url_secrets
 from convmem.errors import InvalidConfig, SummarizerError
 from convmem.events import date_text
@@ -116,10 +117,8 @@ class OpenAIChatSummarizer:
             raise InvalidConfig("base_url", f"{base!r} is not a URL: {exc}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise InvalidConfig("base_url", f"{base!r} must be an http:// or https:// URL with a host")
-        if not timeout > 0:
-            raise InvalidConfig("timeout", f"must be > 0 seconds, got {timeout!r}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidConfig("max_tokens", f"must be a positive int, got {max_tokens!r}")
+        timeout = check_seconds("timeout", timeout)  # at most a day: 1e12 overflowed the socket's wait
+        check_count("max_tokens", max_tokens, most=2**63 - 1)
         if not key and not _is_loopback(url):
             raise SummarizerError(
                 f"no API key for the summarizer at {url}: set CONVMEM_SUMMARIZER_API_KEY "

@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from convmem.actors._bounds import check_seconds
 from convmem.errors import InvalidConfig, SummarizerError
 
 __all__ = ["ProcessSummarizer"]
@@ -57,8 +58,7 @@ class ProcessSummarizer:
         """Build `target(**kwargs)` in a child; with `start` False the child starts on the first call."""
         if not isinstance(target, str) or target.count(":") != 1:
             raise InvalidConfig("target", f"must be 'module:attribute', got {target!r}")
-        if not timeout > 0:
-            raise InvalidConfig("timeout", f"must be > 0 seconds, got {timeout!r}")
+        timeout = check_seconds("timeout", timeout)  # at most a day, as every wait
         try:
             self._spec = msgspec.msgpack.encode({"target": target, "kwargs": kwargs})
         except (TypeError, msgspec.EncodeError) as exc:

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from convmem.actors import MemorySystem
+from convmem.actors._bounds import MAX_ACTOR_THREADS, MAX_LIVE_SESSIONS, check_count
 from convmem.adapters.frontends._connect import open_backend
 from convmem.errors import InvalidConfig
 
@@ -36,7 +37,13 @@ ENVIRONMENT = {
 }
 """Environment names read when `configure()` did not set the setting, and the setting each gives."""
 
-_INTEGERS = {"replicas", "max_live_sessions", "actor_threads", "summarizer_workers"}
+_INTEGERS = {
+    "replicas": 5,
+    "max_live_sessions": MAX_LIVE_SESSIONS,
+    "actor_threads": MAX_ACTOR_THREADS,
+    "summarizer_workers": MAX_ACTOR_THREADS,
+}
+"""The whole-number settings and the most each takes (as `convmem serve` and `connect()` bound them)."""
 _BACKEND = ("url", "data_dir", "stream", "prefix", "bucket", "replicas", "sync_interval", "timeout")
 
 
@@ -87,9 +94,10 @@ def _from_environment() -> dict[str, Any]:
             continue
         if setting in _INTEGERS:
             try:
-                found[setting] = int(value)
+                number = int(value)
             except ValueError:
-                raise InvalidConfig(name, f"must be an integer, got {value!r}") from None
+                raise InvalidConfig(name, f"must be an integer, got {value[:40]!r}") from None
+            found[setting] = check_count(name, number, most=_INTEGERS[setting])
         else:
             found[setting] = value
     return found
