@@ -11,11 +11,15 @@ real nats-server.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from runtime_helpers import PlannedSummarizer, summarizing_config, wait_until
 from store_scan import markers, scan
 
 import convmem
@@ -27,8 +31,10 @@ from convmem.adapters import (
     InMemorySnapshotStore,
     JetStreamBackend,
 )
+from convmem.adapters.backends.jetstream import _write
 from convmem.adapters.frontends.cli import main
-from convmem.errors import InvalidInput, StoreNotFound
+from convmem.adapters.frontends.service import RemoteMemory
+from convmem.errors import ConvmemError, InvalidInput, StoreNotFound
 from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 
 WORKER = Path(__file__).with_name("erase_worker.py")
@@ -234,3 +240,187 @@ def test_a_stale_snapshot_is_erased_data_by_any_receipt_not_only_the_first() -> 
         with pytest.raises(StoreNotFound):
             memory.restore_lost(KEY)
     assert snapshots.load(KEY) is None
+
+
+def test_a_summary_of_erased_turns_finished_after_the_erasure_is_not_stored(tmp_path: Path) -> None:
+    """A system summarizes the user's turns (its summarizer hangs) while another one erases the user;
+    the summary, made of the erased turns, comes back after the erasure returned: it is neither
+    appended nor snapshotted, and no byte of it is left once the summarizing system closes."""
+    store = tmp_path / "nats"
+    summarizer = PlannedSummarizer(default="hang")
+    with EmbeddedNatsServer(store) as server:
+        with convmem.connect(server.url, config=CONFIG) as kept:
+            write(kept, KEPT, KEPT_TEXT)
+        summarizing = convmem.connect(
+            server.url, config=summarizing_config(full_zone_turns=1), summarizer=summarizer, snapshot_every=1
+        )
+        try:
+            write(summarizing, KEY, SECRET)
+            summarizer.wait_calls(1)
+            with convmem.connect(server.url, config=CONFIG) as eraser:
+                eraser.erase_user(TENANT, USER, by="ops")
+            summarizer.release()
+        finally:
+            summarizing.close()
+        assert summarizer.hanging == 0
+        check_erased_on_disk(server, store)
+
+
+# -- writes going on through `convmem serve --workers 2` and an in-process system ------------------
+
+
+class Writer(threading.Thread):
+    """Writes turns to its own session of the user without pause, each marked with its phase: ``PRE``
+    for a write acknowledged before the erasure began, ``POST`` for one begun after it returned."""
+
+    def __init__(self, name: str, add_turn: Callable[[str], object], phases: Phases) -> None:
+        super().__init__(name=name, daemon=True)
+        self.add_turn, self.phases = add_turn, phases
+        self.pre: list[str] = []
+        self.post: list[str] = []
+        self.refused = 0
+
+    def run(self) -> None:
+        n = 0
+        while len(self.post) < 5:
+            phase = self.phases.phase()
+            n += 1
+            text = f"<{phase}-{self.name}-{n}-QW7RT>"
+            try:
+                self.add_turn(text)
+            except ConvmemError:
+                self.refused += 1  # a stale copy met the erasure's fence: refused, nothing stored
+                continue
+            if phase == "POST":
+                self.post.append(text)
+            elif self.phases.phase() == "PRE":  # acknowledged before the erasure began
+                self.pre.append(text)
+            self.phases.wrote()
+
+
+class Phases:
+    """Where the erasure is (before, during, after), and how many writes each writer made."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._phase = "PRE"
+        self._writes = 0
+
+    def phase(self) -> str:
+        with self._cond:
+            return self._phase
+
+    def set(self, phase: str) -> None:
+        with self._cond:
+            self._phase = phase
+
+    def wrote(self) -> None:
+        with self._cond:
+            self._writes += 1
+            self._cond.notify_all()
+
+    def wait_writes(self, n: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self._writes >= n, 60.0), "the writers stalled"
+
+
+@pytest.mark.slow  # `serve` with its worker processes (`.ci/run` runs it)
+def test_an_erasure_while_writes_go_on_through_serve_and_a_system_leaves_none_of_the_earlier_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three writers (two through `convmem serve --workers 2`, one through an in-process system) write
+    the user's sessions while `convmem erase` erases the user: no turn acknowledged before the erasure
+    began is left in any store file, every turn written after it returned is, and so is another user's."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        url = server.url
+        seed(url)
+        ready, err_path = tmp_path / "ready", tmp_path / "serve.err"
+        with open(err_path, "wb") as err:
+            serve = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "convmem",
+                    "--nats",
+                    url,
+                    "serve",
+                    "--workers",
+                    "2",
+                    "--ready-file",
+                    str(ready),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        phases = Phases()
+        try:
+            wait_until(ready.exists, timeout=60.0, message="serve is ready")
+            with RemoteMemory(url) as remote, convmem.connect(url, config=CONFIG) as local:
+
+                def remote_writer(name: str) -> Writer:
+                    session = remote.session(MemoryKey(TENANT, USER, f"chat-{name}"))
+                    return Writer(
+                        name,
+                        lambda t: session.add_turn(ConversationTurn(user_message=t, assistant_response="ok")),
+                        phases,
+                    )
+
+                local_session = local.session(MemoryKey(TENANT, USER, "chat-local"))
+                writers = [
+                    remote_writer("w0"),
+                    remote_writer("w1"),
+                    Writer(
+                        "local",
+                        lambda t: local_session.add_turn(
+                            ConversationTurn(user_message=t, assistant_response="ok")
+                        ),
+                        phases,
+                    ),
+                ]
+                for writer in writers:
+                    writer.start()
+                phases.wait_writes(30)
+                phases.set("DURING")
+                assert main(["-s", url, "erase", "--tenant", TENANT, "--user", USER, "--yes", "--json"]) == 0
+                capsys.readouterr()
+                phases.set("POST")
+                for writer in writers:
+                    writer.join(120.0)
+                    assert not writer.is_alive()
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            code = serve.wait(60.0)
+        assert code == 0, err_path.read_text(encoding="utf-8")
+        server.stop()
+        pre = [w for writer in writers for w in writer.pre]
+        post = [w for writer in writers for w in writer.post]
+        assert len(pre) >= 3
+        assert len(post) == 15
+        assert scan(store, [SECRET.encode(), *(t.encode() for t in pre)]) == {}
+        assert set(scan(store, [t.encode() for t in post])) == {t.encode() for t in post}
+        assert set(scan(store, [KEPT_TEXT.encode()])) == {KEPT_TEXT.encode()}
+
+
+def test_a_fence_published_unconditionally_erases_and_stale_writers_conflict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The path an erasure takes when writers keep winning its conditional fence (`_FENCE_ATTEMPTS` of
+    them, here none): the fence lands far above the last seq, unconditionally; the erasure finishes, a
+    system that held the session live writes a new session above it, verify passes, no byte is left."""
+    monkeypatch.setattr(_write, "_FENCE_ATTEMPTS", 0)
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        with convmem.connect(server.url, config=CONFIG) as stale:
+            assert SECRET in str(stale.session(KEY).get_llm_context())  # live here
+            with convmem.connect(server.url, config=CONFIG) as eraser:
+                assert eraser.erase_user(TENANT, USER, by="ops").sessions == 1
+            write(stale, KEY, "after the erasure QW7RT-AFTER", turns=2)
+            context = str(stale.session(KEY).get_llm_context())
+            assert "QW7RT-AFTER" in context
+            assert SECRET not in context
+        assert main(["-s", server.url, "verify", "--all"]) == 0, capsys.readouterr()
+        server.stop()
+        assert scan(store, [SECRET.encode()]) == {}  # the ids stay: the user's new session holds them
+        assert set(scan(store, [b"QW7RT-AFTER", KEPT_TEXT.encode()])) == {b"QW7RT-AFTER", KEPT_TEXT.encode()}

@@ -89,6 +89,11 @@ __all__ = ["PendingAppend", "SessionWriter"]
 
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
 _ATTEMPTS = 5
+_FENCE_ATTEMPTS = _ATTEMPTS  # conditional fences an erasure tries before it fences unconditionally
+_FENCE_LEAD = 1 << 20
+"""How far above the session's last seq an erasure fence lands when it is published unconditionally
+(writers kept winning the conditional one): far past any seq a writer can reach meanwhile, since
+each of its appends stays conditional on the one before."""
 _ERASE_WINDOW = 64  # message deletions in flight at once
 _GONE = (10057, 10043)  # "no message found", "sequence not found": erased already (a racing eraser)
 _log = logging.getLogger("convmem.jetstream")
@@ -260,7 +265,14 @@ class SessionWriter:
         raise ConcurrencyConflict(key=key.composite(), expected_seq=expected, actual_seq=last.seq)
 
     async def _publish(
-        self, key: MemoryKey, subject: str, events: tuple[Event, ...], payloads: tuple[bytes, ...], last: Last
+        self,
+        key: MemoryKey,
+        subject: str,
+        events: tuple[Event, ...],
+        payloads: tuple[bytes, ...],
+        last: Last,
+        *,
+        conditional: bool = True,
     ) -> int:
         nc = self._conn.nc
         batch = uuid.uuid4().hex if len(events) > 1 else None
@@ -271,7 +283,7 @@ class SessionWriter:
                 SEQ_HEADER: str(event.seq),
                 SUM_HEADER: seal(event.seq, event.event_id, payload),
             }
-            if index == 1:
+            if index == 1 and conditional:
                 headers[EXPECTED] = str(last.stream_seq)
             if batch is not None:
                 headers["Nats-Batch-Id"] = batch
@@ -403,17 +415,30 @@ class SessionWriter:
            up to its fence.
         3. The fence itself is erased. A session begun again on top of it
            meanwhile keeps its events: its `SessionStarted` opens its history.
+
+        A writer that keeps appending (a planner mid-conversation) can win
+        every conditional fence; after `_FENCE_ATTEMPTS` the fence is published
+        unconditionally, `_FENCE_LEAD` seqs above the last one seen (a fence
+        may open a history at any higher seq), so the erasure never waits on
+        writers; their next conditional append conflicts on it as on any fence.
         """
         async with self._session(subject):
             last = await self.load_last(subject)
             if last.stream_seq == 0:
                 return None
-            for _ in range(_ATTEMPTS):
+            for attempt in range(_FENCE_ATTEMPTS + 1):
+                conditional = attempt < _FENCE_ATTEMPTS
+                lead = 1 if conditional else _FENCE_LEAD
                 fence = SessionErased(
-                    seq=last.seq + 1, event_id=f"erased/{uuid.uuid4().hex}", at=at, reason="erased on request"
+                    seq=last.seq + lead,
+                    event_id=f"erased/{uuid.uuid4().hex}",
+                    at=at,
+                    reason="erased on request",
                 )
                 try:
-                    await self._publish(key, subject, (fence,), (encode_event(fence),), last)
+                    await self._publish(
+                        key, subject, (fence,), (encode_event(fence),), last, conditional=conditional
+                    )
                     break
                 except Refused:
                     last = await self.load_last(subject)
@@ -421,6 +446,8 @@ class SessionWriter:
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
             fence_at = self._last[subject].stream_seq
             below = [m for m in await fetch_subject(self._conn, self._stream, subject) if m.seq < fence_at]
+            if any((session_seq(m.headers) or 0) >= fence.seq for m in below):  # a writer outran the lead
+                raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
             await self.erase_messages([m.seq for m in below])
             await self.erase_messages([fence_at])
             self._last.pop(subject, None)
