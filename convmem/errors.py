@@ -317,10 +317,12 @@ class QuotaExceeded(TenantLimitReached):
     operator) makes room.
     """
 
-    def __init__(self, *, tenant_id: str, allowed: int, usage: int) -> None:
+    def __init__(self, *, tenant_id: str, allowed: int, usage: int, adding: int = 0) -> None:
+        """`adding`: what the refused write would have stored (a fork's copy), when it is known."""
+        adds = f" and the fork asked for would store {adding:,} more" if adding else ""
         super().__init__(
-            f"tenant {tenant_id!r} stores {usage:,} bytes of events, its max_bytes quota is {allowed:,}; "
-            "nothing was stored: erase sessions or ask the operator for a larger quota",
+            f"tenant {tenant_id!r} stores {usage:,} bytes of events{adds}, its max_bytes quota is "
+            f"{allowed:,}; nothing was stored: erase sessions or ask the operator for a larger quota",
             tenant_id=tenant_id,
             limit="max_bytes",
             allowed=allowed,

@@ -33,6 +33,8 @@ from convmem.actors import MemorySystem, SummarizerPool
 from convmem.actors._idle import IdleCache, idle_bytes, measure
 from convmem.actors._session import StateCell
 from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
+from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
+from convmem.errors import QuotaExceeded
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import SessionState
 
@@ -284,3 +286,49 @@ def test_the_pools_worker_takes_turns_between_tenants_and_runs_every_job_once() 
         assert pool.queued == 0
     finally:
         pool.close()
+
+
+FORKS = 8
+"""Forks acme asks for at once: the default `max_running`, so all run together."""
+
+
+def test_forks_asked_at_once_never_take_a_tenant_past_its_byte_quota(tenants_server: int) -> None:  # noqa: F811
+    """A fork stores a copy of a whole session from a request of a few bytes. acme holds a session
+    of about a third of its quota and asks for eight forks of it at once: at most as many as fit
+    below the quota are made (each counted with the bytes it will store, one fork at a time), the
+    rest are refused with QuotaExceeded, so acme's stored bytes stay below its quota."""
+    quota = 60_000
+    quotas = Quotas(tenants={"acme": TenantLimits(max_bytes=quota)})
+    store = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
+    memory = convmem.connect(store, config=CONFIG)
+    source = MemoryKey("acme", "mallory", "big")
+    try:
+        with (
+            MemoryService(memory, _user(tenants_server, "convmem-api"), quotas=quotas),
+            RemoteMemory(_user(tenants_server, "acme"), timeout=WAIT) as attacker,
+        ):
+            session = attacker.session(source)
+            while memory.log.stored_bytes("acme")[0] < quota // 3:  # type: ignore[attr-defined]
+                session.add_turn(_turn("x" * 1000))
+            done: list[object] = []
+
+            def fork(n: int) -> None:
+                try:
+                    done.append(attacker.session(source).fork(f"copy-{n}"))
+                except QuotaExceeded as exc:
+                    done.append(exc)
+
+            threads = [threading.Thread(target=fork, args=(n,)) for n in range(FORKS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(WAIT * 4)
+            made = [d for d in done if isinstance(d, dict)]
+            refused = [d for d in done if isinstance(d, QuotaExceeded)]
+            assert len(made) + len(refused) == FORKS
+            stored = memory.log.stored_bytes("acme")[0]  # type: ignore[attr-defined]
+            assert stored < quota, f"{len(made)} forks took acme to {stored:,} bytes, over its {quota:,}"
+            assert len(made) == 1  # a third, plus one copy; a second copy would pass the quota
+            assert all(r.limit == "max_bytes" and "the fork asked for would store" in str(r) for r in refused)
+    finally:
+        memory.close()

@@ -59,6 +59,10 @@ _VIEWS: dict[str, Callable[[SessionState], list[Any]]] = {
 """The ``views`` operation's views (`VIEWS`): the Agents items and every conversation memory's."""
 _PROBE = MemoryKey("_convmem", "_health", "_probe")
 """A key nobody writes: reading its last sequence proves the log answers."""
+_MESSAGE_OVERHEAD = 34 + 256
+"""What the stream counts for a stored event beyond its subject and payload, at most: JetStream's 34
+bytes a message (see `_usage`) and the headers convmem writes with it (its id, seq, checksum and
+batch headers take about 200)."""
 
 
 def _limit(limit: int | None) -> int | None:
@@ -162,8 +166,12 @@ class ApiOperations:
         fresh_reads: bool,
         running: Callable[[], bool],
         replies: Callable[[], dict[str, Any]] | None = None,
+        admit_fork: Callable[[str, Callable[[], int]], None] | None = None,
     ) -> None:
         self.system = system
+        self.admit_fork = admit_fork
+        """Told (tenant id, how to count the bytes its copy will store) before a fork stores it; raises
+        `QuotaExceeded` to refuse it."""
         self.api_prefix = api_prefix
         self.instance = instance
         self.max_timeout = max_timeout
@@ -314,8 +322,21 @@ class ApiOperations:
         at: int | datetime | None = request.at_position
         if request.at_time is not None:
             at = datetime.fromtimestamp(request.at_time, tz=UTC)
+        if self.admit_fork is not None:
+            self.admit_fork(key.tenant_id, lambda: self._fork_bytes(key, to, request.at_position))
         forked = self.system.fork(key, to=to, at=at)
         return {"events": forked.events, "forked_at": forked.forked_at}
+
+    def _fork_bytes(self, key: MemoryKey, to: MemoryKey, at_position: int | None) -> int:
+        """What a fork of `key` into `to` stores, as the stream counts it, at most: each event's bytes,
+        subject, headers and the stream's overhead (the whole source when the fork is at a time)."""
+        subject = getattr(self.system.log, "subject", None)  # a JetStream log's; others count the key's
+        per_message = _MESSAGE_OVERHEAD + len(subject(to) if subject else ".".join(to.tokens()))
+        return sum(
+            len(record.data) + per_message
+            for record in self.system.log.read(key)
+            if at_position is None or record.position <= at_position
+        )
 
     def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         erased = self.system.erase_user(tenant_id, user_id)

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
@@ -80,8 +80,10 @@ from convmem.errors import (
     ConvmemError,
     InvalidConfig,
     LogUnavailable,
+    QuotaExceeded,
     SessionClosed,
 )
+from convmem.events import encode_token
 
 __all__ = ["WRITES", "MemoryService"]
 
@@ -178,6 +180,7 @@ class MemoryService:
             fresh_reads=fresh_reads,
             running=lambda: self.running,
             replies=self._guard.snapshot,
+            admit_fork=self._admit_fork,
         )
         self._lock = threading.Lock()
         self._state = "new"
@@ -194,6 +197,8 @@ class MemoryService:
             raise InvalidConfig("quotas", f"must be a Quotas, got {type(self.quotas).__name__}")
         self._shares = FairShares(self.quotas, max_concurrency)
         self._usage = usage_of(system.log, self._off_loop, recount_every=self.quotas.recount_every)
+        # Per tenant token: the lock its forks take turns at, and how many hold or wait for it.
+        self._forking: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._lane = TurnLane(  # a live session's add_turn, answered from callbacks
             api_prefix=self.api_prefix,
             quotas=self.quotas,
@@ -499,7 +504,46 @@ class MemoryService:
                 return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
         return tenant_id, op
 
+    def _admit_fork(self, tenant_id: str, size: Callable[[], int]) -> None:
+        """On a worker thread, before a fork stores its copy (of `size()` bytes, counted only for a
+        tenant with a quota): `QuotaExceeded` when the tenant's bytes and the copy would pass its
+        quota. Forks of a tenant run one at a time (`_one_fork_at_a_time`), so the tally it reads
+        holds every earlier fork's copy."""
+        allowed = self.quotas.of_token(encode_token(tenant_id)).max_bytes
+        if allowed is None:
+            return
+        adding = size()
+        usage = self._usage.usage(tenant_id) or 0
+        if usage + adding > allowed:
+            raise QuotaExceeded(tenant_id=tenant_id, allowed=allowed, usage=usage, adding=adding)
+
+    @contextlib.asynccontextmanager
+    async def _one_fork_at_a_time(self, subject: str) -> AsyncIterator[None]:
+        """A fork stores a copy of a session from a request of a few bytes: a tenant's forks under a
+        byte quota run one at a time, each admitted on the bytes of those before it."""
+        try:
+            tenant_id, op = parse_subject(self.api_prefix, subject)
+        except ConvmemError:
+            tenant_id = op = None
+        token = tenant_token(self.api_prefix, subject)
+        if op != "fork" or tenant_id is None or self.quotas.of_token(token).max_bytes is None:
+            yield
+            return
+        lock, users = self._forking.setdefault(token, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._forking[token]
+
     async def _serve(self, msg: Request) -> None:
+        async with self._one_fork_at_a_time(msg.subject):
+            await self._serve_now(msg)
+
+    async def _serve_now(self, msg: Request) -> None:
         assert self._nc is not None
         op, error, refused = "unknown", None, False
         try:
