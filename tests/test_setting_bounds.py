@@ -43,7 +43,9 @@ from convmem.actors._bounds import (
     MAX_SNAPSHOT_EVERY,
 )
 from convmem.actors._clock import SystemClock
-from convmem.adapters import InMemoryEventLog, open_backend
+from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamBackend, open_backend
+from convmem.adapters.backends.jetstream._connection import NatsConnection
+from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.summarizers import (
     ExtractiveSummarizer,
     OpenAIChatSummarizer,
@@ -544,3 +546,47 @@ def test_summarizer_options_at_their_bounds_are_accepted() -> None:
         pass
     ExtractiveSummarizer(max_tokens=2**63 - 1, cache_size=MAX_LIVE_SESSIONS)
     ProcessSummarizer("json:dumps", timeout=DAY, start=False).close()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"replicas": 6}, "replicas"),
+        ({"replicas": True}, "replicas"),
+        ({"timeout": 1e12}, "timeout"),
+        ({"timeout": math.nan}, "timeout"),
+        ({"duplicate_window": 1e12}, "duplicate_window"),
+    ],
+)
+def test_the_jetstream_backend_refuses_a_number_out_of_range_before_it_connects(
+    options: dict[str, Any], field: str
+) -> None:
+    """The backends used directly (not through connect()) hold the same bounds: nothing listens at the
+    URL, so an InvalidConfig (not LogUnavailable) shows the refusal came first."""
+    with pytest.raises(InvalidConfig) as caught:
+        JetStreamBackend.connect("nats://127.0.0.1:1", **options)
+    assert caught.value.field == field
+    with pytest.raises(InvalidConfig, match=f"^{field}: "):
+        JetStreamEventLog.connect("nats://127.0.0.1:1", **options)
+
+
+def test_the_embedded_backend_refuses_a_port_out_of_range_before_it_starts(tmp_path: Any) -> None:
+    folder = tmp_path / "never-made"
+    for port in (0, 65536, True):
+        with pytest.raises(InvalidConfig, match=r"^port: must be a whole number from 1 to 65,535"):
+            JetStreamBackend.embedded(folder, port=port)  # type: ignore[arg-type]
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"), [({"read_batch": 10**9}, "read_batch"), ({"replicas": 6}, "replicas")]
+)
+def test_a_jetstream_log_on_a_connection_refuses_its_own_numbers_out_of_range(
+    nats_server: EmbeddedNatsServer, options: dict[str, Any], field: str
+) -> None:
+    connection = NatsConnection.connect(nats_server.url, timeout=WAIT)
+    try:
+        with pytest.raises(InvalidConfig, match=f"^{field}: must be a whole number from 1 to "):
+            JetStreamEventLog(connection, **options)
+    finally:
+        connection.release()

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_CACHE_BYTES",
     "MAX_LIVE_SESSIONS",
     "MAX_QUEUED",
+    "MAX_REPLICAS",
     "MAX_SNAPSHOT_EVERY",
     "MAX_TIMEOUT_SECONDS",
     "check_count",
@@ -46,6 +47,8 @@ MAX_LIVE_SESSIONS = 1_000_000
 """The most session actors a system keeps live (each holds its state in memory)."""
 MAX_QUEUED = 1_000_000
 """The most summary jobs a system queues (each holds its request in memory)."""
+MAX_REPLICAS = 5
+"""The most replicas of a stream or bucket (JetStream keeps at most 5)."""
 MAX_SNAPSHOT_EVERY = 1_000_000
 """The most events between two snapshots: a reactivation replays up to that many."""
 MAX_CACHE_BYTES = 1 << 60

@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Unpack, cast
 
 from convmem.actors import MemorySystem, SystemSettings
-from convmem.actors._bounds import check_count, check_timeout
+from convmem.actors._bounds import MAX_REPLICAS, check_count, check_timeout
 from convmem.adapters._auth import NATS_URL_ENV
 from convmem.adapters.backends import (
     MEMORY_URL,
@@ -73,10 +73,6 @@ async def open_backend_here(url: str | None = None, **options: Unpack[BackendOpt
     url = _url(url)
     _check_numbers(options)
     return await backend_opener(url).open_here(url, options)
-
-
-MAX_REPLICAS = 5
-"""JetStream keeps at most 5 replicas of a stream."""
 
 
 def _check_numbers(options: BackendOptions) -> None:

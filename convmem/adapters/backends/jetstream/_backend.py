@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypedDict, Unpack
 
+from convmem.actors._bounds import MAX_REPLICAS, check_count, check_seconds
 from convmem.adapters._auth import NatsAuth
 from convmem.adapters.backends.jetstream._connection import (
     ConnectionOptions,
@@ -116,7 +117,7 @@ class JetStreamBackend:
         `replicas` 3 on a cluster survives the loss of a server; on a single
         server durability rests on its ``sync_interval`` (see `EmbeddedNatsServer`).
         """
-        return cls._on(NatsConnection.connect(url, **_connection(options)), url, options)
+        return cls._on(NatsConnection.connect(url, **_connection(_checked(options))), url, options)
 
     @classmethod
     async def connect_here(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
@@ -128,7 +129,7 @@ class JetStreamBackend:
         must come from other threads (a `SessionHandle`, `close`): close
         with `await backend.aclose()`, and the system with `await system.aclose()`.
         """
-        connection = await NatsConnection.connect_here(url, **_connection(options))
+        connection = await NatsConnection.connect_here(url, **_connection(_checked(options)))
         # The stream and bucket checks wait on this loop: they run on a worker thread meanwhile.
         return await asyncio.to_thread(cls._on, connection, url, options)
 
@@ -214,6 +215,7 @@ class JetStreamBackend:
 
         `port`: the port it listens on (default: a free one).
         """
+        _check_port(port)
         server = EmbeddedNatsServer(
             store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
         ).start()
@@ -231,6 +233,7 @@ class JetStreamBackend:
         **options: Unpack[EmbeddedOptions],
     ) -> JetStreamBackend:
         """`embedded`, connected on the event loop running here (see `connect_here`)."""
+        _check_port(port)
         server = EmbeddedNatsServer(
             store_dir, sync_interval=sync_interval, port=port, read_only=options.get("read_only", False)
         )
@@ -352,6 +355,22 @@ def open_key_store(
     ):
         return None
     return NatsKeyStore(connection, bucket=bucket, replicas=replicas)
+
+
+def _checked(options: JetStreamOptions) -> JetStreamOptions:
+    """`options` when their numbers are in range; `InvalidConfig` naming one that is not, before anything
+    connects (the connection checks its timeout): the duplicate window at most a day, 1 to 5 replicas
+    (the key store's bucket was made with them before the stream refused)."""
+    if "replicas" in options:
+        check_count("replicas", options["replicas"], most=MAX_REPLICAS)
+    if "duplicate_window" in options:
+        check_seconds("duplicate_window", options["duplicate_window"])
+    return options
+
+
+def _check_port(port: object) -> None:
+    if port is not None:
+        check_count("port", port, most=65535)
 
 
 def _connection(options: JetStreamOptions) -> ConnectionOptions:

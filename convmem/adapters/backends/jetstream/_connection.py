@@ -23,6 +23,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from convmem.actors import Settle
+from convmem.actors._bounds import check_timeout
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread, Start
 from convmem.adapters.backends.jetstream._client import NatsClient, close_quietly, parse_headers
@@ -158,6 +159,7 @@ class NatsConnection:
         it closes: this is `connect_here` run on that thread.
         """
         timeout = options.get("timeout", 5.0)
+        check_timeout(timeout)  # at most a day, before anything connects: longer overflowed a wait
         loop = EventLoopThread(name=f"{options.get('name', 'convmem')}-nats-loop")
         try:
             return loop.call(
@@ -175,6 +177,7 @@ class NatsConnection:
         must then come from other threads; on this one they raise.
         """
         timeout = options.get("timeout", 5.0)
+        check_timeout(timeout)
         return await asyncio.wait_for(cls._made_on(EventLoopThread.here(), url, options), 2 * timeout + 2.0)
 
     @classmethod

@@ -30,6 +30,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from convmem.actors import ErasureNotice, LoggedEvent, Settle, Unwatch
+from convmem.actors._bounds import MAX_QUEUED, MAX_REPLICAS, check_count, check_seconds
 from convmem.adapters._loop_thread import wait
 from convmem.adapters.backends._checksum import SUM_HEADER
 from convmem.adapters.backends.jetstream._appends import HEADER_ROOM, too_large
@@ -59,7 +60,6 @@ from convmem.adapters.backends.jetstream._write import PendingAppend, SessionWri
 from convmem.adapters.backends.keys import Keyring
 from convmem.errors import (
     ConvmemError,
-    InvalidConfig,
     InvalidInput,
     LogUnavailable,
     PermissionDenied,
@@ -129,12 +129,9 @@ class JetStreamEventLog:
         is damage (`history_lost`, as `JetStreamBackend` does).
         """
         check_names(stream=stream, prefix=prefix)
-        if replicas < 1:
-            raise InvalidConfig("replicas", f"is {replicas}, must be 1 or more")
-        if duplicate_window <= 0:
-            raise InvalidConfig("duplicate_window", f"is {duplicate_window}, must be positive seconds")
-        if read_batch < 1:
-            raise InvalidConfig("read_batch", f"is {read_batch}, must be 1 or more")
+        check_count("replicas", replicas, most=MAX_REPLICAS)
+        check_seconds("duplicate_window", duplicate_window)  # at most a day (the server's ns must fit)
+        check_count("read_batch", read_batch, most=MAX_QUEUED)  # messages one read holds in memory
         connection.lease()
         self._conn = connection
         self._stream = stream
@@ -195,6 +192,8 @@ class JetStreamEventLog:
 
         `LogUnavailable` when nothing answers there (or without JetStream).
         """
+        check_count("replicas", replicas, most=MAX_REPLICAS)  # its numbers before anything connects
+        check_seconds("duplicate_window", duplicate_window)
         connection = NatsConnection.connect(url, timeout=timeout, max_control_line=max_control_line)
         try:
             return cls(

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from convmem.actors import MemorySystem
-from convmem.actors._bounds import MAX_ACTOR_THREADS, MAX_LIVE_SESSIONS, check_count
+from convmem.actors._bounds import MAX_ACTOR_THREADS, MAX_LIVE_SESSIONS, MAX_REPLICAS, check_count
 from convmem.adapters.frontends._connect import open_backend
 from convmem.errors import InvalidConfig
 
@@ -38,7 +38,7 @@ ENVIRONMENT = {
 """Environment names read when `configure()` did not set the setting, and the setting each gives."""
 
 _INTEGERS = {
-    "replicas": 5,
+    "replicas": MAX_REPLICAS,
     "max_live_sessions": MAX_LIVE_SESSIONS,
     "actor_threads": MAX_ACTOR_THREADS,
     "summarizer_workers": MAX_ACTOR_THREADS,
