@@ -360,7 +360,7 @@ def open_key_store(
 def _checked(options: JetStreamOptions) -> JetStreamOptions:
     """`options` when their numbers are in range; `InvalidConfig` naming one that is not, before anything
     connects (the connection checks its timeout): the duplicate window at most a day, 1 to 5 replicas
-    (the key store's bucket was made with them before the stream refused)."""
+    (JetStream's most; a single server took 10**6 without a word)."""
     if "replicas" in options:
         check_count("replicas", options["replicas"], most=MAX_REPLICAS)
     if "duplicate_window" in options:
