@@ -11,6 +11,7 @@ real nats-server.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ from pathlib import Path
 import pytest
 from runtime_helpers import PlannedSummarizer, summarizing_config, wait_until
 from store_scan import markers, scan
+from test_serve import Serve, wait_for, workers
 
 import convmem
-from convmem.actors import ErasureRequest, MemorySystem, find_erasure
+from convmem.actors import ErasureRequest, MemorySystem, Snapshot, find_erasure
 from convmem.adapters import (
     EmbeddedNatsServer,
     InMemoryErasureJournal,
@@ -35,7 +37,14 @@ from convmem.adapters.backends.jetstream import _write
 from convmem.adapters.frontends.cli import main
 from convmem.adapters.frontends.service import RemoteMemory
 from convmem.errors import ConvmemError, InvalidInput, StoreNotFound
-from convmem.events import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from convmem.events import (
+    ConversationTurn,
+    MemoryBudget,
+    MemoryKey,
+    RetentionPolicies,
+    RetentionPolicy,
+    ShortTermMemoryConfig,
+)
 
 WORKER = Path(__file__).with_name("erase_worker.py")
 CONFIG = ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=3))
@@ -424,3 +433,74 @@ def test_a_fence_published_unconditionally_erases_and_stale_writers_conflict(
         server.stop()
         assert scan(store, [SECRET.encode()]) == {}  # the ids stay: the user's new session holds them
         assert set(scan(store, [b"QW7RT-AFTER", KEPT_TEXT.encode()])) == {b"QW7RT-AFTER", KEPT_TEXT.encode()}
+
+
+@pytest.mark.slow  # `serve` with its worker processes (`.ci/run` runs it)
+def test_a_serve_worker_killed_while_an_erasure_is_pending_finishes_it_when_restarted(tmp_path: Path) -> None:
+    """An eraser dies (kill -9) after erasing the events, with the user's sessions live in a running
+    `serve --workers 2`; then a worker is killed with kill -9 too. The worker its serve starts again
+    finishes the pending erasure: no byte is left, and the other user's turns are served still."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        serve = Serve(server.url, tmp_path, "--workers", "2")
+        try:
+            with RemoteMemory(server.url, timeout=30.0) as remote:
+                assert SECRET in str(remote.session(KEY).get_llm_context())  # live in a worker
+                seen = wait_for(
+                    lambda: workers(server.url) if len(workers(server.url)) == 2 else None,
+                    "2 workers",
+                    serve.proc,
+                )
+                kill_after(server.url, "events")
+                with JetStreamBackend.connect(server.url, read_only=True) as reader:
+                    assert reader.journal is not None
+                    assert len(reader.journal.pending()) == 1
+                    os.kill(seen[0]["pid"], signal.SIGKILL)
+                    wait_for(
+                        lambda: (workers(server.url).get(0) or {}).get("pid") not in (None, seen[0]["pid"]),
+                        "worker 0 started again",
+                        serve.proc,
+                    )
+                    assert reader.journal.pending() == []
+                assert SECRET not in str(remote.session(KEY).get_llm_context())
+                assert KEPT_TEXT in str(remote.session(KEPT).get_llm_context())
+            serve.proc.send_signal(signal.SIGTERM)
+            assert serve.proc.wait(60.0) == 0, serve.stderr()
+        finally:
+            serve.stop()
+        check_erased_on_disk(server, store)
+
+
+def test_a_compaction_whose_session_is_erased_before_its_snapshot_is_saved_leaves_no_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A retention sweep has appended its compaction of the user's long session and is about to save
+    the compacted state's snapshot (the newest turns) when an erasure of the user runs to its end. The
+    snapshot the sweep then saves holds erased turns: it does not stay in the bucket."""
+    store = tmp_path / "nats"
+    policies = RetentionPolicies(default=RetentionPolicy(max_turns=2))
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        with (
+            convmem.connect(server.url, config=CONFIG) as sweeper,
+            convmem.connect(server.url, config=CONFIG) as eraser,
+        ):
+            write(sweeper, KEY, SECRET + " more", turns=4)
+            write(sweeper, KEPT, KEPT_TEXT + " more", turns=4)
+            assert sweeper.snapshots is not None
+            save = sweeper.snapshots.save
+
+            def erase_then_save(snapshot: Snapshot) -> None:
+                if snapshot.key == KEY:  # the compaction is stored; its snapshot not yet
+                    eraser.erase_user(TENANT, USER, by="ops")
+                save(snapshot)
+
+            sweeper.snapshots.save = erase_then_save  # type: ignore[method-assign]
+            sweeper.sweep_retention(policies=policies)
+            sweeper.snapshots.save = save  # type: ignore[method-assign]
+            assert sweeper.snapshots.keys(tenant_id=TENANT, user_id=USER) == []
+            kept = sweeper.snapshots.load(KEPT)  # a compaction not erased keeps its snapshot
+            assert kept is not None
+            assert kept.event_id.startswith("retention/")
+        check_erased_on_disk(server, store)

@@ -301,12 +301,19 @@ def _drop(
 ) -> int:
     """Drop the events before the stored event at `seq` that opens the history (a compaction, or a
     fence): the live copy here first, then the snapshot: a compaction's replaces it, and before a
-    fence it goes (it may hold the erased history; one saved since only costs a longer replay)."""
+    fence it goes (it may hold the erased history; one saved since only costs a longer replay).
+
+    An erasure of the session may run between the compaction's append and its snapshot's save (its
+    snapshot step then finds nothing to delete): once saved, the snapshot stays only while the log
+    still holds the compaction, else it is deleted, as the erasure would have (an erasure that
+    erases the compaction after this check deletes the snapshot itself: its snapshot step follows)."""
     if passivate is not None:
         passivate(key)  # no live state here keeps (or snapshots) the dropped turns
     if snapshots is not None:
         if compacted is not None:
             snapshots.save(snapshot_of(key, compacted_state(compacted), compacted.event_id))
+            if not any(r.event_id == compacted.event_id for r in log.read(key)):
+                snapshots.delete(key)  # the session was erased meanwhile: the snapshot holds erased turns
         else:
             snapshots.delete(key)
     return log.drop_before(key, seq=seq)
