@@ -54,7 +54,10 @@ from convmem.adapters.backends.summarizers import (
 from convmem.errors import InvalidConfig, InvalidInput
 from convmem.events import (
     MAX_WAIT_SECONDS,
+    AgentsMemoryConfig,
+    ConversationMemoryConfig,
     HealthPolicy,
+    MemoryBudget,
     MemoryHealth,
     RetentionPolicies,
     RetentionPolicy,
@@ -65,7 +68,7 @@ from convmem.events import (
 )
 from convmem.events._checks import as_stored
 from convmem.events._config import MAX_BACKOFF_STEPS
-from convmem.projections import SessionState, decode_state, encode_state
+from convmem.projections import SessionState, agent_items, decode_state, encode_state
 
 DAY = 86_400.0
 K = key("bounds")
@@ -590,3 +593,59 @@ def test_a_jetstream_log_on_a_connection_refuses_its_own_numbers_out_of_range(
             JetStreamEventLog(connection, **options)
     finally:
         connection.release()
+
+
+# -- a call's other numbers, and the configuration's counts -----------------------------------------
+
+
+@pytest.mark.parametrize("seq", [2**63, 2**64, 10**30, 0, True, 2.0])
+def test_an_adopted_source_seq_past_what_an_event_holds_is_invalid_input_and_nothing_is_stored(
+    seq: Any,
+) -> None:
+    """2**64 reached the codec: a bare OverflowError after the write was decided."""
+    log = InMemoryEventLog()
+    with MemorySystem(log=log) as system:
+        source, target = key("source"), key("target")
+        system.session(source).add_turn(turn("moved"))
+        with pytest.raises(InvalidInput) as caught:
+            system.session(target).adopt(source, seq, [turn("moved")])
+        assert caught.value.field == "source_seq"
+        assert "from 1 to 2**63 - 1" in caught.value.problem
+        assert log.read(target) == []
+
+
+def test_the_configurations_counts_at_the_codecs_bound_still_run_a_session() -> None:
+    """Budgets, windows and horizons are bounded by the largest whole number an event stores
+    (2**63 - 1): what they keep is bounded by the session's history, as ``live_turns=None`` is,
+    and nothing sized by them is allocated; a session with every count at that bound writes,
+    summarizes, shows its views and forks."""
+    most = 2**63 - 1
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(
+            full_zone_turns=1, summary_max_tokens=most, total_max_tokens=most, recall_max_tokens=most
+        ),
+        recovery_backlog_limit=most,
+        retry_attempts=most,
+        idempotency_horizon=most,
+        live_turns=most,
+        agents=AgentsMemoryConfig(
+            strategy="compacting",
+            max_turns=most,
+            context_limit=most,
+            compact_trigger_turns=most,
+            compact_keep=most,
+        ),
+        memories=ConversationMemoryConfig(
+            max_messages=most, window_size=most, entity_max=most, entity_recent_messages=most
+        ),
+    )
+    with convmem.connect("memory://", config=config) as system:
+        session = system.session(K)
+        for n in range(4):
+            session.add_turn(turn(f"My name is Ada and I like item {n}."), idempotency_key=f"k{n}")
+        session.flush(timeout=WAIT)
+        assert session.snapshot_state().summary
+        assert "recalled" in session.get_llm_context("item 2")["conversation_memory"]
+        assert agent_items(session.snapshot_state())
+        assert system.fork(K, to=key("fork")).events > 0

@@ -321,8 +321,12 @@ def _adopt(
     """
     if command.source == state.key:
         raise InvalidInput("source", "a session cannot adopt its own turns")
-    if command.source_seq < 1:
-        raise InvalidInput("source_seq", f"must be >= 1, got {command.source_seq}")
+    source_seq = command.source_seq
+    if isinstance(source_seq, bool) or not isinstance(source_seq, int) or not 1 <= source_seq <= 2**63 - 1:
+        # past 2**63 - 1 the event could not be encoded: a bare OverflowError, not the caller's error
+        raise InvalidInput(
+            "source_seq", f"must be a whole number from 1 to 2**63 - 1, got {source_seq!r:.60}"
+        )
     seq, event_id = ids.next("turns.adopted")
     adopted = TurnsAdopted(
         seq=seq,
