@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,7 @@ from convmem.adapters import (
     InMemorySnapshotStore,
     JetStreamBackend,
 )
+from convmem.adapters.backends import FileExportRegistry
 from convmem.adapters.backends.jetstream import _write
 from convmem.adapters.frontends.cli import main
 from convmem.adapters.frontends.service import RemoteMemory
@@ -504,3 +505,35 @@ def test_a_compaction_whose_session_is_erased_before_its_snapshot_is_saved_leave
             assert kept is not None
             assert kept.event_id.startswith("retention/")
         check_erased_on_disk(server, store)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="left: `convmem export -o` records its file after writing it (cli/_audit.py, being edited by "
+    "another engineer); an erasure whose exports step ran in between never rewrites it. Fix: after "
+    "recording, rewrite the file without the exported sessions an erasure covers that is pending or "
+    "finished since the export began (erasure_after)",
+)
+def test_an_export_written_while_the_user_is_erased_loses_their_lines(
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`convmem export -o FILE` has read the user's events and written the file; the whole erasure of
+    the user runs before the export records the file. The file must not keep the erased turns."""
+    monkeypatch.setenv("CONVMEM_EXPORTS", str(tmp_path / "exports.json"))
+    seed(nats_server.url)
+    out = tmp_path / "acme.jsonl"
+    record = FileExportRegistry.record
+
+    def erase_then_record(self: FileExportRegistry, path: Path, keys: Iterable[MemoryKey]) -> None:
+        with convmem.connect(nats_server.url, config=CONFIG) as eraser:
+            eraser.erase_user(TENANT, USER, by="ops")
+        record(self, path, keys)
+
+    monkeypatch.setattr(FileExportRegistry, "record", erase_then_record)
+    main(["-s", nats_server.url, "export", "--tenant", TENANT, "-o", str(out)])
+    capsys.readouterr()
+    assert KEPT_TEXT.encode() in out.read_bytes()
+    assert SECRET.encode() not in out.read_bytes()
