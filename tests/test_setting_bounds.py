@@ -649,3 +649,18 @@ def test_the_configurations_counts_at_the_codecs_bound_still_run_a_session() -> 
         assert "recalled" in session.get_llm_context("item 2")["conversation_memory"]
         assert agent_items(session.snapshot_state())
         assert system.fork(K, to=key("fork")).events > 0
+
+
+@pytest.mark.parametrize("bad", [1e12, math.nan, -1.0])
+def test_a_framework_sessions_timeout_is_refused_when_it_is_made(bad: float) -> None:
+    """LangChain's history (the Agents session shares the same items) refuses it at construction,
+    before its first call could store anything."""
+    from convmem.adapters.frontends.integrations.langchain import ConvmemChatMessageHistory  # noqa: PLC0415
+
+    with convmem.connect("memory://") as system:
+        with pytest.raises(InvalidInput, match=r"^timeout: must be seconds >= 0 and <= 86400"):
+            ConvmemChatMessageHistory("chat", system, tenant_id="acme", user_id="u", timeout=bad)
+        assert (
+            ConvmemChatMessageHistory("chat", system, tenant_id="acme", user_id="u", timeout=DAY).messages
+            == []
+        )

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from convmem.actors import MemorySystem, SessionHandle
+from convmem.actors._handle_writes import call_timeout
 from convmem.adapters.frontends._views import (
     as_configured,
     items_view,
@@ -78,7 +79,7 @@ class LocalItems:
     ) -> None:
         self.system = system
         self.key = key
-        self.timeout = timeout
+        self.timeout = call_timeout(timeout)  # refused here, not at the first call (InvalidInput)
         self.handle: SessionHandle = system.session(key, config=config)
         self.aio = self.handle.aio
 
