@@ -30,6 +30,7 @@ from test_service import _user, tenants_server  # noqa: F401 (the fixture: the s
 
 import convmem
 from convmem.actors import MemorySystem, SummarizerPool
+from convmem.actors._fair import Heaviest
 from convmem.actors._idle import IdleCache, idle_bytes, measure
 from convmem.actors._session import StateCell
 from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
@@ -332,3 +333,35 @@ def test_forks_asked_at_once_never_take_a_tenant_past_its_byte_quota(tenants_ser
             assert all(r.limit == "max_bytes" and "the fork asked for would store" in str(r) for r in refused)
     finally:
         memory.close()
+
+
+def test_the_heaviest_tenant_is_found_without_looking_at_the_others() -> None:
+    """Among ten thousand tenants the heaviest is picked at the first look (one call of `pick`),
+    whatever the order weights changed in; stale weights are skipped, ties go to the tenant that
+    came to its weight first, and the heap stays within twice the tenants."""
+    held = Heaviest()
+    for n in range(10_000):
+        held.add(f"t{n}", 1)
+    held.add("t5000", 4)
+    held.add("t17", 9)
+    held.add("t17", -9)  # back to 1: its entry of 10 is stale
+    looked: list[str] = []
+
+    def pick(tenant: str) -> str:
+        looked.append(tenant)
+        return tenant
+
+    assert held.first(pick) == "t5000"
+    assert looked == ["t5000"]
+    held.add("t5000", -4)  # every tenant at 1 now: the first to get there
+    looked.clear()
+    assert held.first(pick) == "t0"
+    assert looked == ["t0"]
+    looked.clear()
+    assert held.first(lambda t: pick(t) if t == "t2" else (looked.append(t), None)[1]) == "t2"
+    assert looked == ["t0", "t1", "t2"]  # refused tenants are looked at in turn, then kept
+    assert held.first(pick) == "t0"
+    for n in range(10_000):
+        held.add(f"t{n}", -1)
+    assert held.weights == {}
+    assert len(held._heap) <= 64

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from convmem.actors._fair import Heaviest
 from convmem.actors._session import StateCell
 from convmem.events import MemoryKey
 from convmem.projections import SessionState, encode_state
@@ -128,16 +129,16 @@ class IdleCache:
         self._entries: OrderedDict[MemoryKey, _Entry] = OrderedDict()
         self._tenants: dict[str, OrderedDict[MemoryKey, None]] = {}
         """Each tenant's keys, least recently used first (what `_trim` gives up first)."""
-        self._tenant_bytes: dict[str, int] = {}
-        """What each tenant's entries hold (the sum of their `idle_bytes`)."""
+        self._weights = Heaviest()
+        """What each tenant's entries hold (the sum of their `idle_bytes`), heaviest first on demand."""
 
     def tenant_bytes(self, tenant_id: str) -> int:
         """The estimated memory `tenant_id`'s entries hold now."""
-        return self._tenant_bytes.get(tenant_id, 0)
+        return self._weights.weights.get(tenant_id, 0)
 
     def _grow(self, key: MemoryKey, grew: int) -> None:
         self.bytes += grew
-        self._tenant_bytes[key.tenant_id] += grew
+        self._weights.add(key.tenant_id, grew)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -160,7 +161,6 @@ class IdleCache:
             return [key]
         self._entries[key] = entry
         self._tenants.setdefault(key.tenant_id, OrderedDict())[key] = None
-        self._tenant_bytes[key.tenant_id] = self._tenant_bytes.get(key.tenant_id, 0)
         self._grow(key, entry.size)
         return self._trim()
 
@@ -202,7 +202,7 @@ class IdleCache:
         keys = self._tenants[key.tenant_id]
         del keys[key]
         if not keys:
-            del self._tenants[key.tenant_id], self._tenant_bytes[key.tenant_id]
+            del self._tenants[key.tenant_id]
         return entry.cell
 
     def drop(self, matches: Callable[[MemoryKey], bool]) -> list[MemoryKey]:
@@ -215,7 +215,7 @@ class IdleCache:
     def clear(self) -> None:
         self._entries.clear()
         self._tenants.clear()
-        self._tenant_bytes.clear()
+        self._weights.clear()
         self.bytes = 0
 
     def _trim(self, keep: MemoryKey | None = None) -> list[MemoryKey]:
@@ -234,14 +234,8 @@ class IdleCache:
 
     def _heaviest_oldest(self, keep: MemoryKey | None) -> MemoryKey | None:
         """The least recently used key, other than `keep`, of the tenant holding the most bytes."""
-        best: str | None = None
-        for tenant, size in self._tenant_bytes.items():
-            if best is not None and size <= self._tenant_bytes[best]:
-                continue
-            keys = self._tenants[tenant]
-            if len(keys) == 1 and keep in keys:
-                continue
-            best = tenant
-        if best is None:
-            return None
-        return next(key for key in self._tenants[best] if key != keep)
+
+        def oldest(tenant: str) -> MemoryKey | None:
+            return next((key for key in self._tenants.get(tenant, ()) if key != keep), None)
+
+        return self._weights.first(oldest)

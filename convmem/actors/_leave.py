@@ -10,12 +10,12 @@ session's next call reads the log. Part of `LiveSessions` (`convmem.actors._live
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
 import pykka
 
 from convmem.actors._dispatch import stop_idle
+from convmem.actors._fair import TenantLru
 from convmem.actors._idle import IdleCache, measure
 from convmem.actors._metrics import Metrics
 from convmem.actors._ports import Clock, Timer
@@ -41,7 +41,7 @@ class Leaving:
     """`LiveSessions`' part that takes sessions out of the live set (and out of the idle cache)."""
 
     _lock: threading.RLock
-    _live: OrderedDict[MemoryKey, LiveEntry]
+    _live: TenantLru[LiveEntry]
     _stopping: dict[MemoryKey, pykka.ActorRef[SessionActor]]
     _sweep_timer: Timer
     idle: IdleCache

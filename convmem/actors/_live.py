@@ -27,13 +27,13 @@ import asyncio
 import functools
 import logging
 import threading
-from collections import OrderedDict
 
 import msgspec
 import pykka
 
 from convmem.actors._callbacks import Callbacks
 from convmem.actors._dispatch import Dispatcher, PooledActor, claim, is_busy
+from convmem.actors._fair import TenantLru
 from convmem.actors._idle import IdleCache, measure
 from convmem.actors._leave import Leaving, LiveEntry
 from convmem.actors._metrics import Metrics
@@ -90,7 +90,7 @@ class LiveSessions(Leaving):
         """The threads the session actors run on (a session holds one only while it handles a message)."""
         self._callbacks = callbacks
         self._lock = threading.RLock()
-        self._live: OrderedDict[MemoryKey, LiveEntry] = OrderedDict()
+        self._live: TenantLru[LiveEntry] = TenantLru()
         self.idle = IdleCache(idle_cache_bytes)
         """The cells of sessions whose actor left (under `_lock`)."""
         self.forgets = 0
@@ -372,39 +372,18 @@ class LiveSessions(Leaving):
             ref.tell(Wake())  # summary work resumes (timers and replies can find the actor now)
         self.metrics.count("activations")
         evicted: list[LiveEntry] = []
-        excess = len(self._live) - self.max_live_sessions
-        if excess > 0:
-            for old_key, old in self._evictable(key, excess):
-                self._retire(old_key, old, keep=True)
-                evicted.append(old)
-        return entry, evicted
-
-    def _evictable(self, key: MemoryKey, excess: int) -> list[tuple[MemoryKey, LiveEntry]]:
-        """Under the lock: the `excess` live sessions to give up for `key`'s activation.
-
-        Each is the least recently used session of the tenant holding the most live sessions
-        then (ties: the tenant of the least recently used among them), so a tenant that
-        touches many sessions evicts its own, never the few of another tenant. With one
-        tenant, that is plain least recently used. Never `key`, nor a session whose summary or
-        flush is under way: passivating it would throw the work away and wake it again at once
-        (sessions then evict each other without end). The bound gives way until the work is done.
-        """
-        held: dict[str, int] = {}
-        idle: dict[str, list[tuple[MemoryKey, LiveEntry]]] = {}
-        for k, e in self._live.items():  # least recently used first
-            held[k.tenant_id] = held.get(k.tenant_id, 0) + 1
-            if k != key and not e.cell.busy():
-                idle.setdefault(k.tenant_id, []).append((k, e))
-        chosen: list[tuple[MemoryKey, LiveEntry]] = []
-        taken = dict.fromkeys(idle, 0)
-        for _ in range(excess):
-            tenant = max((t for t in idle if taken[t] < len(idle[t])), key=lambda t: held[t], default=None)
-            if tenant is None:
+        # Past the bound, the least recently used session of the tenant holding the most live ones
+        # (`TenantLru`): a tenant touching many sessions evicts its own, never another tenant's few.
+        # Never `key`, nor a session whose summary or flush is under way: passivating it would throw
+        # the work away and wake it again at once (sessions then evict each other without end). The
+        # bound gives way until the work is done.
+        for _ in range(len(self._live) - self.max_live_sessions):
+            found = self._live.oldest_of_heaviest(lambda k, e: k != key and not e.cell.busy())
+            if found is None:
                 break
-            chosen.append(idle[tenant][taken[tenant]])
-            taken[tenant] += 1
-            held[tenant] -= 1
-        return chosen
+            self._retire(*found, keep=True)
+            evicted.append(found[1])
+        return entry, evicted
 
     def close(self) -> None:
         """Stop every session actor (after its queued messages), then the dispatcher's threads."""
