@@ -664,3 +664,16 @@ def test_a_framework_sessions_timeout_is_refused_when_it_is_made(bad: float) -> 
             ConvmemChatMessageHistory("chat", system, tenant_id="acme", user_id="u", timeout=DAY).messages
             == []
         )
+
+
+def test_the_metrics_tenants_and_port_are_bounded() -> None:
+    """Tenants counted apart (each a label set held in memory) at most 1,000,000; a port past 65535
+    was a bare OverflowError from the socket."""
+    from convmem.adapters.backends._prometheus import PrometheusMetrics  # noqa: PLC0415
+
+    with pytest.raises(InvalidConfig, match=r"^max_tenants: must be a whole number from 1 to 1,000,000"):
+        PrometheusMetrics(max_tenants=MAX_LIVE_SESSIONS + 1)
+    metrics = PrometheusMetrics(max_tenants=MAX_LIVE_SESSIONS)
+    for port in (65536, 10**6, -1, True):
+        with pytest.raises(InvalidConfig, match=r"^metrics_port: must be a whole number from 0 to 65,535"):
+            metrics.serve(port)  # type: ignore[arg-type]

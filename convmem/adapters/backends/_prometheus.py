@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from convmem.actors._bounds import MAX_LIVE_SESSIONS, check_count
 from convmem.errors import ConvmemError, InvalidConfig
 
 __all__ = ["DEFAULT_MAX_TENANTS", "MAX_NAMES", "OTHER", "PrometheusMetrics"]
@@ -79,8 +80,7 @@ class PrometheusMetrics:
     def __init__(
         self, *, registry: CollectorRegistry | None = None, max_tenants: int = DEFAULT_MAX_TENANTS
     ) -> None:
-        if isinstance(max_tenants, bool) or not isinstance(max_tenants, int) or max_tenants < 1:
-            raise InvalidConfig("max_tenants", f"must be an int >= 1, got {max_tenants!r}")
+        check_count("max_tenants", max_tenants, most=MAX_LIVE_SESSIONS)  # each a label set held in memory
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_tenants = max_tenants
         r = self.registry
@@ -215,8 +215,9 @@ class PrometheusMetrics:
         """Expose the registry at ``http://host:port/metrics`` (a daemon thread); (server, thread).
 
         Stop it with ``server.shutdown(); server.server_close()``. A port that
-        cannot be bound is an `InvalidConfig` naming it.
+        cannot be bound is an `InvalidConfig` naming it (0: any free one).
         """
+        check_count("metrics_port", port, least=0, most=65535)  # 10**6 was a bare OverflowError
         try:
             return start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
