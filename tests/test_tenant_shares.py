@@ -34,6 +34,8 @@ from convmem.actors._fair import Heaviest
 from convmem.actors._idle import IdleCache, idle_bytes, measure
 from convmem.actors._session import StateCell
 from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
+from convmem.adapters.frontends.service import _operations as operations
+from convmem.adapters.frontends.service._errors import MalformedRequest
 from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
 from convmem.errors import QuotaExceeded
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
@@ -365,3 +367,27 @@ def test_the_heaviest_tenant_is_found_without_looking_at_the_others() -> None:
         held.add(f"t{n}", -1)
     assert held.weights == {}
     assert len(held._heap) <= 64
+
+
+def test_one_sessions_request_reads_at_most_max_listed_sessions(
+    served: tuple[int, MemorySystem], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each session a ``sessions`` request lists is read and folded on the server every tenant shares;
+    a tenant holding more than MAX_LISTED sessions gets MalformedRequest naming the limit for a
+    request without one (or with a larger one), and the first ones in key order with a limit."""
+    monkeypatch.setattr(operations, "MAX_LISTED", 5)
+    port, _ = served
+    with RemoteMemory(_user(port, "acme"), timeout=WAIT) as attacker:
+        for n in range(7):
+            attacker.session(MemoryKey("acme", "mallory", f"s{n}")).add_turn(_turn(f"acme {n}"))
+        attacker.session(MemoryKey("acme", "alice", "one")).add_turn(_turn("acme alice"))
+        with pytest.raises(MalformedRequest, match=r"tenant 'acme' has more than 5 sessions") as refused:
+            attacker.sessions("acme")
+        assert refused.value.field == "limit"
+        with pytest.raises(MalformedRequest, match=r"from 1 to 5 .* got 6"):
+            attacker.sessions("acme", limit=6)
+        listed = attacker.sessions("acme", limit=5)
+        assert [row["session_id"] for row in listed] == ["one", "s0", "s1", "s2", "s3"]
+        assert [row["session_id"] for row in attacker.sessions("acme", "alice")] == ["one"]
+        with pytest.raises(MalformedRequest, match=r"user 'mallory' of tenant 'acme' has more than 5"):
+            attacker.sessions("acme", "mallory")

@@ -59,6 +59,10 @@ _VIEWS: dict[str, Callable[[SessionState], list[Any]]] = {
 """The ``views`` operation's views (`VIEWS`): the Agents items and every conversation memory's."""
 _PROBE = MemoryKey("_convmem", "_health", "_probe")
 """A key nobody writes: reading its last sequence proves the log answers."""
+MAX_LISTED = 1_000
+"""The most sessions one ``sessions`` request lists: each is read (its snapshot and the events after
+it) and folded, so a request for every session of a tenant holding millions would read them all, on
+the server every tenant shares, for an answer too large to send."""
 _MESSAGE_OVERHEAD = 34 + 256
 """What the stream counts for a stored event beyond its subject and payload, at most: JetStream's 34
 bytes a message (see `_usage`) and the headers convmem writes with it (its id, seq, checksum and
@@ -305,14 +309,26 @@ class ApiOperations:
         return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]]:
-        if request.limit is not None and request.limit < 1:
-            raise MalformedRequest("limit", f"must be 1 or more, got {request.limit}")
+        most = MAX_LISTED
+        if request.limit is not None and not 1 <= request.limit <= most:
+            raise MalformedRequest(
+                "limit",
+                f"must be from 1 to {most:,} (the most sessions one request lists), got {request.limit}",
+            )
         user = request.user_id or None
         if user is not None:
             MemoryKey(tenant_id, user, "*")  # checks the ids as every key does
+        limit = request.limit if request.limit is not None else most + 1
         rows = list_sessions(
-            self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=request.limit
+            self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=limit
         )
+        if len(rows) > most:
+            whose = f"user {user!r} of tenant {tenant_id!r}" if user else f"tenant {tenant_id!r}"
+            raise MalformedRequest(
+                "limit",
+                f"{whose} has more than {most:,} sessions, the most one request lists: give a limit "
+                f"(at most {most:,}) for the first ones in key order, or a user_id",
+            )
         return [r.as_json() for r in rows]
 
     def _fork(self, key: MemoryKey, request: ForkRequest) -> dict[str, int]:
