@@ -9,7 +9,9 @@ write appends after the cached state's seq, and if another process wrote
 meanwhile the log refuses it, the session rereads the log and decides again.
 
 The cache is bounded by an estimate of the memory its entries hold
-(`idle_bytes`); past the bound the least recently used entries go, and their
+(`idle_bytes`); past the bound the least recently used entries of the tenant
+whose entries hold the most bytes go (`convmem.actors._fair`: one tenant
+filling the cache evicts its own cells, not another tenant's), and their
 sessions come back from their snapshot and the log's tail. The estimate is an
 encode of the whole state (about 200 µs for 1,000 live turns), so a session
 evicted past the live bound is counted after the live set's lock is let go

@@ -2,8 +2,10 @@
 
 Sessions are virtual. A session activates on its first write (from the idle
 cache, else its snapshot plus the log's tail) and its actor leaves when idle
-for `idle_seconds` or when the live set grows past `max_live_sessions` (least
-recently used first). Every message to a session goes through the registry
+for `idle_seconds` or when the live set grows past `max_live_sessions` (the
+least recently used session of the tenant holding the most live ones, see
+`convmem.actors._fair`: a tenant touching many sessions evicts its own, not
+another tenant's). Every message to a session goes through the registry
 under one lock, and a session leaves the registry before its actor is told to
 stop, so nothing is sent to a stopping actor; whatever was already queued is
 handed back (`stopped`) and delivered to the next activation, on a dispatcher
