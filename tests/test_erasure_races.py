@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from runtime_helpers import PlannedSummarizer, summarizing_config, wait_until
@@ -537,3 +538,40 @@ def test_an_export_written_while_the_user_is_erased_loses_their_lines(
     capsys.readouterr()
     assert KEPT_TEXT.encode() in out.read_bytes()
     assert SECRET.encode() not in out.read_bytes()
+
+
+def test_an_erasure_finishes_while_a_writer_appends_after_each_of_its_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planner keeps writing the session: after every read the eraser makes of it, one more turn is
+    stored. The erasure's reads must not wait for a subject that stops growing (they were made again
+    until none had grown, then failed as a 'lagging replica'), nor its fence for writers to pause."""
+    store = tmp_path / "nats"
+    fetch = _write.fetch_subject_counted
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        with (
+            convmem.connect(server.url, config=CONFIG) as writer,
+            convmem.connect(server.url, config=CONFIG) as eraser,
+        ):
+            busy = threading.Lock()
+            written = 0
+
+            async def fetch_then_write(conn: Any, stream: str, subject: str, **options: Any) -> Any:
+                nonlocal written
+                result = await fetch(conn, stream, subject, **options)
+                if subject.endswith(".chat-QW7RT-1") and written < 40 and busy.acquire(blocking=False):
+                    try:  # another system, on a loop of its own: one more turn, acknowledged
+                        written += 1
+                        write(writer, KEY, f"<later-{written}>", turns=1)
+                    finally:
+                        busy.release()
+                return result
+
+            monkeypatch.setattr(_write, "fetch_subject_counted", fetch_then_write)
+            assert eraser.erase_user(TENANT, USER, by="ops").sessions == 1
+            monkeypatch.setattr(_write, "fetch_subject_counted", fetch)
+            assert written >= 1
+        server.stop()
+        assert scan(store, [SECRET.encode()]) == {}
+        assert set(scan(store, [KEPT_TEXT.encode()])) == {KEPT_TEXT.encode()}

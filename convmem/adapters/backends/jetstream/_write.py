@@ -342,8 +342,11 @@ class SessionWriter:
 
         Direct gets may be answered by any replica, and a follower can lag the
         leader; a read that ends before the leader's last message of the
-        subject is made again (a few times, backing off), so that a session
-        rebuilt after a write always includes that write.
+        subject *as it was when the read began* is made again (a few times,
+        backing off), so that a session rebuilt after a write always includes
+        that write. Messages stored while it reads are not waited for: a
+        writer that keeps appending (a planner mid-conversation) would make
+        every read look behind, and an erasure of the session fail.
 
         Also returns how many messages the server holds after the last one
         read but cannot serve (`fetch_subject_counted`). A whole read records
@@ -352,12 +355,10 @@ class SessionWriter:
         unread = 0
         for attempt in range(_READ_ATTEMPTS):
             start = 1
-            if after_seq > 0:
-                last = await self._conn.get_message(self._stream, {"last_by_subj": subject})
-                if last is not None:
-                    start = await tail_start(self._conn, self._stream, subject, after_seq, last)
-            messages, unread = await fetch_subject_counted(self._conn, self._stream, subject, start=start)
             leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+            if after_seq > 0 and leader is not None:
+                start = await tail_start(self._conn, self._stream, subject, after_seq, leader)
+            messages, unread = await fetch_subject_counted(self._conn, self._stream, subject, start=start)
             if leader is None or leader.seq < start or (messages and messages[-1].seq >= leader.seq):
                 break
             await asyncio.sleep(min(0.005 * 2**attempt, 0.25))
