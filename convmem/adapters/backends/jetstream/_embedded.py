@@ -20,8 +20,19 @@ nothing can write that store meanwhile.
 
 Only one server may use a store folder at a time. A lock file in the folder
 is held by the server process itself (it inherits the locked descriptor), so
-the lock lasts exactly as long as the server does, even when the Python
-process that started it dies first.
+the lock lasts exactly as long as the server does.
+
+Neither the server nor its runtime folder (``convmem-nats-*`` in the
+temporary folder: its configuration, its log, a reader's copy) outlives the
+Python process that started it, its owner. `stop` removes them, and so does
+the owner's exit for a server it left running; a watcher process
+(`_watcher`), started beside each server, stops the server and removes the
+folder when the owner dies without either (kill -9, a crash, a signal it does
+not handle). A folder that escaped even that (the owner and everything it
+started killed at once, as when a machine or container dies) is removed by
+the next start in the same temporary folder: each folder holds a marker
+naming its owner (`_OWNER`), and only folders with the marker, made by this
+user, whose owner is dead are removed. A store folder is never removed.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -42,6 +54,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from convmem.adapters.backends.jetstream import _watcher
 from convmem.errors import LogUnavailable, StoreNotFound
 
 if sys.platform != "win32":
@@ -56,6 +69,11 @@ _URL = "convmem-nats.url"
 _PID = "convmem-nats.pid"
 _JETSTREAM = "jetstream"
 """The folder nats-server keeps its JetStream store in, inside ``store_dir``."""
+_RUNTIME_PREFIX = "convmem-nats-"
+_OWNER = "convmem-owner.json"
+"""The runtime folder's marker: which process owns it (its pid and start time), so a later start can
+tell a folder whose owner died from one in use."""
+_WATCHER = Path(__file__).with_name("_watcher.py")
 
 
 def default_store_dir() -> Path:
@@ -135,7 +153,11 @@ class EmbeddedNatsServer:
         self._port = port
         self.read_only = read_only
         self._proc: subprocess.Popen[bytes] | None = None
+        self._watcher: subprocess.Popen[bytes] | None = None
+        """Stops the server and removes the runtime folder if this process dies first (see `_watcher`)."""
         self._runtime: Path | None = None
+        self._owner = 0
+        """The process that made the runtime folder (a child forked since does not own it)."""
         self._copy: Path | None = None
         """Where the server's store is when it serves a copy (a reader on read-only media)."""
 
@@ -175,7 +197,9 @@ class EmbeddedNatsServer:
         else:
             self.store_dir.mkdir(parents=True, exist_ok=True)
         if self._runtime is None:
-            self._runtime = Path(tempfile.mkdtemp(prefix="convmem-nats-"))
+            self._runtime = _new_runtime()
+            self._owner = os.getpid()
+            _OWNED.add(self)
         if self.read_only and self._copy is None and not _writable(self.store_dir):
             copy = self._runtime / "store"
             try:
@@ -246,7 +270,7 @@ class EmbeddedNatsServer:
                     # reaches the Python process, which stops this server after its clients, in order.
                     process_group=0,
                 )
-            _RUNNING.add(self._proc)
+            self._watcher = _watch(self._proc, self._runtime)
         finally:
             if lock is not None:
                 os.close(lock)
@@ -302,6 +326,7 @@ class EmbeddedNatsServer:
             shutil.rmtree(self._runtime, ignore_errors=True)
             self._runtime = None
             self._copy = None
+        _OWNED.discard(self)
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (for fault tests); `start` brings it back."""
@@ -321,16 +346,28 @@ class EmbeddedNatsServer:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         proc.wait()
-        _RUNNING.discard(proc)
         self._proc = None
+        self._release_watcher()
         if self._copy is None:
             with contextlib.suppress(OSError):
                 (self.store_dir / _PID).unlink()
+
+    def _release_watcher(self) -> None:
+        """Tell the watcher the server is stopped (it then ends, touching nothing) and wait for it."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is None:
+            return
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # one gone already (killed) has no pipe
+            watcher.communicate(_watcher.DONE, timeout=10)
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
             self._proc.wait()
             self._proc = None
+            self._release_watcher()
 
     def __enter__(self) -> EmbeddedNatsServer:
         return self.start()
@@ -345,8 +382,8 @@ class EmbeddedNatsServer:
         return f"EmbeddedNatsServer({str(self.store_dir)!r}, {state})"
 
 
-_RUNNING: set[subprocess.Popen[bytes]] = set()
-"""Servers this process started and has not stopped."""
+_OWNED: set[EmbeddedNatsServer] = set()
+"""Servers with a runtime folder (running, or killed and not stopped)."""
 
 
 @atexit.register
@@ -354,18 +391,121 @@ def _stop_at_exit() -> None:
     """Stop at exit the servers a program left running (say, interrupted before it closed them).
 
     In their own process group, a terminal's Ctrl-C no longer stops them with the program;
-    this does, once the program ends. A process killed outright (SIGKILL) leaves its server
-    running, holding its store's lock, and the next start on the folder joins it.
+    this does, once the program ends, and removes their runtime folders. A process that
+    ends without running this (SIGKILL, a signal it does not handle) leaves it to the watchers.
     """
-    for proc in list(_RUNNING):
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    _RUNNING.clear()
+    for server in list(_OWNED):
+        if server._owner == os.getpid():  # not a forked child's exit: the servers are its parent's
+            server.stop()
+    _OWNED.clear()
+
+
+def _watch(server: subprocess.Popen[bytes], runtime: Path) -> subprocess.Popen[bytes] | None:
+    """Start the watcher of `server` (see `_watcher`); None where none can run (Windows, a frozen app).
+
+    Its stdin is a pipe only this process writes to: the kernel closes it when this process
+    dies. The server is handed over as a pidfd where the system has them, opened here while
+    the server is this process's unreaped child, so it names that process and no other.
+    """
+    if sys.platform == "win32" or getattr(sys, "frozen", False) or not sys.executable:
+        return None
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):
+        pidfd = os.pidfd_open(server.pid)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", str(_WATCHER), str(runtime), str(server.pid)]
+            + ([] if pidfd is None else [str(pidfd)]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=() if pidfd is None else (pidfd,),
+            process_group=0,  # out of reach of a terminal's Ctrl-C, like the server
+        )
+    except OSError:  # no watcher: a folder left by a hard death is then swept by the next start
+        return None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _new_runtime() -> Path:
+    """A new runtime folder with its owner marker, after sweeping those whose owner is dead."""
+    _sweep_runtimes()
+    runtime = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
+    try:
+        (runtime / _OWNER).write_text(json.dumps(_owner_marker()), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(runtime, ignore_errors=True)
+        raise
+    return runtime
+
+
+def _owner_marker() -> dict[str, object]:
+    """This process, named so across machines and PID namespaces that share one temporary folder."""
+    pidns = None
+    with contextlib.suppress(OSError):
+        pidns = os.readlink("/proc/self/ns/pid")
+    pid = os.getpid()
+    return {"pid": pid, "started": _started(pid), "host": socket.gethostname(), "pidns": pidns}
+
+
+def _sweep_runtimes() -> None:
+    """Remove the runtime folders left in the temporary folder by owners that are dead.
+
+    Only a real folder (not a link) named like ours, made by this user, holding our marker,
+    whose owner is certainly dead: anything else, a live owner's folder included, is left.
+    """
+    try:
+        entries = list(Path(tempfile.gettempdir()).glob(f"{_RUNTIME_PREFIX}*"))
+    except OSError:
+        return
+    for folder in entries:
+        if _stale(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stale(folder: Path) -> bool:
+    try:
+        info = folder.lstat()
+        marker = folder / _OWNER
+        if not stat.S_ISDIR(info.st_mode) or not stat.S_ISREG(marker.lstat().st_mode):
+            return False
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            return False
+        owner = json.loads(marker.read_text(encoding="utf-8"))
+        pid, started = owner["pid"], owner["started"]
+        here = _owner_marker()
+        if (owner["host"], owner["pidns"]) != (here["host"], here["pidns"]):
+            return False  # a process this one cannot see: whether it lives is unknown here
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(started, int | None):
+        return False
+    return not _alive(pid, started)
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """Whether process `pid` started at `started` (None: unknown) may still run (when unsure: yes)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    now = _started(pid)
+    return started is None or now is None or now == started  # a different start: the pid was reused
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (Linux), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rsplit(") ", 1)[1]
+        return int(fields.split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _healthy(host: str, port: int) -> bool:
