@@ -575,3 +575,30 @@ def test_an_erasure_finishes_while_a_writer_appends_after_each_of_its_reads(
         server.stop()
         assert scan(store, [SECRET.encode()]) == {}
         assert set(scan(store, [KEPT_TEXT.encode()])) == {KEPT_TEXT.encode()}
+
+
+def test_a_snapshot_a_closing_system_saves_after_an_erasure_of_it_does_not_stay(tmp_path: Path) -> None:
+    """A system writes the user's session and closes at once; the snapshot that write made due is
+    saved while it closes (no erasure notice is heard any more), after an erasure of the user by
+    another system ran to its end. It holds erased turns: it goes."""
+    store = tmp_path / "nats"
+    with EmbeddedNatsServer(store) as server:
+        seed(server.url)
+        with convmem.connect(server.url, config=CONFIG) as eraser:
+            live = convmem.connect(server.url, config=CONFIG, snapshot_every=1)
+            assert live.snapshots is not None
+            save = live.snapshots.save
+            erased: list[int] = []
+
+            def erase_then_save(snapshot: Snapshot) -> None:
+                if snapshot.key == KEY and not erased:  # the write is stored, its snapshot not yet
+                    erased.append(eraser.erase_user(TENANT, USER, by="ops").sessions)
+                save(snapshot)
+
+            live.snapshots.save = erase_then_save  # type: ignore[method-assign]
+            try:
+                write(live, KEY, SECRET + " again", turns=1)
+            finally:
+                live.close()  # the actor's last messages (the snapshot's save) are handled first
+        assert erased == [1]
+        check_erased_on_disk(server, store)

@@ -88,10 +88,21 @@ class SessionStorage:
             settle.set_result(last)
 
     def save_snapshot(self, key: MemoryKey, state: SessionState, event_id: str) -> None:
-        """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged."""
+        """Save `state` (whose last event is `event_id`) as the session's snapshot; a failure is logged.
+
+        An erasure of the session may have run since the write it follows (its snapshot step found
+        nothing to delete yet): once saved, the snapshot stays only while the log still holds its
+        seq, else it holds erased turns and is deleted. An erasure that erases the events after
+        this check deletes the snapshot itself (its snapshot step follows its events step).
+        """
         if self.snapshots is None:
             return
         try:
             self.snapshots.save(snapshot_of(key, state, event_id))
+            if self.log.last_seq(key) < state.version:
+                _log.info(
+                    "snapshot of %s at seq %s deleted: the session was erased meanwhile", key, state.version
+                )
+                self.snapshots.delete(key)
         except Exception:
             _log.warning("snapshot of %s at seq %s not saved", key, state.version, exc_info=True)
