@@ -23,11 +23,15 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+
+if sys.platform != "win32":
+    import fcntl
 
 from convmem.actors import ErasureRequest
 from convmem.errors import InvalidInput
@@ -37,7 +41,7 @@ __all__ = ["FileExportRegistry", "default_export_registry"]
 
 _DIGEST_BYTES = 16
 _encode_parts = msgspec.msgpack.Encoder().encode
-_LOCK = threading.Lock()  # one process's writers of a registry (another process: last writer wins)
+_LOCK = threading.Lock()  # one process's writers of a registry (other processes: `_locked`'s file lock)
 
 
 def _digest(salt: bytes, *parts: str) -> str:
@@ -100,21 +104,40 @@ class FileExportRegistry:
         temporary.write_bytes(msgspec.json.encode(entries))
         os.replace(temporary, self.path)
 
+    @contextlib.contextmanager
+    def _locked(self, *, create: bool = False) -> Iterator[None]:
+        """This registry held against every other writer: this process's threads, and other processes
+        through a lock file beside it (an export and an erasure in two processes each read, changed
+        and wrote the list: the last writer dropped the other's change, and an export's entry lost so
+        would never be rewritten by a later erasure). Without `create`, a registry that does not
+        exist is not made (nor its folder or lock file): there is nothing in it to read."""
+        with _LOCK:
+            if sys.platform == "win32" or not (create or self.path.exists()):
+                yield
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path.with_name(f".{self.path.name}.lock"), "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
     def record(self, path: Path, keys: Iterable[MemoryKey]) -> None:
         """Remember that the export file `path` holds the sessions `keys`."""
         entry = _entry(path.resolve(), keys)
-        with _LOCK:
+        with self._locked(create=True):
             entries = [e for e in self._read() if e.path != entry.path]
             self._write([*entries, entry])
 
     def files(self) -> list[str]:
         """The recorded export files (absolute paths)."""
-        with _LOCK:
+        with self._locked():
             return [e.path for e in self._read()]
 
     def erase_copies(self, request: ErasureRequest) -> int:
         """See `ExportRegistry`: the request's sessions leave every recorded file; returns files changed."""
-        with _LOCK:
+        with self._locked():
             entries = self._read()
             if not entries:
                 return 0

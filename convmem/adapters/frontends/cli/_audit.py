@@ -29,7 +29,14 @@ from convmem.actors import (
     restore_lost,
     verify,
 )
-from convmem.actors._journal import DamagedRecord, ErasureJournalDamaged, readable_pending, readable_receipts
+from convmem.actors._journal import (
+    DamagedRecord,
+    ErasureJournalDamaged,
+    JournaledLog,
+    erasure_after,
+    readable_pending,
+    readable_receipts,
+)
 from convmem.adapters.backends import InMemoryEventLog, default_export_registry
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
@@ -401,6 +408,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     scope = _scope(args)
     key = parse_key(args.key) if args.key else None
     count = 0
+    began = time.time()  # before anything is read: an erasure finished since then may miss the file
     with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         total = event_count(log, key, scope)
         if not total:
@@ -424,6 +432,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out.close()
                 # An erasure of any of these sessions rewrites the file without them.
                 default_export_registry().record(args.output, exported)
+                _erased_meanwhile(log, exported, began)
         checks = verify(log, snapshots, key=key, records=read, key_problems=unreadable, **scope)
         lost = [d for c in checks for d in c.lost]
     if not args.output:
@@ -442,6 +451,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output:
         print(f"exported {count} events{into}", file=sys.stderr)
     return EXIT_OK
+
+
+def _erased_meanwhile(log: Any, keys: Iterable[MemoryKey], began: float) -> None:
+    """Rewrite the export just recorded without any of `keys` that an erasure covers which was pending
+    or finished after `began` (when the export started reading).
+
+    An erasure rewrites the files the registry lists; one that ran while this export read (or is
+    still pending) may have done so before this file was listed, and would leave its lines here.
+    """
+    journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    if journal is None:
+        return
+    registry = default_export_registry()
+    for key in sorted(keys, key=str):
+        if erasure_after(journal, key, began) is not None:
+            registry.erase_copies(
+                ErasureRequest.of(key.tenant_id, key.user_id, key.session_id, by="convmem export", at=began)
+            )
 
 
 def _nothing_to_export(
