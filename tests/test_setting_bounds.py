@@ -43,7 +43,13 @@ from convmem.actors._bounds import (
     MAX_SNAPSHOT_EVERY,
 )
 from convmem.actors._clock import SystemClock
-from convmem.adapters import EmbeddedNatsServer, InMemoryEventLog, JetStreamBackend, open_backend
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    InMemoryEventLog,
+    JetStreamBackend,
+    MemoryService,
+    open_backend,
+)
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._log import JetStreamEventLog
 from convmem.adapters.backends.summarizers import (
@@ -677,3 +683,43 @@ def test_the_metrics_tenants_and_port_are_bounded() -> None:
     for port in (65536, 10**6, -1, True):
         with pytest.raises(InvalidConfig, match=r"^metrics_port: must be a whole number from 0 to 65,535"):
             metrics.serve(port)  # type: ignore[arg-type]
+
+
+SERVICE_BOUNDS = [
+    ("max_concurrency", 0),
+    ("max_concurrency", 10**9),
+    ("max_concurrency", True),
+    ("max_timeout", 1e12),
+    ("max_timeout", float("nan")),
+    ("drain_timeout", float("inf")),
+    ("connect_timeout", 1e12),
+    ("connect_timeout", 0),
+    ("status_timeout", 1e12),
+    ("status_timeout", -1),
+]
+
+
+@pytest.mark.parametrize(("option", "value"), SERVICE_BOUNDS, ids=[f"{o}={v!r}" for o, v in SERVICE_BOUNDS])
+def test_a_service_option_out_of_range_is_invalid_config_naming_it(option: str, value: object) -> None:
+    """`MemoryService`'s own options (a thread per concurrent request; waits that must fit a timer)
+    are refused when the service is made, naming the option, before anything connects."""
+    with (
+        MemorySystem(ShortTermMemoryConfig(), log=InMemoryEventLog()) as system,
+        pytest.raises(InvalidConfig) as raised,
+    ):
+        MemoryService(system, "nats://127.0.0.1:1", **{option: value})
+    assert raised.value.field == option
+
+
+def test_a_service_with_every_option_at_its_bound_is_made() -> None:
+    with MemorySystem(ShortTermMemoryConfig(), log=InMemoryEventLog()) as system:
+        service = MemoryService(
+            system,
+            "nats://127.0.0.1:1",
+            max_concurrency=4096,
+            max_timeout=86400,
+            drain_timeout=86400,
+            connect_timeout=86400,
+            status_timeout=86400,
+        )
+        assert service.max_concurrency == 4096

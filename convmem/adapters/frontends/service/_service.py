@@ -53,6 +53,7 @@ from nats.micro.request import Request as MicroRequest
 
 from convmem import __version__
 from convmem.actors import MemorySystem
+from convmem.actors._bounds import MAX_ACTOR_THREADS, check_count, check_seconds
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import PrometheusMetrics
@@ -140,11 +141,14 @@ class MemoryService:
         quotas: Quotas | None = None,
         metrics: PrometheusMetrics | None = None,
     ) -> None:
-        if max_concurrency < 1:
-            raise InvalidConfig("max_concurrency", f"must be >= 1, got {max_concurrency}")
-        for field, seconds in (("max_timeout", max_timeout), ("drain_timeout", drain_timeout)):
-            if not seconds > 0:
-                raise InvalidConfig(field, f"must be a number of seconds > 0, got {seconds!r}")
+        check_count("max_concurrency", max_concurrency, most=MAX_ACTOR_THREADS)  # a thread each
+        for field, seconds in (
+            ("max_timeout", max_timeout),
+            ("drain_timeout", drain_timeout),
+            ("connect_timeout", connect_timeout),
+            ("status_timeout", status_timeout),
+        ):
+            check_seconds(field, seconds)  # above 0, at most a day: a wait past that overflows
         self.system = system
         self.url = url
         self.api_prefix = check_api_prefix(api_prefix)
