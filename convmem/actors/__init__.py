@@ -29,9 +29,11 @@
 from convmem.actors._answers import Deadlines, SettleOnce
 from convmem.actors._audit import (
     SessionCheck,
+    SessionPage,
     SessionRow,
     TimelineRow,
     export_jsonl,
+    list_session_page,
     list_sessions,
     read_jsonl,
     read_scope,
@@ -122,6 +124,7 @@ __all__ = [
     "SessionActivity",
     "SessionCheck",
     "SessionHandle",
+    "SessionPage",
     "SessionRow",
     "SessionSequence",
     "SessionServices",
@@ -144,6 +147,7 @@ __all__ = [
     "export_jsonl",
     "find_erasure",
     "fork_events",
+    "list_session_page",
     "list_sessions",
     "load_state",
     "plan_repair",

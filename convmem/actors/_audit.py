@@ -61,9 +61,11 @@ from convmem.projections import (
 
 __all__ = [
     "SessionCheck",
+    "SessionPage",
     "SessionRow",
     "TimelineRow",
     "export_jsonl",
+    "list_session_page",
     "list_sessions",
     "read_jsonl",
     "read_scope",
@@ -515,6 +517,7 @@ def list_sessions(
     tenant_id: str | None = None,
     user_id: str | None = None,
     limit: int | None = None,
+    after: MemoryKey | None = None,
 ) -> list[SessionRow]:
     """The sessions with events or a snapshot (of a tenant, of a user), in key order, with their true
     turn counts.
@@ -528,7 +531,43 @@ def list_sessions(
     snapshot too) shows ``lost``; one with damage (`SessionDamaged`), a damaged snapshot
     and no event, or whose data key cannot be used shows ``damaged``. Each of those says
     why in `SessionRow.problem`, and the other sessions are still listed.
+
+    With `after`, only the sessions past that key in key order (`list_session_page` says where the
+    next page starts).
     """
+    if limit is not None and limit < 1:
+        return []
+    return list_session_page(
+        log, snapshots, tenant_id=tenant_id, user_id=user_id, limit=limit, after=after
+    ).rows
+
+
+class SessionPage(msgspec.Struct, frozen=True):
+    """A page of `list_session_page`: its rows, and the key the next page starts after (None: no
+    session is left past this page)."""
+
+    rows: list[SessionRow]
+    next_after: MemoryKey | None
+
+
+def list_session_page(
+    log: EventLog,
+    snapshots: SnapshotStore | None = None,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    limit: int | None = None,
+    after: MemoryKey | None = None,
+) -> SessionPage:
+    """`list_sessions`'s rows past `after` in key order, at most `limit` sessions read and folded; with
+    the last key looked at when keys remain past it (the next page's `after`), else None.
+
+    A key looked at may give no row (a snapshot that holds nothing), so a page can hold fewer
+    rows than `limit` while keys remain; the keys themselves are listed from the stores' key
+    listings (no message is read for them), the folds stop at `limit` (`InvalidInput` below 1).
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidInput("limit", f"must be None or an integer >= 1, got {limit!r}")
     counter = getattr(log, "counts", None)
     counts: dict[MemoryKey, int] | None = (
         counter(tenant_id=tenant_id, user_id=user_id) if counter is not None else None
@@ -539,14 +578,18 @@ def list_sessions(
     check = getattr(snapshots, "check", None)
     journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
     rows: list[SessionRow] = []
-    for key in sorted(logged | held, key=MemoryKey.composite):
-        if limit is not None and len(rows) >= limit:
-            break
+    past = after.composite() if after is not None else None
+    ordered = sorted(
+        (k for k in logged | held if past is None or k.composite() > past), key=MemoryKey.composite
+    )
+    for looked, key in enumerate(ordered):
+        if limit is not None and looked >= limit:
+            return SessionPage(rows, ordered[looked - 1])
         events = counts.get(key, 0) if counts is not None else None
         row = _session_row(log, reader, check, key, journal, events=events, logged=key in logged)
         if row is not None:
             rows.append(row)
-    return rows
+    return SessionPage(rows, None)
 
 
 def _session_row(

@@ -30,6 +30,7 @@ from convmem.projections import (
 )
 
 __all__ = [
+    "MAX_INJECTION_SOURCES",
     "as_configured",
     "check_limit",
     "items_view",
@@ -40,6 +41,11 @@ __all__ = [
 ]
 
 _log = logging.getLogger("convmem.integrations")
+
+MAX_INJECTION_SOURCES = 1_000
+"""The most other sessions a start with `agents.cross_session_injection` loads for the user's latest
+summary: the last ones in key order. Each is loaded (snapshot and tail, folded), so without a bound a
+user with N sessions would cost N loads a start, N^2 over them all."""
 
 
 def check_limit(limit: object) -> int | None:
@@ -98,7 +104,8 @@ def start_session(system: MemorySystem, key: MemoryKey, *, timeout: float | None
     A session that has started, or whose configuration has no
     `agents.cross_session_injection`, is left as it is (its first write opens
     it, as for any convmem session). Otherwise the latest summary among the
-    user's other sessions (same tenant and user, never another's) is recorded
+    user's other sessions (same tenant and user, never another's; at most
+    `MAX_INJECTION_SOURCES` of them, the last in key order) is recorded
     in its `SessionStarted` event, once: a replay shows what was injected.
     Blocking: it may read the log.
     """
@@ -121,10 +128,14 @@ def as_configured(handle: SessionHandle, state: SessionState) -> SessionState:
 
 
 def _latest_other_summary(system: MemorySystem, key: MemoryKey) -> tuple[MemoryKey, str] | None:
+    """The latest summary among at most `MAX_INJECTION_SOURCES` other sessions of `key`'s user: the
+    last ones in key order (the log's key listing reads no message; each one considered is loaded)."""
+    others = sorted(
+        (k for k in system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id) if k != key),
+        key=MemoryKey.composite,
+    )
     states: list[SessionState] = []
-    for other in system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id):
-        if other == key:
-            continue
+    for other in others[-MAX_INJECTION_SOURCES:]:
         try:
             states.append(system.load(other)[0])
         except ConvmemError as exc:  # one unreadable session must not block a new one

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import MemorySystem, SessionHandle, list_sessions
+from convmem.actors import MemorySystem, SessionHandle, list_session_page
 from convmem.adapters.frontends._views import check_limit, items_view, start_session, whole_history
 from convmem.adapters.frontends.service._errors import MalformedRequest, error_info
 from convmem.adapters.frontends.service._protocol import (
@@ -29,6 +29,7 @@ from convmem.adapters.frontends.service._protocol import (
     ForkRequest,
     Request,
     RestoreRequest,
+    SessionCursor,
     SessionsRequest,
     ViewRequest,
     decode_request,
@@ -63,6 +64,11 @@ MAX_LISTED = 1_000
 """The most sessions one ``sessions`` request lists: each is read (its snapshot and the events after
 it) and folded, so a request for every session of a tenant holding millions would read them all, on
 the server every tenant shares, for an answer too large to send."""
+MAX_HISTORY_EVENTS = 10_000
+"""The most events one ``agents_items`` request reads from the log: asked for items past the session's
+live turns (``get_items()`` without a limit on a session longer than ``live_turns``), the request
+reads and folds the session's whole subject, on the server every tenant shares; a longer session is
+refused with `MalformedRequest` naming ``limit`` (a limit within its live turns reads nothing)."""
 _MESSAGE_OVERHEAD = 34 + 256
 """What the stream counts for a stored event beyond its subject and payload, at most: JetStream's 34
 bytes a message (see `_usage`) and the headers convmem writes with it (its id, seq, checksum and
@@ -265,7 +271,8 @@ class ApiOperations:
             return _VIEWS[request.view](self._fresh(handle, timeout))
         if isinstance(request, AgentsItemsRequest):
             limit = _limit(request.limit)
-            return items_view(self._fresh(handle, timeout), limit, lambda: whole_history(self.system, key))
+            state = self._fresh(handle, timeout)
+            return items_view(state, limit, lambda: self._whole_history(key, state))
         match op:
             case "pop_item":
                 return handle.pop_item(timeout=timeout)
@@ -304,11 +311,27 @@ class ApiOperations:
             return state
         return handle.snapshot_state()  # neither live nor cached: loading it reads the log anyway
 
+    def _whole_history(self, key: MemoryKey, state: SessionState) -> SessionState:
+        """`key`'s whole history for an ``agents_items`` that reaches past its live turns, read from
+        the log when it holds at most `MAX_HISTORY_EVENTS` events (`state.version`, its last seq, is
+        how many the read would return); `MalformedRequest` naming ``limit`` otherwise."""
+        most = MAX_HISTORY_EVENTS
+        if state.version > most:
+            live = len(agent_items(state))
+            raise MalformedRequest(
+                "limit",
+                f"session {key.session_id!r} holds {state.version:,} events, more than the {most:,} one "
+                f"agents_items request reads past its live turns: give a limit of at most {live:,} "
+                "(the items of its live turns, served without a read of the log; with the Agents SDK, "
+                "SessionSettings(limit=...))",
+            )
+        return whole_history(self.system, key)
+
     def _erase(self, key: MemoryKey) -> dict[str, int]:
         erased = self.system.erase(key)
         return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
-    def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]]:
+    def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]] | dict[str, Any]:
         most = MAX_LISTED
         if request.limit is not None and not 1 <= request.limit <= most:
             raise MalformedRequest(
@@ -318,15 +341,36 @@ class ApiOperations:
         user = request.user_id or None
         if user is not None:
             MemoryKey(tenant_id, user, "*")  # checks the ids as every key does
-        limit = request.limit if request.limit is not None else most + 1
-        rows = list_sessions(
-            self.system.log, self.system.snapshots, tenant_id=tenant_id, user_id=user, limit=limit
+        paged = request.after is not msgspec.UNSET
+        after: MemoryKey | None = None
+        if isinstance(request.after, SessionCursor):
+            try:
+                after = MemoryKey(tenant_id, request.after.user_id, request.after.session_id)
+            except InvalidInput as exc:
+                raise MalformedRequest(f"after.{exc.field}", exc.problem) from None
+        limit = request.limit if request.limit is not None else most + (0 if paged else 1)
+        page = list_session_page(
+            self.system.log,
+            self.system.snapshots,
+            tenant_id=tenant_id,
+            user_id=user,
+            limit=limit,
+            after=after,
         )
+        rows = page.rows
+        if paged:
+            last = page.next_after
+            return {
+                "sessions": [r.as_json() for r in rows],
+                "more": last is not None,
+                "after": {"user_id": last.user_id, "session_id": last.session_id} if last else None,
+            }
         if len(rows) > most:
             whose = f"user {user!r} of tenant {tenant_id!r}" if user else f"tenant {tenant_id!r}"
             raise MalformedRequest(
                 "limit",
-                f"{whose} has more than {most:,} sessions, the most one request lists: give a limit "
+                f"{whose} has more than {most:,} sessions, the most one request lists: give after "
+                f"(null for the first page) to list them all in pages of at most {most:,}, or a limit "
                 f"(at most {most:,}) for the first ones in key order, or a user_id",
             )
         return [r.as_json() for r in rows]

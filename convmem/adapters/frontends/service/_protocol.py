@@ -70,6 +70,7 @@ __all__ = [
     "Reply",
     "Request",
     "RestoreRequest",
+    "SessionCursor",
     "SessionsRequest",
     "ViewRequest",
     "check_api_prefix",
@@ -281,10 +282,23 @@ class RestoreRequest(Request, kw_only=True):
     state: dict[str, Any]
 
 
+class SessionCursor(msgspec.Struct, forbid_unknown_fields=True):
+    """Where a page of ``sessions`` starts: after this session, in key order (the previous page's
+    ``after``)."""
+
+    user_id: str
+    session_id: str
+
+
 class SessionsRequest(Request, kw_only=True):
-    """``sessions``: the tenant's sessions (of one user when `user_id` is given), at most `limit`."""
+    """``sessions``: the tenant's sessions (of one user when `user_id` is given), at most `limit`.
+
+    With `after` (null for the first page), a page: ``{sessions, more, after}``, the sessions past
+    `after` in key order, `more` saying whether any are left, `after` the next page's cursor.
+    """
 
     limit: int | None = None
+    after: SessionCursor | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ForkRequest(Request, kw_only=True):

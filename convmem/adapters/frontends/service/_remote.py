@@ -34,7 +34,7 @@ import concurrent.futures
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
@@ -178,10 +178,44 @@ class RemoteMemory:
         return result
 
     def sessions(self, tenant_id: str, user_id: str | None = None, *, limit: int | None = None) -> list[Any]:
-        """The tenant's sessions (of one user), with events, last activity and health."""
+        """The tenant's sessions (of one user), with events, last activity and health: at most 1,000
+        (`MalformedRequest` naming ``limit`` past that without a limit: see `sessions_page`)."""
         subject = session_subject(self.api_prefix, tenant_id, "sessions")
         result: list[Any] = self.call(subject, {"user_id": user_id or "", "limit": limit})
         return result
+
+    def sessions_page(
+        self,
+        tenant_id: str,
+        user_id: str | None = None,
+        *,
+        after: Mapping[str, str] | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of the tenant's sessions (of one user) in key order: those past `after` (a page's
+        ``after``; None for the first page), at most `limit` (at most 1,000, the default).
+
+        ``{"sessions": [...], "more": bool, "after": cursor or None}``: while ``more``, pass
+        ``after`` back for the next page.
+        """
+        subject = session_subject(self.api_prefix, tenant_id, "sessions")
+        cursor = dict(after) if isinstance(after, Mapping) else after
+        result: dict[str, Any] = self.call(
+            subject, {"user_id": user_id or "", "limit": limit, "after": cursor}
+        )
+        return result
+
+    def all_sessions(
+        self, tenant_id: str, user_id: str | None = None, *, page_size: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every session of the tenant (of one user) in key order, a page of `sessions_page` a request."""
+        after: Mapping[str, str] | None = None
+        while True:
+            page = self.sessions_page(tenant_id, user_id, after=after, limit=page_size)
+            yield from page["sessions"]
+            if not page["more"]:
+                return
+            after = page["after"]
 
     def erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
         """Purge every session of one user (and their snapshots)."""
