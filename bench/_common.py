@@ -15,6 +15,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -430,3 +431,15 @@ def compare(batches: dict[str, Batch], *, seconds: float, rounds: int = 7) -> di
         for name, batch in batches.items():
             best[name] = min(best[name], batch(sizes[name]) / sizes[name])
     return best
+
+
+def exit_on_sigterm() -> None:
+    """Take SIGTERM (`timeout`, `bench/device.sh`'s limits, a parent's stop) as an exit of this process:
+    its `finally` blocks, context managers and exit handlers then stop the servers, stores and
+    processes it started. Python's default for SIGTERM ends the process at once and leaves every
+    one of them behind (`timeout` signals the bench's whole process group, its store processes too)."""
+
+    def stopped(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stopped)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench._common import sample_turn, session_keys
+from bench._common import exit_on_sigterm, sample_turn, session_keys
 from bench._peer_stores import (
     AgentsSession,
     ConvmemTasks,
@@ -167,6 +167,7 @@ def check(store: Store, loop: LoopThread, sessions: int, users: list[str]) -> in
 
 def _serve(conn: Connection, name: str, turns_written: int, callers: int) -> None:
     """The child's side: one store, driven by the parent's commands until ``("exit",)``."""
+    exit_on_sigterm()
     store = stores()[name]
     turns = [sample_turn(n) for n in range(turns_written)]
     loop = LoopThread()

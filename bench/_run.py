@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench._common import FULL, SMOKE, Result
+from bench._common import FULL, SMOKE, Result, exit_on_sigterm
 from bench._report import document, table, write_json
 
 __all__ = ["MEASURES", "ON_DEMAND", "main"]
@@ -63,6 +63,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_on_sigterm()
     args = _parse(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(MEASURES)
     unknown = [n for n in names if n not in MEASURES + ON_DEMAND]
