@@ -20,6 +20,7 @@ on the in-memory log, on JetStream, and on an exported JSONL file.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -742,11 +743,24 @@ def export_jsonl(records: Iterable[LoggedEvent]) -> Iterator[str]:
         if problem is not None:
             line["raw"] = base64.b64encode(record.data).decode("ascii")
             line["error"] = problem
+        line["sum"] = _line_sum(line)
         yield json.dumps(line, ensure_ascii=False, sort_keys=True)
 
 
+_LINE_FIELDS = frozenset({"key", "position", "seq", "event", "raw", "error", "sum"})
+
+
+def _line_sum(row: Mapping[str, Any]) -> str:
+    """The digest an export line carries as ``sum``: of its other fields, as `export_jsonl` writes them
+    (sorted keys), so it does not depend on how the line was escaped (stdout escapes controls)."""
+    text = json.dumps({k: v for k, v in row.items() if k != "sum"}, ensure_ascii=False, sort_keys=True)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def read_jsonl(lines: Iterable[str | bytes], *, source: str = "<jsonl>") -> Iterator[LoggedEvent]:
-    """Records back from `export_jsonl` lines; a malformed line raises `InvalidInput` naming it.
+    """Records back from `export_jsonl` lines; a malformed line raises `InvalidInput` naming it, and so
+    does a line whose ``sum`` does not match (a changed byte; lines without one, from an earlier
+    version or written by hand, are read as they are) or that has a field no export writes.
 
     `lines` are text, or bytes (a file opened in binary): then a line that is not UTF-8 is named by
     its number, as every other wrong line is.
@@ -788,6 +802,14 @@ def read_jsonl(lines: Iterable[str | bytes], *, source: str = "<jsonl>") -> Iter
             raise InvalidInput(where, f"not an exported event line: it has no {exc}") from None
         except (ValueError, TypeError, msgspec.ValidationError, EventDecodeError, RecursionError) as exc:
             raise InvalidInput(where, f"not an exported event line: {exc}") from None
+        unknown = sorted(set(row) - _LINE_FIELDS)
+        if unknown:
+            raise InvalidInput(where, f"not an exported event line: unknown field {unknown[0]!r}")
+        if "sum" in row and row["sum"] != _line_sum(row):
+            # A flipped byte in a turn's text still parses: without this it would be read back as written.
+            raise InvalidInput(
+                where, "damaged: the line fails its checksum (a byte changed since the export)"
+            )
         yield LoggedEvent(key=key, seq=row.get("seq"), position=row["position"], data=data)
 
 

@@ -15,6 +15,16 @@ store or its data folder. It only knows what was written on this machine by
 this user with ``-o``: an export to stdout, a file copied or moved elsewhere,
 or one written on another machine is outside convmem's reach. Erasing reads
 the registry and never creates it.
+
+Each entry carries ``sum``, a digest of its own fields: a flipped byte that
+leaves the file valid JSON (a letter of a path or a digest changing case)
+would otherwise make an erasure miss that export and forget its entry as a
+file that is gone, reported done with the user's lines still in it. An entry
+whose ``sum`` does not match, or that has a field no entry has, makes the
+registry damaged: `InvalidInput` naming the registry file and the entry, so
+an erasure fails (``convmem erase``: exit 5) and stays pending until the file
+is fixed or removed and ``convmem erase --resume`` runs. An entry without
+``sum`` (a registry of an earlier version) is read as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +51,10 @@ __all__ = ["FileExportRegistry", "default_export_registry"]
 
 _DIGEST_BYTES = 16
 _encode_parts = msgspec.msgpack.Encoder().encode
+_FIX = (
+    "; fix or remove the registry file (the export files it lists are then out of an erasure's reach:"
+    " delete them or export again), then run convmem erase --resume for a pending erasure"
+)
 _LOCK = threading.Lock()  # one process's writers of a registry (other processes: `_locked`'s file lock)
 
 
@@ -57,11 +71,15 @@ def default_export_registry() -> FileExportRegistry:
     return FileExportRegistry(Path(state) / "convmem" / "exports.json")
 
 
-class _Entry(msgspec.Struct, frozen=True, kw_only=True):
+class _Entry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     path: str
     salt: str
     sessions: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
+    sum: str = ""  # `_entry_sum` of the fields above; "" in a registry written before it existed
+
+    def intact(self) -> bool:
+        return not self.sum or self.sum == _entry_sum(self.path, self.salt, self.sessions, self.users)
 
     def holds(self, request: ErasureRequest) -> bool:
         salt = bytes.fromhex(self.salt)
@@ -71,14 +89,24 @@ class _Entry(msgspec.Struct, frozen=True, kw_only=True):
         return _digest(salt, key.tenant_id, key.user_id, key.session_id) in self.sessions
 
 
+def _entry_sum(path: str, salt: str, sessions: tuple[str, ...], users: tuple[str, ...]) -> str:
+    return hashlib.blake2b(
+        _encode_parts((path, salt, sessions, users)), digest_size=_DIGEST_BYTES
+    ).hexdigest()
+
+
 def _entry(path: Path, keys: Iterable[MemoryKey]) -> _Entry:
-    salt = os.urandom(16)
+    salt = os.urandom(16).hex()
     found = set(keys)
+    raw = bytes.fromhex(salt)
+    sessions = tuple(sorted(_digest(raw, k.tenant_id, k.user_id, k.session_id) for k in found))
+    users = tuple(sorted({_digest(raw, k.tenant_id, k.user_id) for k in found}))
     return _Entry(
         path=str(path),
-        salt=salt.hex(),
-        sessions=tuple(sorted(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in found)),
-        users=tuple(sorted({_digest(salt, k.tenant_id, k.user_id) for k in found})),
+        salt=salt,
+        sessions=sessions,
+        users=users,
+        sum=_entry_sum(str(path), salt, sessions, users),
     )
 
 
@@ -94,9 +122,22 @@ class FileExportRegistry:
         except FileNotFoundError:
             return []
         try:
-            return msgspec.json.decode(raw, type=list[_Entry])
+            entries = msgspec.json.decode(raw, type=list[_Entry])
         except msgspec.DecodeError as exc:
-            raise InvalidInput(str(self.path), f"is not convmem's export registry: {exc}") from None
+            raise InvalidInput(str(self.path), f"is not convmem's export registry: {exc}{_FIX}") from None
+        for number, entry in enumerate(entries, start=1):
+            problem = None if entry.intact() else "fails its checksum (a changed or damaged byte)"
+            if problem is None:
+                try:
+                    bytes.fromhex(entry.salt)
+                except ValueError:
+                    problem = "has a salt that is not hex"
+            if problem is not None:
+                raise InvalidInput(
+                    str(self.path),
+                    f"export registry entry {number} (export file {entry.path!r}) {problem}{_FIX}",
+                )
+        return entries
 
     def _write(self, entries: list[_Entry]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

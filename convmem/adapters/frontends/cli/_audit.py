@@ -409,6 +409,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     key = parse_key(args.key) if args.key else None
     count = 0
     began = time.time()  # before anything is read: an erasure finished since then may miss the file
+    if args.output:
+        # The registry read (and checked) before the file is written: a damaged one (exit 5) would
+        # otherwise refuse to record a file already written, which no later erasure would reach.
+        default_export_registry().files()
     with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         total = event_count(log, key, scope)
         if not total:
