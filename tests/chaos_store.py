@@ -19,6 +19,7 @@ import nats
 from chaos import CONFIG, Tally, ThreadLoad, keys_for, running_server, stored_texts
 
 import convmem
+from convmem.actors._bounds import MAX_SNAPSHOT_EVERY
 from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
 from convmem.errors import ConvmemError
 from convmem.events import ConversationTurn, MemoryKey
@@ -115,7 +116,8 @@ def _fill_and_free(
     turns = int(limit * 0.45 / (sessions * TURN_BYTES))
     with running_server(store, "always", extra_config=extra) as server:
         # No snapshots: what the store holds is the log alone, so the sizes above hold.
-        with convmem.connect(server.url, config=CONFIG, timeout=2.0, snapshot_every=1 << 30) as memory:
+        never = MAX_SNAPSHOT_EVERY  # far more events than the store holds
+        with convmem.connect(server.url, config=CONFIG, timeout=2.0, snapshot_every=never) as memory:
             session = memory.session(old)
             filled = 0
             while filled * TURN_BYTES < limit * 0.6:  # the old session takes 60% of the store
