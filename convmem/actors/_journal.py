@@ -28,6 +28,7 @@ operator erases its scope again and `settle`s it (``convmem erase ...
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterable
@@ -276,19 +277,7 @@ def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecor
     `ErasureJournalDamaged` when no readable record covers `key` while a
     damaged one is held: it might, so the answer is neither yes nor no.
     """
-    if journal is None:
-        return None
-    pending, damaged = readable_pending(journal)
-    for request in pending:
-        if request.covers(key):
-            return request
-    receipts, damaged_receipts = readable_receipts(journal)
-    for receipt in receipts:
-        if receipt.covers(key):
-            return receipt
-    if damaged or damaged_receipts:
-        raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])
-    return None
+    return erasure_after(journal, key, -math.inf)  # any receipt, whenever it finished
 
 
 def erasure_after(journal: ErasureJournal | None, key: MemoryKey, since: float) -> ErasureRecord | None:
