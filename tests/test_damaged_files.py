@@ -187,3 +187,48 @@ def test_a_flipped_byte_in_the_master_key_file_is_refused_naming_it_and_loses_no
     code, out = cli(capsys, data, "verify", "--all")
     assert code == 0, out
     assert "2/2 sessions verified" in out
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_lost_erasure_journal_bucket_is_named_not_taken_for_no_pending_erasure(
+    tmp_path: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The journal's folder deleted while bob's erasure was pending (recorded, nothing erased yet):
+    nothing else records that it was asked for, so verify passed and `erase --resume` said there was
+    none, with bob's data still there. Each now names the lost bucket (exit 7)."""
+    data = tmp_path / "data"
+    seed(data)
+
+    def stop(done: str) -> None:
+        if done == "record":
+            raise _Stop(done)
+
+    with convmem.connect(data_dir=data, erasure_hook=stop) as memory, pytest.raises(_Stop):
+        memory.erase_user("acme", "bob")
+    bucket = data / "jetstream" / "$G" / "streams" / "KV_CONVMEM_EVENTS_ERASURES"
+    assert bucket.is_dir()
+    for path in sorted(bucket.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    bucket.rmdir()
+
+    said = "erasure journal: DAMAGED: the NATS server has no erasure-journal bucket 'CONVMEM_EVENTS_ERASURES'"
+    for argv in (("verify", "--all"), ("sessions",)):
+        code, out = cli(capsys, data, *argv)
+        assert code == 7, (argv, out)
+        assert said in out
+        assert "every erasure it held pending" in out
+    code, out = cli(capsys, data, "verify", "--all", "--json")
+    assert code == 7
+    assert "was lost" in json.loads(out[out.index("{") :])["journal_lost"]
+    code, out = cli(capsys, data, "erase", "--resume", "--yes")
+    assert code == 7, out
+    assert said in out
+
+    code, out = cli(capsys, data, "erase", "--tenant", "acme", "--user", "bob", "--yes")  # asked again
+    assert code == 0, out
+    code, out = cli(capsys, data, "verify", "--all")
+    assert code == 0, out
+    assert "1/1 sessions verified" in out

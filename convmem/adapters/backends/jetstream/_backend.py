@@ -13,6 +13,7 @@ both adapters closes the connection too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ from convmem.adapters.backends.jetstream._log import (
     JetStreamEventLog,
     stream_not_found,
 )
-from convmem.adapters.backends.jetstream._lost import history_lost
+from convmem.adapters.backends.jetstream._lost import history_lost, journal_lost
 from convmem.adapters.backends.jetstream._setup import check_exists
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
@@ -43,6 +44,8 @@ from convmem.adapters.backends.keys._stores import CHECK_META, DirKeyStore
 from convmem.errors import EncryptionKeyError, InvalidConfig, StoreNotFound
 
 __all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_key_store", "open_keyring"]
+
+_log = logging.getLogger("convmem.jetstream")
 
 
 class EmbeddedOptions(TypedDict, total=False):
@@ -177,6 +180,12 @@ class JetStreamBackend:
                     )
                 except StoreNotFound:
                     snapshots = None  # a reader does without snapshots
+                if not log.stream_absent:  # checked before a writer makes the journal again
+                    log.journal_lost = journal_lost(
+                        connection, stream, log.journal_bucket, options.get("bucket", DEFAULT_BUCKET)
+                    )
+                    if log.journal_lost is not None and create:
+                        _log.warning("erasure journal: DAMAGED: %s (made again, empty)", log.journal_lost)
                 journal = log.erasure_journal()  # beside the stream, closed with the log
                 if log.stream_absent:  # a reader's: lost, if the rest of the store shows sessions
                     log.history_lost = history_lost(

@@ -155,6 +155,8 @@ class JetStreamEventLog:
         self.history_lost: str | None = None
         """Why the log holds none of its sessions' history though the rest of the store shows it
         had some (its stream is gone: `JetStreamBackend` sets it for a reader); None otherwise."""
+        self.journal_lost: str | None = None
+        """Why the erasure journal's bucket, missing when `JetStreamBackend` opened, was lost."""
         try:
             if create:
                 connection.call(
@@ -651,6 +653,11 @@ class JetStreamEventLog:
                 self._conn.submit(unsubscribe, what="stop watching erasure notices")
 
         return unwatch
+
+    @property
+    def journal_bucket(self) -> str:
+        """The erasure journal's bucket name (made on first use)."""
+        return self._journal_bucket
 
     def erasure_journal(self) -> JetStreamErasureJournal | None:
         """See `JournaledLog`: the journal bucket beside the stream, opened (made) on first use.

@@ -12,18 +12,22 @@ damage.
 
 from __future__ import annotations
 
+import functools
+
+import nats.js.errors
+
 from convmem.actors import ErasureJournalDamaged
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.backends.jetstream._read import list_subjects
-from convmem.adapters.backends.jetstream._setup import check_exists, subject_pattern
+from convmem.adapters.backends.jetstream._setup import check_exists, setup_request, subject_pattern
 from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
 from convmem.adapters.backends.jetstream._usage import _PROBE, usage_bucket
 from convmem.adapters.backends.keys import Keyring
 from convmem.errors import ConvmemError
 from convmem.events import encode_token
 
-__all__ = ["history_lost"]
+__all__ = ["history_lost", "journal_lost"]
 
 
 def history_lost(
@@ -109,3 +113,44 @@ def _tenants_tallied(connection: NatsConnection, bucket: str) -> int:
     except ConvmemError:  # these credentials may not see it: no tally known
         return 0
     return len(set(subjects) - {f"$KV.{bucket}.{encode_token(_PROBE)}"})
+
+
+def journal_lost(
+    connection: NatsConnection, stream: str, journal_bucket: str, snapshot_bucket: str
+) -> str | None:
+    """Why the erasure journal's bucket, missing, was lost, or None when nothing says it existed.
+
+    A writer (`JetStreamBackend`) makes the journal beside the events stream and the snapshot
+    bucket: a store whose stream and snapshot bucket both hold messages but whose journal bucket
+    is missing lost it (its folder deleted or lost from the server's store, or the bucket deleted),
+    and with it any erasure that was pending: nothing else records that one was asked for. Call it
+    before the journal is made again (a writer's), or when a reader found it missing."""
+    journal = f"KV_{journal_bucket}"
+    counts: dict[str, int | None] = {}
+    for name in (journal, stream, f"KV_{snapshot_bucket}"):  # the journal first: it is usually there
+        try:
+            counts[name] = connection.call(
+                functools.partial(_messages, connection, name), what=f"finding {name!r}"
+            )
+        except ConvmemError:  # these credentials may not ask: nothing known
+            return None
+        if (counts[name] is not None) if name == journal else not counts[name]:
+            return None  # the journal is there, or the stream or the snapshot bucket holds nothing
+    return (
+        f"the NATS server has no erasure-journal bucket {journal_bucket!r}, though the events stream "
+        f"{stream!r} holds {counts[stream]} message(s) and the snapshot bucket {snapshot_bucket!r} "
+        f"{counts[f'KV_{snapshot_bucket}']}: the journal was lost (its folder deleted or lost from the "
+        "server's store, or the bucket deleted), and with it every erasure it held pending: run "
+        "`convmem erase` again for each erasure asked for and not confirmed done"
+    )
+
+
+async def _messages(connection: NatsConnection, name: str) -> int | None:
+    """The messages the stream `name` holds; None when it does not exist."""
+    try:
+        info = await setup_request(connection, f"$JS.API.STREAM.INFO.{name}")
+    except nats.js.errors.APIError as exc:
+        if exc.err_code == 10059:  # stream not found
+            return None
+        raise
+    return int(info.get("state", {}).get("messages", 0))

@@ -54,6 +54,8 @@ from convmem.adapters.frontends.cli._common import (
     emit_json,
     history_line,
     history_lost,
+    journal_lost,
+    journal_lost_line,
     open_store,
     parse_key,
     parse_time,
@@ -224,6 +226,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     progress = Progress("verify: events read", quiet=args.json)
     started = time.perf_counter()
     journal_damage: list[DamagedRecord] = []
+    journal_gone: str | None = None  # the erasure journal's bucket, lost (`journal_lost`)
     lost: str | None = None  # the log's whole history, when its stream is gone (`history_lost`)
     try:
         if args.from_file:
@@ -235,6 +238,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             with open_store(args, read_only=True, lost_ok=True) as opened:
                 lost = history_lost(opened.log)
+                journal_gone = journal_lost(opened.log)
                 journal_damage = _verify_journal(opened.journal)
                 progress.set_total(event_count(opened.log, key, scope))
                 # (A session's check that needs the damaged journal records: ErasureJournalDamaged, exit 7.)
@@ -242,7 +246,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     elapsed = time.perf_counter() - started
-    if not checks and not journal_damage and lost is None:
+    if not checks and not journal_damage and lost is None and journal_gone is None:
         raise CliError("nothing to verify: no session has events in that scope", EXIT_NOT_FOUND)
     failed = [c for c in checks if not c.ok]
     events = sum(c.events for c in checks)
@@ -271,6 +275,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 ],
                 "journal_damage": [msgspec.to_builtins(d) for d in journal_damage],
                 "history_lost": lost,
+                "journal_lost": journal_gone,
             }
         )
     else:
@@ -299,6 +304,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"erasure journal: DAMAGED {damaged.describe()}")
         if lost is not None:
             print(history_line(lost))
+        if journal_gone is not None:
+            print(journal_lost_line(journal_gone))
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
             + (
@@ -307,7 +314,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    if any(c.damage for c in checks) or journal_damage or lost is not None:
+    if any(c.damage for c in checks) or journal_damage or lost is not None or journal_gone is not None:
         if not args.json:
             if any(c.damage for c in checks):
                 print(_DAMAGED_ADVICE)
@@ -545,6 +552,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
         journal = opened.journal
         if journal is None:
             raise CliError(f"{opened.url}: this backend keeps no erasure journal", EXIT_INVALID)
+        gone = journal_lost(opened.log)  # its pending erasures with it: said, and exit 7, after the work
+        if gone is not None:
+            print(journal_lost_line(gone), file=sys.stderr)
         pending, damaged = _journal_state(journal)
         if args.settle and args.settle not in {d.id for d in damaged}:
             raise CliError(
@@ -594,7 +604,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
             if args.settle:
                 journal.settle(args.settle, by=by, at=system.clock.now())
         damaged = _journal_state(journal)[1]
-    return _erase_result(args, what, erased, len(pending), damaged)
+    code = _erase_result(args, what, erased, len(pending), damaged)
+    return EXIT_DAMAGED if gone is not None else code
 
 
 def _erase_result(

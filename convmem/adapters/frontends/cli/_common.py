@@ -48,6 +48,8 @@ __all__ = [
     "emit_json",
     "history_line",
     "history_lost",
+    "journal_lost",
+    "journal_lost_line",
     "key_settings",
     "nats_url",
     "open_store",
@@ -284,6 +286,18 @@ def history_lost(log: EventLog) -> str | None:
     is gone: see `JetStreamBackend`'s `read_only`); None otherwise."""
     lost = getattr(log, "history_lost", None)
     return lost if isinstance(lost, str) else None
+
+
+def journal_lost(log: EventLog) -> str | None:
+    """Why `log`'s erasure journal bucket, missing when the backend opened, was lost (its stream and
+    snapshot bucket hold messages: `JetStreamBackend` checks); None otherwise."""
+    lost = getattr(log, "journal_lost", None)
+    return lost if isinstance(lost, str) else None
+
+
+def journal_lost_line(lost: str) -> str:
+    """The lost erasure journal as the commands name it (as `history_line` names a lost stream)."""
+    return f"erasure journal: DAMAGED: {lost}"
 
 
 def history_line(lost: str) -> str:

@@ -24,6 +24,8 @@ from convmem.adapters.frontends.cli._common import (
     emit_json,
     history_line,
     history_lost,
+    journal_lost,
+    journal_lost_line,
     parse_key,
     parse_time,
     positive_int,
@@ -168,7 +170,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         rows = list_sessions(log, snapshots, tenant_id=args.tenant, user_id=args.user, limit=args.limit)
         lost = history_lost(log)
-    if not rows and lost is None:
+        journal_gone = journal_lost(log)
+    if not rows and lost is None and journal_gone is None:
         scope = (
             f"tenant {args.tenant}" + (f", user {args.user}" if args.user else "")
             if args.tenant
@@ -192,7 +195,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                 print(f"{row.key}: {row.health.upper()}: {row.problem}", file=sys.stderr)
     if lost is not None:  # what no row can show: sessions left no snapshot to be listed by
         print(history_line(lost), file=sys.stderr)
+    if journal_gone is not None:  # nor erasures asked for and pending when the journal was lost
+        print(journal_lost_line(journal_gone), file=sys.stderr)
     healths = {r.health for r in rows}
-    if healths & {"lost", "damaged"} or lost is not None:
+    if healths & {"lost", "damaged"} or lost is not None or journal_gone is not None:
         return EXIT_DAMAGED
     return EXIT_FAILED if "unreadable" in healths else EXIT_OK
