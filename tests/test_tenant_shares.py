@@ -19,6 +19,7 @@ and in the health each session stores.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -37,8 +38,9 @@ from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
 from convmem.adapters.frontends.service import _operations as operations
 from convmem.adapters.frontends.service._errors import MalformedRequest
 from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
+from convmem.adapters.frontends.service._shares import FairShares, tenant_token
 from convmem.errors import QuotaExceeded
-from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
+from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig, encode_token
 from convmem.projections import SessionState
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -391,3 +393,93 @@ def test_one_sessions_request_reads_at_most_max_listed_sessions(
         assert [row["session_id"] for row in attacker.sessions("acme", "alice")] == ["one"]
         with pytest.raises(MalformedRequest, match=r"user 'mallory' of tenant 'acme' has more than 5"):
             attacker.sessions("acme", "mallory")
+
+
+def test_a_tenants_cpu_estimate_bounds_how_many_of_its_requests_run_at_once() -> None:
+    """FairShares weighs requests by their CPU: a tenant whose requests cost 10 ms runs one at a
+    time (another tenant's start at once beside it), a cheap request between expensive ones does not
+    hide them, and a tenant whose requests turned cheap gets its max_running back as the estimate
+    decays."""
+    shares = FairShares(Quotas(), 64)
+    started: list[str] = []
+    for token in ("acme",) * 8 + ("globex",) * 2:
+        assert shares.admit(token, lambda token=token: started.append(token))
+    assert started.count("acme") == 8  # nothing measured yet: its max_running
+    for _ in range(8):
+        shares.measured("acme", 0.010)
+        shares.done("acme")
+    for _ in range(8):
+        shares.admit("acme", lambda: started.append("acme"))
+    assert shares.of("acme") == (8, 1)  # 10 ms a request: one at a time
+    assert shares.of("globex") == (2, 2)  # never waits behind it
+    shares.measured("acme", 0.0001)  # a cheap one between: the estimate stays near 10 ms
+    shares.done("acme")
+    assert shares.of("acme") == (7, 1)
+    assert shares.allowed("acme", TenantLimits()) == 1
+    for _ in range(7):
+        shares.measured("acme", 0.0001)
+        shares.done("acme")
+    for _ in range(40):  # cheap requests from now on: the estimate decays below CPU_SHARE / 8
+        shares.measured("acme", 0.0001)
+    assert shares.allowed("acme", TenantLimits()) == TenantLimits().max_running
+
+
+def test_a_tenants_cpu_expensive_requests_take_one_place_beside_another_tenants(
+    tenants_server: int,  # noqa: F811
+) -> None:
+    """Through the service, with only acme's credentials: acme's reads each cost 20 ms of CPU (a
+    stand-in for a long recall query over a long session, burnt on the worker thread). After the
+    first is measured, eight sent at once run one at a time, and globex's read starts beside one of
+    them, not eight: on one interpreter eight would leave globex a ninth of it (bench.cpu_fairness:
+    its p99 rose 12x). Counted in the requests the worker threads ran, not timed."""
+    store = f"nats://convmem:convmem-service-secret@127.0.0.1:{tenants_server}"
+    memory = convmem.connect(store, config=CONFIG)
+    acme = encode_token("acme")
+    gate = threading.Event()
+    running: list[tuple[str, int]] = []  # (tenant token, acme's requests running) as each read began
+    try:
+        service = MemoryService(memory, _user(tenants_server, "convmem-api"))
+        real = service._ops.answer
+
+        def answer(subject: str, data: bytes) -> Any:
+            token = tenant_token(service.api_prefix, subject)
+            running.append((token, service._shares.of(acme)[1]))
+            if token == acme:
+                began = time.thread_time()
+                while time.thread_time() - began < 0.02:  # CPU, not a wait: what the estimate sees
+                    pass
+                if len(running) > 1:
+                    gate.wait(WAIT)  # held until globex's read began
+            return real(subject, data)
+
+        service._ops.answer = answer  # type: ignore[method-assign]
+        with (
+            service,
+            RemoteMemory(_user(tenants_server, "acme"), timeout=WAIT) as attacker,
+            RemoteMemory(_user(tenants_server, "globex"), timeout=WAIT) as victim,
+        ):
+            attacker.session(MemoryKey("acme", "mallory", "s0")).get_llm_context(query="invoice")
+            replies: list[object] = []
+            threads = [
+                threading.Thread(
+                    target=lambda n=n: replies.append(
+                        attacker.session(MemoryKey("acme", "mallory", f"s{n}")).get_llm_context(
+                            query="invoice"
+                        )
+                    )
+                )
+                for n in range(8)
+            ]
+            for thread in threads:
+                thread.start()
+            assert service.wait_for(lambda: service._shares.of(acme)[0] == 8, WAIT)
+            victim.session(VICTIM).get_llm_context(query="invoice")
+            gate.set()
+            for thread in threads:
+                thread.join(WAIT)
+            assert len(replies) == 8
+            globex = [count for token, count in running if token == encode_token("globex")]
+            assert globex == [1], f"globex's read began beside {globex} of acme's"
+            assert max(count for token, count in running[1:] if token == acme) == 1
+    finally:
+        memory.close()

@@ -557,9 +557,10 @@ class MemoryService:
             elif self._given_loop is not None and self._ops.on_loop(msg.subject):
                 answer = await self._ops.add_turn_here(msg.subject, msg.data)
             else:
-                answer = await asyncio.get_running_loop().run_in_executor(
-                    self._pool, self._ops.answer, msg.subject, msg.data
+                answer, cpu = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._answer_measured, msg.subject, msg.data
                 )
+                self._shares.measured(tenant_token(self.api_prefix, msg.subject), cpu)
             op, error = answer.op, answer.error
             if isinstance(request, tuple) and error is None:
                 self._used(*request, len(msg.data))
@@ -572,6 +573,12 @@ class MemoryService:
             self._changes.note()
             if self._prometheus is not None:
                 self._count(msg.subject, op, error, refused)
+
+    def _answer_measured(self, subject: str, data: bytes) -> tuple[Answer, float]:
+        """On a worker thread: the request's answer, and the CPU seconds this thread spent on it."""
+        began = time.thread_time()
+        answer = self._ops.answer(subject, data)
+        return answer, time.thread_time() - began
 
     def _count(self, subject: str, op: str, error: str | None, refused: bool) -> None:
         assert self._prometheus is not None

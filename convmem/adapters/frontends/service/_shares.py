@@ -8,6 +8,18 @@ oldest of its own: tenants take turns, so a tenant sending a flood waits
 behind its own requests, never in front of another tenant's, and never holds
 all of the capacity while another tenant waits.
 
+Requests are weighed by the CPU they cost, not only counted: one process
+runs its Python on one interpreter at a time, so a tenant with 8 requests
+of 10 ms of CPU running holds 8/9 of it against another tenant's one (that
+tenant's p99 rose 12x). `measured` is told each request's CPU seconds (its
+worker thread's), and a tenant's estimate is the most expensive of its
+recent requests (decaying by `COST_DECAY` a request, so cheap requests
+between expensive ones do not hide them); a tenant runs at most
+``CPU_SHARE / estimate`` requests at once (at least 1, at most its
+``max_running``). CPU-bound requests gain nothing from running side by side
+on one interpreter, so the tenant loses no throughput; the other tenants
+share the interpreter with one of its requests instead of eight.
+
 It lives on the service's event loop (no lock): `admit` and `done` are
 called there only.
 """
@@ -21,7 +33,15 @@ from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
 from convmem.errors import Busy, InvalidKey
 from convmem.events import decode_token
 
-__all__ = ["OPERATOR", "FairShares", "tenant_name", "tenant_token"]
+__all__ = ["COST_DECAY", "CPU_SHARE", "OPERATOR", "FairShares", "tenant_name", "tenant_token"]
+
+CPU_SHARE = 0.004
+"""CPU seconds a tenant's running requests may cost together (by its estimate) before it waits for
+one of them to end: requests of 4 ms or more run one at a time, of 0.5 ms up to 8."""
+COST_DECAY = 0.9
+"""A tenant's cost estimate is max(this request's CPU seconds, the estimate before times this)."""
+_COSTS_KEPT = 4096
+"""Tenants whose cost estimates are kept (the least recently measured go first)."""
 
 OPERATOR = "$ops"
 """The queue of operator requests (and of subjects that name no tenant): no tenant token has a ``$``."""
@@ -62,6 +82,7 @@ class FairShares:
         self._tenants: dict[str, _Tenant] = {}  # tenants with requests in flight (none kept past them)
         self._turns: OrderedDict[str, None] = OrderedDict()  # tenants with waiting requests, in turn
         self._idle: list[Callable[[], None]] = []
+        self._costs: OrderedDict[str, float] = OrderedDict()  # CPU seconds a request, by tenant token
 
     def admit(self, token: str, start: Callable[[], None]) -> bool:
         """Queue `start` as a request of `token`'s tenant and start what may start; False (nothing
@@ -101,6 +122,21 @@ class FairShares:
             for call in idle:
                 call()
 
+    def measured(self, token: str, seconds: float) -> None:
+        """One request of `token`'s tenant took `seconds` of CPU (call before its `done`)."""
+        before = self._costs.pop(token, 0.0)
+        self._costs[token] = max(seconds, before * COST_DECAY)
+        if len(self._costs) > _COSTS_KEPT:
+            self._costs.popitem(last=False)
+
+    def allowed(self, token: str, limits: TenantLimits) -> int:
+        """How many requests `token`'s tenant may run at once now: its ``max_running``, fewer when
+        its requests are expensive (``CPU_SHARE / estimate``, at least 1)."""
+        cost = self._costs.get(token, 0.0)
+        if cost * limits.max_running <= CPU_SHARE:
+            return limits.max_running
+        return max(1, int(CPU_SHARE / cost))
+
     def when_idle(self, call: Callable[[], None]) -> None:
         """Call `call` once no request is in flight (at once if none is)."""
         if self.in_flight == 0:
@@ -117,7 +153,7 @@ class FairShares:
         while self.running < self.capacity and self._turns:
             for token in self._turns:  # the first tenant in turn that may run one more
                 tenant = self._tenants[token]
-                if tenant.running < tenant.limits.max_running:
+                if tenant.running < self.allowed(token, tenant.limits):
                     break
             else:
                 return  # every waiting tenant runs its most already
