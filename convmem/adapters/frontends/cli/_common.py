@@ -90,7 +90,8 @@ EXIT_CODES = {
     "demo run, left as it is)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
     EXIT_DAMAGED: "damaged or missing events, a damaged snapshot or data key (verify, replay, inspect, "
-    "timeline, sessions, export: `convmem repair`), or a damaged erasure-journal record",
+    "timeline, sessions, export: `convmem repair`), or a damaged erasure-journal record or a lost "
+    "erasure-journal bucket",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
     EXIT_INTERRUPTED: "interrupted",
 }
