@@ -837,3 +837,60 @@ def test_a_tally_value_that_is_not_a_tally_is_counted_again_in_full(url: str, je
             assert log.usage_tally("acme")[0] == stored, garbage  # the tally made again from the count
     finally:
         system.close()
+
+
+# A damaged tally bucket --------------------------------------------------------------------------
+
+_USAGE_BLOCK = "jetstream/$G/streams/KV_CONVMEM_EVENTS_USAGE/msgs/1.blk"
+
+
+def _tallied(data: Path, writes: int) -> int:
+    """`writes` turns of acme in a store at `data` (embedded server, stopped after), its tally made by
+    a service instance's full count; acme's stored bytes."""
+    with convmem.connect(data_dir=data, snapshot_every=2) as memory:
+        for n in range(writes):
+            memory.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"), timeout=WAIT)
+        stored = _stored(memory, "acme")
+
+        async def count() -> None:
+            usage = _counting_usage(memory, [0.0], [], bound=False)
+            await asyncio.wait_for(usage.check("acme", stored * 10), WAIT)
+            await asyncio.wait_for(usage.close(), WAIT)
+
+        asyncio.run(count())
+        assert memory.log.usage_tally("acme")[0] == stored  # type: ignore[attr-defined]
+    return stored
+
+
+def test_a_flipped_byte_in_a_tenants_tally_is_counted_in_full_never_a_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One flipped byte in the tenant's latest tally value: nats-server still counts the message but
+    serves none for the key, and a put conditioned on "no tally yet" is stored but never answered:
+    every write of the tenant waited out the connection's timeout and failed as 'the NATS server may
+    be down'. The instance sees the key counted but not served, counts the tenant in full, keeps its
+    tally itself and names the bucket and its repair; the quota still holds."""
+    data = tmp_path / "data"
+    stored = _tallied(data, 3)
+    block = data / _USAGE_BLOCK
+    raw = bytearray(block.read_bytes())
+    at = raw.rfind(b'"bytes":')
+    assert at >= 0
+    raw[at + len(b'"bytes":') + 1] ^= 0x01  # a digit of the value
+    block.write_bytes(bytes(raw))
+
+    with convmem.connect(data_dir=data, snapshot_every=2) as memory:
+        counts: list[int] = []
+
+        async def scenario() -> None:
+            usage = _counting_usage(memory, [0.0], counts, bound=False)
+            with pytest.raises(QuotaExceeded):  # over: refused on a full count, never a timeout
+                await asyncio.wait_for(usage.check("acme", stored), WAIT)
+            await asyncio.wait_for(usage.check("acme", stored + 1), WAIT)  # under: admitted
+            assert usage.usage("acme") == stored
+
+        with caplog.at_level("WARNING", logger="convmem.jetstream"):
+            asyncio.run(scenario())
+        assert counts == [0]
+        assert "is damaged" in caplog.text
+        assert "nats stream purge KV_CONVMEM_EVENTS_USAGE" in caplog.text

@@ -24,7 +24,7 @@ import nats.js.errors
 
 from convmem.adapters.backends.jetstream._appends import EXPECTED
 from convmem.adapters.backends.jetstream._connection import NatsConnection, StoredMessage
-from convmem.adapters.backends.jetstream._read import fetch_batch
+from convmem.adapters.backends.jetstream._read import fetch_batch, list_subjects
 from convmem.adapters.backends.jetstream._setup import ensure_bucket
 from convmem.adapters.backends.jetstream._watch import publish_denied
 from convmem.events import encode_token
@@ -91,8 +91,10 @@ class UsageTallies:
     """Each tenant's byte tally shared by every service instance of a stream: one key per tenant in a
     key-value bucket of its own (``<stream>_USAGE``), made on first use. A value is the tenant's
     stored bytes as the instances know them (``{"bytes": n}``); every change is a conditional put on
-    the revision read, so two instances adding their writes at once both count. On the connection's
-    loop (the log's `*_here` calls)."""
+    the revision read, so two instances adding their writes at once both count. A key the bucket's
+    stream counts a message for but serves none of (a damaged block) is never put to (the put would
+    be stored but never answered): that tenant's tally is kept by this instance (`_keep_here`). On
+    the connection's loop (the log's `*_here` calls)."""
 
     def __init__(self, conn: NatsConnection, bucket: str, *, replicas: int) -> None:
         self._conn = conn
@@ -100,6 +102,7 @@ class UsageTallies:
         self._replicas = replicas
         self._opened = False
         self._unreadable: dict[str, int] = {}  # tenant -> revision of a value read that is no tally
+        self._damaged: dict[str, tuple[int, int] | None] = {}  # tenant -> its tally kept here instead
 
     async def _open(self) -> None:
         if not self._opened:
@@ -136,10 +139,16 @@ class UsageTallies:
 
     async def get(self, tenant_id: str) -> tuple[int, int] | None:
         """(the tenant's tallied bytes, the value's revision); None when no instance tallied it yet."""
+        if tenant_id in self._damaged:
+            return self._damaged[tenant_id]
         await self._open()
-        message = await self._conn.get_message(
-            f"KV_{self._bucket}", {"last_by_subj": self._subject(tenant_id)}
-        )
+        subject = self._subject(tenant_id)
+        message = await self._conn.get_message(f"KV_{self._bucket}", {"last_by_subj": subject})
+        if message is None and await self._held(subject):  # first put by another instance meanwhile?
+            message = await self._conn.get_message(f"KV_{self._bucket}", {"last_by_subj": subject})
+            if message is None:  # counted by the stream, served by none: a damaged store
+                self._keep_here(tenant_id)
+                return None
         if message is None:
             self._unreadable.pop(tenant_id, None)
             return None
@@ -162,6 +171,12 @@ class UsageTallies:
     async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
         """Store `value` if the tenant's tally is still at `revision` (0: none yet); its new revision,
         or None when another instance changed it first."""
+        if tenant_id in self._damaged:  # its key is damaged: the tally is this instance's own
+            held = self._damaged[tenant_id]
+            if (held[1] if held is not None else 0) != revision:
+                return None
+            self._damaged[tenant_id] = (value, revision + 1)
+            return revision + 1
         await self._open()
         subject = self._subject(tenant_id)
         if revision == 0:  # "none yet": over a value that is no tally, as last read, if any
@@ -180,6 +195,26 @@ class UsageTallies:
             raise
         self._unreadable.pop(tenant_id, None)
         return int(ack.seq)
+
+    async def _held(self, subject: str) -> bool:
+        """Whether the bucket's stream counts a message on `subject` (one request, nothing read)."""
+        return (await list_subjects(self._conn, f"KV_{self._bucket}", subject)).get(subject, 0) > 0
+
+    def _keep_here(self, tenant_id: str) -> None:
+        """The tenant's key holds a message the server counts but serves none of (a damaged block):
+        a conditional put on it is stored but never acknowledged, so every write of the tenant would
+        wait out its timeout. Its tally is kept by this instance instead (made by a full count, as a
+        fresh tenant's), and the operator told how to repair the bucket."""
+        _log.warning(
+            "the byte tally of tenant %r in bucket %r is damaged (the stream holds a message for it "
+            "but serves none): this instance counts the tenant in full and keeps its tally itself, "
+            "seeing other instances' writes at its full counts; repair: nats stream purge KV_%s "
+            "(every tally is counted again in full), then restart the service instances",
+            tenant_id,
+            self._bucket,
+            self._bucket,
+        )
+        self._damaged[tenant_id] = None
 
 
 class _Value(msgspec.Struct):
