@@ -42,14 +42,21 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve(url: str, folder: Path, switch: float | None) -> tuple[subprocess.Popen[bytes], int]:
+def _serve(
+    url: str, folder: Path, switch: float | None, cpu_share: float | None
+) -> tuple[subprocess.Popen[bytes], int]:
     ready = folder / "ready"
     err = open(folder / "serve.err", "ab")  # noqa: SIM115
     env = dict(os.environ)
-    if switch is not None:  # every process of the serve (its workers are spawned) sets it at start
+    lines = ["import sys"]
+    if switch is not None:
+        lines.append(f"sys.setswitchinterval({switch})")
+    if cpu_share is not None:  # 1e9: requests counted only, not weighed (as before CPU_SHARE)
+        lines.append(f"import convmem.adapters.frontends.service._shares as s; s.CPU_SHARE = {cpu_share}")
+    if len(lines) > 1:  # every process of the serve (its workers are spawned) runs it at start
         site = folder / "site"
         site.mkdir(exist_ok=True)
-        (site / "sitecustomize.py").write_text(f"import sys\nsys.setswitchinterval({switch})\n")
+        (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [
@@ -163,6 +170,7 @@ def main() -> int:
     parser.add_argument(
         "--switch-interval", type=float, help="the serve's sys.setswitchinterval (default 0.005)"
     )
+    parser.add_argument("--cpu-share", type=float, help="the serve's CPU_SHARE (1e9: no CPU weighing)")
     args = parser.parse_args()
     took: dict[str, dict[str, list[float]]] = {
         "quiet": {"add_turn": [], "context": []},
@@ -173,7 +181,7 @@ def main() -> int:
         nats_server(None, store_root=memory_store_root()) as server,
         tempfile.TemporaryDirectory(prefix="convmem-cpuf-") as folder,
     ):
-        proc, pid = _serve(server.url, Path(folder), args.switch_interval)
+        proc, pid = _serve(server.url, Path(folder), args.switch_interval, args.cpu_share)
         try:
             with RemoteMemory(server.url, timeout=60.0) as remote:
                 began = time.perf_counter()
@@ -203,7 +211,7 @@ def main() -> int:
             proc.wait(60)
     result = {
         "switch_interval": args.switch_interval,
-        "cpu_share": getattr(_shares, "CPU_SHARE", None),
+        "cpu_share": args.cpu_share if args.cpu_share is not None else _shares.CPU_SHARE,
         "op": args.op,
         "chars": args.chars,
         "window": args.window,
