@@ -16,9 +16,11 @@ worker thread's), and a tenant's estimate is the most expensive of its
 recent requests (decaying by `COST_DECAY` a request, so cheap requests
 between expensive ones do not hide them); a tenant runs at most
 ``CPU_SHARE / estimate`` requests at once (at least 1, at most its
-``max_running``). CPU-bound requests gain nothing from running side by side
-on one interpreter, so the tenant loses no throughput; the other tenants
-share the interpreter with one of its requests instead of eight.
+``max_running``). CPU-bound requests gain little from running side by side
+on one interpreter, so a tenant alone loses little; beside others, they
+share the interpreter with one of its requests instead of eight. Only the
+worker thread's CPU is seen: work a request leaves to the loop, the log's
+thread or the summarizer's process is not counted.
 
 It lives on the service's event loop (no lock): `admit` and `done` are
 called there only.
