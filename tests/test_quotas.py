@@ -4,6 +4,7 @@ stored bytes, other tenants served meanwhile; on a real nats-server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -896,12 +897,6 @@ def test_a_flipped_byte_in_a_tenants_tally_is_counted_in_full_never_a_timeout(
         assert "nats stream purge KV_CONVMEM_EVENTS_USAGE" in caplog.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: a truncated tally block makes an older, lower tally current again and a "
-    "fresh instance admits on it (the fix: stamp each tally with the events-stream position it counts "
-    "through, and count what the stream holds past it)",
-)
 def test_a_truncated_tally_block_never_lets_a_tenant_past_its_quota(tmp_path: Path) -> None:
     """The tally bucket's block loses its last record (a truncated file): after a restart the older,
     lower tally of the tenant is current again, and a fresh instance admitted on it writes past the
@@ -930,8 +925,15 @@ def test_a_truncated_tally_block_never_lets_a_tenant_past_its_quota(tmp_path: Pa
     block.write_bytes(raw[: last - 22])  # the last record gone: 22 bytes of record head before its subject
 
     with convmem.connect(data_dir=data, snapshot_every=2) as memory:
-        stale = memory.log.usage_tally("acme")[0]  # type: ignore[attr-defined]
-        assert stale < stored  # reproduced: the older tally is current again
+        log: Any = memory.log
+        held = log._conn.call(
+            lambda: log._conn.get_message(
+                "KV_CONVMEM_EVENTS_USAGE", {"last_by_subj": "$KV.CONVMEM_EVENTS_USAGE.acme"}
+            ),
+            what="read the tally as stored",
+        )
+        stale = json.loads(held.data)["bytes"]
+        assert stale < stored  # the older tally is current again
 
         async def fresh() -> None:
             usage = _counting_usage(memory, [0.0], [], bound=False)
@@ -939,3 +941,43 @@ def test_a_truncated_tally_block_never_lets_a_tenant_past_its_quota(tmp_path: Pa
                 await asyncio.wait_for(usage.check("acme", (stale + stored) // 2), WAIT)
 
         asyncio.run(fresh())
+
+
+def test_a_tally_that_went_back_under_a_running_instance_is_counted_in_full(
+    url: str, jetstream_names: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each tally value carries the events-stream position it counts through: a value older than
+    one this process read or wrote (a restored or truncated bucket under a running instance) is
+    never admitted on, even when the tenant has no event past it: the tenant is counted in full."""
+    system = _system(url, jetstream_names)
+    log: Any = system.log
+    subject = f"$KV.{usage_bucket(log.stream)}.acme"
+    try:
+        for n in range(3):
+            system.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}"))
+        acme_last = log.stored_bytes("acme")[1]  # the position of acme's last event
+        for n in range(3):
+            system.session(MemoryKey("globex", "u", f"s{n}")).add_turn(turn(f"other {n}"))
+        stored = _stored(system, "acme")
+
+        async def scenario() -> None:
+            counts: list[int] = []
+            first = _counting_usage(system, [0.0], counts, bound=False)
+            await asyncio.wait_for(first.check("acme", stored * 10), WAIT)  # the tally: through globex's
+            await asyncio.wait_for(first.close(), WAIT)
+            assert counts == [0]
+            old = json.dumps({"bytes": 1, "at": acme_last}).encode()  # acme has no event past it
+            await asyncio.to_thread(
+                lambda: log._conn.call(lambda: log._conn.js.publish(subject, old), what="put an old tally")
+            )
+            counts.clear()
+            again = _counting_usage(system, [0.0], counts, bound=False)
+            with pytest.raises(QuotaExceeded):  # never admitted on the old value of 1 byte
+                await asyncio.wait_for(again.check("acme", stored), WAIT)
+            assert counts == [0]
+
+        with caplog.at_level("WARNING", logger="convmem.jetstream"):
+            asyncio.run(scenario())
+        assert "went back" in caplog.text
+    finally:
+        system.close()

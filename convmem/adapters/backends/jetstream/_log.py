@@ -43,6 +43,7 @@ from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
 from convmem.adapters.backends.jetstream._read import (
     MSG_ID,
     SubjectKeys,
+    fetch_batch,
     list_subjects,
     read_range,
     unreadable,
@@ -150,7 +151,13 @@ class JetStreamEventLog:
         self._journal: JetStreamErasureJournal | None = None
         self._journal_opened = False
         self._journal_lock = threading.Lock()
-        self._tallies = UsageTallies(connection, usage_bucket(stream), replicas=replicas)
+        self._tallies = UsageTallies(
+            connection,
+            usage_bucket(stream),
+            replicas=replicas,
+            position=self._stream_last_seq,
+            events_past=self._events_past,
+        )
         self._absent = False
         self.history_lost: str | None = None
         """Why the log holds none of its sessions' history though the rest of the store shows it
@@ -544,6 +551,14 @@ class JetStreamEventLog:
         self, subject_filter: str, after: int
     ) -> Callable[[], Coroutine[Any, Any, tuple[int, int, bool]]]:
         return lambda: count_bytes(self._conn, self._stream, subject_filter, after=after)
+
+    async def _events_past(self, tenant_id: str, position: int) -> bool:
+        """Whether the stream holds an event of `tenant_id` past `position` (one message read at most)."""
+        subject_filter = self._tenant_filter(tenant_id)
+        if subject_filter is None:
+            return False
+        got = await fetch_batch(self._conn, self._stream, subject_filter, start=position + 1, batch=1)
+        return bool(got.messages)
 
     async def _stream_last_seq(self) -> int:
         info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import msgspec
@@ -90,16 +91,29 @@ _WRONG_LAST = (10071, 10164)
 class UsageTallies:
     """Each tenant's byte tally shared by every service instance of a stream: one key per tenant in a
     key-value bucket of its own (``<stream>_USAGE``), made on first use. A value is the tenant's
-    stored bytes as the instances know them (``{"bytes": n}``); every change is a conditional put on
-    the revision read, so two instances adding their writes at once both count. A key the bucket's
-    stream counts a message for but serves none of (a damaged block) is never put to (the put would
-    be stored but never answered): that tenant's tally is kept by this instance (`_keep_here`). On
-    the connection's loop (the log's `*_here` calls)."""
+    stored bytes as the instances know them and the events stream's position it counts through
+    (``{"bytes": n, "at": p}``); a value behind a position this process read or put, or, at its
+    first read here, with events of the tenant past it, is stale: read as none (a full count makes
+    it again). Every change is a conditional put on the revision read, so two instances adding their
+    writes at once both count. A key the bucket's stream counts a message for but serves none of (a
+    damaged block) is never put to (the put would be stored but never answered): that tenant's tally
+    is kept by this instance (`_keep_here`). On the connection's loop (the log's `*_here` calls)."""
 
-    def __init__(self, conn: NatsConnection, bucket: str, *, replicas: int) -> None:
+    def __init__(
+        self,
+        conn: NatsConnection,
+        bucket: str,
+        *,
+        replicas: int,
+        position: Callable[[], Awaitable[int]] | None = None,
+        events_past: Callable[[str, int], Awaitable[bool]] | None = None,
+    ) -> None:
         self._conn = conn
         self._bucket = bucket
         self._replicas = replicas
+        self._position = position  # the events stream's last position: what a put's value counts through
+        self._events_past = events_past  # (tenant, position) -> whether it has events past the position
+        self._seen_at: dict[str, int] = {}  # tenant -> the latest position of a value read or put here
         self._opened = False
         self._unreadable: dict[str, int] = {}  # tenant -> revision of a value read that is no tally
         self._damaged: dict[str, tuple[int, int] | None] = {}  # tenant -> its tally kept here instead
@@ -162,11 +176,45 @@ class UsageTallies:
                 len(message.data),
             )
             value = None
-        if value is None:  # none, as far as a tally goes (a delete or purge marker, or not a tally)
+        if value is not None and await self._stale(tenant_id, value):
+            value = None
+        if value is None:  # none, as far as a tally goes (a delete or purge marker, not a tally, stale)
             self._unreadable[tenant_id] = message.seq  # what a first put replaces
             return None
         self._unreadable.pop(tenant_id, None)
+        self._seen_at[tenant_id] = max(self._seen_at.get(tenant_id, 0), value.at)
         return value.stored, message.seq
+
+    async def _stale(self, tenant_id: str, value: _Value) -> bool:
+        """Whether `value` is older than what is known of the tenant: its position is behind a value
+        this process read or put (it went back: a truncated or restored bucket), or, at the first read
+        here, the tenant has events past it (written after it by an instance that has not added them
+        yet or never will: one that died, or a value that went back before this process started).
+        Either way the tenant is counted again in full before it is admitted on a tally."""
+        seen = self._seen_at.get(tenant_id)
+        if seen is not None:
+            if value.at >= seen:
+                return False
+            _log.warning(
+                "the byte tally of tenant %r in bucket %r went back (it counts through position %d of "
+                "the events, a value read or written here through %d: a truncated or restored bucket): "
+                "counted again in full",
+                tenant_id,
+                self._bucket,
+                value.at,
+                seen,
+            )
+            return True
+        if self._events_past is None or not await self._events_past(tenant_id, value.at):
+            return False
+        _log.info(
+            "the byte tally of tenant %r in bucket %r counts through position %d of the events and "
+            "the tenant has events past it: counted again in full",
+            tenant_id,
+            self._bucket,
+            value.at,
+        )
+        return True
 
     async def put(self, tenant_id: str, value: int, revision: int) -> int | None:
         """Store `value` if the tenant's tally is still at `revision` (0: none yet); its new revision,
@@ -181,12 +229,13 @@ class UsageTallies:
         subject = self._subject(tenant_id)
         if revision == 0:  # "none yet": over a value that is no tally, as last read, if any
             revision = self._unreadable.get(tenant_id, 0)
+        at = await self._position() if self._position is not None else 0  # after the revision was read
         try:
             ack = await publish_denied(  # a refused subject fails now, named
                 self._conn.js,
                 self._conn.watch,
                 subject,
-                msgspec.json.encode(_Value(stored=value)),
+                msgspec.json.encode(_Value(stored=value, at=at)),
                 {EXPECTED: str(revision)},
             )
         except nats.js.errors.APIError as exc:
@@ -194,6 +243,7 @@ class UsageTallies:
                 return None
             raise
         self._unreadable.pop(tenant_id, None)
+        self._seen_at[tenant_id] = max(self._seen_at.get(tenant_id, 0), at)
         return int(ack.seq)
 
     async def _held(self, subject: str) -> bool:
@@ -219,3 +269,7 @@ class UsageTallies:
 
 class _Value(msgspec.Struct):
     stored: Annotated[int, msgspec.Meta(ge=0)] = msgspec.field(name="bytes")
+    at: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """The events stream's last position when the value was put: the tenant's events up to it are
+    in the value, except those of instances that have not added theirs yet (0: a value written
+    before positions were kept)."""

@@ -14,8 +14,12 @@ Counting the log is exact and restart-safe, but reads the tenant's events
   others added. No message is read back for it;
 * a tenant's tally is **the shared value plus what this instance wrote
   since its last add**. A fresh instance (a restart, a new worker) reads the
-  shared value at the tenant's first write (one request) and is admitted on
-  it; only a tenant never counted on this stream has no shared value: its
+  shared value at the tenant's first write (one request, and on JetStream
+  one more: whether the tenant has events past the position the value counts
+  through) and is admitted on it; a value the log finds stale or damaged
+  (events past it, a position behind one already seen, a key the bucket
+  counts but serves none of) is read as none. Only a tenant never counted on
+  this stream, or so read, has no shared value: its
   first count is a full one, and while the stream's bytes in all
   (`bound_of`, one request) plus what this instance wrote stay under the
   quota, its writes are admitted while that count runs in the background;
