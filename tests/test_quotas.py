@@ -27,6 +27,7 @@ from convmem.adapters import (
 )
 from convmem.adapters.backends.jetstream._usage import usage_bucket
 from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._serve import load_quotas
 from convmem.adapters.frontends.service._shares import FairShares
 from convmem.adapters.frontends.service._usage import (
@@ -981,3 +982,38 @@ def test_a_tally_that_went_back_under_a_running_instance_is_counted_in_full(
         assert "went back" in caplog.text
     finally:
         system.close()
+
+
+def test_verify_all_names_a_damaged_tally_and_its_repair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`convmem verify --all` asks the tally bucket for each tenant's key: one the stream counts but
+    serves none of is damage (exit 7), named with the tenant, the bucket and its repair (also in
+    --json: tally_damage); with the bucket purged, as the line says, it passes."""
+    data = tmp_path / "data"
+    _tallied(data, 3)
+
+    def verify(*extra: str) -> tuple[int, str]:
+        code = main(["--data-dir", str(data), "verify", "--all", *extra])
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    assert verify()[0] == 0  # a sound tally is no damage
+    block = data / _USAGE_BLOCK
+    raw = bytearray(block.read_bytes())
+    at = raw.rfind(b'"bytes":')
+    raw[at + len(b'"bytes":') + 1] ^= 0x01
+    block.write_bytes(bytes(raw))
+
+    code, out = verify()
+    assert code == 7, out
+    assert "byte tally: DAMAGED: tenant 'acme' in KV_CONVMEM_EVENTS_USAGE" in out
+    assert "repair: nats stream purge KV_CONVMEM_EVENTS_USAGE" in out
+    code, out = verify("--json")
+    assert code == 7
+    assert json.loads(out[out.index("{") :])["tally_damage"] == ["acme"]
+
+    with convmem.connect(data_dir=data, snapshot_every=2) as memory:  # the repair the line names
+        log: Any = memory.log
+        log._conn.call(lambda: log._conn.api("$JS.API.STREAM.PURGE.KV_CONVMEM_EVENTS_USAGE"), what="purge")
+    assert verify()[0] == 0

@@ -499,6 +499,17 @@ class JetStreamEventLog:
         """`usage_tally`, awaited on the connection's own loop (`on_loop_thread`)."""
         return await self._here(self._tallies.get(tenant_id), f"read the byte tally of {tenant_id!r}")
 
+    def damaged_usage_tallies(self) -> list[str]:
+        """The tenants whose byte tally the bucket counts but serves none of (`UsageTallies.damaged`)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        return self._conn.call(self._tallies.damaged, what="check the byte tallies' bucket")
+
+    @property
+    def usage_bucket(self) -> str:
+        """The stream of the tenants' shared byte tallies (``KV_<stream>_USAGE``)."""
+        return f"KV_{usage_bucket(self._stream)}"
+
     def prepare_usage_tallies(self, *, within: float) -> None:
         """Make the shared byte tallies' bucket if missing, wait until it answers (`UsageTallies.prepare`)."""
         if self._closed:

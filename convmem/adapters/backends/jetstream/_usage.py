@@ -28,7 +28,8 @@ from convmem.adapters.backends.jetstream._connection import NatsConnection, Stor
 from convmem.adapters.backends.jetstream._read import fetch_batch, list_subjects
 from convmem.adapters.backends.jetstream._setup import ensure_bucket
 from convmem.adapters.backends.jetstream._watch import publish_denied
-from convmem.events import encode_token
+from convmem.errors import ConvmemError
+from convmem.events import decode_token, encode_token
 
 _log = logging.getLogger("convmem.jetstream")
 _PROBE = "convmem.probe"
@@ -245,6 +246,29 @@ class UsageTallies:
         self._unreadable.pop(tenant_id, None)
         self._seen_at[tenant_id] = max(self._seen_at.get(tenant_id, 0), at)
         return int(ack.seq)
+
+    async def damaged(self) -> list[str]:
+        """The tenants whose tally key the bucket's stream counts a message for but serves none of (a
+        damaged block: see `_keep_here`); none when the bucket is missing. One request, then one read
+        a tenant (`convmem verify --all`)."""
+        prefix = f"$KV.{self._bucket}."
+        try:
+            subjects = await list_subjects(self._conn, f"KV_{self._bucket}", f"{prefix}>")
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == 10059:  # stream not found: no tally was ever kept
+                return []
+            raise
+        damaged: list[str] = []
+        for subject, count in sorted(subjects.items()):
+            if count > 0 and subject != f"{prefix}{_PROBE}":
+                message = await self._conn.get_message(f"KV_{self._bucket}", {"last_by_subj": subject})
+                if message is None:
+                    token = subject[len(prefix) :]
+                    try:
+                        damaged.append(decode_token(token))
+                    except ConvmemError:  # a key no tally of ours was put on: named as it is
+                        damaged.append(token)
+        return damaged
 
     async def _held(self, subject: str) -> bool:
         """Whether the bucket's stream counts a message on `subject` (one request, nothing read)."""

@@ -63,6 +63,8 @@ from convmem.adapters.frontends.cli._common import (
     read_session,
     session_counts,
     table,
+    tallies_damaged,
+    tally_damaged_line,
 )
 from convmem.adapters.frontends.cli._inspect import records_from_file
 from convmem.adapters.frontends.cli._readable import readable
@@ -228,6 +230,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     journal_damage: list[DamagedRecord] = []
     journal_gone: str | None = None  # the erasure journal's bucket, lost (`journal_lost`)
     lost: str | None = None  # the log's whole history, when its stream is gone (`history_lost`)
+    tally_damage: list[tuple[str, str]] = []  # (bucket, tenant): a tally counted but served by none
     try:
         if args.from_file:
             file_log = InMemoryEventLog()
@@ -240,6 +243,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 lost = history_lost(opened.log)
                 journal_gone = journal_lost(opened.log)
                 journal_damage = _verify_journal(opened.journal)
+                tally_damage = tallies_damaged(opened.log) if args.all else []
                 progress.set_total(event_count(opened.log, key, scope))
                 # (A session's check that needs the damaged journal records: ErasureJournalDamaged, exit 7.)
                 checks = verify(opened.log, opened.snapshots, key=key, progress=progress.update, **scope)
@@ -276,6 +280,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "journal_damage": [msgspec.to_builtins(d) for d in journal_damage],
                 "history_lost": lost,
                 "journal_lost": journal_gone,
+                "tally_damage": [tenant_id for _, tenant_id in tally_damage],
             }
         )
     else:
@@ -302,10 +307,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(damage_line(damage))
         for damaged in journal_damage:
             print(f"erasure journal: DAMAGED {damaged.describe()}")
-        if lost is not None:
-            print(history_line(lost))
-        if journal_gone is not None:
-            print(journal_lost_line(journal_gone))
+        _print_store_damage(lost, journal_gone, tally_damage)
         print(
             f"{len(checks) - len(failed)}/{len(checks)} sessions verified, {events} events in {elapsed:.2f}s"
             + (
@@ -314,7 +316,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    if any(c.damage for c in checks) or journal_damage or lost is not None or journal_gone is not None:
+    if (
+        any(c.damage for c in checks)
+        or journal_damage
+        or lost is not None
+        or journal_gone is not None
+        or tally_damage
+    ):
         if not args.json:
             if any(c.damage for c in checks):
                 print(_DAMAGED_ADVICE)
@@ -322,6 +330,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(ErasureJournalDamaged(journal_damage).advice)
         return EXIT_DAMAGED
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_store_damage(
+    lost: str | None, journal_gone: str | None, tally_damage: list[tuple[str, str]]
+) -> None:
+    """What verify found wrong beside the sessions: the lost history or journal, damaged tallies."""
+    if lost is not None:
+        print(history_line(lost))
+    if journal_gone is not None:
+        print(journal_lost_line(journal_gone))
+    for bucket, tenant_id in tally_damage:
+        print(tally_damaged_line(bucket, tenant_id))
 
 
 def _verify_journal(journal: ErasureJournal | None) -> list[DamagedRecord]:

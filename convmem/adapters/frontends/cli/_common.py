@@ -24,7 +24,7 @@ from convmem.adapters.backends.jetstream import default_store_dir, running_serve
 from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.frontends._connect import open_backend
 from convmem.adapters.frontends.cli._safe import json_text, raw_stream, visible
-from convmem.errors import EncryptionKeyError, InvalidInput
+from convmem.errors import EncryptionKeyError, InvalidInput, PermissionDenied
 from convmem.events import MemoryKey
 
 __all__ = [
@@ -61,6 +61,8 @@ __all__ = [
     "read_session",
     "session_counts",
     "table",
+    "tallies_damaged",
+    "tally_damaged_line",
 ]
 
 MAX_DOCUMENT_BYTES = 1 << 20
@@ -299,6 +301,28 @@ def journal_lost(log: EventLog) -> str | None:
 def journal_lost_line(lost: str) -> str:
     """The lost erasure journal as the commands name it (as `history_line` names a lost stream)."""
     return f"erasure journal: DAMAGED: {lost}"
+
+
+def tallies_damaged(log: EventLog) -> list[tuple[str, str]]:
+    """(the byte tallies' stream, a tenant whose tally it counts but serves none of) for each such
+    tenant of a log that keeps shared byte tallies (JetStream); none for one that keeps none."""
+    damaged = getattr(log, "damaged_usage_tallies", None)
+    if damaged is None:
+        return []
+    bucket = str(getattr(log, "usage_bucket", ""))
+    try:
+        tenants: list[str] = damaged()
+    except PermissionDenied:  # these credentials may not read the tallies (an auditor's): nothing known
+        return []
+    return [(bucket, tenant_id) for tenant_id in tenants]
+
+
+def tally_damaged_line(bucket: str, tenant_id: str) -> str:
+    """A damaged byte tally as verify names it, with its repair."""
+    return (
+        f"byte tally: DAMAGED: tenant {tenant_id!r} in {bucket}: the stream counts its tally but serves "
+        f"none (service instances count the tenant in full); repair: nats stream purge {bucket}"
+    )
 
 
 def history_line(lost: str) -> str:
