@@ -16,6 +16,8 @@ import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -443,3 +445,30 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stopped)
+
+
+class LoadProcess:
+    """A load generator in a process of its own (`python -m MODULE ARGS...`): started, it says
+    ``{"phase": PHASE}`` on its first line once it is under way; `stop` tells it to stop and returns
+    its last line, its counts."""
+
+    def __init__(self, module: str, args: list[str], *, phase: str, wait: float = 120.0) -> None:
+        self._wait = wait
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line or json.loads(line).get("phase") != phase:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"{module} did not start ({phase}): {line!r}")
+
+    def stop(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        done: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        self.proc.wait(self._wait)
+        return done

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import memory_store_root, nats_server, percentile, sample_turn, write_json
+from bench._common import LoadProcess, memory_store_root, nats_server, percentile, sample_turn, write_json
 from convmem.adapters import RemoteMemory
 from convmem.adapters.frontends.service import _shares
 from convmem.adapters.frontends.service._protocol import DEFAULT_API_PREFIX
@@ -94,28 +94,12 @@ def _serve(
     raise RuntimeError("serve did not start")
 
 
-class _Heavy:
-    def __init__(self, url: str, window: int, op: str, chars: int, sessions: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._heavy", url, "heavy", str(window), op, str(chars), str(sessions)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line or json.loads(line)["phase"] != "loading":
-            self.proc.kill()
-            raise RuntimeError(f"the load did not start: {line!r}")
+class _Heavy(LoadProcess):
+    """Tenant A's process: its expensive requests always in flight until `stop`, which returns its counts."""
 
-    def stop(self) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-        done: dict[str, Any] = json.loads(self.proc.stdout.readline())
-        self.proc.wait(120)
-        return done
+    def __init__(self, url: str, window: int, op: str, chars: int, sessions: int) -> None:
+        args = [url, "heavy", str(window), op, str(chars), str(sessions)]
+        super().__init__("bench._heavy", args, phase="loading")
 
 
 def _victim(remote: RemoteMemory, key: MemoryKey, count: int, first: int) -> dict[str, list[float]]:

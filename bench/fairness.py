@@ -36,6 +36,7 @@ from typing import Any
 
 from bench._common import (
     Figure,
+    LoadProcess,
     Result,
     Sizes,
     Target,
@@ -56,30 +57,12 @@ _CONTROL_PREFIX = "control.api"
 """Where the control flood goes: the trivial responder's subjects, never the service's."""
 
 
-class _Flood:
+class _Flood(LoadProcess):
     """The flooding tenant's process: floods from `start` until `stop`, which returns its counts."""
 
     def __init__(self, url: str, prefix: str | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._flood", url, "flood", str(_WINDOW), *([prefix] if prefix else [])],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line or json.loads(line)["phase"] != "flooding":
-            self.proc.kill()
-            raise RuntimeError(f"the flood did not start: {line!r}")
-
-    def stop(self) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-        done: dict[str, Any] = json.loads(self.proc.stdout.readline())
-        self.proc.wait(60)
-        return done
+        args = [url, "flood", str(_WINDOW), *([prefix] if prefix else [])]
+        super().__init__("bench._flood", args, phase="flooding", wait=60.0)
 
 
 def _writes(remote: RemoteMemory, key: MemoryKey, count: int, first: int) -> tuple[list[float], list[str]]:
