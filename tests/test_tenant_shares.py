@@ -38,7 +38,7 @@ from convmem.adapters import MemoryService, RemoteMemory, RemoteSession
 from convmem.adapters.frontends.service import _operations as operations
 from convmem.adapters.frontends.service._errors import MalformedRequest
 from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
-from convmem.adapters.frontends.service._shares import FairShares, tenant_token
+from convmem.adapters.frontends.service._shares import ALONE_AFTER, OPERATOR, FairShares, tenant_token
 from convmem.errors import QuotaExceeded
 from convmem.events import ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig, encode_token
 from convmem.projections import SessionState
@@ -400,7 +400,7 @@ def test_a_tenants_cpu_estimate_bounds_how_many_of_its_requests_run_at_once() ->
     time (another tenant's start at once beside it), a cheap request between expensive ones does not
     hide them, and a tenant whose requests turned cheap gets its max_running back as the estimate
     decays."""
-    shares = FairShares(Quotas(), 64)
+    shares = FairShares(Quotas(), 64, clock=lambda: 0.0)  # every request at once: nobody is alone
     started: list[str] = []
     for token in ("acme",) * 8 + ("globex",) * 2:
         assert shares.admit(token, lambda token=token: started.append(token))
@@ -448,17 +448,20 @@ def test_a_tenants_cpu_expensive_requests_take_one_place_beside_another_tenants(
                 began = time.thread_time()
                 while time.thread_time() - began < 0.02:  # CPU, not a wait: what the estimate sees
                     pass
-                if len(running) > 1:
-                    gate.wait(WAIT)  # held until globex's read began
+                if sum(t == acme for t, _ in running) > 1:
+                    gate.wait(WAIT)  # held until globex's read began (acme's first read is the warm-up)
             return real(subject, data)
 
         service._ops.answer = answer  # type: ignore[method-assign]
+        service._shares._clock = lambda: 0.0  # every request at once: globex is never long gone
         with (
             service,
             RemoteMemory(_user(tenants_server, "acme"), timeout=WAIT) as attacker,
             RemoteMemory(_user(tenants_server, "globex"), timeout=WAIT) as victim,
         ):
+            victim.session(VICTIM).get_llm_context(query="invoice")  # globex is a tenant of this worker
             attacker.session(MemoryKey("acme", "mallory", "s0")).get_llm_context(query="invoice")
+            warmed = len(running)
             replies: list[object] = []
             threads = [
                 threading.Thread(
@@ -478,8 +481,33 @@ def test_a_tenants_cpu_expensive_requests_take_one_place_beside_another_tenants(
             for thread in threads:
                 thread.join(WAIT)
             assert len(replies) == 8
-            globex = [count for token, count in running if token == encode_token("globex")]
+            globex = [count for token, count in running[warmed:] if token == encode_token("globex")]
             assert globex == [1], f"globex's read began beside {globex} of acme's"
-            assert max(count for token, count in running[1:] if token == acme) == 1
+            assert max(count for token, count in running[warmed:] if token == acme) == 1
     finally:
         memory.close()
+
+
+def test_a_tenant_alone_keeps_its_concurrency_whatever_its_requests_cost() -> None:
+    """The CPU weighing shares the interpreter between tenants; a tenant alone (no other tenant's
+    request for ALONE_AFTER seconds, operator requests aside) runs up to its max_running, and is
+    weighed again as soon as another tenant asks."""
+    now = [0.0]
+    shares = FairShares(Quotas(), 64, clock=lambda: now[0])
+    started: list[str] = []
+    shares.admit("globex", lambda: started.append("globex"))
+    shares.done("globex")
+    shares.admit(OPERATOR, lambda: started.append(OPERATOR))
+    shares.done(OPERATOR)
+    shares.measured("acme", 0.010)
+    now[0] = ALONE_AFTER + 1.0  # globex's last request is long past; the operator's does not count
+    for _ in range(8):
+        shares.admit("acme", lambda: started.append("acme"))
+    assert shares.of("acme") == (8, 8)
+    for _ in range(8):
+        shares.measured("acme", 0.010)
+        shares.done("acme")
+    shares.admit("globex", lambda: started.append("globex"))  # globex is back
+    for _ in range(8):
+        shares.admit("acme", lambda: started.append("acme"))
+    assert shares.of("acme") == (8, 1)

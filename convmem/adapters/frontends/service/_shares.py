@@ -16,9 +16,10 @@ worker thread's), and a tenant's estimate is the most expensive of its
 recent requests (decaying by `COST_DECAY` a request, so cheap requests
 between expensive ones do not hide them); a tenant runs at most
 ``CPU_SHARE / estimate`` requests at once (at least 1, at most its
-``max_running``). CPU-bound requests gain little from running side by side
-on one interpreter, so a tenant alone loses little; beside others, they
-share the interpreter with one of its requests instead of eight. Only the
+``max_running``): beside others, they share the interpreter with one of
+its requests instead of eight. A tenant alone (no other tenant's request
+for `ALONE_AFTER` seconds) runs up to its ``max_running`` whatever its
+requests cost, so a single-tenant deployment keeps its concurrency. Only the
 worker thread's CPU is seen: work a request leaves to the loop, the log's
 thread or the summarizer's process is not counted.
 
@@ -28,6 +29,7 @@ called there only.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -35,7 +37,7 @@ from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
 from convmem.errors import Busy, InvalidKey
 from convmem.events import decode_token
 
-__all__ = ["COST_DECAY", "CPU_SHARE", "OPERATOR", "FairShares", "tenant_name", "tenant_token"]
+__all__ = ["ALONE_AFTER", "COST_DECAY", "CPU_SHARE", "OPERATOR", "FairShares", "tenant_name", "tenant_token"]
 
 CPU_SHARE = 0.004
 """CPU seconds a tenant's running requests may cost together (by its estimate) before it waits for
@@ -44,6 +46,9 @@ COST_DECAY = 0.9
 """A tenant's cost estimate is max(this request's CPU seconds, the estimate before times this)."""
 _COSTS_KEPT = 4096
 """Tenants whose cost estimates are kept (the least recently measured go first)."""
+ALONE_AFTER = 10.0
+"""Seconds since another tenant's last request after which a tenant is alone: its requests run up
+to its ``max_running`` whatever they cost (there is no one to share the interpreter with)."""
 
 OPERATOR = "$ops"
 """The queue of operator requests (and of subjects that name no tenant): no tenant token has a ``$``."""
@@ -76,8 +81,10 @@ class _Tenant:
 class FairShares:
     """Admission and turn-taking of the requests of one service instance (see the module docstring)."""
 
-    def __init__(self, quotas: Quotas, capacity: int) -> None:
+    def __init__(self, quotas: Quotas, capacity: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.quotas = quotas
+        self._clock = clock
+        self._seen: OrderedDict[str, float] = OrderedDict()  # tenant token: its last admission, newest last
         self.capacity = capacity
         self.running = 0
         self.in_flight = 0
@@ -99,6 +106,10 @@ class FairShares:
             return False  # (a tenant kept here has requests in flight: max_in_flight is 1 or more)
         tenant.in_flight += 1
         self.in_flight += 1
+        self._seen.pop(token, None)
+        self._seen[token] = self._clock()
+        if len(self._seen) > _COSTS_KEPT:
+            self._seen.popitem(last=False)
         tenant.waiting.append(start)
         self._turns.setdefault(token)
         self._dispatch()
@@ -135,9 +146,17 @@ class FairShares:
         """How many requests `token`'s tenant may run at once now: its ``max_running``, fewer when
         its requests are expensive (``CPU_SHARE / estimate``, at least 1)."""
         cost = self._costs.get(token, 0.0)
-        if cost * limits.max_running <= CPU_SHARE:
+        if cost * limits.max_running <= CPU_SHARE or self._alone(token):
             return limits.max_running
         return max(1, int(CPU_SHARE / cost))
+
+    def _alone(self, token: str) -> bool:
+        """Whether no other tenant made a request in the last `ALONE_AFTER` seconds (operator
+        requests do not count): a single-tenant deployment keeps its concurrency."""
+        for other in reversed(self._seen):  # newest first: at most `token` and the operator skipped
+            if other not in (token, OPERATOR):
+                return self._clock() - self._seen[other] > ALONE_AFTER
+        return True
 
     def when_idle(self, call: Callable[[], None]) -> None:
         """Call `call` once no request is in flight (at once if none is)."""
