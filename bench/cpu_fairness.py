@@ -141,6 +141,29 @@ def _phase(
     return times, row
 
 
+def _alone(args: argparse.Namespace, url: str, pid: int, filled: float) -> int:
+    """The heavy tenant's requests/s and the serve's CPU over `args.alone` seconds with no other tenant."""
+    load = _Heavy(url, args.window, args.op, args.chars, args.sessions)
+    cpu0 = _cpu(pid)
+    threading.Event().wait(args.alone)
+    counts = load.stop()
+    result = {
+        "alone_s": args.alone,
+        "cpu_share": args.cpu_share if args.cpu_share is not None else _shares.CPU_SHARE,
+        "op": args.op,
+        "chars": args.chars,
+        "window": args.window,
+        "fill_s": round(filled, 1),
+        "heavy": counts,
+        "per_s": round(counts["answered"] / counts["seconds"], 1),
+        "serve_cpu_s": round(_cpu(pid) - cpu0, 2),
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(result, indent=1))
+    write_json(args.out, result)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
@@ -155,6 +178,9 @@ def main() -> int:
         "--switch-interval", type=float, help="the serve's sys.setswitchinterval (default 0.005)"
     )
     parser.add_argument("--cpu-share", type=float, help="the serve's CPU_SHARE (1e9: no CPU weighing)")
+    parser.add_argument(
+        "--alone", type=float, help="seconds of the heavy tenant alone (no victim at all): its requests/s"
+    )
     args = parser.parse_args()
     took: dict[str, dict[str, list[float]]] = {
         "quiet": {"add_turn": [], "context": []},
@@ -174,6 +200,8 @@ def main() -> int:
                     for n in range(args.turns):
                         session.add_turn(sample_turn(n, user_words=40, assistant_words=120))
                 filled = time.perf_counter() - began
+                if args.alone is not None:  # no other tenant ever asks: the heavy one is alone
+                    return _alone(args, server.url, pid, filled)
                 key = MemoryKey("victim", "u", "chat")
                 done = 20
                 _victim(remote, key, done, 0)
