@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -270,13 +271,21 @@ def _base_id(nodeid: str) -> str:
     return nodeid.split("[", 1)[0]
 
 
+_WORK: list[Path] = []  # the run's folder, removed once the backend has stopped
+
+
 def pytest_configure(config: pytest.Config) -> None:
     work = Path(tempfile.mkdtemp(prefix="convmem-sdk-"))
+    _WORK.append(work)
     _start_backend(config.getoption("--convmem-mode"), work)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _stop_backend()
+    try:
+        _stop_backend()
+    finally:
+        while _WORK:
+            shutil.rmtree(_WORK.pop(), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
