@@ -17,12 +17,15 @@ from cluster import free_port, wait_for
 from nats_fixtures import frozen
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog
+from convmem.adapters.backends.jetstream import _write
 from convmem.adapters.backends.jetstream._appends import RECENT_SESSIONS, Last
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.adapters.backends.jetstream._setup import SETUP_TIMEOUT
 from convmem.adapters.backends.jetstream._write import SessionWriter
 from convmem.errors import LogUnavailable
+from convmem.events import MemoryKey, encode_token
+from convmem.testing._log_contract import events
 
 
 def test_a_writer_remembers_the_last_message_of_its_recent_sessions(nats_server: EmbeddedNatsServer) -> None:
@@ -47,6 +50,42 @@ def test_a_writer_remembers_the_last_message_of_its_recent_sessions(nats_server:
         assert sum(writer.known(s) is not None for s in subjects) == RECENT_SESSIONS
     finally:
         connection.close()
+
+
+def test_a_tenant_writing_to_many_sessions_forgets_its_own_not_another_tenants(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a writer that keeps 32 sessions and a tenant (globex) that wrote to 4, when another tenant
+    (acme) writes to 200 sessions, then globex's next writes still publish at once: no request to the
+    stream's leader for their last message (plain least recently used forgot all 4, and each write
+    asked twice first), and acme's newest sessions fill the rest."""
+    monkeypatch.setattr(_write, "RECENT_SESSIONS", 32)
+    log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    asked: list[str] = []
+    api = log._conn.api
+
+    async def counted(subject: str, payload: dict[str, object] | None = None) -> dict[str, object]:
+        if subject.startswith("$JS.API.STREAM.MSG.GET.") and payload and "globex" in str(payload):
+            asked.append(str(payload))
+        return await api(subject, payload)
+
+    monkeypatch.setattr(log._conn, "api", counted)
+    try:
+        victims = [MemoryKey("globex", "bob", f"chat-{n}") for n in range(4)]
+        for key in victims:
+            log.append(key, events(1), expected_seq=0)
+        asked.clear()  # a first write asks for the (empty) subject's last message: not counted
+        for n in range(200):
+            log.append(MemoryKey("acme", f"u{n % 7}", f"s{n}"), events(1), expected_seq=0)
+        for key in victims:
+            assert log.append(key, events(2), expected_seq=1) == 2
+        recent = log._writer._recent  # type: ignore[attr-defined]
+        assert asked == []
+        assert recent.held_by(encode_token("globex")) == 4
+        assert recent.held_by(encode_token("acme")) == 28
+        assert recent.evicted == 200 + 4 - 32
+    finally:
+        log.close()
 
 
 def test_creating_the_stream_waits_past_a_writes_timeout_for_a_slow_server(

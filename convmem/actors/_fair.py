@@ -1,4 +1,5 @@
-"""Tenant-fair eviction for the per-process structures every tenant shares: the live set, the idle cache.
+"""Tenant-fair eviction for the per-process structures every tenant shares: the live set, the idle
+cache, the JetStream writer's recent sessions, the keyring's data keys.
 
 Past its bound, a structure shared by tenants gives up the least recently
 used entry of the tenant holding the most (sessions, or bytes), not the least
@@ -11,8 +12,10 @@ heap of weights, stale entries skipped and the heap rebuilt when they pile
 up), so an eviction costs the same with ten thousand tenants as with two.
 `TenantLru` is the ordered mapping the live set keeps its entries in: the
 `OrderedDict` calls it makes, each tenant's keys in their own order too, and
-`oldest_of_heaviest`. Neither is thread-safe: their owners call them under
-their own lock.
+`oldest_of_heaviest`. `FairCache` is a bounded cache whose hits are one
+plain dict lookup (`entries.get`): what it adds is paid when an entry is
+stored or dropped. None is thread-safe: their owners call them under their
+own lock (or on one thread).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from typing import Generic, TypeVar
 
 from convmem.events import MemoryKey
 
-__all__ = ["Heaviest", "TenantLru"]
+__all__ = ["FairCache", "Heaviest", "TenantLru"]
 
+K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
 
@@ -145,3 +149,80 @@ class TenantLru(Generic[V]):
             return None
 
         return self.held.first(oldest)
+
+
+class FairCache(Generic[K, V]):
+    """At most `bound` entries; past it, the least recently stored entry of the tenant holding the most
+    goes (one tenant: plain least recently stored). Read hits with `entries.get(key)`: one dict lookup,
+    nothing reordered (a hit that should count as a use is stored again with `put`)."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.entries: dict[K, V] = {}
+        """Every entry by key: read it directly (do not write it: `put` and `pop` do)."""
+        self._owner: dict[K, str] = {}
+        self._tenants: dict[str, OrderedDict[K, None]] = {}
+        self.held = Heaviest()
+        self.evicted = 0
+        """Entries given up to stay within the bound, all tenants' (for tests and metrics)."""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def put(self, tenant: str, key: K, value: V) -> None:
+        """`key`'s entry, of `tenant`, is `value`: the most recently stored of its tenant now."""
+        owner = self._owner.get(key)
+        if owner is None:
+            self._owner[key] = tenant
+            keys = self._tenants.get(tenant)
+            if keys is None:
+                keys = self._tenants[tenant] = OrderedDict()
+            keys[key] = None
+            self.held.add(tenant, 1)
+            self.entries[key] = value
+            if len(self.entries) > self.bound:
+                self._evict()
+            return
+        if owner != tenant:  # the key changed hands (a caller's mistake): count it for the new one
+            self.pop(key)
+            self.put(tenant, key, value)
+            return
+        self.entries[key] = value
+        self._tenants[owner].move_to_end(key)
+
+    def renew(self, key: K, value: V) -> None:
+        """`key`'s entry, which is held (`key in self`), is `value`: the most recently stored of its
+        tenant now (`put` without naming the tenant)."""
+        self.entries[key] = value
+        self._tenants[self._owner[key]].move_to_end(key)
+
+    def pop(self, key: K) -> V | None:
+        """Drop `key`'s entry; its value, None when it had none."""
+        owner = self._owner.pop(key, None)
+        if owner is None:
+            return None
+        keys = self._tenants[owner]
+        del keys[key]
+        if not keys:
+            del self._tenants[owner]
+        self.held.add(owner, -1)
+        return self.entries.pop(key)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._owner.clear()
+        self._tenants.clear()
+        self.held.clear()
+
+    def held_by(self, tenant: str) -> int:
+        """How many entries `tenant` holds."""
+        return self.held.weights.get(tenant, 0)
+
+    def _evict(self) -> None:
+        oldest = self.held.first(lambda tenant: next(iter(self._tenants[tenant])))
+        if oldest is not None:
+            self.pop(oldest)
+            self.evicted += 1

@@ -37,13 +37,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 
+from convmem.actors._fair import FairCache
 from convmem.adapters.backends._checksum import SUM_HEADER, check, seal
 from convmem.adapters.backends._log_bytes import opens_history
 from convmem.adapters.backends.jetstream._appends import (
@@ -112,7 +112,11 @@ class SessionWriter:
     def __init__(self, conn: NatsConnection, stream: str) -> None:
         self._conn = conn
         self._stream = stream
-        self._last: OrderedDict[str, Last] = OrderedDict()
+        self._recent: FairCache[str, Last] = FairCache(RECENT_SESSIONS)
+        """The last message of the sessions written or read most recently, by subject; past
+        `RECENT_SESSIONS`, the least recently stored of the tenant holding the most goes, so a tenant
+        writing to many sessions gives up its own and another tenant's writes still publish at once."""
+        self._last = self._recent.entries  # the hot path's lookup: one dict get
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._damaged: dict[str, tuple[int | None, int | None, str]] = {}
         """Sessions whose last whole read found damage: (seq, position, problem) of the first."""
@@ -148,7 +152,8 @@ class SessionWriter:
 
     def known(self, subject: str) -> Last | None:
         """The session's last message as this writer knows it, without asking the stream; None when it
-        is not among the `RECENT_SESSIONS` sessions written (or read) most recently."""
+        is not among the sessions written (or read) most recently (`RECENT_SESSIONS`, shared fairly
+        between tenants)."""
         return self._last.get(subject)
 
     def append_in_task(self, pending: PendingAppend) -> None:
@@ -157,7 +162,7 @@ class SessionWriter:
 
     def forget(self, subject: str) -> None:
         """The session's last message is not known any more (an append's outcome is unknown)."""
-        self._last.pop(subject, None)
+        self._recent.pop(subject)
 
     def sent(self, pending: PendingAppend, size: int) -> None:
         """`pending`'s one message went out on the fast path, `size` bytes of headers and payload: add
@@ -227,7 +232,7 @@ class SessionWriter:
             except (ConcurrencyConflict, InvalidInput, SessionDamaged):
                 raise
             except BaseException:
-                self._last.pop(subject, None)  # the outcome is unknown: ask the server next time
+                self._recent.pop(subject)  # the outcome is unknown: ask the server next time
                 raise
 
     async def _server_last(self, subject: str, expected: int) -> Last:
@@ -320,7 +325,7 @@ class SessionWriter:
     ) -> int:
         """Publish bytes as they are, unconditionally; returns their stream sequence."""
         async with self._session(subject):
-            self._last.pop(subject, None)
+            self._recent.pop(subject)
             headers = dict(headers or {})
             if seq is not None:
                 headers[SEQ_HEADER] = str(seq)
@@ -376,7 +381,7 @@ class SessionWriter:
                     self.remember(subject, walked)
             else:  # not cached either: every append of it takes the full path, which refuses it
                 self._damaged[subject] = found
-                self._last.pop(subject, None)
+                self._recent.pop(subject)
         return messages, unread
 
     async def load_last(self, subject: str) -> Last:
@@ -388,7 +393,7 @@ class SessionWriter:
         """
         message = await self._conn.get_message(self._stream, {"last_by_subj": subject})
         if message is None:
-            self._last.pop(subject, None)
+            self._recent.pop(subject)
             return EMPTY
         known = self._last.get(subject)
         if known is not None and known.stream_seq == message.seq:
@@ -451,7 +456,7 @@ class SessionWriter:
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
             await self.erase_messages([m.seq for m in below])
             await self.erase_messages([fence_at])
-            self._last.pop(subject, None)
+            self._recent.pop(subject)
             return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
 
     async def drop_before(self, key: MemoryKey, subject: str, seq: int) -> int:
@@ -500,12 +505,10 @@ class SessionWriter:
     def remember(self, subject: str, last: Last) -> None:
         """What the session's last message is now, unless an older read or ack tells it late."""
         known = self._last.get(subject)
-        if known is not None and known.stream_seq > last.stream_seq:
-            return  # a read that started before our own latest append
-        self._last[subject] = last
-        self._last.move_to_end(subject)
-        if len(self._last) > RECENT_SESSIONS:
-            self._last.popitem(last=False)
+        if known is None:
+            self._recent.put(subject.rsplit(".", 3)[-3], subject, last)  # by its tenant's token
+        elif known.stream_seq <= last.stream_seq:  # else a read that started before our latest append
+            self._recent.renew(subject, last)
 
     @contextlib.asynccontextmanager
     async def _session(self, subject: str) -> AsyncIterator[None]:
