@@ -18,6 +18,7 @@ from convmem.adapters.backends.keys import (
     LocalMasterKeys,
     MemoryKeyStore,
     WrappedKey,
+    _keyring,
     rotate_master,
     subject_of,
 )
@@ -265,3 +266,40 @@ def test_an_index_entry_giving_another_users_key_stops_the_shred_and_deletes_not
     assert indexed_store.get(mine.key_id) is None
     assert indexed_store.get(theirs.key_id) == theirs
     assert not indexed_store.shredded(theirs.key_id)
+
+
+def test_a_tenant_with_many_users_does_not_make_another_tenants_keys_asked_for_again(
+    nats_server_shared: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a keyring that keeps 32 data keys and a tenant (globex) whose user sealed and opened, when
+    another tenant (acme) seals for 200 users of its own, then globex's user seals and opens again
+    without asking the key store or unwrapping: acme gave up its own keys (a keyring that started
+    over when full asked the store and unwrapped again for each of globex's users)."""
+    monkeypatch.setattr(_keyring, "_CACHE", 32)
+    connection = NatsConnection.connect(nats_server_shared.url)
+    store = NatsKeyStore(connection, bucket=f"KEYS_{uuid.uuid4().hex[:10]}")
+    connection.release()
+    master = LocalMasterKeys([b"\x03" * 32], source="test key")
+    keyring = Keyring(master, store)
+    asked: list[str] = []
+    for name in ("get", "of_subject"):
+        method = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda *a, _m=method, _n=name: (asked.append(_n), _m(*a))[1])
+    unwrap = master.unwrap
+    monkeypatch.setattr(master, "unwrap", lambda *a: (asked.append("unwrap"), unwrap(*a))[1])
+    try:
+        victims = [MemoryKey("globex", f"bob{n}", "s1") for n in range(3)]
+        sealed = [keyring.seal(key, b"hello", keyring.context(key)) for key in victims]
+        for n in range(200):
+            acme = MemoryKey("acme", f"u{n}", "s1")
+            keyring.open(keyring.seal(acme, b"x", keyring.context(acme)), keyring.context(acme), where="t")
+        asked.clear()
+        for key, data in zip(victims, sealed, strict=True):
+            assert keyring.seal(key, b"again", keyring.context(key))[:10] == data[:10]  # the same key
+            assert keyring.open(data, keyring.context(key), where="test", tenant="globex") == b"hello"
+        assert asked == []
+        assert keyring._sealer_cache.held_by("globex") == 3
+        assert keyring._opener_cache.held_by("globex") == 3
+        assert len(keyring._sealer_cache) == len(keyring._opener_cache) == 32
+    finally:
+        store.close()

@@ -92,7 +92,11 @@ class Sealing:
             try:
                 # (`where` is not formatted per event: a failure is reported as damage, by position.)
                 plain = keyring.open(
-                    data, keyring.context(key) + b"%d" % seq, where="an event", position=message.seq
+                    data,
+                    keyring.context(key) + b"%d" % seq,
+                    where="an event",
+                    position=message.seq,
+                    tenant=key.tenant_id,
                 )
             except SealBroken:
                 intact, damage = False, BROKEN_SEAL
@@ -143,7 +147,11 @@ class Sealing:
         try:
             # (`where` is not formatted per event: a failure is reported by the decoder, by position.)
             plain = keyring.open(
-                message.data, keyring.context(key) + str(seq).encode(), where="an event", position=message.seq
+                message.data,
+                keyring.context(key) + str(seq).encode(),
+                where="an event",
+                position=message.seq,
+                tenant=key.tenant_id,
             )
         except SealBroken:
             if broken:

@@ -185,6 +185,7 @@ class JetStreamSnapshotStore:
                 snapshot.data,
                 self._context(snapshot),
                 where=f"snapshot of {snapshot.key} at seq {snapshot.seq}",
+                tenant=snapshot.key.tenant_id,
             )
         except SealBroken as exc:
             _log.warning("%s: the session is rebuilt from the log", exc)

@@ -29,6 +29,7 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from convmem.actors._fair import FairCache
 from convmem.adapters.backends.keys._master import KeyProvider
 from convmem.adapters.backends.keys._stores import CHECK_META, DamagedKey, KeyStore, WrappedKey
 from convmem.errors import EncryptionKeyError, SealBroken
@@ -43,6 +44,10 @@ _HEAD: Final = 10  # magic, version, key id
 _NONCE: Final = 12
 _MIN: Final = _HEAD + _NONCE + 16
 _CACHE: Final = 65_536
+"""Data keys kept unwrapped, and users' sealers: past it, the least recently stored of the tenant
+holding the most goes (a miss asks the key store, and the master key to unwrap)."""
+_CONTEXTS: Final = 65_536
+"""Sessions whose associated data is kept (a miss builds one short string again: no request)."""
 _CHECK: Final = CHECK_META
 _CHECK_TEXT: Final = b"convmem master key check"
 
@@ -98,8 +103,12 @@ class Keyring:
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
-        self._sealers: dict[tuple[str, str], _Sealer] = {}
-        self._openers: dict[bytes, AESGCM | None] = {}
+        self._sealer_cache: FairCache[tuple[str, str], _Sealer] = FairCache(_CACHE)
+        self._opener_cache: FairCache[bytes, AESGCM | None] = FairCache(_CACHE)
+        """Data keys by id (None: shredded), shared fairly by tenants: a tenant with many users
+        gives up its own keys, and another tenant's reads and writes ask the key store no more."""
+        self._sealers = self._sealer_cache.entries  # read without the lock: one dict get
+        self._openers = self._opener_cache.entries
         self._contexts: dict[MemoryKey, bytes] = {}
         self._check_master()
 
@@ -143,7 +152,7 @@ class Keyring:
             record.master_id, record.wrapped, self._wrap_context(record.key_id, record.subject)
         )
 
-    def _make(self, subject: str) -> WrappedKey:
+    def _make(self, tenant_id: str, subject: str) -> WrappedKey:
         if self.read_only:
             raise EncryptionKeyError("was opened to read: no data key is made", source=self.store.source)
         key_id = os.urandom(8).hex()
@@ -156,13 +165,8 @@ class Keyring:
             created=self._clock(),
         )
         self.store.put(record)
-        self._remember(bytes.fromhex(key_id), AESGCM(data_key))
+        self._opener_cache.put(tenant_id, bytes.fromhex(key_id), AESGCM(data_key))
         return record
-
-    def _remember(self, key_id: bytes, aead: AESGCM | None) -> None:
-        if len(self._openers) >= _CACHE:
-            self._openers.clear()
-        self._openers[key_id] = aead
 
     def _sealer(self, tenant_id: str, user_id: str) -> _Sealer:
         with self._lock:
@@ -171,29 +175,28 @@ class Keyring:
                 return known
             subject = subject_of(tenant_id, user_id)
             keys = self.store.of_subject(subject)
-            record = keys[-1] if keys else self._make(subject)
+            record = keys[-1] if keys else self._make(tenant_id, subject)
             key_id = bytes.fromhex(record.key_id)
             aead = self._openers.get(key_id)
             if aead is None:
                 aead = AESGCM(self._unwrap(record))
-                self._remember(key_id, aead)
-            if len(self._sealers) >= _CACHE:
-                self._sealers.clear()
-            sealer = self._sealers[(tenant_id, user_id)] = (_PREFIX + key_id, aead)
+            self._opener_cache.put(tenant_id, key_id, aead)
+            sealer = (_PREFIX + key_id, aead)
+            self._sealer_cache.put(tenant_id, (tenant_id, user_id), sealer)
             return sealer
 
     def new_data_key(self, tenant_id: str, user_id: str) -> str:
         """Make a new data key for the user: new bytes are sealed with it, older ones still open. Its id."""
         with self._lock:
-            record = self._make(subject_of(tenant_id, user_id))
-            self._sealers.pop((tenant_id, user_id), None)
+            record = self._make(tenant_id, subject_of(tenant_id, user_id))
+            self._sealer_cache.pop((tenant_id, user_id))
         return record.key_id
 
     def context(self, key: MemoryKey) -> bytes:
         """The session part of the associated data (cached per key)."""
         found = self._contexts.get(key)
         if found is None:
-            if len(self._contexts) >= _CACHE:
+            if len(self._contexts) >= _CONTEXTS:
                 self._contexts.clear()
             found = self._contexts[key] = f"{key.tenant_id}\0{key.user_id}\0{key.session_id}\0".encode()
         return found
@@ -207,8 +210,13 @@ class Keyring:
         nonce = os.urandom(_NONCE)
         return head + nonce + aead.encrypt(nonce, data, head + context)
 
-    def open(self, data: bytes, context: bytes, *, where: str, position: int | None = None) -> bytes | None:
+    def open(
+        self, data: bytes, context: bytes, *, where: str, position: int | None = None, tenant: str = ""
+    ) -> bytes | None:
         """The plain bytes of sealed `data` (plain `data` as it is); None when its key was shredded.
+
+        `tenant` (the id of the tenant whose bytes these are) is whom a data key read from the store
+        for them is cached for.
 
         `SealBroken` (naming `where`) when the bytes fail authentication;
         `EncryptionKeyError` when the key store lacks a key it never shredded.
@@ -220,7 +228,7 @@ class Keyring:
         if aead is False or len(data) < 38 or data[1] != 1:
             if len(data) < _MIN or data[1] != _VERSION:
                 raise SealBroken(where, seq=position)
-            aead = self._opener(data[2:_HEAD])
+            aead = self._opener(data[2:_HEAD], tenant)
         if aead is None:
             return None
         try:
@@ -228,7 +236,7 @@ class Keyring:
         except InvalidTag:
             raise SealBroken(where, seq=position) from None
 
-    def _opener(self, key_id: bytes) -> AESGCM | None:
+    def _opener(self, key_id: bytes, tenant: str) -> AESGCM | None:
         name = key_id.hex()
         record = self.store.get(name)
         if record is None:
@@ -242,7 +250,7 @@ class Keyring:
         else:
             aead = AESGCM(self._unwrap(record))
         with self._lock:
-            self._remember(key_id, aead)
+            self._opener_cache.put(tenant, key_id, aead)
         return aead
 
     # Erasure ------------------------------------------------------------------------------
@@ -254,28 +262,28 @@ class Keyring:
         stored key that does not read, see `KeyStore.shred`): the keys it could tell are deleted.
         """
         with self._lock:
-            self._sealers.pop((tenant_id, user_id), None)
+            self._sealer_cache.pop((tenant_id, user_id))
             try:
                 ids = self.store.shred(subject_of(tenant_id, user_id))
             except BaseException:
-                self._openers.clear()  # some of the user's keys may be gone: ask the store again
+                self._opener_cache.clear()  # some of the user's keys may be gone: ask the store again
                 raise
             for key_id in ids:
-                self._openers[bytes.fromhex(key_id)] = None
+                self._opener_cache.put(tenant_id, bytes.fromhex(key_id), None)
         return ids
 
     def forget(self, tenant_id: str | None = None, user_id: str | None = None) -> None:
         """Drop cached keys (all, or of one user) so the key store is asked again: another process erased."""
         with self._lock:
             if tenant_id is None or user_id is None:
-                self._sealers.clear()
-                self._openers.clear()
+                self._sealer_cache.clear()
+                self._opener_cache.clear()
                 return
-            sealer = self._sealers.pop((tenant_id, user_id), None)
+            sealer = self._sealer_cache.pop((tenant_id, user_id))
             if sealer is not None:
-                self._openers.pop(sealer[0][2:], None)
+                self._opener_cache.pop(sealer[0][2:])
             for record in self.store.of_subject(subject_of(tenant_id, user_id)):
-                self._openers.pop(bytes.fromhex(record.key_id), None)
+                self._opener_cache.pop(bytes.fromhex(record.key_id))
 
     # Checking -----------------------------------------------------------------------------
 
@@ -339,8 +347,8 @@ class Keyring:
         subjects = {record.subject for record in self.store.all()}
         with self._lock:
             for subject in sorted(subjects):
-                self._make(subject)
-            self._sealers.clear()
+                self._make("", subject)  # (whose, the store does not say: cached apart from every tenant)
+            self._sealer_cache.clear()
         return len(subjects)
 
     def close(self) -> None:
