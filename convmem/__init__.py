@@ -98,7 +98,7 @@ if TYPE_CHECKING:
         TrajectoryDigest,
     )
 
-__version__ = "0.1.0"
+from convmem._version import __version__
 
 _LAZY = {
     **dict.fromkeys(

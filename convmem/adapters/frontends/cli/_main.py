@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from convmem import __version__
+from convmem._version import __version__
 from convmem.actors import ErasureJournalDamaged
 from convmem.adapters._auth import NatsAuth, scrub, url_secrets
 from convmem.adapters.frontends.cli._audit import add_audit_commands
@@ -46,6 +46,7 @@ from convmem.errors import (
     OperationTimeout,
     PermissionDenied,
     SessionClosed,
+    StoreLost,
     StoreNotFound,
 )
 
@@ -268,6 +269,8 @@ def _main(argv: Sequence[str] | None = None, *, interrupted: bool = False) -> in
     except StoreNotFound as exc:
         return _fail(str(exc), EXIT_NOT_FOUND, secrets)
     except ErasureJournalDamaged as exc:  # a command needed the damaged records: damage, with its advice
+        return _fail(str(exc), EXIT_DAMAGED, secrets)
+    except StoreLost as exc:  # a writer refused to make a lost part of the store again, empty
         return _fail(str(exc), EXIT_DAMAGED, secrets)
     except (LogUnavailable, PermissionDenied, OperationTimeout, SessionClosed) as exc:
         return _fail(f"{exc} (check --server/NATS_URL and the credentials)", EXIT_UNAVAILABLE, secrets)

@@ -51,7 +51,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.micro.request import Request as MicroRequest
 
-from convmem import __version__
+from convmem._version import __version__
 from convmem.actors import MemorySystem
 from convmem.actors._bounds import MAX_ACTOR_THREADS, check_count, check_seconds
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
