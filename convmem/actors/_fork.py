@@ -29,7 +29,13 @@ import msgspec
 
 from convmem.actors._clock import SystemClock
 from convmem.actors._eraser import Eraser
-from convmem.actors._journal import ErasureJournal, ErasureRequest, JournaledLog, erasure_after
+from convmem.actors._journal import (
+    ErasureJournal,
+    ErasureRequest,
+    JournaledLog,
+    erasure_after,
+    receipts_mark,
+)
 from convmem.actors._ports import EventLog, LoggedEvent
 from convmem.errors import EventDecodeError, InvalidInput, SessionDamaged
 from convmem.events import (
@@ -154,6 +160,7 @@ def fork_session(
     if isinstance(at, datetime) and at.tzinfo is None:
         raise InvalidInput("at", "a datetime needs a time zone (say datetime.now(UTC))")
     journal = log.erasure_journal() if isinstance(log, JournaledLog) else None
+    mark = receipts_mark(journal)  # before anything is read: the receipts kept after it are asked after
     for key in (source, to):
         if erasure_after(journal, key, math.inf) is not None:
             raise InvalidInput("key", f"an erasure of {key} is pending (being erased): nothing forked")
@@ -171,7 +178,9 @@ def fork_session(
     for start in range(0, len(events), _CHUNK):
         chunk = events[start : start + _CHUNK]
         log.append(to, chunk, expected_seq=chunk[0].seq - 1)
-    if journal is not None and any(erasure_after(journal, key, began) is not None for key in (source, to)):
+    if journal is not None and any(
+        erasure_after(journal, key, began, mark=mark) is not None for key in (source, to)
+    ):
         _erase_fork(log, journal, to)
         raise InvalidInput(
             "key",

@@ -48,10 +48,12 @@ __all__ = [
     "ErasureRecord",
     "ErasureRequest",
     "JournaledLog",
+    "MarksReceipts",
     "erasure_after",
     "find_erasure",
     "readable_pending",
     "readable_receipts",
+    "receipts_mark",
 ]
 
 
@@ -280,7 +282,33 @@ def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecor
     return erasure_after(journal, key, -math.inf)  # any receipt, whenever it finished
 
 
-def erasure_after(journal: ErasureJournal | None, key: MemoryKey, since: float) -> ErasureRecord | None:
+@runtime_checkable
+class MarksReceipts(Protocol):
+    """An `ErasureJournal` that can say where its receipts stand, and read only those kept after.
+
+    Receipts are kept for good, one per erasure, and any tenant may ask for
+    erasures (of sessions it never wrote, too): a question about the last few
+    moments must not read them all.
+    """
+
+    def receipts_mark(self) -> int:
+        """Where the journal's receipts stand now (a position in its store)."""
+        ...
+
+    def receipts_after(self, mark: int) -> list[ErasureReceipt]:
+        """The receipts kept after `mark` (`receipts_mark`), oldest first; `ErasureJournalDamaged` (with
+        those that read) when one of them is held but cannot be read back."""
+        ...
+
+
+def receipts_mark(journal: ErasureJournal | None) -> int | None:
+    """`journal`'s `MarksReceipts.receipts_mark`, for `erasure_after`'s `mark`; None when it cannot say."""
+    return journal.receipts_mark() if isinstance(journal, MarksReceipts) else None
+
+
+def erasure_after(
+    journal: ErasureJournal | None, key: MemoryKey, since: float, *, mark: int | None = None
+) -> ErasureRecord | None:
     """An erasure covering `key` that data read as of `since` belongs to: one pending now, or one
     finished at or after `since` (any receipt of those that read, not only the first); else None.
 
@@ -288,8 +316,11 @@ def erasure_after(journal: ErasureJournal | None, key: MemoryKey, since: float) 
     writes, with `since` the copied data's last time, and after it wrote, with
     `since` when it began reading: an erasure that ran meanwhile may have
     listed the sessions before the copy existed, so the copy is erased data
-    too. `since=math.inf` asks for a pending one only. `ErasureJournalDamaged`
-    as `find_erasure`.
+    too. `since=math.inf` asks for a pending one only (no receipt is read).
+    `mark` (`receipts_mark`, taken before the copy began reading) reads only
+    the receipts kept since, whenever they say they finished: every receipt
+    kept before it belongs to an erasure that was over before the copy read
+    anything. `ErasureJournalDamaged` as `find_erasure`.
     """
     if journal is None:
         return None
@@ -297,9 +328,21 @@ def erasure_after(journal: ErasureJournal | None, key: MemoryKey, since: float) 
     for request in pending:
         if request.covers(key):
             return request
-    receipts, damaged_receipts = readable_receipts(journal)
+    if since == math.inf:
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=pending)
+        return None
+    if mark is not None and isinstance(journal, MarksReceipts):
+        try:
+            receipts, damaged_receipts = journal.receipts_after(mark), []
+        except ErasureJournalDamaged as exc:
+            receipts = [r for r in exc.readable if isinstance(r, ErasureReceipt)]
+            damaged_receipts = list(exc.damaged)
+        since = -math.inf  # kept after the mark: the erasure ran while the copy was made
+    else:
+        receipts, damaged_receipts = readable_receipts(journal)
     for receipt in receipts:
-        if receipt.covers(key) and receipt.completed_at >= since:
+        if receipt.completed_at >= since and receipt.covers(key):
             return receipt
     if damaged or damaged_receipts:
         raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])

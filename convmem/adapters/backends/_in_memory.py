@@ -342,6 +342,7 @@ class InMemoryErasureJournal:
         self._done: dict[str, ErasureReceipt] = {}
         self._raw: dict[tuple[str, str], bytes | None] = {}
         self._settled: dict[str, tuple[str, float]] = {}
+        self._kept: list[str] = []  # the ids of the receipts, in the order they were kept
         self._closed = False
 
     def _check_open(self) -> None:
@@ -361,6 +362,8 @@ class InMemoryErasureJournal:
             self._check_open()
             (self._pending if kind == "pending" else self._done).pop(erasure_id, None)
             self._raw[(kind, erasure_id)] = data
+            if kind == "done":
+                self._kept.append(erasure_id)
 
     def pending(self) -> list[ErasureRequest]:
         """See `ErasureJournal.pending`."""
@@ -378,8 +381,9 @@ class InMemoryErasureJournal:
         """See `ErasureJournal.complete`."""
         with self._lock:
             self._check_open()
-            if ("done", receipt.id) not in self._raw:
-                self._done.setdefault(receipt.id, receipt)
+            if ("done", receipt.id) not in self._raw and receipt.id not in self._done:
+                self._done[receipt.id] = receipt
+                self._kept.append(receipt.id)
             self._pending.pop(receipt.id, None)
             self._raw.pop(("pending", receipt.id), None)
 
@@ -394,6 +398,27 @@ class InMemoryErasureJournal:
         if damaged:
             raise ErasureJournalDamaged(damaged, readable=found)
         return found
+
+    def receipts_mark(self) -> int:
+        """See `MarksReceipts.receipts_mark`: how many receipts were kept so far."""
+        with self._lock:
+            self._check_open()
+            return len(self._kept)
+
+    def receipts_after(self, mark: int) -> list[ErasureReceipt]:
+        """See `MarksReceipts.receipts_after`."""
+        with self._lock:
+            self._check_open()
+            since = set(self._kept[mark:])
+        try:
+            receipts = self.receipts()
+        except ErasureJournalDamaged as exc:
+            readable = [r for r in exc.readable if isinstance(r, ErasureReceipt) and r.id in since]
+            damaged = [d for d in exc.damaged if d.id in since]
+            if damaged:
+                raise ErasureJournalDamaged(damaged, readable=readable) from None
+            return readable
+        return [r for r in receipts if r.id in since]
 
     def settle(self, erasure_id: str, *, by: str, at: float) -> None:
         """See `ErasureJournal.settle`."""

@@ -153,6 +153,50 @@ class JetStreamErasureJournal:
             raise ErasureJournalDamaged(damaged, readable=found)
         return found
 
+    def receipts_mark(self) -> int:
+        """See `MarksReceipts.receipts_mark`: the bucket's last stream seq (one request)."""
+        self._check_open()
+
+        async def last() -> int:
+            info = await self._conn.api(f"$JS.API.STREAM.INFO.{self._stream}")
+            return int(info["state"]["last_seq"])
+
+        return self._conn.call(last, what="read the erasure journal's position")
+
+    def receipts_after(self, mark: int) -> list[ErasureReceipt]:
+        """See `MarksReceipts.receipts_after`: the receipts past stream seq `mark`, one get each (a
+        receipt that fails its checksum or does not decode is damage, unless settled)."""
+        self._check_open()
+        prefix = f"$KV.{self._bucket}.done."
+
+        async def read() -> tuple[list[ErasureReceipt], list[DamagedRecord]]:
+            found: list[ErasureReceipt] = []
+            damaged: dict[str, DamagedRecord] = {}
+            seq = mark + 1
+            while (
+                message := await self._conn.get_message(
+                    self._stream, {"seq": seq, "next_by_subj": prefix + "*"}
+                )
+            ) is not None:
+                seq = message.seq + 1
+                if message.headers.get(_OPERATION) in ("DEL", "PURGE"):
+                    continue
+                erasure_id = message.subject[len(prefix) :]
+                record, problem = _read(message, erasure_id, _receipt)
+                if record is not None:
+                    found.append(record)
+                else:
+                    damaged[erasure_id] = self._damage("done", erasure_id, message.seq, problem)
+            if damaged:
+                for ended in await self._ended("done"):
+                    damaged.pop(ended, None)
+            return found, list(damaged.values())
+
+        found, damaged = self._conn.call(read, what="read the erasure journal (done)")
+        if damaged:
+            raise ErasureJournalDamaged(damaged, readable=found)
+        return found
+
     def settle(self, erasure_id: str, *, by: str, at: float) -> None:
         """See `ErasureJournal.settle`: ``settled.<id>`` is written once; a pending record of that id
         that the server can still serve is erased for good."""
