@@ -35,6 +35,7 @@ from convmem.projections import (
     SessionState,
     SummarySucceeded,
     TokenEstimator,
+    _recall,
     decide,
     default_token_estimator,
     estimate_tokens,
@@ -514,3 +515,32 @@ def test_recommended_turns_recall_on_and_keeps_more_turns_live() -> None:
     state = play(STORY, on)
     assert render(llm_context(state)) == render(llm_context(msgspec.structs.replace(state, config=off)))
     assert "recalled" in memory_of(llm_context(state, query="cat Pixel"))
+
+
+def test_the_texts_read_for_recall_are_kept_up_to_a_bound_in_characters_whatever_their_length() -> None:
+    """Texts are every tenant's turns in one process: what recall keeps of them is bounded by their
+    characters, not their number (16,384 texts of 100,000 characters and their terms held about 28 GB
+    under the lru_cache), a text longer than the longest kept is read each time, and a text read
+    again soon is found without reading it again."""
+    read = _recall.TextMemo(_recall._read_text, chars=200_000, longest=20_000)
+    texts = [f"Text {n} says something about item{n}. " * 200 for n in range(100)]  # ~8,000 characters
+    for text in texts:
+        read(text)
+    assert read.held_chars() <= read.chars
+    assert read.held_chars() >= read.chars // 4  # (it keeps what it may)
+    long = "word " * 10_000
+    read(long)
+    assert long not in read._young
+    assert long not in read._old
+    calls: list[str] = []
+
+    def reading(text: str) -> Any:
+        calls.append(text)
+        return _recall._read_text(text)
+
+    counted = _recall.TextMemo(reading, chars=200_000, longest=20_000)
+    for _ in range(3):
+        counted(texts[0])
+    assert calls == [texts[0]]
+    assert _recall._read.chars <= 8_000_000
+    assert _recall._terms_of.chars <= 4_000_000

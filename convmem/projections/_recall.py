@@ -32,8 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from functools import lru_cache
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -139,13 +138,66 @@ def _stem(word: str) -> str:
     return word
 
 
-@lru_cache(maxsize=65536)
-def _terms_of(sentence: str) -> tuple[str, ...]:
+T = TypeVar("T")
+
+
+class TextMemo(Generic[T]):
+    """`function`'s results for the texts it was called with lately, kept up to `chars` characters
+    of those texts in all; a text longer than `longest` is never kept.
+
+    Texts are every tenant's turns and queries, in one process: an lru_cache of so many texts
+    held them whatever their length (16,384 texts of 100,000 characters and what was read of
+    them: about 28 GB, from 1.7 MB a text measured), and kept a turn's text after its session
+    was erased until enough others came. Bounded in characters, these hold some 200 MB at most.
+    Two generations: a text is kept in the young one; when it holds half of `chars`, it becomes
+    the old one (the old one dropped) and a text found there moves back to the young one. A hit
+    is one dict lookup. Threads may race on the count (no lock: the projections run no threads
+    of their own); a lost update keeps at most a few texts more.
+    """
+
+    def __init__(self, function: Callable[[str], T], *, chars: int, longest: int) -> None:
+        self.function = function
+        self.chars = chars
+        self.longest = longest
+        self._half = chars // 2
+        self._young: dict[str, T] = {}
+        self._old: dict[str, T] = {}
+        self._held = 0
+
+    def __call__(self, text: str) -> T:
+        found = self._young.get(text)
+        if found is not None:
+            return found
+        size = len(text)
+        if size > self.longest:
+            return self.function(text)
+        found = self._old.get(text)
+        if found is None:
+            found = self.function(text)
+        if self._held + size > self._half:
+            self._old, self._young, self._held = self._young, {}, 0
+        self._young[text] = found
+        self._held += size
+        return found
+
+    def held_chars(self) -> int:
+        """The characters of the texts kept (both generations)."""
+        return sum(map(len, self._young)) + sum(map(len, self._old))
+
+    def clear(self) -> None:
+        self._young, self._old, self._held = {}, {}, 0
+
+
+def _terms(sentence: str) -> tuple[str, ...]:
     return tuple(
         folded
         for word in _WORD.findall(sentence)
         if word.lower().replace("’", "'") not in _STOPWORDS and (folded := _fold(word)) not in _STOPWORDS
     )
+
+
+_terms_of = TextMemo(_terms, chars=4_000_000, longest=2_000)
+"""A sentence's terms, for the sentences (and labels, queries' texts) read lately."""
 
 
 def query_terms(query: str) -> tuple[str, ...]:
@@ -165,9 +217,8 @@ class _Text(NamedTuple):
     """For each term, the sentences holding it."""
 
 
-@lru_cache(maxsize=16384)
-def _read(text: str) -> _Text:
-    """`text` read into sentences and terms (cached: texts recur from view to view)."""
+def _read_text(text: str) -> _Text:
+    """`text` read into sentences and terms."""
     out = []
     for raw in _SENTENCE_END.split(text):
         sentence = " ".join(raw.split())
@@ -181,6 +232,11 @@ def _read(text: str) -> _Text:
         for term in set(terms):
             df[term] = df.get(term, 0) + 1
     return _Text(tuple(out), frozenset(df), sum(len(terms) for _, terms in out), df)
+
+
+_read = TextMemo(_read_text, chars=8_000_000, longest=50_000)
+"""`text` read into sentences and terms (kept: texts recur from view to view; 8,000,000 characters
+hold 16,000 turns' texts of 500 characters)."""
 
 
 def _labels(config: ShortTermMemoryConfig, summary: str) -> dict[str, str]:
