@@ -33,7 +33,15 @@ import msgspec
 from convmem.actors._journal import ErasureJournal, erasure_after
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import EventDecodeError, ReplayError, SessionDamaged, SessionLost
-from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, SessionErased, SessionRepaired, decode_event
+from convmem.events import (
+    AnyEvent,
+    HistoryCompacted,
+    MemoryKey,
+    SessionErased,
+    SessionRepaired,
+    SessionStarted,
+    decode_event,
+)
 from convmem.projections import (
     SessionSequence,
     SessionState,
@@ -116,6 +124,7 @@ def decode_logged(
                 walk.version = record.seq
                 yield SkippedEvent(record.seq, record.damage)
             continue
+        opened = walk.version
         unfit = walk.take(record.seq, record.data, intact=record.intact)
         if unfit is not None:
             _poison(record, record.seq, f"does not fit the session: {unfit}", on_poison, report)
@@ -143,6 +152,13 @@ def decode_logged(
             problem = f"header says seq {seq}, the event says {event.seq}"
             _poison(record, seq, problem, on_poison, report)
             yield SkippedEvent(seq, problem)
+            continue
+        if isinstance(event, SessionStarted | HistoryCompacted) and event.key != record.key:
+            # Written on this subject by someone else (convmem writes a session's own key, a
+            # fork's copy included): the session is never taken for another one.
+            problem = f"it names session {event.key}, not {record.key}"
+            _poison(record, seq, problem, on_poison, report)
+            yield SkippedEvent(seq, problem, opens=seq != opened + 1)
             continue
         if isinstance(event, SessionRepaired | SessionErased | HistoryCompacted) and report.damage:
             report.repaired.extend(report.damage)  # what came before is restored, erased or compacted

@@ -314,11 +314,35 @@ class SessionWriter:
         self._sent(key.tenant_id, size + (RECORD + len(subject.encode())) * len(events))
         ack = parse_ack(reply.data)
         if ack.get("duplicate"):  # stored long ago under this id: report the session as it is
+            await self._check_own(key, subject, events[-1], int(ack["seq"]))
             return (await self.load_last(subject)).seq
         if isinstance(events[0], SessionRepaired):
             self._damaged.pop(subject, None)
         self.remember(subject, Last(events[-1].seq, int(ack["seq"]), events[-1].event_id))
         return events[-1].seq
+
+    async def _check_own(self, key: MemoryKey, subject: str, event: Event, stream_seq: int) -> None:
+        """A duplicate answer says the stream holds a message under the event's id (at `stream_seq`):
+        the event is stored only when that message is this event on this subject. The ids are
+        deduplicated stream-wide, so anyone who may publish on any subject could take an id first
+        (a predictable one: an idempotency key's); then nothing is stored, and the caller is told so
+        (`InvalidInput`), never that the write is done."""
+        held = await self._conn.get_message(self._stream, {"seq": stream_seq})
+        if (
+            held is not None
+            and held.subject == subject
+            and held.headers.get(MSG_ID) == event.event_id
+            and held.headers.get(SEQ_HEADER) == str(event.seq)
+        ):
+            return
+        where = "another subject" if held is None or held.subject != subject else "this session's subject"
+        raise InvalidInput(
+            "event_id",
+            f"{event.event_id!r} (seq {event.seq} of {key}) is already taken in the stream by a message "
+            f"on {where} that is not this event (stream seq {stream_seq}), so the server dropped it as a "
+            "duplicate: nothing was stored; write again with another idempotency key (or after the "
+            "stream's duplicate window)",
+        )
 
     async def append_raw(
         self, subject: str, data: bytes, seq: int | None, headers: dict[str, str] | None = None

@@ -1,0 +1,188 @@
+"""Messages published on a session's subject by someone else than convmem, with nats-py directly.
+
+Anyone with raw publish rights on the stream (or an older or newer convmem) may store any bytes
+under any headers on a session's subject. Such a message never makes the session another one's,
+never passes for a write it is not, and is named by the audits with its session and position; the
+other sessions read and write as before. Earlier rounds cover messages that do not fit a session's
+sequence (`test_foreign_messages.py`) and bytes damaged on disk (`test_damage.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import msgspec
+import nats
+import pytest
+from nats_fixtures import JetStreamNames
+from runtime_helpers import turn
+
+from convmem.actors import MemorySystem, replay_session, verify
+from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog
+from convmem.adapters.frontends.cli._main import main
+from convmem.errors import InvalidInput
+from convmem.events import (
+    ConversationTurn,
+    HistoryCompacted,
+    KeptTurn,
+    MemoryKey,
+    SessionStarted,
+    ShortTermMemoryConfig,
+    TurnAdded,
+    encode_event,
+)
+from convmem.projections import command_id_for
+
+CONFIG = ShortTermMemoryConfig(strategy="truncation")
+ALICE = MemoryKey("tenant-a", "alice", "chat")
+BOB = MemoryKey("tenant-b", "bob", "chat")
+
+
+@pytest.fixture
+def log(
+    nats_server_shared: EmbeddedNatsServer, jetstream_names: JetStreamNames
+) -> Iterator[JetStreamEventLog]:
+    stream_log = JetStreamEventLog.connect(
+        nats_server_shared.url, stream=jetstream_names.stream, prefix=jetstream_names.prefix
+    )
+    yield stream_log
+    stream_log.close()
+
+
+def publish(url: str, subject: str, data: bytes, headers: dict[str, str] | None) -> dict[str, object]:
+    """Publish as a stranger would (nats-py, no convmem): the server's acknowledgement."""
+
+    async def go() -> dict[str, object]:
+        nc = await nats.connect(url)
+        try:
+            reply = await nc.request(subject, data, timeout=5, headers=headers)
+            answer: dict[str, object] = msgspec.json.decode(reply.data)
+            return answer
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def _cli(server: EmbeddedNatsServer, names: JetStreamNames, *args: str) -> int:
+    where = ["--nats", server.url, "--stream", names.stream, "--prefix", names.prefix]
+    return main([*where, *args])
+
+
+def _users(log: JetStreamEventLog, key: MemoryKey) -> list[str]:
+    state, _ = replay_session(log.read(key), key)
+    return [r.turn.user_message for r in state.turns]
+
+
+@pytest.mark.parametrize("opener", ["started", "compacted"])
+def test_an_event_naming_another_session_is_poison_and_the_session_stays_its_own(
+    log: JetStreamEventLog,
+    nats_server_shared: EmbeddedNatsServer,
+    jetstream_names: JetStreamNames,
+    capsys: pytest.CaptureFixture[str],
+    opener: str,
+) -> None:
+    """Bob's key on Alice's subject (a start or a compaction, with a turn after it): the fold never
+    takes Alice's session for Bob's; her context shows none of it; her first write opens her own
+    session; verify names the message by position (exit 1); Bob's session is untouched."""
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(BOB).add_turn(turn("bob's own"))
+    forged: SessionStarted | HistoryCompacted
+    if opener == "started":
+        forged = SessionStarted(seq=1, event_id="forged-1", at=1.0, key=BOB, config=CONFIG)
+    else:
+        planted_turn = ConversationTurn(user_message="planted", assistant_response="x")
+        kept = KeptTurn(index=1, at=1.0, turn=planted_turn)
+        forged = HistoryCompacted(seq=1, event_id="forged-1", at=1.0, key=BOB, config=CONFIG, turns=(kept,))
+    second = ConversationTurn(user_message="planted 2", assistant_response="x")
+    planted = TurnAdded(seq=2, event_id="forged-2", at=2.0, index=2, turn=second)
+    subject = log.subject(ALICE)
+    first = publish(nats_server_shared.url, subject, encode_event(forged), {"Convmem-Seq": "1"})
+    publish(nats_server_shared.url, subject, encode_event(planted), {"Convmem-Seq": "2"})
+    position = int(str(first["seq"]))
+
+    state, report = replay_session(log.read(ALICE), ALICE)
+    assert state.key is None
+    assert not state.started
+    assert (report.poison[0].position, report.poison[0].seq) == (position, 1)
+    assert f"names session {BOB}, not {ALICE}" in report.poison[0].problem
+    with MemorySystem(CONFIG, log=log) as system:
+        alice = system.session(ALICE)
+        assert alice.get_llm_context()["conversation_memory"]["recent_turns"] == []
+        assert alice.add_turn(turn("alice's own")) == 1
+        assert [t["user"] for t in alice.get_llm_context()["conversation_memory"]["recent_turns"]] == [
+            "alice's own"
+        ]
+        assert system.session(BOB).add_turn(turn("bob again")) == 2
+    state, _ = replay_session(log.read(ALICE), ALICE)
+    assert state.key == ALICE
+    assert _users(log, BOB) == ["bob's own", "bob again"]
+    (check,) = verify(log, key=BOB)
+    assert check.ok
+
+    capsys.readouterr()
+    assert _cli(nats_server_shared, jetstream_names, "verify", ALICE.composite()) == 1
+    out = capsys.readouterr().out
+    assert f"{ALICE.composite()}: poison at position {position} (seq 1): it names session {BOB}" in out
+    assert _cli(nats_server_shared, jetstream_names, "verify", BOB.composite()) == 0
+    assert _cli(nats_server_shared, jetstream_names, "sessions") == 0
+    listed = capsys.readouterr().out
+    assert ALICE.composite() in listed
+    assert BOB.composite() in listed
+    assert _cli(nats_server_shared, jetstream_names, "export", "--key", ALICE.composite()) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["position"] == position  # exported as stored, for an auditor
+
+
+def test_a_message_id_taken_on_another_subject_never_passes_for_a_stored_write(
+    log: JetStreamEventLog, nats_server_shared: EmbeddedNatsServer
+) -> None:
+    """The stream deduplicates ids stream-wide, and an idempotency key's event id is predictable: a
+    message published first on Alice's subject under the id Bob's keyed write will use makes the server
+    drop Bob's event as a duplicate. Bob is told nothing was stored (never that the write is done),
+    his session is unchanged and takes a write under another key; a new session whose opening id was
+    taken is not opened. A real retry of a stored write is still answered as stored."""
+    new = MemoryKey("tenant-b", "bob", "new-chat")
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(BOB).add_turn(turn("bob's own"))
+        assert system.session(BOB).add_turn(turn("kept"), idempotency_key="order-6") == 2
+    taken = [
+        f"{command_id_for(BOB, 'order-7')}/turn.added/1",
+        f"{command_id_for(new, 'order-1')}.start/session.started/1",
+    ]
+    for event_id in taken:
+        publish(nats_server_shared.url, log.subject(ALICE), b"\xc1 not an event", {"Nats-Msg-Id": event_id})
+    with MemorySystem(CONFIG, log=log) as system:
+        bob = system.session(BOB)
+        with pytest.raises(InvalidInput, match="nothing was stored") as caught:
+            bob.add_turn(turn("lost?"), idempotency_key="order-7")
+        assert caught.value.field == "event_id"
+        assert taken[0] in str(caught.value)
+        assert "tenant-a" not in str(caught.value)  # the other subject is not named to Bob
+        assert bob.add_turn(turn("kept"), idempotency_key="order-6") == 0  # a retry: stored once
+        assert bob.add_turn(turn("another key"), idempotency_key="order-8") == 3
+        with pytest.raises(InvalidInput, match="nothing was stored"):
+            system.session(new).add_turn(turn("first"), idempotency_key="order-1")
+    assert _users(log, BOB) == ["bob's own", "kept", "another key"]
+    assert log.read(new) == []
+    assert all(check.ok for check in verify(log, key=BOB))
+
+
+def test_a_stranger_s_message_under_a_session_s_own_next_id_is_not_taken_for_its_event(
+    log: JetStreamEventLog, nats_server_shared: EmbeddedNatsServer
+) -> None:
+    """On the session's own subject, bytes under the id of its next keyed event but without its seq
+    are not that event: the write is refused, named; the bytes are poison, named by verify."""
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(ALICE).add_turn(turn("alice's own"))
+    event_id = f"{command_id_for(ALICE, 'k')}/turn.added/1"
+    publish(nats_server_shared.url, log.subject(ALICE), b"\xc1 junk", {"Nats-Msg-Id": event_id})
+    with MemorySystem(CONFIG, log=log) as system:
+        with pytest.raises(InvalidInput, match="this session's subject"):
+            system.session(ALICE).add_turn(turn("mine"), idempotency_key="k")
+        assert system.session(ALICE).add_turn(turn("next")) == 2
+    assert _users(log, ALICE) == ["alice's own", "next"]
+    (check,) = verify(log, key=ALICE)
+    assert len(check.poison) == 1
