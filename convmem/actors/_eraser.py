@@ -45,7 +45,7 @@ from convmem.actors._ports import Clock, EventLog, SnapshotStore
 from convmem.errors import ConvmemError, EncryptionKeyError
 from convmem.events import MemoryKey
 
-__all__ = ["ERASURE_STEPS", "Erased", "Eraser", "ErasureStep", "ExportRegistry"]
+__all__ = ["ERASURE_STEPS", "Erased", "Eraser", "ErasureStep", "ExportLookup", "ExportRegistry"]
 
 _log = logging.getLogger("convmem.erasure")
 
@@ -72,6 +72,13 @@ class ExportRegistry(Protocol):
     """
 
     def erase_copies(self, request: ErasureRequest) -> int: ...
+
+
+@runtime_checkable
+class ExportLookup(Protocol):
+    """An `ExportRegistry` that can tell whether a recorded file holds any session of a request."""
+
+    def holds(self, request: ErasureRequest) -> bool: ...
 
 
 class ErasureRun:
@@ -216,6 +223,38 @@ class Eraser:
     def erase(self, request: ErasureRequest) -> Erased:
         """Record `request`, then carry it out to the end."""
         return self._run(request, self.steps)
+
+    def finds_nothing(self, request: ErasureRequest) -> bool:
+        """Whether `request` would remove nothing the store or this machine holds: no event, no
+        snapshot or part of one, no recorded export file holding its sessions, and (a user's, on a
+        log that encrypts) no data key to shred, which copies elsewhere (backups) still need gone.
+
+        Live copies in this process are the caller's to look at (a user's are dropped here: with no
+        event left, a copy is one that outlived a deletion made outside an erasure). An export
+        registry that cannot tell, or a log that may keep a user's keys, finds something.
+        """
+        log, snapshots, exports = self.log, self.snapshots, self.exports
+        key = request.key
+        if key is None and isinstance(log, KeyShredder) and getattr(log, "keyring", True) is not None:
+            return False
+        if key is not None:
+            if log.last_seq(key) != 0:
+                return False
+        elif log.keys(tenant_id=request.tenant_id, user_id=request.user_id):
+            return False
+        if snapshots is not None and any(
+            request.covers(k) for k in snapshots.keys(tenant_id=request.tenant_id, user_id=request.user_id)
+        ):
+            return False
+        if exports is not None:
+            try:
+                if not isinstance(exports, ExportLookup) or exports.holds(request):
+                    return False
+            except ConvmemError:
+                return False  # a damaged registry: the erasure's own step says so, as it always did
+        if key is None:
+            self.drop(request.covers)
+        return True
 
     def finish(self, request: ErasureRequest) -> Erased:
         """Carry out a recorded `request` again from the step after ``record`` (idempotent)."""

@@ -318,7 +318,7 @@ class MemorySystem:
 
     # Erasure and forks --------------------------------------------------------------------
 
-    def erase(self, key: MemoryKey, *, by: str = "") -> Erased:
+    def erase(self, key: MemoryKey, *, by: str = "", if_held: bool = False) -> Erased:
         """Remove a session's events and snapshot from the store (erasure of personal data).
 
         The erasure is recorded in the journal first (`by`: who asked, kept
@@ -329,15 +329,20 @@ class MemorySystem:
         told every other process using it (see `forget`). A stale writer
         elsewhere conflicts instead of writing the erased history back; the
         session may start afresh.
+
+        With `if_held`, an erasure that would find nothing to remove (`Eraser.finds_nothing`, and
+        no live or cached copy here) is answered as one would be and recorded nowhere: every
+        receipt is kept for good, so the service's tenants, who may name any session, could
+        otherwise grow the journal every tenant shares without end.
         """
         if not isinstance(key, MemoryKey):
             raise InvalidInput("key", f"must be a MemoryKey, got {type(key).__name__}")
-        return self._erase(key.tenant_id, key.user_id, key.session_id, by)
+        return self._erase(key.tenant_id, key.user_id, key.session_id, by, if_held=if_held)
 
-    def erase_user(self, tenant_id: str, user_id: str, *, by: str = "") -> Erased:
+    def erase_user(self, tenant_id: str, user_id: str, *, by: str = "", if_held: bool = False) -> Erased:
         """`erase` every session of one user: those with events, a snapshot or a part of one."""
         MemoryKey(tenant_id, user_id, "-")  # the ids are checked as a key's would be
-        return self._erase(tenant_id, user_id, None, by)
+        return self._erase(tenant_id, user_id, None, by, if_held=if_held)
 
     def shred_user(self, tenant_id: str, user_id: str) -> list[str]:
         """Delete the user's data keys when the log encrypts per user (`KeyShredder`); the ids deleted.
@@ -351,9 +356,18 @@ class MemorySystem:
             return self.log.shred_user(tenant_id, user_id)
         return []
 
-    def _erase(self, tenant_id: str, user_id: str, session_id: str | None, by: str) -> Erased:
+    def _erase(
+        self, tenant_id: str, user_id: str, session_id: str | None, by: str, *, if_held: bool = False
+    ) -> Erased:
         eraser = self._need_eraser()
         request = ErasureRequest.of(tenant_id, user_id, session_id, by=by, at=self.clock.now())
+        key = request.key
+        if (
+            if_held
+            and (key is None or not (self.is_live(key) or self.is_cached(key)))
+            and eraser.finds_nothing(request)
+        ):
+            return Erased(events_purged=0, sessions=0 if key is None else 1)  # what its steps would say
         return eraser.erase(request)
 
     def finish_erasures(self) -> list[Erased]:

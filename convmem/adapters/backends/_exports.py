@@ -176,6 +176,11 @@ class FileExportRegistry:
         with self._locked():
             return [e.path for e in self._read()]
 
+    def holds(self, request: ErasureRequest) -> bool:
+        """Whether a recorded file holds a session of `request` (`ExportLookup`)."""
+        with self._locked():
+            return any(entry.holds(request) for entry in self._read())
+
     def erase_copies(self, request: ErasureRequest) -> int:
         """See `ExportRegistry`: the request's sessions leave every recorded file; returns files changed."""
         with self._locked():

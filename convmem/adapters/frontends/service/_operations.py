@@ -328,7 +328,7 @@ class ApiOperations:
         return whole_history(self.system, key)
 
     def _erase(self, key: MemoryKey) -> dict[str, int]:
-        erased = self.system.erase(key)
+        erased = self.system.erase(key, if_held=True)  # a tenant's erasure of nothing keeps no receipt
         return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def _sessions(self, tenant_id: str, request: SessionsRequest) -> list[dict[str, Any]] | dict[str, Any]:
@@ -399,7 +399,7 @@ class ApiOperations:
         )
 
     def _erase_user(self, tenant_id: str, user_id: str) -> dict[str, int]:
-        erased = self.system.erase_user(tenant_id, user_id)
+        erased = self.system.erase_user(tenant_id, user_id, if_held=True)
         return {"events_purged": erased.events_purged, "sessions": erased.sessions}
 
     def health(self) -> dict[str, Any]:
