@@ -59,6 +59,7 @@ __all__ = [
     "SessionDamaged",
     "SessionLost",
     "StoreFull",
+    "StoreLost",
     "StoreNotFound",
     "SummarizerError",
     "TenantLimitReached",
@@ -265,6 +266,23 @@ class StoreNotFound(ConvmemError):
 
     def __init__(self, message: str, *, name: str) -> None:
         self.name = name
+        super().__init__(message)
+
+
+class StoreLost(ConvmemError):
+    """A part of the store that held data is missing: a writer refuses to make it again, empty.
+
+    `part` is which (``events stream`` or ``erasure journal``), `name` its stream or bucket on the
+    server, `where` the server (its URL, credentials hidden). Made again silently, the lost events
+    stream would let every session start over as new and the lost erasure journal would forget every
+    erasure it held pending. An operator who accepts the loss opens the store once with
+    ``accept_loss=True`` (``convmem repair --accept-loss``): the part is made again, empty.
+    """
+
+    def __init__(self, message: str, *, part: str, name: str, where: str) -> None:
+        self.part = part
+        self.name = name
+        self.where = where
         super().__init__(message)
 
 

@@ -198,7 +198,8 @@ def test_a_lost_erasure_journal_bucket_is_named_not_taken_for_no_pending_erasure
 ) -> None:
     """The journal's folder deleted while bob's erasure was pending (recorded, nothing erased yet):
     nothing else records that it was asked for, so verify passed and `erase --resume` said there was
-    none, with bob's data still there. Each now names the lost bucket (exit 7)."""
+    none, with bob's data still there. Each now names the lost bucket (exit 7), and no writer makes it
+    again, empty, until an operator accepts the loss (`repair --accept-loss`); then bob is erased again."""
     data = tmp_path / "data"
     seed(data)
 
@@ -227,6 +228,15 @@ def test_a_lost_erasure_journal_bucket_is_named_not_taken_for_no_pending_erasure
     assert code == 7, out
     assert said in out
 
+    code, out = cli(capsys, data, "erase", "--tenant", "acme", "--user", "bob", "--yes")  # a writer
+    assert code == 7, out
+    assert said in out
+    assert "`convmem repair --accept-loss`" in out
+    assert not bucket.exists()  # refused before anything was made
+    code, out = cli(capsys, data, "repair", "--accept-loss", "--yes")
+    assert code == 0, out
+    assert said in out
+    assert "accepted the loss of 1 part(s) of the store" in out
     code, out = cli(capsys, data, "erase", "--tenant", "acme", "--user", "bob", "--yes")  # asked again
     assert code == 0, out
     code, out = cli(capsys, data, "verify", "--all")

@@ -9,9 +9,10 @@ byte tallies are left as they were. Then
 * `verify`, `sessions`, `replay`, `inspect`, `timeline` and `export` name
   every session that has a snapshot and no event as lost, say that the
   stream is gone and what the store still holds, and exit 7;
-* a writer that starts afterwards makes the stream again, empty: verify and
-  `sessions` still name those sessions lost, and `convmem repair` writes
-  each snapshot back;
+* a writer that starts afterwards is refused (`StoreLost`, exit 7) and makes
+  nothing; once an operator accepts the loss (`convmem repair --accept-loss`)
+  the stream is made again, empty: verify and `sessions` still name those
+  sessions lost, and `convmem repair` writes each snapshot back;
 * a store that never held a session (or whose events are under another
   stream name) still says the stream does not exist, exit 3.
 """
@@ -30,7 +31,7 @@ from convmem.actors import verify
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
 from convmem.adapters.backends.jetstream import JetStreamEventLog, NatsConnection
 from convmem.adapters.frontends.cli._main import main
-from convmem.errors import SessionLost, StoreNotFound
+from convmem.errors import SessionLost, StoreLost, StoreNotFound
 from convmem.events import ConversationTurn, MemoryKey, RetentionPolicies, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -163,8 +164,9 @@ def assert_views_name_the_loss(capsys: pytest.CaptureFixture[str], nats: list[st
 def test_a_stream_a_writer_made_again_still_leaves_the_snapshot_sessions_lost(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A service started after the loss makes the stream again, empty, and writes a new session:
-    verify and sessions still name the snapshot sessions lost (exit 7), the new one verifies, a
+    """A writer started after the loss is refused and makes nothing; once the loss is accepted
+    (`repair --accept-loss`) the stream is made again, empty, and a new session is written: verify
+    and sessions still name the snapshot sessions lost (exit 7), the new one verifies, a
     writer refuses the lost ones (`SessionLost`), a retention sweep names them (no policy can apply
     to them, their snapshots keep their turns), and `convmem repair` writes each snapshot back."""
     server = EmbeddedNatsServer(store).start()
@@ -172,6 +174,14 @@ def test_a_stream_a_writer_made_again_still_leaves_the_snapshot_sessions_lost(
     try:
         write(server.url, SNAPSHOTTED, snapshot_every=1)
         lose_the_stream(server, store)
+        with pytest.raises(StoreLost) as refused:
+            convmem.connect(server.url, config=CONFIG)
+        assert (refused.value.part, refused.value.name) == ("events stream", STREAM)
+        assert "snapshots of 3 session(s)" in str(refused.value)
+        assert not (store / "jetstream" / "$G" / "streams" / STREAM).exists()  # nothing made
+        code, out, err = cli(capsys, "--nats", server.url, "repair", "--accept-loss", "--yes")
+        assert code == 0, out + err
+        assert f"events stream: DAMAGED: the NATS server has no events stream '{STREAM}'" in err
         with convmem.connect(server.url, config=CONFIG) as memory:
             memory.session(fresh).add_turn(turn(0), timeout=10)
             with pytest.raises(SessionLost):
@@ -246,12 +256,18 @@ def test_a_reader_backend_says_what_the_store_lost_and_verify_names_the_sessions
 def test_repair_brings_a_session_back_into_a_stream_that_is_gone(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`convmem repair`, as the loss's advice says, makes the stream again and writes the snapshot back."""
+    """`convmem repair KEY` alone is refused (exit 7: it would make the stream again); with
+    `--accept-loss`, as the loss's advice says, it makes the stream again and writes the snapshot back."""
     server = EmbeddedNatsServer(store).start()
     try:
         write(server.url, SNAPSHOTTED[:1], snapshot_every=1)
         lose_the_stream(server, store)
         code, out, err = cli(capsys, "--nats", server.url, "repair", SNAPSHOTTED[0].composite(), "--yes")
+        assert code == 7, out + err
+        assert "--accept-loss" in err
+        code, out, err = cli(
+            capsys, "--nats", server.url, "repair", SNAPSHOTTED[0].composite(), "--accept-loss", "--yes"
+        )
         assert code == 0, out + err
         code, out, err = cli(capsys, "--nats", server.url, "verify", "--all")
         assert code == 0, out + err
@@ -306,9 +322,11 @@ def test_a_stream_gone_without_snapshots_is_still_damage_when_the_store_shows_se
 def test_a_store_that_never_held_a_session_still_has_no_stream(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No false alarm: a store nothing was written to, one whose writer made the stream and buckets
-    but stored nothing before the stream went, and a stream name given wrong (its subjects are in
-    another stream) all say the stream does not exist, exit 3, as before."""
+    """No false alarm: a store nothing was written to, and a stream name given wrong (its subjects are
+    in another stream) say the stream does not exist, exit 3, as before. A store whose writer made
+    the stream and buckets is another matter: the journal's bucket is marked as made beside the
+    stream, and the mark cannot tell an empty stream from one whose sessions left no snapshot, so
+    the stream's loss is named (exit 7), stored in or not."""
     server = EmbeddedNatsServer(store).start()
     try:
         nats = ["--nats", server.url]
@@ -322,8 +340,10 @@ def test_a_store_that_never_held_a_session_still_has_no_stream(
         lose_the_stream(server, store)
         for argv in (["verify", "--all"], ["sessions"], ["replay", SNAPSHOTTED[0].composite()]):
             code, out, err = cli(capsys, *nats, *argv)
-            assert code == 3, (argv, out + err)
-            assert "nothing was stored there yet" in err
+            assert code == 7, (argv, out + err)
+            assert "marked as made beside it" in out + err
+        code, out, err = cli(capsys, *nats, "repair", "--accept-loss", "--yes")
+        assert code == 0, out + err
 
         write(server.url, SNAPSHOTTED, snapshot_every=1)
         for argv in (["verify", "--all"], ["sessions"]):

@@ -95,6 +95,9 @@ class BackendOptions(TypedDict, total=False):
     default (the embedded server's data folder, else ``CONVMEM_MASTER_KEY`` if set, else none)."""
     journal_bucket: str | None
     """The erasure journal's bucket (None: the backend's default, ``<stream>_ERASURES``)."""
+    accept_loss: bool
+    """A writer's: make a lost events stream or erasure journal again, empty (default False:
+    `StoreLost`); the operator's acceptance of the loss (``convmem repair --accept-loss``)."""
 
 
 class BackendOpener(Protocol):
@@ -191,6 +194,8 @@ def _embedded(options: BackendOptions) -> _Embedded:
         settings["timeout"] = options["timeout"]
     if "read_only" in options:
         settings["read_only"] = options["read_only"]
+    if options.get("accept_loss"):
+        settings["accept_loss"] = True
     if options.get("port") is not None:
         settings["port"] = options["port"]
     if options.get("keys") is not None:
@@ -216,6 +221,8 @@ def _joined(url: str, options: BackendOptions) -> JetStreamOptions:
         settings["timeout"] = options["timeout"]
     if "read_only" in options:
         settings["read_only"] = options["read_only"]
+    if options.get("accept_loss"):
+        settings["accept_loss"] = True
     if options.get("keys") is not None:
         settings["keys"] = options["keys"]
     return _named(settings, options)

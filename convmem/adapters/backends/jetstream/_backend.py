@@ -22,13 +22,13 @@ from types import TracebackType
 from typing import TypedDict, Unpack
 
 from convmem.actors._bounds import MAX_REPLICAS, check_count, check_seconds
-from convmem.adapters._auth import NatsAuth
+from convmem.adapters._auth import NatsAuth, redact_url
 from convmem.adapters.backends.jetstream._connection import (
     ConnectionOptions,
     NatsConnection,
 )
 from convmem.adapters.backends.jetstream._embedded import EmbeddedNatsServer
-from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal
+from convmem.adapters.backends.jetstream._journal import JetStreamErasureJournal, erasure_bucket
 from convmem.adapters.backends.jetstream._keystore import DEFAULT_KEY_BUCKET, NatsKeyStore
 from convmem.adapters.backends.jetstream._log import (
     DEFAULT_PREFIX,
@@ -36,12 +36,19 @@ from convmem.adapters.backends.jetstream._log import (
     JetStreamEventLog,
     stream_not_found,
 )
-from convmem.adapters.backends.jetstream._lost import history_lost, journal_lost
+from convmem.adapters.backends.jetstream._lost import (
+    history_lost,
+    journal_lost,
+    lost_parts,
+    mark_store,
+    part_configs,
+    refusal,
+)
 from convmem.adapters.backends.jetstream._setup import check_exists
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
 from convmem.adapters.backends.keys._stores import CHECK_META, DirKeyStore
-from convmem.errors import EncryptionKeyError, InvalidConfig, StoreNotFound
+from convmem.errors import EncryptionKeyError, InvalidConfig, StoreLost, StoreNotFound
 
 __all__ = ["EmbeddedOptions", "JetStreamBackend", "JetStreamOptions", "open_key_store", "open_keyring"]
 
@@ -72,6 +79,10 @@ class EmbeddedOptions(TypedDict, total=False):
     """Encryption at rest: where the master key and the key store are (`KeySettings`), or a
     `Keyring` made by the caller (kept open: the caller closes it). None: the embedded default's
     (a master key and key folder in its data folder), else ``CONVMEM_MASTER_KEY`` if set, else none."""
+    accept_loss: bool
+    """A writer's: make the events stream or the erasure journal's bucket again, empty, though the
+    store shows it existed and was lost (default False: `StoreLost`, naming the part and where).
+    The operator's explicit acceptance (``convmem repair --accept-loss``); `accepted_loss` says what."""
 
 
 class JetStreamOptions(EmbeddedOptions, total=False):
@@ -112,6 +123,8 @@ class JetStreamBackend:
         self.server = server
         self.keyring = keyring
         """The keyring this backend opened (closed with it); None when it stores plain or was given one."""
+        self.accepted_loss: tuple[str, ...] = ()
+        """What this writer made again, empty, with ``accept_loss``: one line per lost part."""
 
     @classmethod
     def connect(cls, url: str, **options: Unpack[JetStreamOptions]) -> JetStreamBackend:
@@ -151,7 +164,30 @@ class JetStreamBackend:
             connection.release()
             raise
         stream = options.get("stream", DEFAULT_STREAM)
+        journal_name = options.get("journal_bucket") or erasure_bucket(stream)
+        found: tuple[dict[str, object] | None, dict[str, object] | None] | None = None
+        accepted: list[str] = []
         try:
+            if create:  # before anything is made: a lost part is never made again unasked
+                found = part_configs(connection, stream, journal_name)
+                for part, name, why in lost_parts(
+                    connection,
+                    stream=stream,
+                    prefix=options.get("prefix", DEFAULT_PREFIX),
+                    journal_bucket=journal_name,
+                    snapshot_bucket=options.get("bucket", DEFAULT_BUCKET),
+                    keyring=keyring,
+                    found=found,
+                ):
+                    if not options.get("accept_loss", False):
+                        raise StoreLost(
+                            f"{refusal(part, why)} (the NATS server at {redact_url(url)})",
+                            part=part,
+                            name=name,
+                            where=redact_url(url),
+                        )
+                    _log.warning("%s: LOST, the loss accepted: made again, empty: %s", part, why)
+                    accepted.append(f"{part} {name!r}: {why}")
             log = JetStreamEventLog(
                 connection,
                 stream=stream,
@@ -180,13 +216,13 @@ class JetStreamBackend:
                     )
                 except StoreNotFound:
                     snapshots = None  # a reader does without snapshots
-                if not log.stream_absent:  # checked before a writer makes the journal again
+                if not create and not log.stream_absent:  # a writer asked before it made anything
                     log.journal_lost = journal_lost(
                         connection, stream, log.journal_bucket, options.get("bucket", DEFAULT_BUCKET)
                     )
-                    if log.journal_lost is not None and create:
-                        _log.warning("erasure journal: DAMAGED: %s (made again, empty)", log.journal_lost)
                 journal = log.erasure_journal()  # beside the stream, closed with the log
+                if found is not None:  # a writer's: both made, each marked with the other's name
+                    mark_store(connection, stream, log.journal_bucket, found)
                 if log.stream_absent:  # a reader's: lost, if the rest of the store shows sessions
                     log.history_lost = history_lost(
                         connection,
@@ -195,6 +231,7 @@ class JetStreamBackend:
                         snapshots=snapshots,
                         journal=journal,
                         keyring=keyring,
+                        journal_bucket=log.journal_bucket,
                     )
                     if log.history_lost is None:
                         raise stream_not_found(stream)  # nothing was stored there yet
@@ -209,7 +246,9 @@ class JetStreamBackend:
             raise
         finally:
             connection.release()  # the adapters hold the connection from here on
-        return cls(log, snapshots, url=url, keyring=owned, journal=journal)
+        backend = cls(log, snapshots, url=url, keyring=owned, journal=journal)
+        backend.accepted_loss = tuple(accepted)
+        return backend
 
     @classmethod
     def embedded(

@@ -147,6 +147,12 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         default="auto",
         help="where the restored state comes from (auto: whichever holds more)",
     )
+    p.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="accept that the store lost its events stream or erasure-journal bucket: make it again, "
+        "empty (writers refuse to until then, exit 7); then repair the session if one is named",
+    )
     p.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -375,6 +381,10 @@ def _key_of(tenant: str, user: str, session: str) -> MemoryKey:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
+    if args.accept_loss:
+        accepted = _accept_loss(args)
+        if accepted is not None:
+            return accepted
     key = _repair_key(args)
     with backend(args, read_only=args.dry_run) as (log, snapshots):
         plan, _ = plan_repair(log, snapshots, key, method=args.method)
@@ -398,6 +408,38 @@ def cmd_repair(args: argparse.Namespace) -> int:
             plan = system.repair(key, method=args.method, reason="convmem repair")
     note = f" (its new snapshot was not saved: {plan.snapshot_problem})" if plan.snapshot_problem else ""
     _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}{note}")
+    return EXIT_OK
+
+
+def _accept_loss(args: argparse.Namespace) -> int | None:
+    """`repair --accept-loss`: a lost events stream or erasure journal made again, empty, once the
+    operator confirms, each named on stderr; None when a session is named too (repaired next)."""
+    named = bool(args.key or args.tenant or args.user or args.session)
+    with open_store(args, read_only=True, lost_ok=True) as opened:  # what is lost: nothing made
+        gone, journal_gone = history_lost(opened.log), journal_lost(opened.log)
+    lost = [
+        *([history_line(gone)] if gone is not None else []),
+        *([journal_lost_line(journal_gone)] if journal_gone is not None else []),
+    ]
+    for line in lost:
+        print(line, file=sys.stderr)
+    accepted: list[str] = []
+    if lost and not args.dry_run:
+        what = f"the loss of {len(lost)} part(s) of the store (each made again, empty)"
+        if not args.yes and not _confirm_repair(what, "accept"):
+            print("not accepted: the confirmation did not match", file=sys.stderr)
+            return EXIT_DECLINED
+        with open_store(args, accept_loss=True) as opened:
+            accepted = list(getattr(opened, "accepted_loss", ()))
+    if named:
+        return None
+    if args.json:
+        emit_json({"lost": lost, "accepted": accepted})
+    elif not lost:
+        print("nothing to accept: the store lost neither its events stream nor its erasure journal")
+    else:
+        done = "would accept" if args.dry_run else "accepted"
+        print(f"{done} the loss of {len(lost)} part(s) of the store: each made again, empty")
     return EXIT_OK
 
 

@@ -75,9 +75,7 @@ EXIT_NOT_FOUND = 3  # the key or user has no events
 EXIT_UNAVAILABLE = 4  # the NATS server or log cannot be reached (or refuses these credentials)
 EXIT_INVALID = 5  # an input (file, key, data) is wrong
 EXIT_DECLINED = 6  # the confirmation prompt was declined: nothing changed
-EXIT_DAMAGED = (
-    7  # damaged or missing events, a damaged snapshot or data key, a damaged erasure-journal record
-)
+EXIT_DAMAGED = 7  # damaged or missing events, a damaged snapshot or data key or journal record, a lost part
 EXIT_INTERNAL = 70  # a bug
 EXIT_INTERRUPTED = 130
 
@@ -255,14 +253,20 @@ def backend(
 
 @contextmanager
 def open_store(
-    args: argparse.Namespace, *, read_only: bool = False, url: str | None = None, lost_ok: bool = False
+    args: argparse.Namespace,
+    *,
+    read_only: bool = False,
+    url: str | None = None,
+    lost_ok: bool = False,
+    accept_loss: bool = False,
 ) -> Iterator[Backend]:
     """The whole backend the global options name (log, snapshots, erasure journal); closed on exit.
 
     `url` overrides where the options say the server is. A reader's log whose history is lost
     (`history_lost`: its stream is gone, the rest of the store is not) is a `CliError` saying so
     (exit 7), unless the command names that damage itself (`lost_ok`: verify, sessions and the
-    auditor's views).
+    auditor's views). A writer refuses a lost events stream or erasure journal (`StoreLost`, exit 7)
+    unless `accept_loss` (``convmem repair --accept-loss``): then it makes it again, empty.
     """
     opened = open_backend(
         url if url is not None else nats_url(args),
@@ -274,6 +278,7 @@ def open_store(
         auth=args.auth,
         read_only=read_only,
         keys=key_settings(args),
+        accept_loss=accept_loss,
     )
     try:
         lost = history_lost(opened.log)
