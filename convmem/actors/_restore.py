@@ -25,6 +25,11 @@ runs may have listed the user's sessions before the restored events
 existed. So the journal is asked again once the log acknowledged them: an
 erasure pending then, or finished since the restore began, has what was
 written erased under that record too. Either way `InvalidInput` says so.
+"Since the restore began" is a position in the journal (`receipts_mark`,
+taken before anything is read), not a time: the eraser's clock and this
+one's may disagree by hours, and a receipt kept after the mark is one
+whatever time it says it finished (a journal that cannot mark is asked by
+time, as before).
 The log is asked too, as a load asks it: an erasure's fence (or a retention
 compaction) stored past the snapshot's seq says the history it covers went
 on purpose, so the snapshot is deleted, not restored, even when the journal
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import msgspec
 
-from convmem.actors._journal import ErasureJournal, JournaledLog, erasure_after
+from convmem.actors._journal import ErasureJournal, JournaledLog, erasure_after, receipts_mark
 from convmem.actors._load import LoadReport, _dropped_on_purpose_past, _stale, _usable, fold_logged
 from convmem.actors._ports import EventLog, SnapshotStore
 from convmem.errors import InvalidInput, StoreNotFound
@@ -72,6 +77,7 @@ def restore_lost(
     """
     if journal is None and isinstance(log, JournaledLog):
         journal = log.erasure_journal()
+    mark = receipts_mark(journal)  # before anything is read: a receipt kept after it ran meanwhile
     snapshot = snapshots.load(key) if snapshots is not None else None
     if snapshots is None or snapshot is None:
         raise StoreNotFound(f"session {key} has no snapshot to restore from", name=key.composite())
@@ -120,7 +126,7 @@ def restore_lost(
         )
     )
     last = log.append(key, events, expected_seq=base.version)
-    if erasure_after(journal, key, now) is not None:
+    if erasure_after(journal, key, now, mark=mark) is not None:
         # An erasure ran meanwhile and may have listed the sessions before these events existed.
         log.erase(key, at=now)
         snapshots.delete(key)
