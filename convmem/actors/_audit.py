@@ -289,9 +289,13 @@ def _snapshot_keys(
     keys = getattr(snapshots, "keys", None) if snapshots is not None else None
     if key is not None:
         try:
-            return [key] if snapshots is not None and snapshots.load(key) is not None else []
+            if snapshots is None or snapshots.load(key) is not None:
+                return [key] if snapshots is not None else []
         except EncryptionKeyError:  # held, and sealed with a key that cannot be used: the check says
             return [key]
+        # Held but damaged is a snapshot too (`--all` lists it by the store's keys): its check says.
+        check = getattr(snapshots, "check", None)
+        return [key] if check is not None and check(key) is not None else []
     if keys is None:
         return None
     listed: list[MemoryKey] = keys()
@@ -476,7 +480,8 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     where (the seq, the snapshot, the data key's file)."""
 
     def as_json(self) -> dict[str, Any]:
-        """The row as the CLI's and the service's JSON show it, from ``user_id`` on (no tenant)."""
+        """The row as the CLI's and the service's JSON show it, from ``user_id`` on (no tenant): with
+        its ``problem`` (null for a healthy session), so a service's caller learns why, as the CLI's."""
         return {
             "user_id": self.key.user_id,
             "session_id": self.key.session_id,
@@ -486,6 +491,7 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
             "health": self.health,
             "turns": self.turns,
             "live_turns": self.live_turns,
+            "problem": self.problem,
         }
 
 
@@ -530,8 +536,9 @@ def list_sessions(
     A session whose events do not fold shows health ``unreadable``; one whose
     snapshot the log no longer continues (`SessionLost`: a session known only by its
     snapshot too) shows ``lost``; one with damage (`SessionDamaged`), a damaged snapshot
-    and no event, or whose data key cannot be used shows ``damaged``. Each of those says
-    why in `SessionRow.problem`, and the other sessions are still listed.
+    (its events intact or not: as `verify` names it; the store is asked only of a snapshot it
+    holds and did not give back), or whose data key cannot be used shows ``damaged``. Each of
+    those says why in `SessionRow.problem`, and the other sessions are still listed.
 
     With `after`, only the sessions past that key in key order (`list_session_page` says where the
     next page starts).
@@ -587,7 +594,9 @@ def list_session_page(
         if limit is not None and looked >= limit:
             return SessionPage(rows, ordered[looked - 1])
         events = counts.get(key, 0) if counts is not None else None
-        row = _session_row(log, reader, check, key, journal, events=events, logged=key in logged)
+        row = _session_row(
+            log, reader, check, key, journal, events=events, logged=key in logged, snapshot_held=key in held
+        )
         if row is not None:
             rows.append(row)
     return SessionPage(rows, None)
@@ -602,13 +611,18 @@ def _session_row(
     *,
     events: int | None,
     logged: bool,
+    snapshot_held: bool = False,
 ) -> SessionRow | None:
     """One row of `list_sessions` (`events`: its count, None to count them with a read); None for a
     session known only by a snapshot that holds nothing and is not damaged (`check`: the store's
-    question of why a snapshot does not load), as one an erasure left or sealed with a shredded key."""
+    question of why a snapshot does not load), as one an erasure left or sealed with a shredded key.
+
+    A session whose events load but whose snapshot the store holds (`snapshot_held`) and could not
+    give back is asked `check` too: a damaged snapshot is ``damaged``, as `verify` names it, with the
+    state its events give (only a snapshot that was not used is checked: a listing reads no more)."""
     problem, health, last_seq = None, "", 0
     try:
-        state, _ = load_state(log, snapshots, key, on_poison="skip", journal=journal)
+        state, report = load_state(log, snapshots, key, on_poison="skip", journal=journal)
     except ReplayError as exc:
         health, problem = "unreadable", f"its events do not fold: {exc}"
     except SessionLost as exc:  # the log lost events its snapshot covers: `convmem restore` brings them back
@@ -629,14 +643,18 @@ def _session_row(
                 return None
             health, problem = "damaged", f"{_SNAPSHOT_DAMAGE}{damaged} (and the log holds no event of it)"
         else:
+            if snapshot_held and not report.snapshot_seq and check is not None:
+                damaged = check(key)  # held and not used: a damaged one is damage, as verify says
+                problem = f"{_SNAPSHOT_DAMAGE}{damaged}" if damaged is not None else None
             return SessionRow(
                 key=key,
                 events=events if events is not None else len(log.read(key)),
                 last_seq=state.version,
                 last_at=state.last_at or None,
-                health=state.health.value,
+                health="damaged" if problem is not None else state.health.value,
                 turns=state.next_index - 1,
                 live_turns=len(state.turns),
+                problem=problem,
             )
     if health in ("unreadable", "damaged") and logged:
         try:

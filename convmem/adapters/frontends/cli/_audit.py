@@ -249,7 +249,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 lost = history_lost(opened.log)
                 journal_gone = journal_lost(opened.log)
                 journal_damage = _verify_journal(opened.journal)
-                tally_damage = tallies_damaged(opened.log) if args.all else []
+                tally_damage = _tallies_in_scope(opened.log, args, key)
                 progress.set_total(event_count(opened.log, key, scope))
                 # (A session's check that needs the damaged journal records: ErasureJournalDamaged, exit 7.)
                 checks = verify(opened.log, opened.snapshots, key=key, progress=progress.update, **scope)
@@ -336,6 +336,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(ErasureJournalDamaged(journal_damage).advice)
         return EXIT_DAMAGED
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _tallies_in_scope(
+    log: EventLog, args: argparse.Namespace, key: MemoryKey | None
+) -> list[tuple[str, str]]:
+    """The damaged byte tallies verify names: every tenant's with ``--all``, the tenant's with
+    ``--tenant`` alone (as `sessions` of that tenant names it); none for a user or a session."""
+    if key is not None or args.user or not (args.all or args.tenant):
+        return []
+    return [t for t in tallies_damaged(log) if args.all or t[1] == args.tenant]
 
 
 def _print_store_damage(
@@ -505,12 +515,14 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out.close()
                 # An erasure of any of these sessions rewrites the file without them.
                 default_export_registry().record(args.output, exported)
-                _erased_meanwhile(log, exported, began)
+                _erased_meanwhile(log, exported, began, mark)
         checks = verify(log, snapshots, key=key, records=read, key_problems=unreadable, **scope)
         lost = [d for c in checks for d in c.lost]
+        # A damaged snapshot costs the export nothing (it writes events), but verify names it: so does this.
+        stored = [d for c in checks for d in c.damage if d not in c.lost]
     if not args.output:
         sys.stdout.flush()
-    for damage in lost:
+    for damage in lost + stored:
         print(damage_line(damage), file=sys.stderr)
     into = f" to {args.output}" if args.output else ""
     if lost:
@@ -521,14 +533,24 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_DAMAGED
+    if stored:
+        print(
+            f"exported {count} events{into}, every one the log holds, but the snapshot of "
+            f"{len({d.key for d in stored})} session(s) is damaged (named above): convmem repair "
+            "tenant:user:session",
+            file=sys.stderr,
+        )
+        return EXIT_DAMAGED
     if args.output:
         print(f"exported {count} events{into}", file=sys.stderr)
     return EXIT_OK
 
 
-def _erased_meanwhile(log: Any, keys: Iterable[MemoryKey], began: float) -> None:
+def _erased_meanwhile(log: Any, keys: Iterable[MemoryKey], began: float, mark: int | None) -> None:
     """Rewrite the export just recorded without any of `keys` that an erasure covers which was pending
-    or finished after `began` (when the export started reading).
+    or finished since the export started reading: kept in the journal after `mark` (`receipts_mark`,
+    a position: the eraser's clock may be hours off this one's), or, a journal that cannot mark,
+    finished after `began`.
 
     An erasure rewrites the files the registry lists; one that ran while this export read (or is
     still pending) may have done so before this file was listed, and would leave its lines here.
@@ -548,8 +570,9 @@ def _nothing_to_export(
     log: EventLog, snapshots: SnapshotStore | None, key: MemoryKey | None, scope: dict[str, Any]
 ) -> int:
     """No event to export: exit 3, or 7 naming the loss when the scope's sessions had events that the
-    log lost (a session known only by its snapshot; the whole stream gone). No file is written."""
-    lost = [d for c in verify(log, snapshots, key=key, **scope) for d in c.lost]
+    log lost (a session known only by its snapshot, readable or damaged; the whole stream gone). No
+    file is written."""
+    lost = [d for c in verify(log, snapshots, key=key, **scope) for d in c.damage]
     gone = history_lost(log)
     what = f"session {key.composite()}" if key else "that scope" if scope["tenant_id"] else "the log"
     if not lost and gone is None:

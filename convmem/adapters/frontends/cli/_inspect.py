@@ -32,6 +32,8 @@ from convmem.adapters.frontends.cli._common import (
     positive_seconds,
     read_session,
     table,
+    tallies_damaged,
+    tally_damaged_line,
 )
 from convmem.adapters.frontends.cli._safe import json_text
 from convmem.events import EVENT_TYPES as ALL_EVENT_TYPES
@@ -164,14 +166,17 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     """The sessions (those known only by a snapshot too); each lost, damaged or unreadable one is named
     with why (on stderr, or its ``problem`` in JSON): exit 7 for a lost or damaged one, else 1 for an
     unreadable one. A log whose history is lost (its stream gone, the store's snapshots not) is named
-    on stderr too, and exit 7, even when no session is left to list."""
+    on stderr too, and exit 7, even when no session is left to list; so is a damaged byte tally of a
+    tenant listed whole (every tenant, or ``--tenant`` without ``--user``), as verify names it."""
     if args.user and not args.tenant:
         raise CliError("--user needs --tenant (a user id is only unique within its tenant)", 2)
     with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
         rows = list_sessions(log, snapshots, tenant_id=args.tenant, user_id=args.user, limit=args.limit)
         lost = history_lost(log)
         journal_gone = journal_lost(log)
-    if not rows and lost is None and journal_gone is None:
+        # A tenant's byte tally, when its sessions are listed whole (a user's are not the tenant's).
+        tallies = [] if args.user else [t for t in tallies_damaged(log) if args.tenant in (None, t[1])]
+    if not rows and lost is None and journal_gone is None and not tallies:
         scope = (
             f"tenant {args.tenant}" + (f", user {args.user}" if args.user else "")
             if args.tenant
@@ -179,12 +184,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         )
         raise CliError(f"no sessions in {scope}", EXIT_NOT_FOUND)
     if args.json:
-        emit_json(
-            [
-                {"key": r.key.composite(), "tenant_id": r.key.tenant_id, **r.as_json(), "problem": r.problem}
-                for r in rows
-            ]
-        )
+        emit_json([{"key": r.key.composite(), "tenant_id": r.key.tenant_id, **r.as_json()} for r in rows])
     else:
         table(
             [(r.key.composite(), r.events, r.turns, r.live_turns, stamp(r.last_at), r.health) for r in rows],
@@ -197,7 +197,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(history_line(lost), file=sys.stderr)
     if journal_gone is not None:  # nor erasures asked for and pending when the journal was lost
         print(journal_lost_line(journal_gone), file=sys.stderr)
+    for bucket, tenant_id in tallies:  # nor a tenant's byte tally (verify names it)
+        print(tally_damaged_line(bucket, tenant_id), file=sys.stderr)
     healths = {r.health for r in rows}
-    if healths & {"lost", "damaged"} or lost is not None or journal_gone is not None:
+    if healths & {"lost", "damaged"} or lost is not None or journal_gone is not None or tallies:
         return EXIT_DAMAGED
     return EXIT_FAILED if "unreadable" in healths else EXIT_OK
