@@ -192,7 +192,8 @@ def test_a_start_with_injection_loads_at_most_max_injection_sources_sessions(
     served: tuple[int, MemorySystem], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A user holding many sessions: each new session's start loads at most MAX_INJECTION_SOURCES of
-    the others (the last ones in key order), not every one, so N starts cost at most N times the bound."""
+    the others, not every one, so N starts cost at most N times the bound; those it loads are the
+    ones written most recently (here the first in key order: the last in key order were before)."""
     monkeypatch.setattr(views, "MAX_INJECTION_SOURCES", 3)
     port, memory = served
     loads: list[MemoryKey] = []
@@ -203,14 +204,38 @@ def test_a_start_with_injection_loads_at_most_max_injection_sources_sessions(
         return load(key, *args, **kwargs)
 
     async def scenario(remote: RemoteMemory) -> None:
-        for n in range(8):
+        for n in reversed(range(8)):  # old-7 first, old-0 last
             remote.session(MemoryKey("acme", "ada", f"old-{n}")).add_turn(_turn(f"turn {n}"))
         monkeypatch.setattr(memory, "load", counted)
         for n in range(3):
             session = ConvmemSession(f"new-{n}", remote, tenant_id="acme", user_id="ada")
             await session.add_items(_pair(n))  # the first write starts it: agents_start
             assert len(loads) <= 3 * (n + 1)
-        assert loads[:3] == [MemoryKey("acme", "ada", f"old-{n}") for n in (5, 6, 7)]
+        assert loads[:3] == [MemoryKey("acme", "ada", f"old-{n}") for n in (0, 1, 2)]  # newest first
+        assert loads[3:6] == [MemoryKey("acme", "ada", "new-0"), *loads[:2]]  # then new-0 is the newest
 
     with RemoteMemory(_user(port, "acme"), timeout=WAIT) as remote:
         asyncio.run(scenario(remote))
+
+
+def test_a_log_without_newest_keys_finds_the_sessions_written_most_recently_from_its_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The in-memory log (as any log without `newest_keys`) gives the user's events in log order: the
+    sessions a start loads are still those written most recently, not the last in key order."""
+    monkeypatch.setattr(views, "MAX_INJECTION_SOURCES", 2)
+    with convmem.connect("memory://", config=CONFIG) as memory:
+        assert not hasattr(memory.log, "newest_keys")
+        for n in (3, 0, 2, 1):  # old-1 written last, then old-2
+            memory.session(MemoryKey("acme", "ada", f"old-{n}")).add_turn(_turn(f"turn {n}"))
+        memory.session(MemoryKey("acme", "ada", "old-2")).add_turn(_turn("again"))
+        loads: list[MemoryKey] = []
+        load = memory.load
+
+        def counted(key: MemoryKey, *args: Any, **kwargs: Any) -> Any:
+            loads.append(key)
+            return load(key, *args, **kwargs)
+
+        monkeypatch.setattr(memory, "load", counted)
+        views.start_session(memory, MemoryKey("acme", "ada", "new"), timeout=WAIT)
+        assert loads == [MemoryKey("acme", "ada", "old-2"), MemoryKey("acme", "ada", "old-1")]

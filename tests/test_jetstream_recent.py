@@ -17,7 +17,7 @@ from cluster import free_port, wait_for
 from nats_fixtures import frozen
 
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend, JetStreamEventLog
-from convmem.adapters.backends.jetstream import _write
+from convmem.adapters.backends.jetstream import _read, _write
 from convmem.adapters.backends.jetstream._appends import RECENT_SESSIONS, Last
 from convmem.adapters.backends.jetstream._connection import NatsConnection
 from convmem.adapters.backends.jetstream._embedded import find_nats_server
@@ -154,3 +154,35 @@ def _alive(server: subprocess.Popen[bytes]) -> Callable[[], None]:
 def _listening(port: int) -> bool | None:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0 or None
+
+
+def test_the_sessions_written_most_recently_are_found_by_their_last_messages(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a user with 1,100 sessions written in the reverse of key order, one of them written again
+    last, and another user's sessions between, then `newest_keys` gives the 1,001 written most
+    recently, newest first, in one request per 1,024 sessions (their last messages, none read
+    whole); a key with no event is left out."""
+    log = JetStreamEventLog.connect(nats_server.url, timeout=10.0)
+    requests: list[dict[str, object]] = []
+    direct_batch = _read.direct_batch
+
+    async def counted(conn: NatsConnection, stream: str, request: dict[str, object]) -> _read.Batch:
+        requests.append(request)
+        return await direct_batch(conn, stream, request)
+
+    monkeypatch.setattr(_read, "direct_batch", counted)
+    try:
+        ada = [MemoryKey("acme", "ada", f"s{n:04}") for n in range(1_100)]
+        for n, key in enumerate(reversed(ada)):
+            log.append(key, events(1), expected_seq=0)
+            if n % 100 == 0:
+                log.append(MemoryKey("acme", "bob", f"s{n:04}"), events(1), expected_seq=0)
+        log.append(ada[500], events(2), expected_seq=1)
+        never = MemoryKey("acme", "ada", "never-written")
+        newest = log.newest_keys([*ada, never], limit=1_001)
+        assert newest == [ada[500]] + [k for k in ada[:1_001] if k != ada[500]]
+        assert len(requests) == 2
+        assert all("multi_last" in r for r in requests)
+    finally:
+        log.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import LoadReport, MemorySystem, SessionHandle, decode_logged
+from convmem.actors import EventLog, LoadReport, MemorySystem, SessionHandle, decode_logged
 from convmem.errors import ConvmemError, InvalidInput
 from convmem.events import MemoryKey
 from convmem.projections import (
@@ -44,7 +44,7 @@ _log = logging.getLogger("convmem.integrations")
 
 MAX_INJECTION_SOURCES = 1_000
 """The most other sessions a start with `agents.cross_session_injection` loads for the user's latest
-summary: the last ones in key order. Each is loaded (snapshot and tail, folded), so without a bound a
+summary: those written most recently. Each is loaded (snapshot and tail, folded), so without a bound a
 user with N sessions would cost N loads a start, N^2 over them all."""
 
 
@@ -105,7 +105,7 @@ def start_session(system: MemorySystem, key: MemoryKey, *, timeout: float | None
     `agents.cross_session_injection`, is left as it is (its first write opens
     it, as for any convmem session). Otherwise the latest summary among the
     user's other sessions (same tenant and user, never another's; at most
-    `MAX_INJECTION_SOURCES` of them, the last in key order) is recorded
+    `MAX_INJECTION_SOURCES` of them, those written most recently) is recorded
     in its `SessionStarted` event, once: a replay shows what was injected.
     Blocking: it may read the log.
     """
@@ -128,16 +128,32 @@ def as_configured(handle: SessionHandle, state: SessionState) -> SessionState:
 
 
 def _latest_other_summary(system: MemorySystem, key: MemoryKey) -> tuple[MemoryKey, str] | None:
-    """The latest summary among at most `MAX_INJECTION_SOURCES` other sessions of `key`'s user: the
-    last ones in key order (the log's key listing reads no message; each one considered is loaded)."""
-    others = sorted(
-        (k for k in system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id) if k != key),
-        key=MemoryKey.composite,
-    )
+    """The latest summary among at most `MAX_INJECTION_SOURCES` other sessions of `key`'s user: all of
+    them when they are no more (the log's key listing reads no message), else those written most
+    recently (`_recent_others`); each one considered is loaded."""
+    others = [k for k in system.log.keys(tenant_id=key.tenant_id, user_id=key.user_id) if k != key]
+    if len(others) > MAX_INJECTION_SOURCES:
+        others = _recent_others(system.log, others)
     states: list[SessionState] = []
-    for other in others[-MAX_INJECTION_SOURCES:]:
+    for other in others:
         try:
             states.append(system.load(other)[0])
         except ConvmemError as exc:  # one unreadable session must not block a new one
             _log.warning("session %s: skipped %s for cross-session memory: %s", key, other, exc)
     return latest_summary_for_user(states, key)
+
+
+def _recent_others(log: EventLog, others: list[MemoryKey]) -> list[MemoryKey]:
+    """The `MAX_INJECTION_SOURCES` of `others` written most recently, newest first: from the log's
+    `newest_keys` when it has one (JetStream: the stream positions of their last messages), else
+    from the order of the user's events (`read_all`)."""
+    newest_keys = getattr(log, "newest_keys", None)
+    if newest_keys is not None:
+        return list(newest_keys(others, limit=MAX_INJECTION_SOURCES))
+    wanted = set(others)
+    last: dict[MemoryKey, None] = {}
+    for logged in log.read_all(tenant_id=others[0].tenant_id, user_id=others[0].user_id):
+        if logged.key in wanted:
+            last.pop(logged.key, None)  # (a dict keeps its order of insertion: the newest last)
+            last[logged.key] = None
+    return list(reversed(last))[:MAX_INJECTION_SOURCES]

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 import nats.js.errors
@@ -28,6 +29,7 @@ from convmem.events import MemoryKey
 
 __all__ = [
     "MSG_ID",
+    "MULTI_LAST_MOST",
     "SEQ_HEADER",
     "Batch",
     "SubjectKeys",
@@ -35,6 +37,7 @@ __all__ = [
     "fetch_subject",
     "fetch_subject_counted",
     "list_subjects",
+    "newest_subjects",
     "read_range",
     "session_seq",
     "tail_start",
@@ -58,6 +61,13 @@ async def fetch_batch(
     conn: NatsConnection, stream: str, subject: str, *, start: int, batch: int, max_bytes: int = 8 << 20
 ) -> Batch:
     """Up to `batch` messages on `subject` (wildcards allowed) from stream sequence `start`."""
+    request = {"seq": start, "next_by_subj": subject, "batch": batch, "max_bytes": max_bytes}
+    return await direct_batch(conn, stream, request)
+
+
+async def direct_batch(conn: NatsConnection, stream: str, request: dict[str, object]) -> Batch:
+    """The messages of one batched direct get (`request` as the server takes it); a status other
+    than "end of batch" or "nothing matches" is an `APIError` with its code."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()
     messages: list[StoredMessage] = []
@@ -89,7 +99,6 @@ async def fetch_batch(
     inbox = nc.new_inbox()
     sub = await nc.subscribe_direct(inbox, on_message)
     try:
-        request = {"seq": start, "next_by_subj": subject, "batch": batch, "max_bytes": max_bytes}
         await conn.nc.publish(f"$JS.API.DIRECT.GET.{stream}", msgspec.json.encode(request), reply=inbox)
         try:
             pending = await asyncio.wait_for(done, conn.timeout)
@@ -298,6 +307,47 @@ async def list_subjects(conn: NatsConnection, stream: str, subject_filter: str) 
         subjects.update(page)
         if not page or len(subjects) >= int(info.get("total", 0)):
             return subjects
+
+
+MULTI_LAST_MOST = 1024
+"""The most subjects a direct get of last messages (``multi_last``) answers for: past it, the server
+answers 413 "Too Many Results" and nothing else (whatever the start sequence asked for)."""
+_MULTI_LAST_BYTES = 128 * 1024
+"""The most bytes of subjects one such request names (the server's max_payload bounds a request)."""
+
+
+async def newest_subjects(
+    conn: NatsConnection, stream: str, subjects: Sequence[str], limit: int
+) -> list[str]:
+    """The `limit` of `subjects` written most recently (whose last message is the newest in the
+    stream), newest first.
+
+    Their last messages are asked for by name, up to `MULTI_LAST_MOST` a request (``multi_last``):
+    one request per 1,024 subjects, each answered with those subjects' last messages (their bytes
+    come along: the server has no way to send only a message's sequence). Only each one's subject
+    and position are kept, so memory holds `limit` of them whatever the count.
+    """
+    newest: list[tuple[int, str]] = []  # a heap of the newest `limit` (position, subject) found
+    chunk: list[str] = []
+    size = 0
+
+    async def ask() -> None:
+        got = await direct_batch(conn, stream, {"multi_last": chunk, "batch": len(chunk)})
+        for message in got.messages:
+            if len(newest) < limit:
+                heapq.heappush(newest, (message.seq, message.subject))
+            elif message.seq > newest[0][0]:
+                heapq.heapreplace(newest, (message.seq, message.subject))
+
+    for subject in subjects:
+        if chunk and (len(chunk) == MULTI_LAST_MOST or size + len(subject) > _MULTI_LAST_BYTES):
+            await ask()
+            chunk, size = [], 0
+        chunk.append(subject)
+        size += len(subject)
+    if chunk:
+        await ask()
+    return [subject for _, subject in sorted(newest, reverse=True)]
 
 
 class SubjectKeys:
