@@ -1,7 +1,8 @@
-"""A copy of old data (a fork, a lost session's restore) asks the journal by position, not by clock.
+"""A copy of old data (a fork, a restore, an export) asks the journal by position, not by clock.
 
-A fork and a restore ask the erasure journal again once they wrote: an erasure that ran while they
-read and wrote may have listed the sessions before the copy existed, so the copy is erased data too.
+A fork, a lost session's restore and an export to a file ask the erasure journal again once they
+wrote: an erasure that ran while they read and wrote may have listed the sessions (or the export
+files) before the copy existed, so the copy is erased data too.
 "While" used to be a time: receipts that say they finished at or after the moment the copy began,
 this machine's clock against the eraser's. With the eraser's clock hours behind, an erasure that ran
 in the middle looked older than the copy and the erased turns stayed in the copy; with it hours
@@ -17,8 +18,9 @@ the copier's log read, as `tests/test_erasure_races.py` does.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,8 @@ import convmem
 from convmem.actors import MemorySystem
 from convmem.actors._clock import ManualClock
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
+from convmem.adapters.backends import FileExportRegistry
+from convmem.adapters.frontends.cli import main
 from convmem.errors import InvalidInput
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
@@ -34,6 +38,8 @@ TENANT, USER = "acme", "gail"
 KEY = MemoryKey(TENANT, USER, "chat-1")
 FORK = MemoryKey(TENANT, USER, "chat-fork")
 SECRET = "gail's card 5500-SKEW"
+KEPT = MemoryKey(TENANT, "hank", "chat-kept")
+KEPT_TEXT = "hank's note SKEW-KEPT"
 HOURS = 3 * 3600.0
 
 
@@ -119,3 +125,33 @@ def test_a_restore_during_an_erasure_is_erased_whatever_the_erasers_clock_says(
         assert restorer.log.read(KEY) == []
         assert restorer.snapshots is not None
         assert restorer.snapshots.load(KEY) is None
+
+
+@pytest.mark.parametrize("skew", [-HOURS, HOURS], ids=["eraser 3h behind", "eraser 3h ahead"])
+def test_an_export_written_during_an_erasure_loses_its_lines_whatever_the_erasers_clock_says(
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    skew: float,
+) -> None:
+    """`convmem export -o FILE` has read the user's events and written the file; the whole erasure of
+    the user runs before the export records the file (so the erasure cannot rewrite it): the export
+    rewrites it without the user, also when the eraser's receipt says it finished hours before."""
+    monkeypatch.setenv("CONVMEM_EXPORTS", str(tmp_path / "exports.json"))
+    with convmem.connect(nats_server.url, config=CONFIG) as memory:
+        write(memory, KEY)
+        memory.session(KEPT).add_turn(ConversationTurn(user_message=KEPT_TEXT, assistant_response="ok"))
+    out = tmp_path / "acme.jsonl"
+    record = FileExportRegistry.record
+
+    def erase_then_record(self: FileExportRegistry, path: Path, keys: Iterable[MemoryKey]) -> None:
+        with eraser(nats_server.url, skew) as other:
+            other.erase_user(TENANT, USER, by="ops")
+        record(self, path, keys)
+
+    monkeypatch.setattr(FileExportRegistry, "record", erase_then_record)
+    assert main(["-s", nats_server.url, "export", "--tenant", TENANT, "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert KEPT_TEXT.encode() in out.read_bytes()
+    assert SECRET.encode() not in out.read_bytes()
