@@ -36,6 +36,7 @@ from convmem.actors._journal import (
     erasure_after,
     readable_pending,
     readable_receipts,
+    receipts_mark,
 )
 from convmem.adapters.backends import InMemoryEventLog, default_export_registry
 from convmem.adapters.frontends.cli._common import (
@@ -493,6 +494,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         # otherwise refuse to record a file already written, which no later erasure would reach.
         default_export_registry().files()
     with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
+        # Where the journal's receipts stand before anything is read: a position, not a time.
+        mark = receipts_mark(log.erasure_journal() if isinstance(log, JournaledLog) else None)
         total = event_count(log, key, scope)
         if not total:
             return _nothing_to_export(log, snapshots, key, scope)
@@ -560,7 +563,7 @@ def _erased_meanwhile(log: Any, keys: Iterable[MemoryKey], began: float, mark: i
         return
     registry = default_export_registry()
     for key in sorted(keys, key=str):
-        if erasure_after(journal, key, began) is not None:
+        if erasure_after(journal, key, began, mark=mark) is not None:
             registry.erase_copies(
                 ErasureRequest.of(key.tenant_id, key.user_id, key.session_id, by="convmem export", at=began)
             )
