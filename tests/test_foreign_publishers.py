@@ -19,8 +19,8 @@ import pytest
 from nats_fixtures import JetStreamNames
 from runtime_helpers import turn
 
-from convmem.actors import MemorySystem, replay_session, verify
-from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog
+from convmem.actors import MemorySystem, load_state, replay_session, verify
+from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.adapters.frontends.cli._main import main
 from convmem.errors import InvalidInput
 from convmem.events import (
@@ -186,3 +186,63 @@ def test_a_stranger_s_message_under_a_session_s_own_next_id_is_not_taken_for_its
     assert _users(log, ALICE) == ["alice's own", "next"]
     (check,) = verify(log, key=ALICE)
     assert len(check.poison) == 1
+
+
+@pytest.mark.parametrize("where", ["last", "among the tail"])
+def test_a_stranger_s_low_seq_header_never_hides_the_events_after_a_snapshot(
+    nats_server_shared: EmbeddedNatsServer, jetstream_names: JetStreamNames, where: str
+) -> None:
+    """A message claiming a seq the snapshot covers, after events the snapshot does not: an activation
+    from the snapshot still reads those events (the read of the tail is placed by the seq headers, which
+    a stranger sets), never calls the session lost, and writes on top of them."""
+    log = JetStreamEventLog.connect(
+        nats_server_shared.url, stream=jetstream_names.stream, prefix=jetstream_names.prefix
+    )
+    snapshots = JetStreamSnapshotStore.connect(nats_server_shared.url, bucket=jetstream_names.bucket)
+    try:
+        with MemorySystem(CONFIG, log=log, snapshots=snapshots, snapshot_every=1) as system:
+            for text in ("a0", "a1"):
+                system.session(ALICE).add_turn(turn(text))
+            system.session(ALICE).flush(timeout=10)
+        snapshot = snapshots.load(ALICE)
+        assert snapshot is not None
+        with MemorySystem(CONFIG, log=log) as system:  # no snapshot store: these stay past the snapshot
+            system.session(ALICE).add_turn(turn("b0"))
+            if where == "among the tail":
+                publish(nats_server_shared.url, log.subject(ALICE), b"\xff junk", {"Convmem-Seq": "2"})
+            system.session(ALICE).add_turn(turn("b1"))
+        if where == "last":
+            publish(nats_server_shared.url, log.subject(ALICE), b"\xff junk", {"Convmem-Seq": "1"})
+        everything = ["a0", "a1", "b0", "b1"]  # all within the context's full zone
+        state, report = load_state(log, snapshots, ALICE)
+        assert [r.turn.user_message for r in state.turns] == everything
+        assert report.snapshot_seq == snapshot.seq
+        (check,) = verify(log, key=ALICE)
+        assert len(check.poison) == 1
+        with MemorySystem(CONFIG, log=log, snapshots=snapshots) as system:
+            alice = system.session(ALICE)
+            shown = alice.get_llm_context()["conversation_memory"]["recent_turns"]
+            assert [t["user"] for t in shown] == everything
+            assert alice.add_turn(turn("c")) == 5
+        assert _users(log, ALICE) == [*everything, "c"]
+        assert snapshots.load(ALICE) is not None  # kept: the session was never lost
+    finally:
+        snapshots.close()
+        log.close()
+
+
+def test_bytes_that_look_sealed_without_a_checksum_are_poison_on_a_plain_log(
+    log: JetStreamEventLog, nats_server_shared: EmbeddedNatsServer
+) -> None:
+    """Every event convmem seals carries its checksum: bytes starting with the sealed marker and a seq
+    header but no ``Convmem-Sum`` are a stranger's, poison at their position, never a demand for a
+    master key that blocks every read of the session."""
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(ALICE).add_turn(turn("a0"))
+    ack = publish(nats_server_shared.url, log.subject(ALICE), b"\xc1 junk", {"Convmem-Seq": "2"})
+    (check,) = verify(log, key=ALICE)
+    assert [p.position for p in check.poison] == [int(str(ack["seq"]))]
+    assert check.damage == []
+    with MemorySystem(CONFIG, log=log) as system:
+        assert system.session(ALICE).add_turn(turn("a1")) == 2
+    assert _users(log, ALICE) == ["a0", "a1"]

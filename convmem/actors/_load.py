@@ -265,11 +265,15 @@ def load_state(
         if unreadable is not None:
             raise damaged_error(_as_damage(unreadable))
         problem = _stale(near, snapshot)
+        if problem is not None and _stale(whole := log.read(key), snapshot) is None:
+            # The whole log continues the snapshot: the read of its tail was placed past the
+            # snapshot's event by a seq header no convmem wrote (a stranger's, on the subject).
+            near, problem = whole, None
         if problem is None:  # what came after the snapshot's event (a foreign message before it too)
             covered = next(r.position for r in near if r.seq == snapshot.seq and r.damage is None)
             records = [r for r in near if r.position > covered or not r.position]
         else:
-            records = log.read(key)
+            records = whole
             if _dropped_on_purpose_past(records, snapshot.seq):
                 snapshots.delete(key)  # compacted or erased past it: the log itself says so
             else:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from convmem.actors import LoggedEvent
-from convmem.adapters.backends._checksum import check
+from convmem.adapters.backends._checksum import SUM_HEADER, check
 from convmem.adapters.backends.jetstream._connection import StoredMessage
 from convmem.adapters.backends.jetstream._read import MSG_ID, SEQ_HEADER, session_seq, to_logged
 from convmem.adapters.backends.keys import MASTER_KEY_ENV, Keyring
@@ -81,8 +81,8 @@ class Sealing:
         every event read.)
         """
         data = message.data
-        if data[:1] != b"\xc1":
-            return to_logged(message, key)
+        if data[:1] != b"\xc1" or SUM_HEADER not in message.headers:
+            return to_logged(message, key)  # plain, or bytes no convmem sealed (each sealed one has a sum)
         headers = message.headers
         seq = session_seq(headers)
         # The checksum covers the bytes as stored (sealed).
@@ -128,7 +128,7 @@ class Sealing:
         Bytes that fail authentication are returned as they are (the decoder
         reports them), or raise `SealBroken` with `broken`.
         """
-        if seq is None:
+        if seq is None or SUM_HEADER not in message.headers:
             return message.data  # not written by convmem: the reader reports it as poison
         keyring = self.keyring
         if keyring is None:
