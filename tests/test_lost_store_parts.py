@@ -121,6 +121,9 @@ def test_a_lost_stream_that_only_the_mark_remembers_is_refused_until_the_loss_is
         code, said = cli(capsys, "--nats", server.url, "erase", "--key", KEY.composite(), "--yes")
         assert code == 7, said  # a command that writes: the same refusal
         assert f"events stream: DAMAGED: the NATS server has no events stream '{STREAM}'" in said
+        code, said = cli(capsys, "--nats", server.url, "serve")  # the service: refused before it starts
+        assert code == 7, said
+        assert f"events stream: DAMAGED: the NATS server has no events stream '{STREAM}'" in said
         code, said = cli(capsys, "--nats", server.url, "verify", "--all")  # a reader names it too
         assert code == 7, said
         assert not folder(store, STREAM).exists()
@@ -183,6 +186,20 @@ def test_a_lost_journal_with_an_erasure_pending_is_refused_though_no_snapshot_wa
         assert "nothing to accept" in said
     finally:
         server.stop()
+
+
+def test_the_embedded_server_names_its_data_folder(store: Path) -> None:
+    """`convmem.connect(data_dir=...)` starts a private server: the refusal names the folder."""
+    with convmem.connect(data_dir=store, config=CONFIG, snapshot_every=1000) as memory:
+        memory.session(KEY).add_turn(turn(0), timeout=10)
+    shutil.rmtree(folder(store, STREAM))
+    with pytest.raises(StoreLost) as refused:
+        convmem.connect(data_dir=store, config=CONFIG)
+    assert refused.value.where == str(store)
+    assert f"the embedded server's data folder {store}" in str(refused.value)
+    assert not folder(store, STREAM).exists()
+    with convmem.connect(data_dir=store, config=CONFIG, accept_loss=True) as memory:
+        assert memory.session(KEY).get_llm_context()["conversation_memory"]["recent_turns"] == []
 
 
 def test_a_journal_deleted_through_the_api_is_refused_too(store: Path) -> None:

@@ -435,6 +435,13 @@ def _connection(options: JetStreamOptions) -> ConnectionOptions:
 def _stopped_on_error(server: EmbeddedNatsServer) -> Iterator[None]:
     try:
         yield
+    except StoreLost as exc:  # where it was lost: the data folder, not a private server's address
+        server.stop()
+        folder = str(server.store_dir)
+        said = str(exc).replace(
+            f"the NATS server at {exc.where}", f"the embedded server's data folder {folder}"
+        )
+        raise StoreLost(said, part=exc.part, name=exc.name, where=folder) from None
     except BaseException:
         server.stop()
         raise
