@@ -21,7 +21,8 @@
   `SnapshotStore`, `Summarizer`, `Clock`, and `Settle`, the one shape of an
   answer handed across threads); erasure notices (`_erasure`), the erasure
   journal (`_journal`) and the erasure steps (`_eraser`); lost sessions'
-  restore (`_restore`); audits (`_audit`), forks (`_fork`) and repairs of
+  restore (`_restore`); audits (`_audit`), the context a replayed state served
+  (`_served`), forks (`_fork`) and repairs of
   damaged sessions (`_repair`); the bounds every numeric setting and call
   timeout is checked against (`_bounds`).
 """
@@ -75,6 +76,7 @@ from convmem.actors._ports import (
 from convmem.actors._repair import RepairPlan, plan_repair, repair_session
 from convmem.actors._restore import Restored, restore_lost
 from convmem.actors._retention import RetentionSweeper, sweep_retention
+from convmem.actors._served import replayed_context, replayed_estimator
 from convmem.actors._services import SessionServices
 from convmem.actors._system import MemorySystem
 from convmem.actors._system_settings import SystemOptions, SystemSettings
@@ -155,6 +157,8 @@ __all__ = [
     "read_scope",
     "repair_session",
     "replay_session",
+    "replayed_context",
+    "replayed_estimator",
     "restore_lost",
     "sweep_retention",
     "timeline",

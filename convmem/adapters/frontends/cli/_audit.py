@@ -26,6 +26,7 @@ from convmem.actors import (
     plan_repair,
     read_scope,
     replay_session,
+    replayed_context,
     restore_lost,
     verify,
 )
@@ -69,10 +70,11 @@ from convmem.adapters.frontends.cli._common import (
 )
 from convmem.adapters.frontends.cli._inspect import records_from_file
 from convmem.adapters.frontends.cli._readable import readable
+from convmem.adapters.frontends.cli._replayed import gone_reason, query_text, replay_point, same_time_note
 from convmem.adapters.frontends.cli._safe import json_text
 from convmem.errors import ConvmemError, StoreNotFound
 from convmem.events import MemoryKey
-from convmem.projections import agent_items, llm_context
+from convmem.projections import agent_items
 
 __all__ = ["add_audit_commands", "event_count"]
 
@@ -90,6 +92,12 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--position", type=positive_int, help="stop after this log position (stream sequence)")
     when.add_argument("--time", help="stop after this time (epoch seconds or ISO 8601)")
     p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
+    p.add_argument(
+        "--query",
+        type=query_text,
+        help="the planner's message the context was read with (get_llm_context(query=...)): the lines "
+        "recalled for it, as the session served them (at most 8,000 characters)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_replay)
 
@@ -182,21 +190,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
     session; a damaged snapshot or data key), also when no event of it is left to replay."""
     key = parse_key(args.key)
     until_time = parse_time(args.time) if args.time else None
+    gone: str | None = None
     if args.from_file:
         records: list[LoggedEvent] = records_from_file(args.from_file)
         state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
         damage = report.damage
+        if not state.started and state.version == 0:
+            gone = gone_reason(records, key, None)
     else:
         with backend(args, read_only=True, lost_ok=True) as (log, snapshots):
             records, damage = read_session(log, snapshots, key)
             state, report = replay_session(records, key, until_position=args.position, until_time=until_time)
+            if not state.started and state.version == 0:  # an erasure or a compaction, named
+                gone = gone_reason(
+                    records, key, log.erasure_journal() if isinstance(log, JournaledLog) else None
+                )
     if not state.started and state.version == 0 and not damage:
-        raise CliError(f"no events for session {key} (check the key, or --nats/--data-dir)", EXIT_NOT_FOUND)
+        raise CliError(
+            gone or f"no events for session {key} (check the key, or --nats/--data-dir)", EXIT_NOT_FOUND
+        )
     health = "damaged" if damage else state.health.value
-    context = llm_context(state)
+    context = replayed_context(state, query=args.query)  # measured by the counter the session recorded
+    folded = replay_point(records, key, state, until_time)
     result = {
         "key": key.composite(),
         "seq": state.version,
+        **folded,
         "health": health,
         "turns": len(state.turns),
         "summary_through": state.summary_through,
@@ -210,6 +229,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         print(f"session {key}  seq {state.version}  health {health}  live turns {len(state.turns)}")
         print(readable(context))  # the context as text: a summary as its lines, not one escaped string
+        if folded["same_time"]:
+            print(same_time_note(folded["same_time"]), file=sys.stderr)
         for poison in report.poison:
             print(f"{key}: poison at position {poison.position}: {poison.problem}", file=sys.stderr)
         _report_damage(damage)

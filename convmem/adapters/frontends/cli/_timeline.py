@@ -1,7 +1,7 @@
 """`convmem timeline KEY -o page.html`: one self-contained HTML page of a session's history.
 
 For every event: where it sits in the log, what it was, the health after it,
-the exact context a model would have been shown as of it (`llm_context` of
+the exact context a model would have been shown as of it (`replayed_context` of
 the state the events up to it fold into, as readable text) with the change
 from the event before, and the summary as of it with what the last summary
 added, kept and dropped, line by line. The page needs nothing at view time:
@@ -27,7 +27,15 @@ from typing import Any
 
 import msgspec
 
-from convmem.actors import LoadReport, LoggedEvent, PoisonEvent, SessionSequence, decode_logged, timeline
+from convmem.actors import (
+    LoadReport,
+    LoggedEvent,
+    PoisonEvent,
+    SessionSequence,
+    decode_logged,
+    replayed_context,
+    timeline,
+)
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
     EXIT_NOT_FOUND,
@@ -44,7 +52,7 @@ from convmem.adapters.frontends.cli._page import PAGE
 from convmem.adapters.frontends.cli._readable import readable_lines
 from convmem.errors import ReplayError
 from convmem.events import AnyEvent, MemoryKey
-from convmem.projections import SessionState, SkippedEvent, evolve, llm_context
+from convmem.projections import SessionState, SkippedEvent, evolve
 
 __all__ = ["add_timeline_command", "timeline_page"]
 
@@ -201,7 +209,7 @@ def page_data(
                 state = evolve(state, each)
             except ReplayError as exc:
                 row = msgspec.structs.replace(row, type="POISON", detail=str(exc))
-        context = lines.chunked(readable_lines(llm_context(state), cache=shown))
+        context = lines.chunked(readable_lines(replayed_context(state), cache=shown))  # the recorded counter
         contexts.append(_delta(previous, context))
         if index % CHECKPOINT == 0:
             whole[str(index)] = context
