@@ -302,7 +302,8 @@ def test_an_idle_sessions_write_runs_on_the_callers_thread(harness: Harness) -> 
         log.gate.set()
     waiting.join(WAIT)
     free.flush()
-    assert users(live_state(system, key("free"))) == ["free-0", "free-1", "free-2"]
+    # free-2's caller gave up before it started: it never starts (as an asyncio caller's write)
+    assert users(live_state(system, key("free"))) == ["free-0", "free-1"]
     assert users(live_state(system, key("held"))) == ["held-0", "held-1"]
 
 

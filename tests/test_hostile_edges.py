@@ -9,11 +9,14 @@ requests, the streams' message counts), never from timings.
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 from runtime_helpers import WAIT
 from test_erasure_journal_damage import RawWrite, journal  # noqa: F401 (the fixture: both journals)
 
@@ -28,7 +31,10 @@ from convmem.adapters import (
     MemoryService,
     RemoteMemory,
 )
+from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import FileExportRegistry
+from convmem.adapters.frontends._connect import open_backend_here
+from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -52,6 +58,20 @@ async def _messages(url: str, stream: str) -> int:
         return (await nc.jetstream().stream_info(stream)).state.messages
     finally:
         await nc.close()
+
+
+async def _stream_bytes(url: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        return (await nc.jetstream().stream_info("CONVMEM_EVENTS")).state.bytes
+    finally:
+        await nc.close()
+
+
+def _answered(service: MemoryService, op: str) -> int:
+    """How many requests of `op` the service has answered (or refused), by its own count."""
+    by_op: dict[str, int] = service.metrics()["service"]["by_op"]
+    return by_op.get(op, 0)
 
 
 @pytest.fixture
@@ -169,3 +189,118 @@ def test_an_erasure_of_nothing_held_records_nothing_but_one_of_a_snapshot_or_an_
         assert snapshots.load(alone) is None
         memory.erase(exported, if_held=True)
         assert len(kept.receipts()) == 2
+
+
+def test_a_tenant_that_never_reads_its_replies_is_cut_off_alone(tmp_path: Path) -> None:
+    """acme asks for 128 exports of a 170 KB session (32 at a time, its max_in_flight) on a raw
+    connection that never reads: the server closes acme's connection as a slow consumer; the
+    service's connections never reconnect, every request was answered, and globex is served."""
+    body = json.dumps({"user_id": "alice", "session_id": "big"}).encode()
+    with EmbeddedNatsServer(tmp_path / "nats", extra_config="max_pending: 1MB\n") as server:
+        system = convmem.connect(server.url, config=CONFIG)
+        try:
+            with (
+                MemoryService(system, server.url) as service,
+                RemoteMemory(server.url, timeout=WAIT) as memory,
+            ):
+                big = memory.session(MemoryKey("acme", "alice", "big"))
+                for _ in range(20):
+                    big.add_turn(ConversationTurn(user_message="x" * 4000, assistant_response="y" * 4000))
+                calm = memory.session(MemoryKey("globex", "bob", "calm"))
+                host, port = server.url.removeprefix("nats://").split(":")
+                with socket.socket() as slow:
+                    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    slow.connect((host, int(port)))
+                    slow.sendall(b'CONNECT {"verbose":false,"protocol":1}\r\nSUB _INBOX_acme.slow.* 1\r\n')
+                    sent = 0
+                    for _ in range(4):
+                        slow.sendall(
+                            b"".join(
+                                b"PUB convmem.api.v1.acme.export_state _INBOX_acme.slow.%d %d\r\n%s\r\n"
+                                % (sent + n, len(body), body)
+                                for n in range(32)
+                            )
+                        )
+                        sent += 32
+                        assert service.wait_for(lambda n=sent: _answered(service, "export_state") >= n, WAIT)
+                    slow.settimeout(WAIT)
+                    received = 0
+                    while chunk := slow.recv(1 << 20):  # what the server sent before it closed it
+                        received += len(chunk)
+                assert received < sent * 100_000  # most of 128 replies of 170 KB never reached it
+                assert service.metrics()["service"]["errors_by_type"] == {}
+                assert system.log._conn.nc.stats["reconnects"] == 0  # type: ignore[attr-defined]
+                assert service._nc is not None
+                assert service._nc.stats["reconnects"] == 0
+                assert calm.add_turn(_turn("globex's own")) == 1
+        finally:
+            system.close()
+
+
+async def _timeout_flood(url: str, sessions: int, requests: int) -> dict[str, int]:
+    """acme's add_turns of 2 KB over `sessions` sessions, each allowed a microsecond (`timeout`), sent
+    32 at a time as the replies come: the replies by kind."""
+    nc = await nats.connect(url)
+    kinds: dict[str, int] = {}
+    got = asyncio.Event()
+    count = [0, 0]  # replies, the count `got` is set at
+
+    async def on_reply(msg: Msg) -> None:
+        reply = json.loads(msg.data)
+        kind = "ok" if reply["ok"] else reply["error"]["type"]
+        kinds[kind] = kinds.get(kind, 0) + 1
+        count[0] += 1
+        if count[0] >= count[1]:
+            got.set()
+
+    await nc.subscribe("_INBOX_acme.flood.*", cb=on_reply)
+    try:
+        for start in range(0, requests, 32):
+            for n in range(start, start + 32):
+                body = {
+                    "user_id": "mallory",
+                    "session_id": f"s{n % sessions}",
+                    "timeout": 1e-6,
+                    "turn": {"user_message": "x" * 2000, "assistant_response": "y"},
+                }
+                await nc.publish(
+                    "convmem.api.v1.acme.add_turn", json.dumps(body).encode(), reply=f"_INBOX_acme.flood.{n}"
+                )
+            got.clear()
+            count[1] = start + 32
+            if count[0] < count[1]:
+                await asyncio.wait_for(got.wait(), WAIT)
+    finally:
+        await nc.close()
+    return kinds
+
+
+@pytest.mark.parametrize("lane", ["pool", "loop"])
+def test_writes_a_tenant_stopped_waiting_for_do_not_pile_up_past_its_quota(
+    nats_server: EmbeddedNatsServer, lane: str
+) -> None:
+    """acme asks for 1,000 writes of 2 KB, each allowed a microsecond: each timeout freed its place at
+    once while its write stayed queued and ran later (pool lane: 467 timeouts, 471 events, 1.10 MB
+    stored against a 200,000-byte quota, all of it after the replies). A write whose caller gave up
+    before it started never starts now, so acme's bytes stay within its quota plus what its places
+    hold; the lane on the log's own loop (`convmem serve`'s workers) already withdrew them."""
+    quotas = Quotas(default=TenantLimits(max_bytes=200_000))
+    if lane == "loop":
+        loop = EventLoopThread(name="test-flood-loop")
+        backend = loop.call(lambda: open_backend_here(nats_server.url), timeout=WAIT, what="the log")
+        system = MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots, journal=backend.journal)
+    else:
+        system = convmem.connect(nats_server.url, config=CONFIG)
+    try:
+        with MemoryService(system, nats_server.url, quotas=quotas, loop=loop if lane == "loop" else None):
+            kinds = asyncio.run(_timeout_flood(nats_server.url, sessions=4, requests=1_000))
+            assert kinds.get("OperationTimeout", 0) > 0
+            for n in range(4):  # a message behind whatever each session still had queued
+                system.session(MemoryKey("acme", "mallory", f"s{n}")).refresh(timeout=WAIT)
+            stored = asyncio.run(_stream_bytes(nats_server.url))
+        assert stored <= 200_000 + 32 * 2_500, kinds  # the quota, and a write in each place at most
+    finally:
+        system.close()
+        if lane == "loop":
+            backend.close()
+            loop.stop()

@@ -46,7 +46,7 @@ from convmem.actors._handle_writes import (
 from convmem.actors._live import LiveSessions
 from convmem.actors._ports import Settle
 from convmem.actors._session import Flush, Refresh, StateCell, Write
-from convmem.errors import WrongThread
+from convmem.errors import OperationTimeout, WrongThread
 from convmem.events import AnyEvent, ConversationTurn, MemoryHealth, MemoryKey, ShortTermMemoryConfig
 from convmem.projections import (
     SessionState,
@@ -210,7 +210,15 @@ class SessionHandle(_Core):
         # timeouts bound that). A shorter timeout is kept by waiting apart from it.
         here = wait >= self._sessions.timeout
         self._sessions.deliver(self.key, Write(call.command, reply, call.command_id), here=here)
-        return call.answer(wait_for(reply, wait, "write"))
+        try:
+            events = wait_for(reply, wait, "write")
+        except OperationTimeout:
+            # Not started yet: it never will be (as the asyncio handle's writes). Left queued, a
+            # write outlived its caller: a service's tenant freed its place at each timeout and
+            # piled up writes past its max_in_flight and its quota (timeout 1 us: 467 queued).
+            reply.cancel()
+            raise
+        return call.answer(events)
 
     def get_llm_context(self, query: str | None = None) -> dict[str, Any]:
         """The patch to merge into the planner's `llm_context` (its turn dicts are read-only).
