@@ -141,18 +141,35 @@ def _stem(word: str) -> str:
 T = TypeVar("T")
 
 
+class _Kept(Generic[T]):
+    """One tenant's texts in a `TextMemo`: two generations and the characters of each."""
+
+    __slots__ = ("old", "old_chars", "young", "young_chars")
+
+    def __init__(self) -> None:
+        self.young: dict[str, T] = {}
+        self.old: dict[str, T] = {}
+        self.young_chars = 0
+        self.old_chars = 0
+
+
 class TextMemo(Generic[T]):
     """`function`'s results for the texts it was called with lately, kept up to `chars` characters
     of those texts in all; a text longer than `longest` is never kept.
 
     Texts are every tenant's turns and queries, in one process: an lru_cache of so many texts
     held them whatever their length (16,384 texts of 100,000 characters and what was read of
-    them: about 28 GB, from 1.7 MB a text measured), and kept a turn's text after its session
-    was erased until enough others came. Bounded in characters, these hold some 200 MB at most.
-    Two generations: a text is kept in the young one; when it holds half of `chars`, it becomes
-    the old one (the old one dropped) and a text found there moves back to the young one. A hit
-    is one dict lookup. Threads may race on the count (no lock: the projections run no threads
-    of their own); a lost update keeps at most a few texts more.
+    them: about 28 GB, from 1.7 MB a text measured), kept a turn's text after its session was
+    erased until enough others came, and let a tenant reading many texts push out every other
+    tenant's (a session of 1,000 live turns then read them all again: 0.25 s of CPU or more). Bounded
+    in characters, these hold some 200 MB at most, and each tenant's texts are kept apart: past
+    the bound, the tenant holding the most characters gives up its older texts, so a tenant
+    reading many texts pushes out its own. With one tenant it is one cache.
+
+    Each tenant's texts are in two generations: a text is kept in the young one; when that holds
+    half of `chars`, it becomes the old one (the old one dropped) and a text found there moves
+    back to the young one. A hit is two dict lookups. Threads may race on the counts (no lock:
+    the projections run no threads of their own); a lost update keeps a few texts more or less.
     """
 
     def __init__(self, function: Callable[[str], T], *, chars: int, longest: int) -> None:
@@ -160,32 +177,62 @@ class TextMemo(Generic[T]):
         self.chars = chars
         self.longest = longest
         self._half = chars // 2
-        self._young: dict[str, T] = {}
-        self._old: dict[str, T] = {}
+        self._tenants: dict[str, _Kept[T]] = {}
         self._held = 0
 
-    def __call__(self, text: str) -> T:
-        found = self._young.get(text)
-        if found is not None:
-            return found
+    def __call__(self, text: str, tenant: str = "") -> T:
+        """`function(text)`, kept for `tenant` (the tenant whose text it is; "": none named)."""
+        kept = self._tenants.get(tenant)
+        if kept is not None:
+            found = kept.young.get(text)
+            if found is not None:
+                return found
         size = len(text)
         if size > self.longest:
             return self.function(text)
-        found = self._old.get(text)
+        if kept is None:
+            kept = self._tenants.setdefault(tenant, _Kept())
+        found = kept.old.get(text)
         if found is None:
             found = self.function(text)
-        if self._held + size > self._half:
-            self._old, self._young, self._held = self._young, {}, 0
-        self._young[text] = found
+        if kept.young_chars + size > self._half:
+            self._held -= kept.old_chars
+            kept.old, kept.old_chars = kept.young, kept.young_chars
+            kept.young, kept.young_chars = {}, 0
+        kept.young[text] = found
+        kept.young_chars += size
         self._held += size
+        if self._held > self.chars:
+            self._shed()
         return found
 
-    def held_chars(self) -> int:
-        """The characters of the texts kept (both generations)."""
-        return sum(map(len, self._young)) + sum(map(len, self._old))
+    def _shed(self) -> None:
+        """Within `chars` again: the tenant holding the most gives up its old texts (then its young)."""
+        while self._held > self.chars:
+            tenants = list(self._tenants.items())
+            if not tenants:
+                self._held = 0
+                return
+            name, heaviest = max(tenants, key=lambda item: item[1].young_chars + item[1].old_chars)
+            if heaviest.old_chars:
+                self._held -= heaviest.old_chars
+                heaviest.old, heaviest.old_chars = {}, 0
+            elif heaviest.young_chars:
+                heaviest.old, heaviest.old_chars = heaviest.young, heaviest.young_chars
+                heaviest.young, heaviest.young_chars = {}, 0
+            else:  # every tenant's counts at 0: a race left the total behind
+                self._held = sum(k.young_chars + k.old_chars for _, k in tenants)
+                return
+            if not heaviest.young and not heaviest.old:
+                self._tenants.pop(name, None)
+
+    def held_chars(self, tenant: str | None = None) -> int:
+        """The characters of the texts kept (of `tenant`'s, or all)."""
+        kept = list(self._tenants.values()) if tenant is None else [self._tenants.get(tenant, _Kept())]
+        return sum(sum(map(len, k.young)) + sum(map(len, k.old)) for k in kept)
 
     def clear(self) -> None:
-        self._young, self._old, self._held = {}, {}, 0
+        self._tenants, self._held = {}, 0
 
 
 def _terms(sentence: str) -> tuple[str, ...]:
@@ -267,12 +314,13 @@ class Relevance:
         wanted = self.wanted
         df = dict.fromkeys(wanted, 0)
         n_docs = total_len = 0
+        tenant = state.key.tenant_id if state.key is not None else ""
         for record in state.turns:
             turn = record.turn
             for role, text in (("user", turn.user_message), ("assistant", turn.assistant_response)):
                 if not text:
                     continue
-                read = _read(text)
+                read = _read(text, tenant)
                 n_docs += len(read.sentences)
                 total_len += read.length
                 named = wanted.intersection(self.speaker[role])
@@ -319,13 +367,14 @@ def ranked_lines(
     scored: list[tuple[float, int, str, str, float, tuple[str, ...]]] = []
     order = 0
     wanted = relevance.wanted
+    tenant = state.key.tenant_id if state.key is not None else ""
     for record in state.turns:
         turn = record.turn
         skip = record.index in shown
         for role, text in (("user", turn.user_message), ("assistant", turn.assistant_response)):
             if not text:
                 continue
-            read = _read(text)
+            read = _read(text, tenant)
             if skip or wanted.isdisjoint(read.terms):
                 order += len(read.sentences)
                 continue
