@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.msg import Msg
-from runtime_helpers import WAIT
+from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn
 from test_erasure_journal_damage import RawWrite, journal  # noqa: F401 (the fixture: both journals)
 
 import convmem
@@ -304,3 +304,57 @@ def test_writes_a_tenant_stopped_waiting_for_do_not_pile_up_past_its_quota(
         if lane == "loop":
             backend.close()
             loop.stop()
+
+
+async def _flush_flood(url: str, requests: int) -> None:
+    """acme's flushes of one session, each allowed a microsecond, 32 at a time as the replies come."""
+    nc = await nats.connect(url)
+    got = asyncio.Event()
+    count = [0, 0]  # replies, the count `got` is set at
+
+    async def on_reply(_msg: Msg) -> None:
+        count[0] += 1
+        if count[0] >= count[1]:
+            got.set()
+
+    await nc.subscribe("_INBOX_acme.flush.*", cb=on_reply)
+    body = json.dumps({"user_id": "alice", "session_id": "chat", "timeout": 1e-6}).encode()
+    try:
+        for start in range(0, requests, 32):
+            for n in range(start, start + 32):
+                await nc.publish("convmem.api.v1.acme.flush", body, reply=f"_INBOX_acme.flush.{n}")
+            got.clear()
+            count[1] = start + 32
+            if count[0] < count[1]:
+                await asyncio.wait_for(got.wait(), WAIT)
+    finally:
+        await nc.close()
+
+
+def test_flushes_a_tenant_stopped_waiting_for_are_not_kept_by_the_session(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """acme's 1,000 flushes of a session whose summary is being made, each allowed a microsecond: each
+    was answered OperationTimeout and its place freed, and each stayed among the session's waiters
+    until the summary ended (5,000 flushes: 5,024 waiters, each added by copying all the others). A
+    flush whose caller gave up is forgotten: the waiters are the callers still waiting."""
+    summarizer = PlannedSummarizer(default="hang")
+    system = convmem.connect(nats_server.url, config=summarizing_config(), summarizer=summarizer)
+    key = MemoryKey("acme", "alice", "chat")
+    try:
+        with MemoryService(system, nats_server.url), RemoteMemory(nats_server.url, timeout=WAIT) as memory:
+            session = memory.session(key)
+            for n in range(4):
+                session.add_turn(turn(f"turn {n}"))
+            summarizer.wait_calls(1)
+            asyncio.run(_flush_flood(nats_server.url, 1_000))
+            system.session(key).refresh(timeout=WAIT)  # behind every flush the session was sent
+            activity = system.activity(key)
+            assert activity is not None
+            assert activity.summarizing
+            assert activity.flushes_waiting <= 32  # at most the flushes acme's places hold
+            summarizer.release()
+            session.flush()
+    finally:
+        summarizer.release()
+        system.close()

@@ -244,7 +244,12 @@ class SessionHandle(_Core):
         wait = self._wait(call_timeout(timeout))
         self._sessions.deliver(self.key, message)
         reply: concurrent.futures.Future[Any] = message.reply
-        return wait_for(reply, wait, what)
+        try:
+            return wait_for(reply, wait, what)
+        except OperationTimeout:
+            if isinstance(message, Flush):
+                reply.cancel()  # its session forgets it (a flush waits on nothing a caller needs)
+            raise
 
     @property
     def aio(self) -> AsyncSessionHandle:

@@ -271,8 +271,8 @@ class SessionActor(PooledActor):
         match message:
             case Write():
                 self._write(message)
-            case Flush():
-                self._flushes = (*self._flushes, message.reply)
+            case Flush():  # the waiters whose callers gave up (a timeout) are dropped, not kept
+                self._flushes = (*(w for w in self._flushes if not w.done()), message.reply)
                 self._cell.waiters = len(self._flushes)
                 self._settle_flushes()
             case Wake():
