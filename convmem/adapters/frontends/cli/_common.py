@@ -89,9 +89,10 @@ EXIT_CODES = {
     EXIT_INVALID: "an input is wrong (a file, data; or the demo's `--data-dir` already holds an earlier "
     "demo run, left as it is)",
     EXIT_DECLINED: "the confirmation prompt was declined; nothing changed",
-    EXIT_DAMAGED: "damaged or missing events, a damaged snapshot or data key (verify, replay, inspect, "
-    "timeline, sessions, export: `convmem repair`), or a damaged erasure-journal record or a lost "
-    "erasure-journal bucket",
+    EXIT_DAMAGED: "damaged or missing events, a damaged snapshot, data key or byte tally (verify, replay, "
+    "inspect, timeline, sessions, export: `convmem repair`), a damaged erasure-journal record, or a "
+    "lost events stream or erasure-journal bucket (a writer makes none again: `convmem repair "
+    "--accept-loss`)",
     EXIT_INTERNAL: "an internal error (a bug: please report it)",
     EXIT_INTERRUPTED: "interrupted",
 }
