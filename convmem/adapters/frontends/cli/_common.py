@@ -161,7 +161,9 @@ def read_document(path: Path, what: str) -> Any:
         raise CliError(f"cannot read {what} {path}: it {exc.problem}", EXIT_INVALID) from None
     kind = "TOML" if path.suffix == ".toml" else "JSON"
     try:
-        return tomllib.loads(raw.decode("utf-8")) if kind == "TOML" else json.loads(raw)
+        if kind == "TOML":
+            return tomllib.loads(raw.decode("utf-8"))
+        return json.loads(raw, object_pairs_hook=_once)
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - raw.rfind(b"\n", 0, exc.start)
@@ -176,6 +178,18 @@ def read_document(path: Path, what: str) -> Any:
         raise CliError(
             f"{what} {path} is not valid {kind}: its arrays or tables are nested too deeply", EXIT_INVALID
         ) from None
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (JSON keeps the last of two silently, TOML refuses)."""
+    table = dict(pairs)
+    if len(table) < len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"an object holds the key {name!r} twice")
+            seen.add(name)
+    return table
 
 
 def parse_key(text: str) -> MemoryKey:

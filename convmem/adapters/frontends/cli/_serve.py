@@ -281,10 +281,33 @@ def load_config(path: Path | None, total_tokens: int = 4000) -> ShortTermMemoryC
         except InvalidConfig as exc:
             raise CliError(f"--total-tokens: {exc.problem}", EXIT_USAGE) from None
     data = _read_config(path)
+    _refuse_unknown(path, data, ShortTermMemoryConfig, "")
     try:
         return msgspec.convert(data, ShortTermMemoryConfig)
     except (msgspec.ValidationError, ValueError) as exc:
         raise CliError(f"config {path}: {exc}") from None
+
+
+_FILE_TABLES = frozenset({"quotas"})
+"""The configuration file's tables that are not the session configuration's (`load_quotas`)."""
+
+
+def _refuse_unknown(path: Path, data: object, kind: type[msgspec.Struct], where: str) -> None:
+    """`CliError` naming the first key of `data` that no setting of `kind` has, tables within
+    included: a typo would otherwise leave the setting it meant at its default, silently (the log's
+    decoder keeps ignoring unknown fields: a newer convmem's configuration still reads)."""
+    if not isinstance(data, dict):
+        return  # the conversion names a wrong type
+    fields = {f.encode_name: f.type for f in msgspec.structs.fields(kind)}
+    for name, value in data.items():
+        if not where and name in _FILE_TABLES:
+            continue
+        if name not in fields:
+            known = ", ".join(sorted(fields))
+            raise CliError(f"config {path}: {where}{name}: is not a setting (known: {known})")
+        inner = fields[name]
+        if isinstance(inner, type) and issubclass(inner, msgspec.Struct):
+            _refuse_unknown(path, value, inner, f"{where}{name}.")
 
 
 def load_quotas(path: Path | None) -> Quotas:

@@ -1,0 +1,80 @@
+"""A configuration or policy file's keys are all read or refused: a typo is never a silent default.
+
+`convmem serve --config` and `convmem retention --policy` read TOML or JSON. TOML refuses a table or
+key given twice; JSON would keep the last silently, and a key no setting has would leave the setting
+it was meant for at its default (a retention policy already refuses one, naming it). Each is exit 5
+naming the file and the key, before anything starts or is read from the store.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from convmem.adapters.frontends.cli._common import CliError
+from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.cli._serve import load_config, load_quotas
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("top.toml", 'stratgy = "truncation"\n', "stratgy"),
+        ("nested.toml", "[budget]\nfull_zone_turn = 3\n", "budget.full_zone_turn"),
+        ("deeper.json", json.dumps({"health": {"backoff_second": [1]}}), "health.backoff_second"),
+        ("table.json", json.dumps({"budget": {"budget": {}}}), "budget.budget"),
+    ],
+)
+def test_a_key_no_setting_has_in_a_serve_config_is_exit_5_naming_it(
+    tmp_path: Path, name: str, text: str, where: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(CliError) as caught:
+        load_config(path)
+    assert caught.value.code == 5
+    message = str(caught.value)
+    assert str(path) in message
+    assert f"{where}: is not a setting" in message
+
+
+def test_a_serve_config_with_its_quotas_table_and_every_known_setting_still_loads(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        'strategy = "truncation"\n[budget]\nfull_zone_turns = 3\n'
+        "[health]\nsummarize_timeout_seconds = 5.0\n"
+        '[speaker_names]\nuser = "Ann"\n'
+        "[quotas.tenants.acme]\nmax_bytes = 1000\n",
+        encoding="utf-8",
+    )
+    config = load_config(path)
+    assert config.budget.full_zone_turns == 3
+    assert config.speaker_names == {"user": "Ann"}
+    assert load_quotas(path) is not None
+
+
+@pytest.mark.parametrize(
+    ("what", "argv"),
+    [
+        ("retention policy file", ["-s", "memory://", "retention", "--dry-run", "--policy"]),
+        ("config file", None),
+    ],
+)
+def test_a_json_key_given_twice_is_exit_5_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, argv: list[str] | None
+) -> None:
+    """JSON keeps the last of two equal keys; TOML refuses them: a file means one thing either way."""
+    path = tmp_path / "twice.json"
+    path.write_text('{"default": {"idle": "1d"}, "budget": {}, "default": {"idle": "2d"}}', encoding="utf-8")
+    if argv is None:
+        with pytest.raises(CliError) as caught:
+            load_config(path)
+        message = str(caught.value)
+        assert caught.value.code == 5
+    else:
+        assert main([*argv, str(path)]) == 5
+        message = capsys.readouterr().err
+    assert f"{what} {path} is not valid JSON" in message
+    assert "'default' twice" in message
