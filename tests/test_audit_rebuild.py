@@ -392,3 +392,46 @@ def test_every_served_context_is_rebuilt_by_every_auditor_tool_long(
 ) -> None:
     served, _ = run_program(store, seed, steps=60)
     audit(store, served, capsys, tmp_path)
+
+
+def test_a_time_as_inspect_shows_it_covers_the_events_shown_at_it(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Event times are finer than the milliseconds `inspect` shows: the state as of a time read
+    there (replay --time, fork --time, inspect --until) holds the events shown at it, and epoch
+    seconds stay exact."""
+    clock = ManualClock(START + 0.1234567)
+    with connect(store.server.url, config=config_of(0), clock=clock, keys=store.settings()) as memory:
+        for n in range(3):
+            memory.session(ALICE).add_turn(
+                ConversationTurn(user_message=f"turn {n}", assistant_response="ok")
+            )
+            clock.advance(1.0)
+    rows = cli(capsys, store, "inspect", ALICE.composite(), "--json")
+    second = [row for row in rows if row["type"] == "turn.added"][1]
+    (shown,) = [
+        line
+        for line in capsys_text(capsys, store, "inspect", ALICE.composite())
+        if line.startswith(str(second["position"]) + " ")
+    ]
+    when = datetime.fromtimestamp(second["at"], UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    assert when.replace("T", " ")[:-1] in shown  # the time as inspect shows it
+    replayed = cli(capsys, store, "replay", ALICE.composite(), "--time", when, "--json")
+    assert (replayed["seq"], replayed["position"]) == (second["seq"], second["position"])
+    assert replayed["same_time"] == [second["position"]]
+    exact = cli(capsys, store, "replay", ALICE.composite(), "--time", repr(second["at"]), "--json")
+    assert exact["position"] == second["position"]
+    before = cli(capsys, store, "replay", ALICE.composite(), "--time", repr(second["at"] - 1e-6), "--json")
+    assert before["position"] < second["position"]
+    until = cli(capsys, store, "inspect", ALICE.composite(), "--until", when, "--json")
+    assert until[-1]["position"] == second["position"]
+    forked = cli(
+        capsys, store, "fork", ALICE.composite(), "--to", "acme:alice:then", "--time", when, "--json"
+    )
+    assert forked["forked_at"] == second["position"]
+
+
+def capsys_text(capsys: pytest.CaptureFixture[str], store: Store, *argv: str) -> list[str]:
+    capsys.readouterr()
+    assert main([*store.cli(), *argv]) == 0
+    return capsys.readouterr().out.splitlines()

@@ -40,6 +40,7 @@ from convmem.actors._journal import (
     receipts_mark,
 )
 from convmem.adapters.backends import InMemoryEventLog, default_export_registry
+from convmem.adapters.frontends.cli._as_of import as_of
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
     EXIT_DECLINED,
@@ -60,7 +61,6 @@ from convmem.adapters.frontends.cli._common import (
     journal_lost_line,
     open_store,
     parse_key,
-    parse_time,
     positive_int,
     read_session,
     session_counts,
@@ -90,7 +90,11 @@ def add_audit_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("key", help="tenant:user:session")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--position", type=positive_int, help="stop after this log position (stream sequence)")
-    when.add_argument("--time", help="stop after this time (epoch seconds or ISO 8601)")
+    when.add_argument(
+        "--time",
+        help="stop after this time: epoch seconds, or ISO 8601 through its last digit "
+        "(10:00:00.123Z: every event inspect shows at that millisecond)",
+    )
     p.add_argument("--from-file", type=Path, help="read events from a JSONL export instead of the log")
     p.add_argument(
         "--query",
@@ -189,7 +193,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     verify's check of it finds any (events damaged or missing, the log short of its snapshot: a lost
     session; a damaged snapshot or data key), also when no event of it is left to replay."""
     key = parse_key(args.key)
-    until_time = parse_time(args.time) if args.time else None
+    span = as_of(args.time) if args.time else None  # a time as written, through its last digit
+    until_time = span[1] if span is not None else None
     gone: str | None = None
     if args.from_file:
         records: list[LoggedEvent] = records_from_file(args.from_file)
@@ -211,7 +216,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     health = "damaged" if damage else state.health.value
     context = replayed_context(state, query=args.query)  # measured by the counter the session recorded
-    folded = replay_point(records, key, state, until_time)
+    folded = replay_point(records, key, state, span)
     result = {
         "key": key.composite(),
         "seq": state.version,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from convmem.actors import MemorySystem
+from convmem.adapters.frontends.cli._as_of import moment_through, parse_through
 from convmem.adapters.frontends.cli._common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -14,7 +15,6 @@ from convmem.adapters.frontends.cli._common import (
     backend,
     emit_json,
     parse_key,
-    parse_time,
     positive_int,
 )
 
@@ -30,7 +30,9 @@ def add_fork_command(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--to", required=True, help="the new session, tenant:user:session (must have no events)")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--position", type=positive_int, help="as of this log position (default: now)")
-    when.add_argument("--time", help="as of this time (epoch seconds or ISO 8601)")
+    when.add_argument(
+        "--time", help="as of this time: epoch seconds, or ISO 8601 through its last digit (as replay --time)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_fork)
 
@@ -39,7 +41,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     key, to = parse_key(args.key), parse_key(args.to)
     at: int | datetime | None = args.position
     if args.time:
-        at = datetime.fromtimestamp(parse_time(args.time), tz=UTC)
+        at = moment_through(parse_through(args.time))  # through its last digit, as replay --time
     with backend(args) as (log, snapshots):
         if log.last_seq(key) == 0:
             raise CliError(f"no events for session {key.composite()}: nothing to fork", EXIT_NOT_FOUND)

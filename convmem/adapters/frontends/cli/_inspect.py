@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from convmem.actors import LoggedEvent, SessionSequence, TimelineRow, list_sessions, read_jsonl, timeline
+from convmem.adapters.frontends.cli._as_of import parse_through
 from convmem.adapters.frontends.cli._common import (
     EXIT_DAMAGED,
     EXIT_FAILED,
@@ -59,7 +60,11 @@ def add_inspect_commands(commands: Any, common: argparse.ArgumentParser) -> None
         help=f"only events of this type (repeatable): {', '.join(EVENT_TYPES)}",
     )
     p.add_argument("--since", help="only events at or after this time (epoch seconds or ISO 8601)")
-    p.add_argument("--until", help="only events at or before this time (epoch seconds or ISO 8601)")
+    p.add_argument(
+        "--until",
+        help="only events at or before this time: epoch seconds, or ISO 8601 through its last digit "
+        "(10:00:00.123Z: every event shown at that millisecond)",
+    )
     p.add_argument(
         "--follow", action="store_true", help="keep showing new events as they are stored (Ctrl-C ends)"
     )
@@ -90,7 +95,7 @@ class _Filter:
     def __init__(self, args: argparse.Namespace) -> None:
         self.types = set(args.type or ())
         self.since = parse_time(args.since) if args.since else None
-        self.until = parse_time(args.until) if args.until else None
+        self.until = parse_through(args.until) if args.until else None  # through its last digit
         if self.since is not None and self.until is not None and self.since > self.until:
             raise CliError("--since is after --until: nothing can match", EXIT_INVALID)
 

@@ -34,10 +34,11 @@ def query_text(text: str) -> str:
 
 
 def replay_point(
-    records: Iterable[LoggedEvent], key: MemoryKey, state: SessionState, until_time: float | None
+    records: Iterable[LoggedEvent], key: MemoryKey, state: SessionState, span: tuple[float, float] | None
 ) -> dict[str, Any]:
     """The log position of the last event folded into `state` (None when none is left) and, for a
-    replay as of `until_time`, the positions of the folded events stamped exactly at that time."""
+    replay as of a time (`span`: the first and last moments it covers, `as_of`), the positions of
+    the folded events stamped within it."""
     rows = [row for row in timeline(r for r in records if r.key == key) if row.position]
     last = [row.position for row in rows if row.seq == state.version]
     position = max(last) if last and state.version else None
@@ -45,19 +46,19 @@ def replay_point(
         [
             row.position
             for row in rows
-            if row.at == until_time and position is not None and row.position <= position
+            if row.at is not None and span[0] <= row.at <= span[1] and row.position <= position
         ]
-        if until_time is not None
+        if span is not None and position is not None
         else []
     )
     return {"position": position, "same_time": same_time}
 
 
 def same_time_note(positions: list[int]) -> str:
-    """The warning `replay --time` gives when events are stamped exactly at the time asked."""
+    """The warning `replay --time` gives when events are stamped within the time asked."""
     where = ", ".join(str(p) for p in positions[:8]) + (", ..." if len(positions) > 8 else "")
     return (
-        f"note: {len(positions)} event(s) are stamped exactly at this time (positions {where}); "
+        f"note: {len(positions)} event(s) are stamped within this time (positions {where}); "
         "a context served at this time may predate some of them: replay --position names one"
     )
 
