@@ -19,7 +19,7 @@ importing `convmem` loads nothing heavy (each name is imported on first use):
   `convmem.penguiflow` drop-in (PenguiFlow);
 * operations: `PrometheusMetrics`, `ExtractiveSummarizer`, and the audit
   tools `verify`, `timeline`, `export_jsonl`, `read_jsonl`, `replay_session`,
-  `list_sessions`.
+  `replayed_context` (the context a replayed state served), `list_sessions`.
 
 `convmem.testing` (`testing/`) holds what tests and new back ends need: the
 in-memory log and snapshot store, a manual clock, and the contract suites a
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         list_sessions,
         read_jsonl,
         replay_session,
+        replayed_context,
         timeline,
         verify,
     )
@@ -127,6 +128,7 @@ _LAZY = {
             "list_sessions",
             "read_jsonl",
             "replay_session",
+            "replayed_context",
             "timeline",
             "verify",
         ),
@@ -204,6 +206,7 @@ __all__ = [
     "read_jsonl",
     "recommended",
     "replay_session",
+    "replayed_context",
     "timeline",
     "verify",
 ]

@@ -35,8 +35,9 @@ from convmem import (
     connect,
     generate_key_text,
     replay_session,
+    replayed_context,
 )
-from convmem.actors import ManualClock, MemorySystem, replayed_context
+from convmem.actors import ManualClock, MemorySystem
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
 from convmem.adapters.backends.keys import DirKeyStore, rotate_master_file
 from convmem.adapters.frontends.cli._main import main
