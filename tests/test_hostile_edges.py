@@ -13,6 +13,7 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -358,3 +359,57 @@ def test_flushes_a_tenant_stopped_waiting_for_are_not_kept_by_the_session(
     finally:
         summarizer.release()
         system.close()
+
+
+def test_headers_keys_and_ids_a_tenant_picks_reach_only_its_own_sessions(
+    served: tuple[str, MemorySystem],
+) -> None:
+    """Held: a request's NATS headers are never read (a Nats-Msg-Id of globex's event, Nats-Rollup,
+    Nats-Expected-* change nothing of globex's: acme's turn is stored as any other); an idempotency
+    key globex used is acme's own key too; ids made of subject separators and wildcards are sessions
+    of their own, each listed back exactly."""
+    url, system = served
+    victim = MemoryKey("globex", "bob", "chat")
+    with RemoteMemory(url, timeout=WAIT) as memory:
+        assert memory.session(victim).add_turn(_turn("globex's own"), idempotency_key="k-1") == 1
+        their_id = system.log.read(victim)[-1].event_id
+        assert (
+            memory.session(MemoryKey("acme", "alice", "chat")).add_turn(_turn("mine"), idempotency_key="k-1")
+            == 1
+        )
+
+        async def with_headers() -> dict[str, Any]:
+            nc = await nats.connect(url)
+            try:
+                body = {
+                    "user_id": "alice",
+                    "session_id": "chat",
+                    "turn": {"user_message": "h", "assistant_response": "ok"},
+                }
+                headers = {
+                    "Nats-Msg-Id": their_id,
+                    "Nats-Rollup": "all",
+                    "Nats-Expected-Stream": "ELSEWHERE",
+                    "Nats-Expected-Last-Subject-Sequence": "999",
+                }
+                inbox = "_INBOX_acme.hdr"
+                sub = await nc.subscribe(inbox + ".*")
+                await nc.publish(
+                    "convmem.api.v1.acme.add_turn",
+                    json.dumps(body).encode(),
+                    reply=inbox + ".1",
+                    headers=headers,
+                )
+                reply: dict[str, Any] = json.loads((await sub.next_msg(WAIT)).data)
+                return reply
+            finally:
+                await nc.close()
+
+        assert asyncio.run(with_headers()) == {"v": 1, "ok": True, "result": 2}
+        assert [r.event_id for r in system.log.read(victim)][-1] == their_id
+        odd = [("a.b", "c"), ("a", "b.c"), ("*", ">"), ("..", "."), ("a b", "=2E"), ("\u212a", "K")]
+        for user_id, session_id in odd:
+            assert memory.session(MemoryKey("acme", user_id, session_id)).add_turn(_turn(user_id)) == 1
+        listed = {(row["user_id"], row["session_id"]) for row in memory.sessions("acme", limit=100)}
+    assert set(odd) <= listed
+    assert len(system.log.read(victim)) == 2  # its opening and its turn: nothing of acme's reached it
