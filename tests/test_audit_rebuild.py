@@ -321,11 +321,13 @@ def audit(store: Store, served: list[Served], capsys: pytest.CaptureFixture[str]
     capsys.readouterr()
     assert main([*store.cli(), "export", "--tenant", "acme", "-o", str(dump)]) == 0
     pages = {key: page_contexts(page_data(found, key)) for key, found in records.items()}
+    forked = False
     for point in served:
         found = records[point.key]
         position = point.position
         if not any(r.position == position and r.seq == point.seq for r in found):
-            gone(store, point, found, capsys)  # compacted away, or erased: said so, never shown
+            gone(store, point, found, capsys, fork=not forked)  # compacted away, or erased: said so
+            forked = True
             continue
         where = f"{point.key} seq {point.seq} at {point.at}"
         state, _ = replay_session(found, point.key, until_position=position)
@@ -361,9 +363,11 @@ def audit(store: Store, served: list[Served], capsys: pytest.CaptureFixture[str]
         assert pages[point.key][position] == readable_lines(point.context), where
 
 
-def gone(store: Store, point: Served, found: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
-    """A point the log no longer holds: replay names why (retention's compaction, an erasure) and
-    shows no context."""
+def gone(
+    store: Store, point: Served, found: list[Any], capsys: pytest.CaptureFixture[str], *, fork: bool
+) -> None:
+    """A point the log no longer holds: replay (and with `fork`, a fork of it) names why
+    (retention's compaction, an erasure) and shows no context."""
     capsys.readouterr()
     argv = ["replay", point.key.composite(), "--position", str(point.position), "--json"]
     assert main([*store.cli(), *argv]) == 3, point
@@ -374,6 +378,13 @@ def gone(store: Store, point: Served, found: list[Any], capsys: pytest.CaptureFi
     else:
         assert "retention compacted" in err, err
         assert f"position {found[0].position}" in err, err
+        if not fork:
+            return
+        to = f"acme:alice:from-{point.position}"
+        assert main(
+            [*store.cli(), "fork", point.key.composite(), "--to", to, "--position", str(point.position)]
+        )
+        assert "retention compacted" in capsys.readouterr().err  # a fork of it says so too
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -76,6 +76,7 @@ def fork_events(
     `InvalidInput` when the source had no events by then or holds an
     event this version cannot read (a fork must be exact).
     """
+    records = list(records)
     copied: list[AnyEvent] = []
     last = 0
     walk = SessionSequence()
@@ -134,7 +135,7 @@ def fork_events(
             if at_time is not None
             else "now"
         )
-        raise InvalidInput("at", f"{source} had no events as of {when}: nothing to fork")
+        raise InvalidInput("at", f"{source} had no events as of {when}{_compacted(records)}: nothing to fork")
     start = msgspec.structs.replace(
         copied[0], seq=1, event_id=f"{fork_id}/1", key=to, forked_from=source, forked_at=last
     )
@@ -194,3 +195,18 @@ def _erase_fork(log: EventLog, journal: ErasureJournal, to: MemoryKey) -> None:
     clock = SystemClock()
     eraser = Eraser(journal=journal, log=log, snapshots=None, clock=clock, drop=lambda _matches: None)
     eraser.erase(ErasureRequest.of(to.tenant_id, to.user_id, to.session_id, by="fork", at=clock.now()))
+
+
+def _compacted(records: list[LoggedEvent]) -> str:
+    """Why a session with events had none as of a point: retention compacted its history past it."""
+    first = next((r for r in records if r.position and r.damage is None), None)
+    try:
+        event = decode_event(first.data, seq=first.position) if first is not None else None
+    except EventDecodeError:
+        return ""
+    if first is None or not isinstance(event, HistoryCompacted) or not event.dropped_events:
+        return ""
+    return (
+        f" left in the log (retention compacted its first {event.dropped_events} events away; its "
+        f"history now begins at position {first.position}, time {event.at!r})"
+    )
