@@ -36,6 +36,7 @@ from convmem.adapters._loop_thread import EventLoopThread
 from convmem.adapters.backends import FileExportRegistry
 from convmem.adapters.frontends._connect import open_backend_here
 from convmem.adapters.frontends.service._quotas import Quotas, TenantLimits
+from convmem.errors import QuotaExceeded
 from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
@@ -51,6 +52,12 @@ def _sent(system: MemorySystem) -> int:
     get, an append, an API call), as nats-py counts them."""
     sent: int = system.log._conn.nc.stats["out_msgs"]  # type: ignore[attr-defined]
     return sent
+
+
+def _received(system: MemorySystem) -> int:
+    """How many messages the system's store connection has received (replies, read events)."""
+    received: int = system.log._conn.nc.stats["in_msgs"]  # type: ignore[attr-defined]
+    return received
 
 
 async def _messages(url: str, stream: str) -> int:
@@ -413,3 +420,44 @@ def test_headers_keys_and_ids_a_tenant_picks_reach_only_its_own_sessions(
         listed = {(row["user_id"], row["session_id"]) for row in memory.sessions("acme", limit=100)}
     assert set(odd) <= listed
     assert len(system.log.read(victim)) == 2  # its opening and its turn: nothing of acme's reached it
+
+
+def _stored(session: Any) -> bool:
+    """Whether a 1,000-character turn was stored (False: refused, the tenant at its quota)."""
+    try:
+        session.add_turn(_turn("x" * 1000))
+    except QuotaExceeded:
+        return False
+    return True
+
+
+def test_an_erasure_of_nothing_does_not_make_a_tenant_at_its_quota_counted_again(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """acme at its quota alternates an erasure of a session it never wrote with a write (refused):
+    each erasure marked its bytes unknown, so each refusal counted every event of acme again (50
+    pairs read 11,450 messages: a full count a pair, 10 s of the store's time a pair for a tenant of
+    1 GiB; here 20 pairs over 148 events read about 3,100). An erasure that removed no event leaves
+    the count as it was (here about 190 messages for the 20 pairs' own requests)."""
+    system = convmem.connect(nats_server.url, config=CONFIG)
+    quotas = Quotas(default=TenantLimits(max_bytes=200_000))
+    big = MemoryKey("acme", "alice", "big")
+    try:
+        with (
+            MemoryService(system, nats_server.url, quotas=quotas),
+            RemoteMemory(nats_server.url, timeout=WAIT) as memory,
+        ):
+            session = memory.session(big)
+            while _stored(session):
+                pass
+            with pytest.raises(QuotaExceeded):
+                session.add_turn(_turn("x"))  # the count a refusal rests on is fresh now
+            before = _received(system)
+            for n in range(20):
+                assert memory.session(MemoryKey("acme", "alice", f"never-{n}")).erase() == 0
+                with pytest.raises(QuotaExceeded):
+                    session.add_turn(_turn("x"))
+            events = len(system.log.read(big))
+            assert _received(system) - before < 2 * events  # not two full counts, let alone twenty
+    finally:
+        system.close()

@@ -88,6 +88,8 @@ class Answer(msgspec.Struct, frozen=True):
     op: str
     error: str | None
     reply: bytes
+    erased: bool = False
+    """An ``erase`` that removed events (the tenant's bytes are known again only by a count)."""
 
 
 class Changes:
@@ -203,6 +205,10 @@ class ApiOperations:
             else:
                 assert isinstance(request, Request)
                 result = self._session_op(tenant_id, op, request)
+                if op == "erase":
+                    return Answer(
+                        op, None, encode_ok(result, msgpack=msgpack), erased=result["events_purged"] > 0
+                    )
             return Answer(op, None, encode_ok(result, msgpack=msgpack))
         except Exception as exc:
             return _failed(op, subject, exc, msgpack=msgpack)

@@ -563,7 +563,7 @@ class MemoryService:
                 self._shares.measured(tenant_token(self.api_prefix, msg.subject), cpu)
             op, error = answer.op, answer.error
             if isinstance(request, tuple) and error is None:
-                self._used(*request, len(msg.data))
+                self._used(*request, len(msg.data), erased=answer.erased)
             if msg.reply:
                 await self._respond(self._nc, msg, answer.reply)
         except Exception:
@@ -587,11 +587,13 @@ class MemoryService:
         if refused and error is not None:
             self._prometheus.refused(token, error)  # QuotaExceeded
 
-    def _used(self, tenant_id: str, op: str, size: int) -> None:
-        """Note what a request that succeeded did to its tenant's stored bytes."""
+    def _used(self, tenant_id: str, op: str, size: int, *, erased: bool = False) -> None:
+        """Note what a request that succeeded did to its tenant's stored bytes (an erasure that removed
+        no event changed nothing: else each made the next refusal of a tenant at its quota count
+        every event of it again)."""
         if op in WRITES:
             self._usage.wrote(tenant_id, size)
-        elif op == "erase":
+        elif erased:
             self._usage.erased(tenant_id)
 
     async def _respond(self, nc: Client, msg: Request, reply: bytes) -> None:
