@@ -51,7 +51,9 @@ RECENT_SESSIONS = 65_536
 publishes at once; a write to an older one first asks the stream's leader for the session's last
 message (one request more). Sized for a service that writes to tens of thousands of sessions in
 turn (the peers measure at 10,000 sessions wrote to each in round robin, and 8,192 made every
-write pay the request), at about 0.4 KiB a session (some 28 MiB when full)."""
+write pay the request), at about 0.4 KiB a session (some 28 MiB when full). Shared fairly between
+tenants (`FairCache`): past the bound the tenant holding the most gives up its least recently
+stored session, so one tenant's many sessions never make another's writes pay the request."""
 
 
 class PendingAppend(NamedTuple):
