@@ -93,8 +93,8 @@ class GatedSummarizer:
         previous = (
             request["previous_summary"].replace("<session_summary>", "").replace("</session_summary>", "")
         )
-        kept = "\n".join(previous.strip().split("\n")[-3:])
-        return {"summary": f"<session_summary>\n{kept}\n{said}\n</session_summary>".replace("\n\n", "\n")}
+        kept = "\n".join([*previous.strip().split("\n"), *said.split("\n")][-4:])  # a bounded summary
+        return {"summary": f"<session_summary>\n{kept.strip()}\n</session_summary>"}
 
 
 @dataclass(frozen=True)
@@ -187,10 +187,12 @@ class Program:
 
     def record(self, key: MemoryKey = ALICE) -> None:
         session = self.session(key)
-        state = session.snapshot_state()
-        context = session.get_llm_context()
-        queried = session.get_llm_context(query=QUERY)
-        assert session.snapshot_state() is state or session.snapshot_state() == state  # nothing landed
+        while True:  # a summary may land meanwhile (the planner cannot tell): read again until none did
+            state = session.snapshot_state()
+            context = session.get_llm_context()
+            queried = session.get_llm_context(query=QUERY)
+            if session.snapshot_state() is state:
+                break
         if state.started:
             (position,) = [r.position for r in self.memory.log.read(key) if r.seq == state.version]
             self.served.append(Served(key, state.version, position, self.clock.now(), context, queried))
