@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from convmem.adapters import EmbeddedNatsServer
+from convmem.adapters.backends.jetstream import JetStreamBackend
 from convmem.adapters.frontends.cli._common import CliError
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._serve import load_config, load_quotas
+from convmem.errors import InvalidConfig
 
 
 @pytest.mark.parametrize(
@@ -78,3 +81,17 @@ def test_a_json_key_given_twice_is_exit_5_naming_the_key(
         message = capsys.readouterr().err
     assert f"{what} {path} is not valid JSON" in message
     assert "'default' twice" in message
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("stream", "a.b"), ("stream", "a b"), ("bucket", "a.b"), ("journal_bucket", "x y")]
+)
+def test_a_store_name_nats_would_refuse_is_named_before_anything_is_asked_of_the_server(
+    nats_server_shared: EmbeddedNatsServer, option: str, value: str
+) -> None:
+    """Given from an option or CONVMEM_STREAM: refused naming the setting, not a server 'down or
+    overloaded' after the setup's wait, nor its bare 'invalid subject'."""
+    with pytest.raises(InvalidConfig) as caught:
+        JetStreamBackend.connect(nats_server_shared.url, **{option: value})  # type: ignore[arg-type]
+    assert caught.value.field == option
+    assert repr(value) in str(caught.value)

@@ -44,7 +44,7 @@ from convmem.adapters.backends.jetstream._lost import (
     part_configs,
     refusal,
 )
-from convmem.adapters.backends.jetstream._setup import check_exists
+from convmem.adapters.backends.jetstream._setup import check_exists, check_names
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET, JetStreamSnapshotStore
 from convmem.adapters.backends.keys import Keyring, KeySettings, KeyStore, master_source, store_spec
 from convmem.adapters.backends.keys._stores import CHECK_META, DirKeyStore
@@ -406,13 +406,22 @@ def open_key_store(
 
 
 def _checked(options: JetStreamOptions) -> JetStreamOptions:
-    """`options` when their numbers are in range; `InvalidConfig` naming one that is not, before anything
-    connects (the connection checks its timeout): the duplicate window at most a day, 1 to 5 replicas
-    (JetStream's most; a single server took 10**6 without a word)."""
+    """`options` when their numbers and names are valid; `InvalidConfig` naming one that is not, before
+    anything connects (the connection checks its timeout): the duplicate window at most a day, 1 to 5
+    replicas (JetStream's most; a single server took 10**6 without a word), names NATS takes."""
     if "replicas" in options:
         check_count("replicas", options["replicas"], most=MAX_REPLICAS)
     if "duplicate_window" in options:
         check_seconds("duplicate_window", options["duplicate_window"])
+    # The names too, before the server is asked anything of them: a stream name with a dot or a space
+    # made the first request wait out the setup's time or fail as 'invalid subject', as if the server
+    # were down.
+    check_names(stream=options.get("stream"), prefix=options.get("prefix"), bucket=options.get("bucket"))
+    if (journal := options.get("journal_bucket")) is not None:
+        try:
+            check_names(bucket=journal)
+        except InvalidConfig as exc:
+            raise InvalidConfig("journal_bucket", exc.problem) from None
     return options
 
 
