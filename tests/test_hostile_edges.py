@@ -23,7 +23,9 @@ from test_erasure_journal_damage import RawWrite, journal  # noqa: F401 (the fix
 
 import convmem
 from convmem.actors import ErasureJournal, ErasureReceipt, ErasureRequest, MemorySystem
+from convmem.actors._dispatch import claim
 from convmem.actors._journal import ErasureJournalDamaged, MarksReceipts, erasure_after
+from convmem.actors._session import Wake
 from convmem.adapters import (
     EmbeddedNatsServer,
     InMemoryErasureJournal,
@@ -64,14 +66,6 @@ async def _messages(url: str, stream: str) -> int:
     nc = await nats.connect(url)
     try:
         return (await nc.jetstream().stream_info(stream)).state.messages
-    finally:
-        await nc.close()
-
-
-async def _stream_bytes(url: str) -> int:
-    nc = await nats.connect(url)
-    try:
-        return (await nc.jetstream().stream_info("CONVMEM_EVENTS")).state.bytes
     finally:
         await nc.close()
 
@@ -245,68 +239,65 @@ def test_a_tenant_that_never_reads_its_replies_is_cut_off_alone(tmp_path: Path) 
             system.close()
 
 
-async def _timeout_flood(url: str, sessions: int, requests: int) -> dict[str, int]:
-    """acme's add_turns of 2 KB over `sessions` sessions, each allowed a microsecond (`timeout`), sent
-    32 at a time as the replies come: the replies by kind."""
+async def _timeout_flood(url: str, key: MemoryKey, requests: int) -> dict[str, int]:
+    """acme's add_turns of `key`, each allowed a tenth of a second (`timeout`), sent 32 at a time as
+    the replies come: the replies by kind."""
     nc = await nats.connect(url)
     kinds: dict[str, int] = {}
-    got = asyncio.Event()
-    count = [0, 0]  # replies, the count `got` is set at
-
-    async def on_reply(msg: Msg) -> None:
-        reply = json.loads(msg.data)
-        kind = "ok" if reply["ok"] else reply["error"]["type"]
-        kinds[kind] = kinds.get(kind, 0) + 1
-        count[0] += 1
-        if count[0] >= count[1]:
-            got.set()
-
-    await nc.subscribe("_INBOX_acme.flood.*", cb=on_reply)
     try:
+        sub = await nc.subscribe("_INBOX_acme.flood.*")
         for start in range(0, requests, 32):
             for n in range(start, start + 32):
                 body = {
-                    "user_id": "mallory",
-                    "session_id": f"s{n % sessions}",
-                    "timeout": 1e-6,
+                    "user_id": key.user_id,
+                    "session_id": key.session_id,
+                    "timeout": 0.1,
                     "turn": {"user_message": "x" * 2000, "assistant_response": "y"},
                 }
                 await nc.publish(
                     "convmem.api.v1.acme.add_turn", json.dumps(body).encode(), reply=f"_INBOX_acme.flood.{n}"
                 )
-            got.clear()
-            count[1] = start + 32
-            if count[0] < count[1]:
-                await asyncio.wait_for(got.wait(), WAIT)
+            for _ in range(32):
+                reply = json.loads((await sub.next_msg(WAIT)).data)
+                kind = "ok" if reply["ok"] else reply["error"]["type"]
+                kinds[kind] = kinds.get(kind, 0) + 1
     finally:
         await nc.close()
     return kinds
 
 
 @pytest.mark.parametrize("lane", ["pool", "loop"])
-def test_writes_a_tenant_stopped_waiting_for_do_not_pile_up_past_its_quota(
+def test_writes_a_tenant_stopped_waiting_for_do_not_pile_up(
     nats_server: EmbeddedNatsServer, lane: str
 ) -> None:
-    """acme asks for 1,000 writes of 2 KB, each allowed a microsecond: each timeout freed its place at
-    once while its write stayed queued and ran later (pool lane: 467 timeouts, 471 events, 1.10 MB
-    stored against a 200,000-byte quota, all of it after the replies). A write whose caller gave up
-    before it started never starts now, so acme's bytes stay within its quota plus what its places
-    hold; the lane on the log's own loop (`convmem serve`'s workers) already withdrew them."""
-    quotas = Quotas(default=TenantLimits(max_bytes=200_000))
+    """acme's add_turns of a busy session (its actor held), each answered OperationTimeout: each
+    timeout freed acme's place at once while its write stayed queued and ran later (a microsecond
+    each, before timeouts were rounded: 467 timeouts, then 471 events and 1.10 MB stored against a
+    200,000-byte quota, all of it after the replies: past max_in_flight and the quota). A write whose
+    caller gave up before it started never starts now; the lane on the log's own loop (`convmem
+    serve`'s workers) already withdrew them."""
     if lane == "loop":
         loop = EventLoopThread(name="test-flood-loop")
         backend = loop.call(lambda: open_backend_here(nats_server.url), timeout=WAIT, what="the log")
         system = MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots, journal=backend.journal)
     else:
         system = convmem.connect(nats_server.url, config=CONFIG)
+    key = MemoryKey("acme", "mallory", "busy")
     try:
-        with MemoryService(system, nats_server.url, quotas=quotas, loop=loop if lane == "loop" else None):
-            kinds = asyncio.run(_timeout_flood(nats_server.url, sessions=4, requests=1_000))
-            assert kinds.get("OperationTimeout", 0) > 0
-            for n in range(4):  # a message behind whatever each session still had queued
-                system.session(MemoryKey("acme", "mallory", f"s{n}")).refresh(timeout=WAIT)
-            stored = asyncio.run(_stream_bytes(nats_server.url))
-        assert stored <= 200_000 + 32 * 2_500, kinds  # the quota, and a write in each place at most
+        with (
+            MemoryService(system, nats_server.url, loop=loop if lane == "loop" else None),
+            RemoteMemory(nats_server.url, timeout=WAIT) as memory,
+        ):
+            memory.session(key).add_turn(_turn("before"))
+            actor = claim(system._sessions._live[key].ref)
+            assert actor is not None
+            try:
+                kinds = asyncio.run(_timeout_flood(nats_server.url, key, requests=32))
+            finally:
+                actor.run_claimed(Wake())  # frees the actor: what is still queued runs now
+            system.session(key).refresh(timeout=WAIT)  # a message behind whatever was queued
+        assert kinds == {"OperationTimeout": 32}
+        assert len(system.log.read(key)) == 2  # its opening and "before": none of the 32 ran
     finally:
         system.close()
         if lane == "loop":
@@ -461,3 +452,55 @@ def test_an_erasure_of_nothing_does_not_make_a_tenant_at_its_quota_counted_again
             assert _received(system) - before < 2 * events  # not two full counts, let alone twenty
     finally:
         system.close()
+
+
+def test_timeouts_a_tenant_picks_do_not_each_keep_a_line_of_deadlines(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """The add_turn lane on the log's loop keeps one line of deadlines (and a loop timer) per timeout
+    value, each for as long as that timeout: acme's 1,024 add_turns, each with its own timeout
+    (50 s plus n microseconds), left 1,024 lines behind them once answered. The service rounds a
+    request's timeout up to a sixteenth of a second, so at most 16 a second of max_timeout."""
+    loop = EventLoopThread(name="test-lines-loop")
+    backend = loop.call(lambda: open_backend_here(nats_server.url), timeout=WAIT, what="the log")
+    system = MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots, journal=backend.journal)
+    key = MemoryKey("acme", "alice", "chat")
+
+    async def distinct_timeouts() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            sub = await nc.subscribe("_INBOX_acme.lines.*")
+            for start in range(0, 1_000, 32):
+                for n in range(start, start + 32):
+                    body = {
+                        "user_id": key.user_id,
+                        "session_id": key.session_id,
+                        "timeout": 50 + n * 1e-6,
+                        "turn": {"user_message": f"m{n}", "assistant_response": "ok"},
+                    }
+                    await nc.publish(
+                        "convmem.api.v1.acme.add_turn",
+                        json.dumps(body).encode(),
+                        reply=f"_INBOX_acme.lines.{n}",
+                    )
+                for _ in range(32):
+                    assert json.loads((await sub.next_msg(WAIT)).data)["ok"]
+        finally:
+            await nc.close()
+
+    try:
+        with (
+            MemoryService(system, nats_server.url, loop=loop) as service,
+            RemoteMemory(nats_server.url, timeout=WAIT) as memory,
+        ):
+            memory.session(key).add_turn(_turn("live now"))  # the lane takes a live session's turns
+            asyncio.run(distinct_timeouts())
+
+            async def lines() -> int:
+                return len(service._lane.deadlines._lines)
+
+            assert loop.call(lines, timeout=WAIT, what="counting the lines") <= 2
+    finally:
+        system.close()
+        backend.close()
+        loop.stop()

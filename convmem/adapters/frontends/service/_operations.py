@@ -8,6 +8,7 @@ an error of any kind becomes a structured error reply, never silence.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -49,7 +50,7 @@ from convmem.projections import (
     to_dict,
 )
 
-__all__ = ["Answer", "ApiOperations", "Changes", "RequestStats"]
+__all__ = ["TIMEOUT_STEPS", "Answer", "ApiOperations", "Changes", "RequestStats"]
 
 _log = logging.getLogger("convmem.service")
 
@@ -69,6 +70,8 @@ MAX_HISTORY_EVENTS = 10_000
 live turns (``get_items()`` without a limit on a session longer than ``live_turns``), the request
 reads and folds the session's whole subject, on the server every tenant shares; a longer session is
 refused with `MalformedRequest` naming ``limit`` (a limit within its live turns reads nothing)."""
+TIMEOUT_STEPS = 16
+"""A request's `timeout` is rounded up to a 1/16 of a second: at most 16 values a second of max_timeout."""
 _MESSAGE_OVERHEAD = 34 + 256
 """What the stream counts for a stored event beyond its subject and payload, at most: JetStream's 34
 bytes a message (see `_usage`) and the headers convmem writes with it (its id, seq, checksum and
@@ -249,7 +252,9 @@ class ApiOperations:
             return self.max_timeout
         if not request.timeout > 0:
             raise MalformedRequest("timeout", f"must be a number of seconds > 0, got {request.timeout}")
-        return min(request.timeout, self.max_timeout)
+        # Rounded up to a step: the loop keeps a line of deadlines (and a timer) per timeout value for
+        # as long as that timeout, so a tenant's timeouts, each its own, kept one a request.
+        return min(math.ceil(request.timeout * TIMEOUT_STEPS) / TIMEOUT_STEPS, self.max_timeout)
 
     def _session_op(self, tenant_id: str, op: str, request: Request) -> Any:
         timeout = self._timeout(request)
