@@ -231,6 +231,29 @@ def test_a_stranger_s_low_seq_header_never_hides_the_events_after_a_snapshot(
         log.close()
 
 
+@pytest.mark.parametrize("header", ["0", "-5", "+2", " 2", "\u0662", "02"])
+def test_a_seq_header_below_one_is_poison_not_damage(
+    log: JetStreamEventLog,
+    nats_server_shared: EmbeddedNatsServer,
+    jetstream_names: JetStreamNames,
+    capsys: pytest.CaptureFixture[str],
+    header: str,
+) -> None:
+    """No convmem writes such a seq: the message is read back, named as poison (verify exit 1), never
+    counted as a message the store holds but cannot read (damage, exit 7, refused writes)."""
+    with MemorySystem(CONFIG, log=log) as system:
+        system.session(ALICE).add_turn(turn("a0"))
+    ack = publish(nats_server_shared.url, log.subject(ALICE), b"\xff junk", {"Convmem-Seq": header})
+    (check,) = verify(log, key=ALICE)
+    assert check.damage == []
+    assert [p.position for p in check.poison] == [int(str(ack["seq"]))]
+    capsys.readouterr()
+    assert _cli(nats_server_shared, jetstream_names, "verify", ALICE.composite()) == 1
+    assert f"poison at position {ack['seq']}" in capsys.readouterr().out
+    with MemorySystem(CONFIG, log=log) as system:
+        assert system.session(ALICE).add_turn(turn("a1")) == 2
+
+
 def test_bytes_that_look_sealed_without_a_checksum_are_poison_on_a_plain_log(
     log: JetStreamEventLog, nats_server_shared: EmbeddedNatsServer
 ) -> None:

@@ -254,13 +254,18 @@ def read_range(
 
 
 def session_seq(headers: dict[str, str]) -> int | None:
-    """The session sequence convmem wrote beside the event; None for bytes it did not write."""
+    """The session sequence convmem wrote beside the event; None for bytes it did not write.
+
+    convmem writes a whole number from 1 in ASCII digits; anything else (``0``, ``-5``, ``+3``,
+    `` 3``, other scripts' digits, all of which `int` would take) is a stranger's: read back as
+    poison, never dropped as a seq no read asks for nor counted as a message the store lost.
+    """
     value = headers.get(SEQ_HEADER)
-    if value is None:
+    if value is None or not (value.isascii() and value.isdigit()) or value[0] == "0":
         return None
     try:
         return int(value)
-    except ValueError:
+    except ValueError:  # more digits than Python converts
         return None
 
 
