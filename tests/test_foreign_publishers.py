@@ -22,6 +22,7 @@ from runtime_helpers import turn
 from convmem.actors import MemorySystem, load_state, replay_session, verify
 from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
 from convmem.adapters.frontends.cli._main import main
+from convmem.adapters.frontends.cli._timeline import page_data
 from convmem.errors import InvalidInput
 from convmem.events import (
     ConversationTurn,
@@ -134,6 +135,12 @@ def test_an_event_naming_another_session_is_poison_and_the_session_stays_its_own
     assert _cli(nats_server_shared, jetstream_names, "export", "--key", ALICE.composite()) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[0]["position"] == position  # exported as stored, for an auditor
+    assert _cli(nats_server_shared, jetstream_names, "inspect", "--json", ALICE.composite()) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert (rows[0]["position"], rows[0]["type"]) == (position, "POISON")
+    assert f"names session {BOB}" in rows[0]["detail"]
+    events = page_data(log.read(ALICE), ALICE)["events"]  # the timeline page
+    assert (events[0][0], events[0][4]) == (position, "POISON")
 
 
 def test_a_message_id_taken_on_another_subject_never_passes_for_a_stored_write(

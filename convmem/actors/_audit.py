@@ -57,6 +57,7 @@ from convmem.projections import (
     SkippedEvent,
     decode_state,
     describe_event,
+    names_another,
     state_hash,
 )
 
@@ -722,6 +723,11 @@ def timeline(
         except EventDecodeError as exc:
             rows.append(
                 TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=str(exc))
+            )
+            continue
+        if (foreign := names_another(event, record.key)) is not None:
+            rows.append(
+                TimelineRow(position=record.position, seq=record.seq, at=None, type="POISON", detail=foreign)
             )
             continue
         kind, detail = describe_event(event, full=full)

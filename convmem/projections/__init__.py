@@ -103,7 +103,7 @@ from convmem.projections._retention import (
     history_facts,
     plan_retention,
 )
-from convmem.projections._sequence import SessionSequence
+from convmem.projections._sequence import SessionSequence, names_another
 from convmem.projections._serial import (
     EXPORT_VERSION,
     decode_state,
@@ -211,6 +211,7 @@ __all__ = [
     "latest_summary_for_user",
     "live_horizon",
     "llm_context",
+    "names_another",
     "next_due_at",
     "parse_entities",
     "parse_export",

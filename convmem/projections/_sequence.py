@@ -36,9 +36,27 @@ its session and position.
 from __future__ import annotations
 
 from convmem.errors import EventDecodeError
-from convmem.events import HistoryCompacted, SessionErased, SessionRepaired, SessionStarted, decode_event
+from convmem.events import (
+    AnyEvent,
+    HistoryCompacted,
+    MemoryKey,
+    SessionErased,
+    SessionRepaired,
+    SessionStarted,
+    decode_event,
+)
 
-__all__ = ["SessionSequence"]
+__all__ = ["SessionSequence", "names_another"]
+
+
+def names_another(event: AnyEvent, key: MemoryKey) -> str | None:
+    """Why `event`, stored in `key`'s session, is not its own: a start or a compaction that names
+    another session (convmem writes a session's own key there, a fork's copies included, so a
+    stranger wrote it); None for any other event. It holds its seq, as any event that fits and
+    does not fold."""
+    if isinstance(event, SessionStarted | HistoryCompacted) and event.key != key:
+        return f"it names session {event.key}, not {key}"
+    return None
 
 
 class SessionSequence:
