@@ -19,8 +19,15 @@ import pytest
 from nats_fixtures import JetStreamNames
 from runtime_helpers import turn
 
+import convmem
 from convmem.actors import MemorySystem, load_state, replay_session, verify
-from convmem.adapters import EmbeddedNatsServer, JetStreamEventLog, JetStreamSnapshotStore
+from convmem.adapters import (
+    EmbeddedNatsServer,
+    JetStreamEventLog,
+    JetStreamSnapshotStore,
+    MemoryService,
+    RemoteMemory,
+)
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._timeline import page_data
 from convmem.errors import InvalidInput
@@ -276,3 +283,43 @@ def test_bytes_that_look_sealed_without_a_checksum_are_poison_on_a_plain_log(
     with MemorySystem(CONFIG, log=log) as system:
         assert system.session(ALICE).add_turn(turn("a1")) == 2
     assert _users(log, ALICE) == ["a0", "a1"]
+
+
+def test_through_the_service_a_session_with_another_s_start_shows_and_takes_only_its_own(
+    nats_server_shared: EmbeddedNatsServer, jetstream_names: JetStreamNames
+) -> None:
+    """The same forged start and turn on Alice's subject, read and written through the service by a
+    remote client: Alice's context holds none of it, her write opens her own session, Bob's is his."""
+    url = nats_server_shared.url
+    api_prefix = f"t{jetstream_names.bucket.lower()}.api"
+    with convmem.connect(
+        url,
+        config=CONFIG,
+        stream=jetstream_names.stream,
+        prefix=jetstream_names.prefix,
+        bucket=jetstream_names.bucket,
+        snapshot_every=1,
+    ) as system:
+        system.session(BOB).add_turn(turn("bob's own"))
+        log = JetStreamEventLog.connect(url, stream=jetstream_names.stream, prefix=jetstream_names.prefix)
+        try:
+            forged = SessionStarted(seq=1, event_id="forged-1", at=1.0, key=BOB, config=CONFIG)
+            planted = TurnAdded(seq=2, event_id="forged-2", at=2.0, index=1, turn=turn("planted"))
+            publish(url, log.subject(ALICE), encode_event(forged), {"Convmem-Seq": "1"})
+            publish(url, log.subject(ALICE), encode_event(planted), {"Convmem-Seq": "2"})
+        finally:
+            log.close()
+        with (
+            MemoryService(system, url, api_prefix=api_prefix),
+            RemoteMemory(url, api_prefix=api_prefix, timeout=30) as remote,
+        ):
+            alice = remote.session(ALICE)
+            fresh = remote.session(MemoryKey("tenant-a", "alice", "fresh"))
+            assert alice.get_llm_context() == fresh.get_llm_context()  # as a session with no event
+            assert alice.add_turn(turn("alice's own")) == 1
+            shown = alice.get_llm_context()["conversation_memory"]["recent_turns"]
+            assert [t["user"] for t in shown] == ["alice's own"]
+            assert [
+                t["user"]
+                for t in remote.session(BOB).get_llm_context()["conversation_memory"]["recent_turns"]
+            ] == ["bob's own"]
