@@ -504,3 +504,39 @@ def test_timeouts_a_tenant_picks_do_not_each_keep_a_line_of_deadlines(
         system.close()
         backend.close()
         loop.stop()
+
+
+def test_another_tenants_erasures_do_not_make_a_tenant_at_its_quota_counted_again(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """globex writes and erases a session, again and again, while acme, at its quota, writes (refused):
+    each of globex's erasures reached every service instance as a notice naming no tenant, so each
+    of acme's refusals counted every event of acme again (50 rounds over 221 events: 13,015 messages
+    read; here 20 rounds over 148 events about 3,900). A notice names its tenants as digests now:
+    acme's count stays as it was."""
+    system = convmem.connect(nats_server.url, config=CONFIG)
+    quotas = Quotas(default=TenantLimits(max_bytes=200_000), tenants={"globex": TenantLimits()})
+    big = MemoryKey("acme", "alice", "big")
+    try:
+        with (
+            MemoryService(system, nats_server.url, quotas=quotas),
+            RemoteMemory(nats_server.url, timeout=WAIT) as memory,
+        ):
+            session = memory.session(big)
+            while _stored(session):
+                pass
+            with pytest.raises(QuotaExceeded):
+                session.add_turn(_turn("x"))  # the count a refusal rests on is fresh now
+            before = _received(system)
+            for n in range(20):
+                other = memory.session(MemoryKey("globex", "bob", f"brief-{n}"))
+                other.add_turn(_turn("soon gone"))
+                assert other.erase() == 2
+                with pytest.raises(QuotaExceeded):
+                    session.add_turn(_turn("x"))
+            events = len(system.log.read(big))
+            # globex's own writes and erasures read about 770 messages; a full count of acme a round
+            # made it about 3,900
+            assert _received(system) - before < 10 * events
+    finally:
+        system.close()

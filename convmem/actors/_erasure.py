@@ -36,25 +36,33 @@ def _digest(salt: bytes, *parts: str) -> bytes:
 
 
 class ErasureNotice(msgspec.Struct, frozen=True, kw_only=True):
-    """Which sessions were erased, as digests keyed with `salt`; `users`: every session of a user."""
+    """Which sessions were erased, as digests keyed with `salt`; `users`: every session of a user;
+    `tenants`: the tenants they belong to (empty in a notice of an earlier convmem: any tenant)."""
 
     salt: bytes
     sessions: tuple[bytes, ...] = ()
     users: tuple[bytes, ...] = ()
+    tenants: tuple[bytes, ...] = ()
 
     @classmethod
     def of_sessions(cls, keys: Iterable[MemoryKey]) -> ErasureNotice:
         """A notice for these sessions, under a fresh random salt."""
-        salt = os.urandom(_SALT_BYTES)
+        salt, keys = os.urandom(_SALT_BYTES), tuple(keys)
         return cls(
-            salt=salt, sessions=tuple(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in keys)
+            salt=salt,
+            sessions=tuple(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in keys),
+            tenants=tuple({_digest(salt, k.tenant_id) for k in keys}),
         )
 
     @classmethod
     def of_user(cls, tenant_id: str, user_id: str) -> ErasureNotice:
         """A notice for every session of one user, under a fresh random salt."""
         salt = os.urandom(_SALT_BYTES)
-        return cls(salt=salt, users=(_digest(salt, tenant_id, user_id),))
+        return cls(salt=salt, users=(_digest(salt, tenant_id, user_id),), tenants=(_digest(salt, tenant_id),))
+
+    def may_be_of(self, tenant_id: str) -> bool:
+        """Whether the erased sessions may belong to `tenant_id` (always, when the notice names none)."""
+        return not self.tenants or _digest(self.salt, tenant_id) in self.tenants
 
     def matches(self, key: MemoryKey) -> bool:
         """Whether `key` is one of the erased sessions."""

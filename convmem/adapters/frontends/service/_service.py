@@ -52,7 +52,7 @@ from nats.aio.subscription import Subscription
 from nats.micro.request import Request as MicroRequest
 
 from convmem._version import __version__
-from convmem.actors import MemorySystem
+from convmem.actors import ErasureNotice, MemorySystem
 from convmem.actors._bounds import MAX_ACTOR_THREADS, check_count, check_seconds
 from convmem.adapters._auth import NatsAuth, redact_url, scrub, url_secrets
 from convmem.adapters._loop_thread import EventLoopThread
@@ -386,10 +386,17 @@ class MemoryService:
             raise
 
     def _watch_erasures(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Have any process's erasure make the tenants' next byte counts full ones (a notice names none)."""
+        """Have any process's erasure make its tenant's next byte count a full one (a notice names its
+        tenant only as a digest: each tenant known here is checked; every tenant after missed notices).
+        Every tenant's, as before, made a tenant's erasures cost each tenant at its quota a full count."""
         watch = getattr(self.system.log, "watch_erasures", None)
         if watch is not None:
-            self._unwatch = watch(lambda _notice: loop.call_soon_threadsafe(self._usage.erased_everywhere))
+
+            def erased(notice: ErasureNotice | None) -> None:
+                may_be_of = None if notice is None else notice.may_be_of
+                loop.call_soon_threadsafe(self._usage.erased_everywhere, may_be_of)
+
+            self._unwatch = watch(erased)
 
     async def _off_loop(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)

@@ -407,10 +407,12 @@ class TenantUsage:
         if tally is not None:
             tally.stale = True
 
-    def erased_everywhere(self) -> None:
-        """An erasure of an unnamed tenant (notices name none): as `erased`, for every tenant."""
-        for tally in self._tallies.values():
-            tally.stale = True
+    def erased_everywhere(self, may_be_of: Callable[[str], bool] | None = None) -> None:
+        """An erasure of a tenant unnamed (a notice names it only as a digest): as `erased`, for every
+        tenant it `may_be_of` (None: every tenant)."""
+        for tenant_id, tally in self._tallies.items():
+            if may_be_of is None or may_be_of(tenant_id):
+                tally.stale = True
 
     async def close(self) -> None:
         """Wait for the adds and counts in the background (on stop): what this instance wrote is
