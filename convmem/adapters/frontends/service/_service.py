@@ -86,12 +86,21 @@ from convmem.errors import (
 )
 from convmem.events import encode_token
 
-__all__ = ["WRITES", "MemoryService"]
+__all__ = ["OPERATOR_PENDING", "OPERATOR_PENDING_BYTES", "WRITES", "MemoryService"]
 
 T = TypeVar("T")
 _OPS = frozenset((*SESSION_OPS, *OPERATOR_OPS))
 
 _log = logging.getLogger("convmem.service")
+
+OPERATOR_PENDING = 64
+"""Operator requests (a replica's status, the ``$SRV`` verbs) one subscription keeps waiting for its
+handler, which takes them one at a time; past it (or past `OPERATOR_PENDING_BYTES`) they are dropped,
+unanswered, and counted (``metrics`` → ``service.replies.dropped``). nats-py's default keeps 524,288
+(or 128 MiB) a subscription: a flood at a replica whose status waits for its log held about 340
+bytes of the worker's memory a request (100,000 of them: 34 MB), up to gigabytes over the ten."""
+OPERATOR_PENDING_BYTES = 4 * 1024 * 1024
+"""The payload bytes of the operator requests one subscription keeps waiting (a handler reads none)."""
 
 WRITES = frozenset({"add_turn", "add_items", "pop_item", "clear", "restore", "fork", "agents_start"})
 """Operations that store events: refused with `QuotaExceeded` past the tenant's ``max_bytes``."""
@@ -116,6 +125,11 @@ class MemoryService:
     `metrics` (a `PrometheusMetrics`) counts each tenant's requests, errors and refusals.
     The service never closes `system` (its owner does, after).
     """
+
+    dropped: int = 0
+    """Requests dropped unanswered because their subscription's queue was full (`OPERATOR_PENDING`)."""
+    _probe: asyncio.Future[tuple[dict[str, Any], dict[str, Any]]] | None = None
+    """The running status probe (health, metrics): every status request asked meanwhile waits for it."""
 
     def __init__(
         self,
@@ -183,7 +197,7 @@ class MemoryService:
             max_timeout=max_timeout,
             fresh_reads=fresh_reads,
             running=lambda: self.running,
-            replies=self._guard.snapshot,
+            replies=self._replies,
             admit_fork=self._admit_fork,
         )
         self._lock = threading.Lock()
@@ -619,7 +633,7 @@ class MemoryService:
     def _micro_stats(self, _endpoint: Any) -> dict[str, Any]:
         """Custom data of ``$SRV.STATS`` (on the loop: cheap counters only)."""
         worker = {"worker": self.worker()} if self._worker or self._partitions else {}
-        stats = {**self._ops.stats.snapshot(), "replies": self._guard.snapshot()}
+        stats = {**self._ops.stats.snapshot(), "replies": self._replies()}
         return {"live_sessions": self.system.live_sessions(), **stats, **worker}
 
     def worker(self) -> dict[str, Any]:
@@ -631,19 +645,33 @@ class MemoryService:
             more["rejected"] = shares.rejected
         return {**self._worker, **more}
 
+    def _replies(self) -> dict[str, Any]:
+        """The requests not answered: refused for their reply subject (`ReplyGuard`), dropped (`dropped`)."""
+        return {**self._guard.snapshot(), "dropped": self.dropped}
+
     async def _status(self, request: MicroRequest) -> None:
-        """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop."""
-        loop = asyncio.get_running_loop()
+        """This replica's health and metrics (``{api_prefix}.ops.status.{instance}``), off the loop.
+
+        One probe at a time: a status asked while the last probe still waits for the log (its asker
+        was told 504 already) waits for that probe, so a flood of status requests at a replica whose
+        log hangs holds one worker thread, not one each until every tenant's request waits.
+        """
+        probe = self._probe
+        if probe is None or probe.done():
+            probe = self._probe = asyncio.get_running_loop().run_in_executor(self._pool, self._probe_now)
+        wait = self.status_timeout
         try:
-            wait = self.status_timeout
-            health = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.health), wait)
-            metrics = await asyncio.wait_for(loop.run_in_executor(self._pool, self._ops.metrics), wait)
+            health, metrics = await asyncio.wait_for(asyncio.shield(probe), wait)
         except TimeoutError:
             await request.respond_error("504", f"this replica did not get its log's answer within {wait:g}s")
             return
         if self._worker or self._partitions is not None:
-            health["worker"] = self.worker()
+            health = {**health, "worker": self.worker()}
         await request.respond(json.dumps({"health": health, "metrics": metrics}).encode())
+
+    def _probe_now(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """On a worker thread: this replica's health, then its metrics."""
+        return self._ops.health(), self._ops.metrics()
 
     async def _drain(self) -> None:
         if self._micro is not None:
@@ -689,6 +717,18 @@ class MemoryService:
         return self._ops.metrics()
 
     async def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.errors.SlowConsumerError):  # told once a message dropped: a flood, counted
+            self.dropped += 1
+            self._changes.note()
+            if self.dropped & (self.dropped - 1):
+                return  # logged at the 1st, 2nd, 4th, 8th, ... drop
+            _log.warning(
+                "convmem service: dropped a request on %r unanswered, its subscription's queue full; "
+                "%d dropped",
+                exc.subject[:120],
+                self.dropped,
+            )
+            return
         _log.warning("convmem service NATS error: %s", scrub(str(exc) or type(exc).__name__, self._secrets))
 
 
@@ -705,7 +745,9 @@ class _Guarded:
     nats-py's micro-service answers ``$SRV.PING/INFO/STATS`` and its
     endpoints (the replica's status) on whatever reply subject a request
     carries; through this, a request whose reply subject its requester may
-    not listen on never reaches micro's handlers.
+    not listen on never reaches micro's handlers. Micro's handlers take a
+    subscription's requests one at a time: at most `OPERATOR_PENDING` wait
+    (nats-py's default is 524,288), the rest are dropped and counted.
     """
 
     def __init__(self, nc: Client, guard: ReplyGuard) -> None:
@@ -725,4 +767,6 @@ class _Guarded:
                 return
             await handler(msg)
 
+        kwargs.setdefault("pending_msgs_limit", OPERATOR_PENDING)  # micro's handlers take one at a time
+        kwargs.setdefault("pending_bytes_limit", OPERATOR_PENDING_BYTES)
         return await self._nc.subscribe(subject, queue=queue, cb=guarded, **kwargs)
