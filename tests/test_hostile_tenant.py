@@ -419,6 +419,105 @@ def test_even_a_defect_of_the_responder_cannot_publish_there(shipped: Deployment
     assert any("subscription" in e and "convmem.api.v1" in e for e in errors), errors
 
 
+def test_a_tenant_reaches_no_operator_or_micro_subject(shipped: Deployment) -> None:
+    """acme's own credentials: every operator subject and every NATS micro verb (all services, this
+    kind, this replica) is refused by the server, as is listening on the operators' inbox; the spy,
+    allowed everything, hears none of them, so no replica ran or answered one (no amplification, no
+    stats computed at a tenant's rate, no other tenant's name in a reply it could read)."""
+
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        operator = await nats.connect(shipped.operator_url, inbox_prefix=OPERATOR_INBOX)
+        try:
+            ping = json.loads((await operator.request("$SRV.PING.convmem", b"", timeout=WAIT)).data)
+        finally:
+            await operator.close()
+        micro = f"convmem.{ping['id']}"
+        subjects = [
+            *operator_requests(shipped.service).values(),
+            *(f"$SRV.{verb}" for verb in ("INFO", "STATS")),
+            *(f"$SRV.{verb}.{micro}" for verb in ("PING", "INFO", "STATS")),
+            f"{DEFAULT_API_PREFIX}.ops.v1.erase",
+        ]
+        errors = Noted()
+        heard: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.note(str(exc))
+
+        async def on_message(msg: Msg) -> None:
+            if msg.subject in subjects:
+                heard.append(msg.subject)
+
+        spy = await nats.connect(shipped.spy_url)
+        tenant = await nats.connect(shipped.tenant_url, inbox_prefix="_INBOX_acme", error_cb=on_error)
+        try:
+            await spy.subscribe(">", cb=on_message)
+            await spy.flush()
+            await tenant.subscribe(f"{OPERATOR_INBOX}.>")
+            for subject in subjects:
+                await tenant.publish(subject, b"", reply=f"{OPERATOR_INBOX}.AbC123.1")
+            await tenant.flush()
+            await errors.until(len(subjects) + 1, "every publish and the subscription refused")
+            await spy.flush()
+            return subjects, errors, heard
+        finally:
+            await tenant.close()
+            await spy.close()
+
+    before = shipped.service.metrics()["service"]["by_op"]
+    subjects, errors, heard = asyncio.run(scenario())
+    assert heard == []
+    said = [e.lower() for e in errors]  # nats-py lowers the server's words
+    refused = sorted(e.split("publish to ")[-1].strip('"') for e in said if "publish to" in e)
+    assert refused == sorted(s.lower() for s in subjects), errors
+    assert [e for e in errors if f'subscription to "{OPERATOR_INBOX.lower()}.>"' in e.lower()], errors
+    after = shipped.service.metrics()["service"]["by_op"]
+    assert {k: v for k, v in after.items() if k.startswith("ops.")} == {
+        k: v for k, v in before.items() if k.startswith("ops.")
+    }
+
+
+def test_the_operator_runs_no_session_operation(shipped: Deployment) -> None:
+    """The operator's credentials: a session operation under the operator subjects
+    (``ops.v1.erase``...) is answered UnknownOperation and runs nothing (``health`` is the
+    service's); on a tenant's subject the server refuses it. The store keeps its counts; acme's
+    session keeps its turn."""
+
+    async def scenario() -> tuple[list[str], list[str], tuple[int, int], tuple[int, int]]:
+        errors = Noted()
+
+        async def on_error(exc: Exception) -> None:
+            errors.note(str(exc))
+
+        spy = await nats.connect(shipped.spy_url)
+        operator = await nats.connect(shipped.operator_url, inbox_prefix=OPERATOR_INBOX, error_cb=on_error)
+        try:
+            before = await _counts(spy)
+            types = []
+            for op in SESSION_OPS:
+                subject = f"{shipped.service.api_prefix}.ops.v1.{op}"
+                reply = await operator.request(subject, json.dumps(PAYLOADS[op]).encode(), timeout=WAIT)
+                body = json.loads(reply.data)
+                types.append("ok" if body["ok"] else body["error"]["type"])
+            await operator.publish(
+                session_subject(shipped.service.api_prefix, ACME.tenant_id, "erase"),
+                json.dumps(PAYLOADS["erase"]).encode(),
+            )
+            await operator.flush()
+            await errors.until(1, "the tenant subject refused")
+            return types, errors, before, await _counts(spy)
+        finally:
+            await operator.close()
+            await spy.close()
+
+    types, errors, before, after = asyncio.run(scenario())
+    assert types == ["ok" if op in OPERATOR_OPS else "UnknownOperation" for op in SESSION_OPS]
+    assert after == before
+    assert any("publish to" in e.lower() and ".v1.acme.erase" in e for e in errors), errors
+    with RemoteSession(shipped.tenant_url, ACME, timeout=WAIT) as own:
+        assert [t["user_message"] for t in own.to_dict()["turns"]] == ["acme own"]
+
+
 # The embedded default: no auth, the service's own check alone --------------------------------------
 
 
