@@ -22,6 +22,11 @@ Parts are numbered from 0 without a gap, so saving erases every part it finds
 from its own count on; deleting lists the key's part subjects and erases every
 one, so a part left by a crashed save or a killed delete (a gap) goes too.
 `keys` lists sessions from the bucket's subjects, heads and parts alike.
+A message of the key the bucket still counts after that (damaged on disk:
+nats-server can neither read it back nor erase it) goes with a purge of the
+whole bucket, every snapshot it can read written back; a delete that still
+leaves one raises `SnapshotNotErased` (a `SessionDamaged`), so an erasure
+stays pending rather than being reported done.
 
 With a keyring (encryption at rest), the snapshot's state bytes are sealed
 with the data key of the session's user before they are split, so every part
@@ -56,11 +61,14 @@ from convmem.adapters.backends.jetstream._read import SubjectKeys, list_subjects
 from convmem.adapters.backends.jetstream._setup import check_names, open_bucket
 from convmem.adapters.backends.keys import Keyring, is_sealed
 from convmem.errors import (
+    ConvmemError,
     InvalidConfig,
     InvalidInput,
     LogUnavailable,
+    PermissionDenied,
     SealBroken,
     SessionClosed,
+    SessionDamaged,
 )
 from convmem.events import MemoryKey
 
@@ -76,6 +84,25 @@ _HEADROOM = 4096
 _OPERATION = "KV-Operation"
 _GONE = (10057, 10043)  # "no message found", "sequence not found": erased already
 _log = logging.getLogger("convmem.jetstream")
+
+
+class SnapshotNotErased(SessionDamaged):
+    """A delete left messages of the snapshot that nats-server can neither read back nor erase (its
+    `SessionDamaged` fields: no seq, no position, `problem` naming them); nothing says it was erased."""
+
+    def __init__(self, key: MemoryKey, stream: str, left: list[str], refused: str | None) -> None:
+        self.key = key.composite()
+        self.seq = self.position = None
+        self.problem = (
+            f"{' and '.join(left)} of its snapshot stay in stream {stream}: nats-server can neither read "
+            f"them back (damaged on disk) nor erase them ({refused or 'a purge of the bucket left them'})"
+        )
+        ConvmemError.__init__(
+            self,
+            f"the snapshot of session {self.key} was not erased: {self.problem}; they go when the "
+            "bucket is purged (convmem purges it and writes back every snapshot it can read), which "
+            f"needs credentials that may publish to $JS.API.STREAM.PURGE.{stream}",
+        )
 
 
 class JetStreamSnapshotStore:
@@ -336,8 +363,69 @@ class JetStreamSnapshotStore:
             for part in sorted(await list_subjects(self._conn, self._stream, f"{subject}.part.*")):
                 while (message := await self._get(part)) is not None:
                     await self._erase(message.seq)
+            if await self._unreadable(subject):  # held, but the server can neither read nor erase it
+                refused = await self._compact(subject)
+                left = await self._unreadable(subject)
+                if left:
+                    raise SnapshotNotErased(key, self._stream, left, refused)
 
         self._conn.call(erase, what=f"delete snapshot of {key}")
+
+    async def _unreadable(self, subject: str) -> list[str]:
+        """The messages of `subject` (the key's message, its parts) the bucket still counts: after a
+        delete, those the server could not read back, so not erase ("the snapshot message", "part 2")."""
+        held = await self._subjects(f"{subject}.part.*")
+        held.update(await self._subjects(subject))
+        return [
+            "the snapshot message" if name == subject else f"part {name.rsplit('.', 1)[-1]}"
+            for name, count in sorted(held.items())
+            if count
+        ]
+
+    async def _compact(self, subject: str) -> str | None:
+        """Remove every message of the bucket the server holds but cannot read back (a block damaged
+        on disk): nats-server refuses to erase one (``STREAM.MSG.DELETE``: "malformed or corrupt
+        message"), a purge filtered by its subject passes over it, and a purge up to a sequence inside
+        its block leaves the block's accounting wrong; a whole purge removes every block file, unread.
+        So every message it can read (other sessions' snapshots and parts) is read first, the stream is
+        purged, and each is written back only on a subject still empty (one saved meanwhile is newer
+        and stays). `subject`'s own messages (the key being deleted) are not written back. Reads the
+        whole bucket: only for a damage on disk, never on a healthy delete. A snapshot saved between the
+        read and the purge is lost (a longer load); one erased in that window comes back, and its next
+        load deletes it as erased (its erasure record). None, or why the server refused the purge."""
+        kept: list[StoredMessage] = []
+        dropped = 0
+        for name in sorted(await self._subjects(f"$KV.{self._bucket}.>")):
+            if name == subject or name.startswith(f"{subject}.part."):
+                continue
+            message = await self._get(name)
+            if message is None:
+                dropped += 1
+            else:
+                kept.append(message)
+        try:
+            await self._conn.api(f"$JS.API.STREAM.PURGE.{self._stream}", {})
+        except nats.js.errors.APIError as exc:  # nothing purged, nothing lost
+            return f"nats-server refused to purge the bucket: {exc.description}"
+        except PermissionDenied as exc:  # credentials without the purge: nothing purged
+            return f"these credentials may not purge the bucket: {exc}"
+        self._saved.clear()  # every position this store knew is gone
+        for message in kept:
+            try:
+                await self._conn.js.publish(
+                    message.subject, message.data, headers={**message.headers, _EXPECTED: "0"}
+                )
+            except nats.js.errors.APIError as exc:
+                if exc.err_code not in (10071, 10164):
+                    raise
+        _log.warning(
+            "the snapshot bucket %r held messages nats-server cannot read back (damaged on disk): "
+            "purged, its %d readable message(s) written back; %d other unreadable subject(s) dropped",
+            self._bucket,
+            len(kept),
+            dropped,
+        )
+        return None
 
     def keys(self, *, tenant_id: str | None = None, user_id: str | None = None) -> list[MemoryKey]:
         """See `SnapshotStore.keys`. From the bucket's subjects (snapshots and parts); none is read."""

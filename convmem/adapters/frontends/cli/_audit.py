@@ -72,7 +72,7 @@ from convmem.adapters.frontends.cli._inspect import records_from_file
 from convmem.adapters.frontends.cli._readable import readable
 from convmem.adapters.frontends.cli._replayed import gone_reason, query_text, replay_point, same_time_note
 from convmem.adapters.frontends.cli._safe import json_text
-from convmem.errors import ConvmemError, StoreNotFound
+from convmem.errors import ConvmemError, SessionDamaged, StoreNotFound
 from convmem.events import MemoryKey
 from convmem.projections import agent_items
 
@@ -443,6 +443,14 @@ def cmd_repair(args: argparse.Namespace) -> int:
             return EXIT_DECLINED
         with MemorySystem(log=log, snapshots=snapshots) as system:
             plan = system.repair(key, method=args.method, reason="convmem repair")
+        left = [d for c in verify(log, snapshots, key=key) for d in c.damage] if plan.snapshot_problem else []
+    if left:  # the repair event is stored, but what verify reports stays: not repaired
+        raise CliError(
+            f"session {key.composite()} not repaired: its repair is event seq {plan.seq}, but its "
+            f"snapshot was not replaced ({plan.snapshot_problem}) and verify still reports "
+            f"{'; '.join(d.problem for d in left)}; see `convmem verify {key.composite()}`",
+            EXIT_DAMAGED,
+        )
     note = f" (its new snapshot was not saved: {plan.snapshot_problem})" if plan.snapshot_problem else ""
     _report_repair(args, plan, f"repaired {what}: the repair is event seq {plan.seq}{note}")
     return EXIT_OK
@@ -714,7 +722,16 @@ def cmd_erase(args: argparse.Namespace) -> int:
                 )
             erased = None
             if keys or (args.settle and not settle_only):  # a settled scope is erased again even if empty
-                erased = system.erase(key, by=by) if key else system.erase_user(args.tenant, args.user, by=by)
+                try:
+                    erased = (
+                        system.erase(key, by=by) if key else system.erase_user(args.tenant, args.user, by=by)
+                    )
+                except SessionDamaged as exc:  # a copy it could not remove: the erasure stays pending
+                    raise CliError(
+                        f"not erased: {exc}; the erasure stays pending: run `convmem erase --resume` "
+                        "once that is done",
+                        EXIT_DAMAGED,
+                    ) from None
             if args.settle:
                 journal.settle(args.settle, by=by, at=system.clock.now())
         damaged = _journal_state(journal)[1]
