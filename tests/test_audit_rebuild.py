@@ -43,7 +43,7 @@ from convmem.adapters.backends.keys import DirKeyStore, rotate_master_file
 from convmem.adapters.frontends.cli._main import main
 from convmem.adapters.frontends.cli._readable import readable_lines
 from convmem.adapters.frontends.cli._timeline import page_data
-from convmem.events import AgentsMemoryConfig
+from convmem.events import AgentsMemoryConfig, HealthPolicy
 
 ALICE = MemoryKey("acme", "alice", "chat")
 BOB = MemoryKey("acme", "bob", "chat")
@@ -74,6 +74,7 @@ def config_of(variant: int) -> ShortTermMemoryConfig:
             recall_max_tokens=0 if variant == 2 else 60,
         ),
         include_turn_dates=variant != 1,
+        health=HealthPolicy(retry_backoff_seconds=(0.0, 0.0), degraded_retry_seconds=0.0),  # no timers
         token_counter="cl100k_base" if variant % 2 else None,
         agents=AgentsMemoryConfig(strategy="summarizing"),
     )
@@ -86,9 +87,12 @@ class GatedSummarizer:
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
+        self.failing = False
 
     def __call__(self, request: Mapping[str, Any]) -> dict[str, str]:
         self.gate.wait(30)
+        if self.failing:  # the health machine at work: RETRY, DEGRADED, then RECOVERING
+            raise ConnectionError("summarizer endpoint unreachable")
         said = "\n".join(f"- spoke of {t['user'].split()[-1]}" for t in request["turns"])
         previous = (
             request["previous_summary"].replace("<session_summary>", "").replace("</session_summary>", "")
@@ -149,6 +153,7 @@ OPS = {
     "fork": 1,
     "bob": 2,
     "erase_bob": 1,
+    "fail": 1,
 }
 """Each operation and its weight; every program does each at least once."""
 
@@ -164,9 +169,15 @@ class Program:
     """One random program over ALICE's session, recording what each read served."""
 
     def __init__(
-        self, reopen: Callable[[], MemorySystem], clock: ManualClock, store: Store, rng: random.Random
+        self,
+        reopen: Callable[[], MemorySystem],
+        clock: ManualClock,
+        store: Store,
+        rng: random.Random,
+        summarizer: GatedSummarizer,
     ) -> None:
         self.reopen, self.clock, self.store, self.rng = reopen, clock, store, rng
+        self.summarizer = summarizer
         self.memory = reopen()
         self.served: list[Served] = []
         self.forks: list[MemoryKey] = []
@@ -211,8 +222,11 @@ class Program:
         elif op == "hold":
             gate.clear()  # summaries asked from now on land only at a release, after more turns
         elif op == "release":
+            self.summarizer.failing = False
             gate.set()
             session.flush(timeout=30)
+        elif op == "fail":
+            self.summarizer.failing = True
         elif op == "config":
             self.variant = (self.variant + 1) % 3
             session.clear(config=config_of(self.variant), reason="new settings", timeout=10)
@@ -279,7 +293,7 @@ def run_program(store: Store, seed: int, steps: int) -> tuple[list[Served], list
             keys=store.settings(),
         )
 
-    program = Program(reopen, clock, store, rng)
+    program = Program(reopen, clock, store, rng, summarizer)
     try:
         for op in program_ops(rng, steps):
             program.step(summarizer.gate, op)
