@@ -95,3 +95,23 @@ def test_a_store_name_nats_would_refuse_is_named_before_anything_is_asked_of_the
         JetStreamBackend.connect(nats_server_shared.url, **{option: value})  # type: ignore[arg-type]
     assert caught.value.field == option
     assert repr(value) in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["directory", "link to /dev/zero", "dangling link"])
+def test_a_settings_path_that_is_a_folder_or_a_link_to_no_file_is_exit_5_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Held: a folder, a link to a device, a link to nothing: each one line naming the path (exit 5)."""
+    path = tmp_path / "settings.toml"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero" if kind == "link to /dev/zero" else tmp_path / "nowhere")
+    assert main(["-s", "memory://", "retention", "--dry-run", "--policy", str(path)]) == 5
+    err = capsys.readouterr().err
+    assert f"cannot read retention policy file {path}" in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(CliError) as caught:
+        load_config(path)
+    assert caught.value.code == 5
+    assert str(path) in str(caught.value)
