@@ -306,7 +306,8 @@ def test_writes_a_tenant_stopped_waiting_for_do_not_pile_up(
 
 
 async def _flush_flood(url: str, requests: int) -> None:
-    """acme's flushes of one session, each allowed a microsecond, 32 at a time as the replies come."""
+    """acme's flushes of one session, each allowed a microsecond (a 1/16 s once rounded up), 32 at a
+    time as the replies come."""
     nc = await nats.connect(url)
     got = asyncio.Event()
     count = [0, 0]  # replies, the count `got` is set at
@@ -333,7 +334,7 @@ async def _flush_flood(url: str, requests: int) -> None:
 def test_flushes_a_tenant_stopped_waiting_for_are_not_kept_by_the_session(
     nats_server: EmbeddedNatsServer,
 ) -> None:
-    """acme's 1,000 flushes of a session whose summary is being made, each allowed a microsecond: each
+    """acme's 160 flushes of a session whose summary is being made, each allowed a microsecond: each
     was answered OperationTimeout and its place freed, and each stayed among the session's waiters
     until the summary ended (5,000 flushes: 5,024 waiters, each added by copying all the others). A
     flush whose caller gave up is forgotten: the waiters are the callers still waiting."""
@@ -346,7 +347,7 @@ def test_flushes_a_tenant_stopped_waiting_for_are_not_kept_by_the_session(
             for n in range(4):
                 session.add_turn(turn(f"turn {n}"))
             summarizer.wait_calls(1)
-            asyncio.run(_flush_flood(nats_server.url, 1_000))
+            asyncio.run(_flush_flood(nats_server.url, 160))  # each waits 1/16 s: the timeout rounded up
             system.session(key).refresh(timeout=WAIT)  # behind every flush the session was sent
             activity = system.activity(key)
             assert activity is not None
