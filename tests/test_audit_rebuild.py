@@ -154,6 +154,7 @@ OPS = {
     "bob": 2,
     "erase_bob": 1,
     "fail": 1,
+    "passivate": 1,
 }
 """Each operation and its weight; every program does each at least once."""
 
@@ -227,6 +228,10 @@ class Program:
             session.flush(timeout=30)
         elif op == "fail":
             self.summarizer.failing = True
+        elif op == "passivate":  # the next read activates it from its snapshot and the log's tail
+            gate.set()
+            session.flush(timeout=30)
+            self.memory.passivate(ALICE)
         elif op == "config":
             self.variant = (self.variant + 1) % 3
             session.clear(config=config_of(self.variant), reason="new settings", timeout=10)
