@@ -335,13 +335,18 @@ class SessionWriter:
             and held.headers.get(SEQ_HEADER) == str(event.seq)
         ):
             return
-        where = "another subject" if held is None or held.subject != subject else "this session's subject"
+        if held is None:
+            where = "a message no longer in the stream"
+        elif held.subject != subject:
+            where = "a message on another subject"
+        else:
+            where = "a message on this session's subject"
         raise InvalidInput(
             "event_id",
-            f"{event.event_id!r} (seq {event.seq} of {key}) is already taken in the stream by a message "
-            f"on {where} that is not this event (stream seq {stream_seq}), so the server dropped it as a "
-            "duplicate: nothing was stored; write again with another idempotency key (or after the "
-            "stream's duplicate window)",
+            f"{event.event_id!r} (seq {event.seq} of {key}) is already taken in the stream by {where} "
+            f"that is not this event (stream seq {stream_seq}), so the server dropped it as a duplicate: "
+            "nothing was stored; write again with another idempotency key (or after the stream's "
+            "duplicate window)",
         )
 
     async def append_raw(
