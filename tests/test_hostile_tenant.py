@@ -41,7 +41,7 @@ from convmem.adapters.backends.jetstream._embedded import find_nats_server
 from convmem.adapters.backends.jetstream._log import DEFAULT_PREFIX, DEFAULT_STREAM
 from convmem.adapters.backends.jetstream._snapshots import DEFAULT_BUCKET
 from convmem.adapters.frontends.cli._main import main
-from convmem.adapters.frontends.service._inboxes import OPERATOR, OPERATOR_INBOX
+from convmem.adapters.frontends.service._inboxes import MAX_NAMED_CHARS, OPERATOR, OPERATOR_INBOX
 from convmem.adapters.frontends.service._partitions import members_subject, verified
 from convmem.adapters.frontends.service._protocol import (
     DEFAULT_API_PREFIX,
@@ -554,6 +554,51 @@ def test_without_auth_the_service_still_answers_only_the_requesters_inbox(
     assert refused == 1
     named = "the operator" if who == OPERATOR else "tenant 'acme'"
     assert [r for r in caplog.records if "refused a request of " + named in r.getMessage()]
+
+
+def test_made_up_tenants_cannot_swell_the_operators_replies(unguarded: Deployment) -> None:
+    """Where a client may publish under any tenant token (no auth here; a deployment with one
+    credential for every tenant), 1,100 refused requests, each naming a tenant of 1,100 characters,
+    once grew the refusals' names in metrics, status and $SRV.STATS past max_payload: every replica's
+    status 'unhealthy: MaxPayloadError()' (`convmem status` exit 4, a failed health check), metrics
+    ReplyTooLarge, $SRV.STATS unanswered. The names kept are bounded in characters; the rest are
+    counted under "(others)", and every reply is answered."""
+    service, n = unguarded.service, 1100
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        sender = await nats.connect(unguarded.tenant_url)
+        try:
+            for i in range(n):
+                subject = session_subject(service.api_prefix, f"t{i:04d}" + "x" * n, "health")
+                await sender.publish(subject, b"{}", reply="_JUNK.AbC123.1")
+            await sender.flush()
+        finally:
+            await sender.close()
+        await _until(unguarded, lambda: service.metrics()["service"]["replies"]["refused"] >= n, "refused")
+        operator = await nats.connect(unguarded.operator_url, inbox_prefix=OPERATOR_INBOX)
+        try:
+            answers = []
+            for subject in (
+                operator_subject(service.api_prefix, "metrics"),
+                status_subject(service.api_prefix, service.instance),
+                "$SRV.STATS.convmem",
+            ):
+                reply = await operator.request(subject, b"", timeout=WAIT)
+                assert not (reply.headers or {}).get("Nats-Service-Error"), reply.headers
+                answers.append(json.loads(reply.data))
+            return answers[0], answers[1], answers[2]
+        finally:
+            await operator.close()
+
+    metrics, status, stats = asyncio.run(scenario())
+    assert metrics["ok"] is True
+    replies = metrics["result"]["service"]["replies"]
+    assert status["metrics"]["service"]["replies"] == replies
+    assert stats["endpoints"][0]["data"]["replies"]["refused"] == n
+    by = replies["by_requester"]
+    assert sum(by.values()) == replies["refused"] == n
+    assert by["(others)"] > 0
+    assert sum(len(name) for name in by) <= MAX_NAMED_CHARS + len("(others)")
 
 
 # Control subjects ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "MAX_NAMED_CHARS",
     "MAX_REPLY",
     "OPERATOR",
     "OPERATOR_INBOX",
@@ -50,6 +51,11 @@ OPERATOR = "(operator)"
 """The requester of an operator request, as `requester` names it."""
 MAX_REPLY = 256
 """The longest reply subject the service answers on."""
+MAX_NAMED_CHARS = 16_384
+"""The characters of the requesters `ReplyGuard` counts by name, together (each past them counts under
+``"(others)"``): where a client may publish under any tenant token, 1,100 refusals naming made-up
+tenants of 1,100 characters grew the names in metrics, status and ``$SRV.STATS`` past max_payload,
+so every replica's status failed (a failed health check) and its metrics were too large to send."""
 
 _log = logging.getLogger("convmem.service")
 
@@ -125,7 +131,9 @@ class ReplyGuard:
     most `max_requesters` of them (the rest add up under ``"(others)"``), so a
     flood of made-up tenant tokens cannot grow them without bound. Each
     requester's refusals are logged at the 1st, 2nd, 4th, 8th, … one: a flood
-    leaves a few lines, each with the running count.
+    leaves a few lines, each with the running count. The names kept are
+    bounded in characters too (`MAX_NAMED_CHARS`), so the operator's replies
+    that carry them stay far below any max_payload.
     """
 
     def __init__(
@@ -137,6 +145,7 @@ class ReplyGuard:
         self.refused = 0
         """Requests refused for their reply subject, in all."""
         self._by_requester: dict[str, int] = {}
+        self._named_chars = 0  # the characters of the names in `_by_requester`
         self._lock = threading.Lock()
 
     def allows(self, subject: str, reply: str) -> bool:
@@ -147,8 +156,14 @@ class ReplyGuard:
         who = requester(self.api_prefix, subject) or "(unknown)"
         with self._lock:
             self.refused += 1
-            if who not in self._by_requester and len(self._by_requester) >= self.max_requesters:
-                who = "(others)"
+            if who not in self._by_requester:
+                if (
+                    len(self._by_requester) >= self.max_requesters
+                    or self._named_chars + len(who) > MAX_NAMED_CHARS
+                ):
+                    who = "(others)"
+                if who not in self._by_requester:
+                    self._named_chars += len(who)
             count = self._by_requester[who] = self._by_requester.get(who, 0) + 1
         if self._on_refused is not None:
             self._on_refused()
