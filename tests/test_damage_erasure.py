@@ -14,6 +14,7 @@ session's and the user's erase, the Python erase and repair; real nats-server, r
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,19 @@ from runtime_helpers import WAIT
 from test_damage_views import _keys
 
 import convmem
-from convmem.actors import MemorySystem
-from convmem.adapters import JetStreamBackend
+from convmem.actors import ManualClock, MemorySystem
+from convmem.adapters import JetStreamBackend, MemoryService, RemoteMemory
 from convmem.adapters.backends.jetstream import EmbeddedNatsServer
 from convmem.adapters.backends.keys import KeySettings
 from convmem.adapters.frontends.cli._main import main
-from convmem.events import ConversationTurn, MemoryKey, ShortTermMemoryConfig
+from convmem.errors import SessionDamaged
+from convmem.events import (
+    ConversationTurn,
+    MemoryKey,
+    RetentionPolicies,
+    RetentionPolicy,
+    ShortTermMemoryConfig,
+)
 
 CONFIG = ShortTermMemoryConfig(strategy="truncation")
 OK = MemoryKey("acme", "alice", "ok")
@@ -237,3 +245,45 @@ def test_a_repair_that_cannot_replace_a_damaged_snapshot_exits_7_not_repaired(
         assert "not saved" not in out + err
         code, out, err = _served(capsys, *ops, "verify", "--all")
         assert code == 0, out + err
+
+
+def _limited(server: EmbeddedNatsServer) -> str:
+    return server.url.replace("nats://", "nats://limited:limited-secret@")
+
+
+def test_the_services_erase_that_cannot_remove_a_damaged_snapshot_answers_session_damaged(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    _seed(data, encrypt=False)
+    with (
+        EmbeddedNatsServer(data, extra_config=USERS) as server,
+        JetStreamBackend.connect(_limited(server), keys=KeySettings(encrypt=False)) as backend,
+        MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots) as memory,
+        MemoryService(memory, _limited(server)),
+        RemoteMemory(_limited(server), timeout=WAIT) as remote,
+    ):
+        with pytest.raises(SessionDamaged, match="was not erased") as caught:
+            remote.erase_user("acme", "alice")
+        assert caught.value.key == HURT.composite()
+        (pending,) = memory.pending_erasures()
+        assert (pending.tenant_id, pending.user_id) == ("acme", "alice")
+
+
+def test_retentions_erase_that_cannot_remove_a_damaged_snapshot_reports_it_and_leaves_it_pending(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    _seed(data, encrypt=False)
+    later = ManualClock(time.time() + 10 * 86_400)
+    with (
+        EmbeddedNatsServer(data, extra_config=USERS) as server,
+        JetStreamBackend.connect(_limited(server), keys=KeySettings(encrypt=False)) as backend,
+        MemorySystem(CONFIG, log=backend.log, snapshots=backend.snapshots, clock=later) as memory,
+    ):
+        report = memory.sweep_retention(policies=RetentionPolicies(default=RetentionPolicy(idle=86_400.0)))
+        (problem,) = report.problems
+        assert problem.key == HURT
+        assert "was not erased" in problem.problem
+        assert {o.key for o in report.outcomes if o.action == "erase"} == {OK, BOB}
+        assert [p.key for p in memory.pending_erasures()] == [HURT]
