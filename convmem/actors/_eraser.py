@@ -21,7 +21,9 @@ point, and two processes may run them at once:
    as keyed digests) and drops its live and cached copies; this process too.
 7. ``exports``: the export files convmem wrote and recorded
    (`ExportRegistry`) lose the sessions' lines.
-8. ``complete``: the journal keeps a receipt without ids in clear, and the
+8. ``complete``: the journal keeps a receipt without ids in clear (with where
+   the log stood after the events step, `ErasureReceipt.log_position`, so a
+   kept copy is later weighed against it by position, not by clock), and the
    pending request is erased for good.
 
 The sessions are listed from the log *and* the snapshot store (heads and
@@ -40,7 +42,13 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import msgspec
 
 from convmem.actors._erasure import ErasureNotice, ErasureWatch, KeyShredder
-from convmem.actors._journal import ErasureJournal, ErasureJournalDamaged, ErasureRequest, readable_pending
+from convmem.actors._journal import (
+    ErasureJournal,
+    ErasureJournalDamaged,
+    ErasureRequest,
+    log_position,
+    readable_pending,
+)
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
 from convmem.errors import ConvmemError, EncryptionKeyError
 from convmem.events import MemoryKey
@@ -88,6 +96,8 @@ class ErasureRun:
         self.eraser = eraser
         self.request = request
         self.events_purged = 0
+        self.log_position: int | None = None
+        """Where the log stood once the events step was done (`LogPositions`), for the receipt."""
         self._keys: list[MemoryKey] | None = None
 
     @property
@@ -135,6 +145,8 @@ def _events(run: ErasureRun) -> None:
     log, now = run.eraser.log, run.eraser.clock.now()
     for key in run.keys:
         run.events_purged += log.erase(key, at=now)
+    # Every erased event and every fence is at or below this; whatever is stored from now on is above.
+    run.log_position = log_position(log)
 
 
 def _snapshots(run: ErasureRun) -> None:
@@ -163,8 +175,12 @@ def _exports(run: ErasureRun) -> None:
 
 
 def _complete(run: ErasureRun) -> None:
+    position = run.log_position if run.log_position is not None else log_position(run.eraser.log)
     receipt = run.request.receipt(
-        completed_at=run.eraser.clock.now(), sessions=len(run.keys), events_purged=run.events_purged
+        completed_at=run.eraser.clock.now(),
+        sessions=len(run.keys),
+        events_purged=run.events_purged,
+        log_position=position,
     )
     run.eraser.journal.complete(receipt)
 

@@ -48,6 +48,7 @@ __all__ = [
     "ErasureRecord",
     "ErasureRequest",
     "JournaledLog",
+    "LogPositions",
     "MarksReceipts",
     "erasure_after",
     "find_erasure",
@@ -102,7 +103,9 @@ class ErasureRequest(msgspec.Struct, frozen=True, kw_only=True):
             and (self.session_id is None or key.session_id == self.session_id)
         )
 
-    def receipt(self, *, completed_at: float, sessions: int, events_purged: int) -> ErasureReceipt:
+    def receipt(
+        self, *, completed_at: float, sessions: int, events_purged: int, log_position: int | None = None
+    ) -> ErasureReceipt:
         """What the journal keeps once the erasure is done: no id in clear."""
         salt = os.urandom(_SALT_BYTES)
         ids = (
@@ -120,11 +123,20 @@ class ErasureRequest(msgspec.Struct, frozen=True, kw_only=True):
             completed_at=completed_at,
             sessions=sessions,
             events_purged=events_purged,
+            log_position=log_position,
         )
 
 
-class ErasureReceipt(msgspec.Struct, frozen=True, kw_only=True):
-    """A finished erasure: when, by whom, how much; the ids only as a digest keyed with `salt`."""
+class ErasureReceipt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A finished erasure: when, by whom, how much; the ids only as a digest keyed with `salt`.
+
+    `log_position` is where the event log stood once the erasure's events step was done (its
+    log-wide position, `LogPositions.log_position`): every event the erasure erased, and its
+    fences, are at or below it, and every event stored after it is above it, whatever any clock
+    said. None in receipts written before it was recorded, or on a log that cannot say: a copy is
+    then weighed against `completed_at` by time (see `erasure_after`), and the receipt is stored
+    as one written before (a field at its default is left out of the stored bytes).
+    """
 
     id: str
     salt: bytes
@@ -135,6 +147,7 @@ class ErasureReceipt(msgspec.Struct, frozen=True, kw_only=True):
     completed_at: float
     sessions: int
     events_purged: int
+    log_position: int | None = None
 
     def covers(self, key: MemoryKey) -> bool:
         """Whether `key` is one of the sessions this erasure erased."""
@@ -272,6 +285,23 @@ class JournaledLog(Protocol):
     def erasure_journal(self) -> ErasureJournal | None: ...
 
 
+@runtime_checkable
+class LogPositions(Protocol):
+    """An `EventLog` that can say where it stands (optional capability).
+
+    `log_position()` is the log-wide position (`LoggedEvent.position`, a JetStream stream
+    sequence) of the last record it stored, erased ones included (0: none yet): positions only
+    grow, so an event stored later is above it.
+    """
+
+    def log_position(self) -> int: ...
+
+
+def log_position(log: object) -> int | None:
+    """`log`'s `LogPositions.log_position`, or None when it cannot say."""
+    return log.log_position() if isinstance(log, LogPositions) else None
+
+
 def find_erasure(journal: ErasureJournal | None, key: MemoryKey) -> ErasureRecord | None:
     """The record of an erasure that covers `key` (pending first), or None: was this session erased?
 
@@ -307,7 +337,13 @@ def receipts_mark(journal: ErasureJournal | None) -> int | None:
 
 
 def erasure_after(
-    journal: ErasureJournal | None, key: MemoryKey, since: float, *, mark: int | None = None
+    journal: ErasureJournal | None,
+    key: MemoryKey,
+    since: float,
+    *,
+    mark: int | None = None,
+    position: int = 0,
+    log_now: int | None = None,
 ) -> ErasureRecord | None:
     """An erasure covering `key` that data read as of `since` belongs to: one pending now, or one
     finished at or after `since` (any receipt of those that read, not only the first); else None.
@@ -320,7 +356,15 @@ def erasure_after(
     `mark` (`receipts_mark`, taken before the copy began reading) reads only
     the receipts kept since, whenever they say they finished: every receipt
     kept before it belongs to an erasure that was over before the copy read
-    anything. `ErasureJournalDamaged` as `find_erasure`.
+    anything. `position` (without `mark`) is the log position of the copied data's last event
+    (`Snapshot.position`; 0 when unknown): a receipt that says where the log stood after its events
+    step (`ErasureReceipt.log_position`) covers the copy when the copy's last event is at or below
+    that, whatever the clocks say (an event stored after the erasure is above it); a receipt
+    without one (written by an older version), or a copy of unknown position, is weighed by time
+    as before (`completed_at >= since`). `log_now` (`log_position` asked now) tells positions of
+    another stream apart: a log lost and made again (``convmem repair --accept-loss``) numbers from 1
+    again, so a position above where the log stands now is of the stream before; a receipt and a
+    copy on either side of it are weighed by time. `ErasureJournalDamaged` as `find_erasure`.
     """
     if journal is None:
         return None
@@ -342,11 +386,26 @@ def erasure_after(
     else:
         receipts, damaged_receipts = readable_receipts(journal)
     for receipt in receipts:
-        if receipt.completed_at >= since and receipt.covers(key):
+        if _after(receipt, since, position, log_now) and receipt.covers(key):
             return receipt
     if damaged or damaged_receipts:
         raise ErasureJournalDamaged([*damaged, *damaged_receipts], readable=[*pending, *receipts])
     return None
+
+
+def _after(receipt: ErasureReceipt, since: float, position: int, log_now: int | None) -> bool:
+    """Whether data read as of `since` (its last event at log `position`) predates `receipt`'s end."""
+    if since == -math.inf:
+        return True  # any receipt (`find_erasure`, or one kept after a mark)
+    erased_up_to = receipt.log_position
+    if (
+        position > 0
+        and erased_up_to is not None
+        # Of one stream: both at or below where the log stands now, or both above (the stream before)
+        and (log_now is None or (position > log_now) == (erased_up_to > log_now))
+    ):
+        return position <= erased_up_to  # by position: the clocks do not matter
+    return receipt.completed_at >= since  # an older receipt, or a copy of unknown position: by time
 
 
 def readable_pending(journal: ErasureJournal) -> tuple[list[ErasureRequest], list[DamagedRecord]]:

@@ -13,7 +13,8 @@ A snapshot the log does not continue (the log holds no event, or another
 one, at the snapshot's seq; or an erasure's fence stands above it) is
 deleted only when the erasure journal has a record of an erasure of that
 session (`erasure_after`: pending, or finished after the snapshot's last
-event): it holds erased data; or when the log itself records past it a
+event, by log position where the receipt and the snapshot record one, else
+by time): it holds erased data; or when the log itself records past it a
 retention compaction (`HistoryCompacted`, which stands for it) or an
 erasure's fence (`SessionErased`: a retention sweep fences before it journals
 the erasure, so a crash between the two leaves the fence as the only record,
@@ -30,7 +31,7 @@ from typing import Literal
 
 import msgspec
 
-from convmem.actors._journal import ErasureJournal, erasure_after
+from convmem.actors._journal import ErasureJournal, erasure_after, log_position
 from convmem.actors._ports import EventLog, LoggedEvent, Snapshot, SnapshotStore
 from convmem.errors import EventDecodeError, ReplayError, SessionDamaged, SessionLost
 from convmem.events import (
@@ -298,15 +299,21 @@ def load_state(
             # snapshot is kept unless an erasure of the session was recorded.
             report.snapshot_rejected = "snapshot does not continue into the log"
             report.snapshot_seq = 0
-            if snapshots is not None and _erased(journal, key, start):
+            if snapshots is not None and snapshot is not None and _erased(journal, snapshot, start, log):
                 snapshots.delete(key)  # erased data
             records = log.read(key)
         state = fold_logged(records, on_poison=on_poison, report=report)
-    if start is not None and snapshots is not None and state.version > start.version and not state.started:
+    if (
+        start is not None
+        and snapshot is not None
+        and snapshots is not None
+        and state.version > start.version
+        and not state.started
+    ):
         # A tombstone after the snapshot: an erasure is under way; the snapshot holds erased data
         # (a stale writer saved it meanwhile). Removed once the erasure is recorded, else kept.
         report.snapshot_rejected = "snapshot predates an erasure"
-        if _erased(journal, key, start):
+        if _erased(journal, snapshot, start, log):
             snapshots.delete(key)
     if report.damage:
         raise damaged_error(report.damage[0])
@@ -333,14 +340,22 @@ def _dropped_on_purpose_past(records: list[LoggedEvent], seq: int) -> bool:
     return False
 
 
-def _erased(journal: ErasureJournal | None, key: MemoryKey, state: SessionState) -> bool:
-    """Whether `state` (a snapshot's) is a copy of data an erasure recorded in `journal` removed.
+def _erased(journal: ErasureJournal | None, snapshot: Snapshot, state: SessionState, log: EventLog) -> bool:
+    """Whether `state` (`snapshot`'s) is a copy of data an erasure recorded in `journal` removed.
 
     A pending erasure covers whatever the session holds; a finished one only
     what was written before it finished (a session begun afresh after an
-    erasure is not erased data).
+    erasure is not erased data): by position when both the receipt and the
+    snapshot record one (the snapshot's last event at or below where the log
+    stood after the erasure's events step), else by time (the snapshot's last
+    event's time against the receipt's end: receipts and snapshots written
+    before positions were recorded).
     """
-    return erasure_after(journal, key, state.last_at) is not None  # every receipt, not only the first
+    if journal is None:
+        return False
+    now = log_position(log) if snapshot.position else None  # a stream made again numbers from 1
+    found = erasure_after(journal, snapshot.key, state.last_at, position=snapshot.position, log_now=now)
+    return found is not None  # every receipt, not only the first
 
 
 def _drop_erased(
@@ -353,7 +368,7 @@ def _drop_erased(
 ) -> None:
     """Delete `snapshot` when an erasure of its session is recorded; else raise `SessionLost`, keeping it."""
     key = snapshot.key
-    if _erased(journal, key, state):
+    if _erased(journal, snapshot, state, log):
         _log.warning("deleting the snapshot of erased session %s: %s", key, problem)
         snapshots.delete(key)
         return

@@ -196,13 +196,20 @@ class LoopEventLog(Protocol):
         ...
 
 
-class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An encoded session state covering the session's events up to `seq`.
 
     `event_id` is the id of the event at `seq` (empty in snapshots saved
     before it was recorded): a snapshot is used only while the log still
     holds that very event, so one saved by a stale process after an erasure
     never stands in for a new session that reached the same seq.
+
+    `position` is that event's log-wide position (`LoggedEvent.position`; 0 in
+    snapshots saved before it was recorded, or when the saver could not read
+    it): when the log no longer holds the session, an erasure's receipt is
+    weighed against it by position (`erasure_after`), not by the event's time.
+    Fields at their default are left out of the stored bytes (a snapshot of
+    unknown position is stored as one saved before positions were recorded).
     """
 
     key: MemoryKey
@@ -210,13 +217,30 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     state_hash: str
     data: bytes
     event_id: str = ""
+    position: int = 0
 
 
-def snapshot_of(key: MemoryKey, state: SessionState, event_id: str) -> Snapshot:
-    """`state` as the snapshot of `key` at the state's version (`event_id`: the event there)."""
+def snapshot_of(key: MemoryKey, state: SessionState, event_id: str, *, position: int = 0) -> Snapshot:
+    """`state` as the snapshot of `key` at the state's version (`event_id`: the event there, at log
+    `position` when known)."""
     return Snapshot(
-        key=key, seq=state.version, state_hash=state_hash(state), data=encode_state(state), event_id=event_id
+        key=key,
+        seq=state.version,
+        state_hash=state_hash(state),
+        data=encode_state(state),
+        event_id=event_id,
+        position=position,
     )
+
+
+def position_of(log: EventLog, key: MemoryKey, seq: int, event_id: str) -> int:
+    """The log position of `key`'s event at `seq` (the one of `event_id`), or 0 when the log does not
+    hold it readable (one read of the session's tail)."""
+    for record in log.read(key, after_seq=seq - 1):
+        same = not event_id or record.event_id in (None, event_id)
+        if record.seq == seq and record.damage is None and same:
+            return record.position
+    return 0
 
 
 class SnapshotStore(Protocol):

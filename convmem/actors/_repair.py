@@ -34,7 +34,7 @@ from convmem.actors._audit import _erased, verify
 from convmem.actors._ids import new_command_id
 from convmem.actors._journal import JournaledLog, find_erasure
 from convmem.actors._load import LoadReport, PoisonEvent, applied
-from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore, snapshot_of
+from convmem.actors._ports import EventLog, LoggedEvent, SnapshotStore, position_of, snapshot_of
 from convmem.errors import ConvmemError, EventDecodeError, InvalidInput
 from convmem.events import MemoryKey, SessionRepaired
 from convmem.projections import SessionState, decode_state, encode_state, evolve, state_hash
@@ -144,7 +144,8 @@ def repair_session(
         state = evolve(SessionState(key=key), event)  # what the fold makes of the repair
         try:
             snapshots.delete(key)  # it may stand above the repair (a log that lost its tail)
-            snapshots.save(snapshot_of(key, state, event.event_id))  # the fold's version is event.seq
+            position = position_of(log, key, event.seq, event.event_id)
+            snapshots.save(snapshot_of(key, state, event.event_id, position=position))  # version: event.seq
         except ConvmemError as exc:  # the repair is stored: without a snapshot, loads replay the log
             _log.warning("repair of %s: its new snapshot was not saved: %s", key, exc)
             plan.snapshot_problem = str(exc)

@@ -19,7 +19,13 @@ them (its content is then in the log).
 A snapshot is never restored over an erasure. The journal is asked first: an
 erasure of the session pending, or finished after the snapshot's last event
 (`erasure_after`), makes the snapshot erased data, deleted, and nothing is
-written. An erasure erases the events first and the snapshot after, so in
+written. "After" is a position where both sides record one: the snapshot's
+last event's log position (`Snapshot.position`) at or below where the log
+stood once the erasure's events step was done (`ErasureReceipt.log_position`),
+whatever the eraser's clock said; a session begun again after the erasure is
+above it, so it is restored. A receipt or a snapshot written before positions
+were recorded is weighed by time, as before (the snapshot's last event's time
+against the receipt's end). An erasure erases the events first and the snapshot after, so in
 between the session looks lost; and an erasure recorded while the restore
 runs may have listed the user's sessions before the restored events
 existed. So the journal is asked again once the log acknowledged them: an
@@ -41,7 +47,13 @@ from __future__ import annotations
 
 import msgspec
 
-from convmem.actors._journal import ErasureJournal, JournaledLog, erasure_after, receipts_mark
+from convmem.actors._journal import (
+    ErasureJournal,
+    JournaledLog,
+    erasure_after,
+    log_position,
+    receipts_mark,
+)
 from convmem.actors._load import LoadReport, _dropped_on_purpose_past, _stale, _usable, fold_logged
 from convmem.actors._ports import EventLog, SnapshotStore
 from convmem.errors import InvalidInput, StoreNotFound
@@ -85,7 +97,8 @@ def restore_lost(
     saved = _usable(snapshot, key, report)
     if saved is None:
         raise InvalidInput("snapshot", f"of session {key} cannot be restored: {report.snapshot_rejected}")
-    if erasure_after(journal, key, saved.last_at) is not None:
+    stands = log_position(log) if journal is not None and snapshot.position else None  # a new stream: from 1
+    if erasure_after(journal, key, saved.last_at, position=snapshot.position, log_now=stands) is not None:
         snapshots.delete(key)  # erased data: the erasure's own snapshot step would delete it too
         raise InvalidInput(
             "key",

@@ -52,7 +52,7 @@ import msgspec
 from convmem.actors._audit import _ReadOnlySnapshots
 from convmem.actors._journal import JournaledLog
 from convmem.actors._load import LoadReport, decode_logged, load_state
-from convmem.actors._ports import Clock, EventLog, SnapshotStore, Timer, snapshot_of
+from convmem.actors._ports import Clock, EventLog, SnapshotStore, Timer, position_of, snapshot_of
 from convmem.errors import ConcurrencyConflict, ConvmemError, ReplayError, SessionLost
 from convmem.events import AnyEvent, HistoryCompacted, MemoryKey, RetentionPolicies, SessionErased
 from convmem.projections import (
@@ -311,7 +311,9 @@ def _drop(
         passivate(key)  # no live state here keeps (or snapshots) the dropped turns
     if snapshots is not None:
         if compacted is not None:
-            snapshots.save(snapshot_of(key, compacted_state(compacted), compacted.event_id))
+            position = position_of(log, key, compacted.seq, compacted.event_id)
+            snapshot = snapshot_of(key, compacted_state(compacted), compacted.event_id, position=position)
+            snapshots.save(snapshot)
             if not any(r.event_id == compacted.event_id for r in log.read(key)):
                 snapshots.delete(key)  # the session was erased meanwhile: the snapshot holds erased turns
         else:

@@ -17,7 +17,15 @@ from collections.abc import Sequence
 
 from convmem.actors._journal import ErasureJournal
 from convmem.actors._load import LoadReport, OnPoison, load_state
-from convmem.actors._ports import EventLog, LoggedEvent, LoopEventLog, Settle, SnapshotStore, snapshot_of
+from convmem.actors._ports import (
+    EventLog,
+    LoggedEvent,
+    LoopEventLog,
+    Settle,
+    SnapshotStore,
+    position_of,
+    snapshot_of,
+)
 from convmem.events import Event, MemoryKey
 from convmem.projections import SessionState
 
@@ -98,7 +106,8 @@ class SessionStorage:
         if self.snapshots is None:
             return
         try:
-            self.snapshots.save(snapshot_of(key, state, event_id))
+            position = position_of(self.log, key, state.version, event_id)
+            self.snapshots.save(snapshot_of(key, state, event_id, position=position))
             if self.log.last_seq(key) < state.version:
                 _log.info(
                     "snapshot of %s at seq %s deleted: the session was erased meanwhile", key, state.version

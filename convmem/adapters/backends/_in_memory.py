@@ -153,6 +153,13 @@ class InMemoryEventLog:
             self._check_open()
             return self._last_seq.get(key, 0)
 
+    def log_position(self) -> int:
+        """See `LogPositions`: the position of the last record stored (an erased one's too: positions
+        are never given twice)."""
+        with self._lock:
+            self._check_open()
+            return len(self._all)
+
     def read_all(
         self,
         *,

@@ -376,6 +376,14 @@ class JetStreamEventLog:
             return 0
         return self._conn.call(lambda: self._writer.load_last(subject), what=f"last seq of {key}").seq
 
+    def log_position(self) -> int:
+        """See `LogPositions`: the stream's last sequence (deleting messages never lowers it)."""
+        if self._closed:
+            raise SessionClosed("the JetStream event log is closed")
+        if self._absent:
+            return 0
+        return self._conn.call(self._stream_last_seq, what=f"info of stream {self._stream!r}")
+
     def read_all(
         self,
         *,
