@@ -8,6 +8,8 @@ answers well the session is HEALTHY again.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +17,8 @@ from typing import Any
 import pytest
 from runtime_helpers import Harness, events_of, key, summarizing_config, turn, wait_until
 
+from convmem.adapters.frontends.cli._safe import visible
+from convmem.adapters.frontends.cli._timeline import timeline_page
 from convmem.events import HealthChanged, MemoryHealth, SummaryProduced
 
 _HUGE = "x" * 10_000_000
@@ -97,4 +101,28 @@ def test_a_summary_answered_after_a_clear_and_a_fork_is_not_stored_in_either(har
     assert "summary" not in session.get_llm_context()["conversation_memory"]
     assert all(
         e.summary != "summary of the cleared turns" for e in events_of(harness.log, fork, SummaryProduced)
+    )
+
+
+_EVIL = "sum \x1b[2J\x1b]0;owned\x07 \x9b31m \u202e reversed \r over \u2066 end"
+_RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_a_summary_of_terminal_escapes_and_bidi_overrides_is_shown_escaped_on_the_timeline_page(
+    harness: Harness,
+) -> None:
+    """The page shows text with `textContent`, so markup cannot run; a raw U+202E would still turn
+    the rest of a line around in the browser and a C1 control reach a terminal that prints the file:
+    the page shows every control character as a visible escape, as the CLI prints it."""
+    system = harness.system(summarizing_config(), summarizer=lambda request: {"summary": _EVIL})
+    session = system.session(key())
+    for n in range(3):
+        session.add_turn(turn(f"t{n} \u202e"))
+    session.flush(timeout=10)
+    assert session.get_llm_context()["conversation_memory"]["summary"] == _EVIL  # stored as given
+    page = timeline_page(harness.log.read(key()), key())
+    assert _RAW.findall(page) == []
+    assert (
+        visible(_EVIL)
+        in json.loads(page.split('type="application/json">', 1)[1].split("</script>", 1)[0])["lines"]
     )

@@ -50,6 +50,7 @@ from convmem.adapters.frontends.cli._common import (
 from convmem.adapters.frontends.cli._inspect import records_from_file, stamp
 from convmem.adapters.frontends.cli._page import PAGE
 from convmem.adapters.frontends.cli._readable import readable_lines
+from convmem.adapters.frontends.cli._safe import visible
 from convmem.errors import ReplayError
 from convmem.events import AnyEvent, MemoryKey
 from convmem.projections import SessionState, SkippedEvent, evolve
@@ -261,13 +262,33 @@ def timeline_page(records: Iterable[LoggedEvent], key: MemoryKey, progress: Prog
     ``<``, ``>`` and ``&`` (and U+2028/2029) escaped, so no stored text can
     close it, open a comment or a script in it, or end the page's markup; the
     script reads it with ``JSON.parse`` and shows it only as text
-    (``textContent``). Both slots are filled in one pass, so a key or a turn
-    that holds a slot's name fills nothing.
+    (``textContent``), every control character of it as a visible escape
+    (`_shown`). Both slots are filled in one pass, so a key or a turn that
+    holds a slot's name fills nothing.
     """
-    data = json.dumps(page_data(records, key, progress), ensure_ascii=False, separators=(",", ":"))
+    data = json.dumps(_shown(page_data(records, key, progress)), ensure_ascii=False, separators=(",", ":"))
     data = data.translate(_SCRIPT_SAFE)
     filled = {"__TITLE__": _html(key.composite()), "__DATA__": data}
     return _SLOTS.sub(lambda slot: filled[slot.group()], PAGE)
+
+
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""What the page shows as an escape: C0 (newline and tab aside), DEL, C1 and the bidi controls (the line
+separators U+2028/2029 stay: the page shows them as the line breaks they are)."""
+
+
+def _shown(value: Any) -> Any:
+    """`value` with every control character of its texts as a visible escape (`_UNSHOWN`), as the CLI
+    prints them: `textContent` runs no markup, but a raw bidi override (U+202E) would still turn the
+    rest of a line around in the browser, and a terminal escape or a C1 control reach a terminal that
+    prints the file."""
+    if isinstance(value, str):
+        return _UNSHOWN.sub(lambda control: visible(control.group()), value)
+    if isinstance(value, dict):
+        return {name: _shown(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_shown(item) for item in value]
+    return value
 
 
 def _html(text: str) -> str:
