@@ -40,7 +40,6 @@ from convmem.events import (
     MemoryKey,
     SessionErased,
     SessionRepaired,
-    SessionStarted,
     decode_event,
 )
 from convmem.projections import (
@@ -49,6 +48,7 @@ from convmem.projections import (
     SkippedEvent,
     decode_state,
     evolve,
+    names_another,
     replay,
     state_hash,
 )
@@ -154,12 +154,9 @@ def decode_logged(
             _poison(record, seq, problem, on_poison, report)
             yield SkippedEvent(seq, problem)
             continue
-        if isinstance(event, SessionStarted | HistoryCompacted) and event.key != record.key:
-            # Written on this subject by someone else (convmem writes a session's own key, a
-            # fork's copy included): the session is never taken for another one.
-            problem = f"it names session {event.key}, not {record.key}"
-            _poison(record, seq, problem, on_poison, report)
-            yield SkippedEvent(seq, problem, opens=seq != opened + 1)
+        if (foreign := names_another(event, record.key)) is not None:  # never another's session
+            _poison(record, seq, foreign, on_poison, report)
+            yield SkippedEvent(seq, foreign, opens=seq != opened + 1)
             continue
         if isinstance(event, SessionRepaired | SessionErased | HistoryCompacted) and report.damage:
             report.repaired.extend(report.damage)  # what came before is restored, erased or compacted
