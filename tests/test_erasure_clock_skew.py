@@ -31,11 +31,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from runtime_helpers import wait_until
 
 import convmem
 from convmem.actors import ErasureReceipt, ErasureRequest, MemorySystem, Snapshot
 from convmem.actors._clock import ManualClock
 from convmem.actors._journal import erasure_after
+from convmem.actors._ports import position_of
 from convmem.adapters import EmbeddedNatsServer, JetStreamBackend
 from convmem.adapters.backends import (
     FileExportRegistry,
@@ -350,3 +352,40 @@ def test_positions_of_a_stream_made_again_are_not_weighed_against_the_stream_bef
     assert erased(KEY, early, 0, 6000)
     assert not erased(ivy, late, 10, 6000)  # a receipt without a position: by time
     assert erased(ivy, early, 10**9, 6000)
+
+
+def test_a_snapshot_after_a_write_takes_its_position_from_the_writer_without_reading_the_session(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """A snapshot follows the write it covers: the writer kept that event's stream position from its
+    acknowledgement, so a save finds it with no read of the session's tail (each save paid one); the
+    position is the event's own, the one a read gives. When the session's last message is another
+    event, the save reads it as before."""
+    key = MemoryKey(TENANT, "ivy", "chat-positions")
+    with convmem.connect(nats_server.url, config=CONFIG, snapshot_every=1) as memory:
+        log = memory.log
+        write(memory, key, turns=3)
+        stored = [r for r in log.read(key) if r.seq is not None]
+        last, before = stored[-1], stored[-2]
+        snapshots = memory.snapshots
+        assert snapshots is not None
+        wait_until(lambda: getattr(snapshots.load(key), "seq", 0) == last.seq, message="the last save")
+        snapshot = snapshots.load(key)
+        assert snapshot is not None
+        assert snapshot.position == last.position > 0
+
+        read = log.read
+        reads: list[MemoryKey] = []
+
+        def counted(read_key: MemoryKey, **kwargs: object) -> object:
+            reads.append(read_key)
+            return read(read_key, **kwargs)  # type: ignore[arg-type]
+
+        log.read = counted  # type: ignore[method-assign]
+        assert last.event_id is not None
+        assert last.seq is not None
+        assert position_of(log, key, last.seq, last.event_id) == last.position
+        assert reads == []  # known from the writer: no request
+        assert before.seq is not None
+        assert position_of(log, key, before.seq, before.event_id) == before.position
+        assert reads == [key]  # not the session's last message: read

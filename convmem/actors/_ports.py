@@ -235,7 +235,14 @@ def snapshot_of(key: MemoryKey, state: SessionState, event_id: str, *, position:
 
 def position_of(log: EventLog, key: MemoryKey, seq: int, event_id: str) -> int:
     """The log position of `key`'s event at `seq` (the one of `event_id`), or 0 when the log does not
-    hold it readable (one read of the session's tail)."""
+    hold it readable: what the log keeps of the session's last append when it can say
+    (`known_position`: a snapshot follows the write it covers, so no request), else one read of the
+    session's tail."""
+    known = getattr(log, "known_position", None)
+    if known is not None:
+        position = known(key, seq, event_id)
+        if position:
+            return int(position)
     for record in log.read(key, after_seq=seq - 1):
         same = not event_id or record.event_id in (None, event_id)
         if record.seq == seq and record.damage is None and same:

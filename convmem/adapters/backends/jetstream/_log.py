@@ -376,6 +376,19 @@ class JetStreamEventLog:
             return 0
         return self._conn.call(lambda: self._writer.load_last(subject), what=f"last seq of {key}").seq
 
+    def known_position(self, key: MemoryKey, seq: int, event_id: str) -> int | None:
+        """The stream position of `key`'s event at `seq` (the one of `event_id`) when this log wrote or
+        read it last, from what its writer keeps of the session (no request); None when it keeps
+        nothing of it, or the session's last message is another event."""
+        if self._closed or self._absent:
+            return None
+        last = self._writer.known(self._keys.subject(key))
+        if last is None or last.seq != seq or last.stream_seq <= 0:
+            return None
+        if event_id and last.event_id is not None and last.event_id != event_id:
+            return None
+        return last.stream_seq
+
     def log_position(self) -> int:
         """See `LogPositions`: the stream's last sequence (deleting messages never lowers it)."""
         if self._closed:
