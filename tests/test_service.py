@@ -198,6 +198,7 @@ def test_every_operation_answers_what_the_local_handle_answers(
             # and the remote key read in process gives what the service gave
             assert far.get_llm_context() == system.session(far.key).get_llm_context()
 
+        same_reads()  # nothing stored yet: both read the configuration the session will start with
         assert [same(lambda h, n=n: h.add_turn(rich_turn(n))) for n in range(5)] == [1, 2, 3, 4, 5]
         same_reads()
         items = [

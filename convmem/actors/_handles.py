@@ -112,6 +112,11 @@ class _Core:
     def _state(self) -> SessionState:
         return self._view_state(self._sessions.cell(self.key).state)
 
+    def view_state(self, state: SessionState) -> SessionState:
+        """`state` as this handle's reads see it: a session with nothing stored yet follows the
+        configuration it will start with (so a service answers a read of it as a handle does)."""
+        return self._view_state(state)
+
     def _view_state(self, state: SessionState) -> SessionState:
         if not state.started:
             # Nothing stored yet: views follow the configuration the session will start with.

@@ -308,7 +308,9 @@ class ApiOperations:
         raise MalformedRequest("op", f"{op!r} has no handler")  # parse_subject lets none through
 
     def _fresh(self, handle: SessionHandle, timeout: float) -> SessionState:
-        """The session's state, reloaded first when the log has events this process has not seen.
+        """The session's state as its handle's reads see it (`view_state`: one with nothing stored
+        yet follows the configuration it will start with), reloaded first when the log has events
+        this process has not seen.
 
         Another service (or process) may have written the session since this
         one last did: without the check, a read through this service would
@@ -318,9 +320,9 @@ class ApiOperations:
         if self.fresh_reads and (system.is_live(handle.key) or system.is_cached(handle.key)):
             state = handle.snapshot_state()
             if system.log.last_seq(handle.key) != state.version:
-                return handle.refresh(timeout=timeout)
-            return state
-        return handle.snapshot_state()  # neither live nor cached: loading it reads the log anyway
+                return handle.view_state(handle.refresh(timeout=timeout))
+            return handle.view_state(state)
+        return handle.view_state(handle.snapshot_state())  # loading it reads the log anyway
 
     def _whole_history(self, key: MemoryKey, state: SessionState) -> SessionState:
         """`key`'s whole history for an ``agents_items`` that reaches past its live turns, read from
