@@ -116,6 +116,8 @@ def test_durations_print_back_readably() -> None:
         ({"default": {"idle": "soon"}}, "retention.default.idle"),
         ({"default": {"idle": "-3d"}}, "retention.default.idle"),
         ({"default": {"idle": 0}}, "retention.default.idle"),
+        ({"default": {"idle": 30}}, "retention.default.idle"),  # no unit: days? seconds? refused
+        ({"tenants": {"acme": {"max_age": 180.0}}}, "retention.tenants.acme.max_age"),
         ({"default": {"idle": float("nan")}}, "retention.default.idle"),
         ({"default": {"idle": True}}, "retention.default.idle"),
         ({"default": {"max_age": "100000w"}}, "retention.default.max_age"),
@@ -1098,7 +1100,7 @@ def test_serve_refuses_a_hostile_policy_file_before_it_starts(
 ) -> None:
     """A bad --retention file stops serve at once with exit 5, naming the key (no server is started)."""
     policy = tmp_path / "retention.toml"
-    policy.write_text("[tenants.acme]\nidle = 5\nmax_turns = true\n", encoding="utf-8")
+    policy.write_text('[tenants.acme]\nidle = "5d"\nmax_turns = true\n', encoding="utf-8")
     code, _, err = run(capsys, "--data-dir", str(tmp_path / "store"), "serve", "--retention", str(policy))
     assert code == 5, err
     assert "retention.tenants.acme.max_turns" in err

@@ -14,7 +14,9 @@ whole. Nothing is ever dropped unless a policy says so: the default policy
 is empty.
 
 Durations are seconds (a number) or readable text: ``"90d"``, ``"12h"``,
-``"1d12h"``, ``"30m"``, ``"45s"``, ``"2w"``. `RetentionPolicies.parse`
+``"1d12h"``, ``"30m"``, ``"45s"``, ``"2w"``; in a mapping (a file), `idle` and
+`max_age`, which erase what they pass, must be text with a unit (``idle = 30``
+could mean days and would erase sessions idle for 30 seconds). `RetentionPolicies.parse`
 checks a mapping from a file (TOML or JSON) and raises `InvalidConfig`
 naming the bad key (``retention.tenants.acme.idle``). A duration is at most
 a century, `sweep_every` (a wait, as every wait a setting asks for) at most
@@ -161,8 +163,18 @@ class RetentionPolicy(msgspec.Struct, frozen=True, kw_only=True):
                 )
         values: dict[str, Any] = {}
         for name in ("idle", "max_age"):
-            if data.get(name) is not None:
-                values[name] = parse_duration(data[name], field=f"{where}.{name}")
+            value = data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                # Both erase what they pass: `idle = 30` meant as days would erase every session idle
+                # for half a minute. In a policy a duration says its unit; in Python, seconds.
+                raise InvalidConfig(
+                    f"{where}.{name}",
+                    f"is the bare number {_shown(value)}: a policy's {name} erases data, so it needs its "
+                    f"unit, e.g. '{_shown(value)}d' for days or '{_shown(value)}s' for seconds",
+                )
+            values[name] = parse_duration(value, field=f"{where}.{name}")
         for name in ("max_turns", "max_events"):
             if data.get(name) is not None:
                 values[name] = _count(data[name], f"{where}.{name}")
