@@ -28,6 +28,15 @@ whole bucket, every snapshot it can read written back; a delete that still
 leaves one raises `SnapshotNotErased` (a `SessionDamaged`), so an erasure
 stays pending rather than being reported done.
 
+nats-server never acknowledges a write on a subject whose last message it counts but cannot read
+back (the expected-last-subject-sequence check cannot read it; the write may even be stored, and
+after an erase in the same block the whole bucket stops answering). So a load that finds no
+snapshot asks whether the bucket counts one on the key (one ``STREAM.INFO`` of that subject, only
+when there is none to read: a session's first load, never a save), and a key it counts but cannot
+read is marked unsavable for this store: its saves return at once without a request (said once,
+with ``convmem repair KEY`` to do), until a delete of the key (an erasure, a repair) removes the
+damage, or a load reads a snapshot there again.
+
 With a keyring (encryption at rest), the snapshot's state bytes are sealed
 with the data key of the session's user before they are split, so every part
 holds ciphertext; the key, seq and state hash stay in clear. A snapshot
@@ -142,6 +151,10 @@ class JetStreamSnapshotStore:
         """Per key subject, the stream position and session seq of the snapshot (in one message, no
         parts) this store saved there last: its next save erases it and writes at once (touched on
         the connection's loop only)."""
+        self._unsavable: set[str] = set()
+        """Key subjects whose snapshot (or a part of it) the bucket counts but nats-server cannot
+        read back: never written to, since the server never acknowledges a write there (touched on
+        the connection's loop only)."""
         try:
             open_bucket(
                 connection,
@@ -188,7 +201,7 @@ class JetStreamSnapshotStore:
         """See `SnapshotStore.load`: None when missing, deleted, undecodable or another key's."""
         self._check_open()
         subject = self.subject(key)
-        message = self._conn.call(lambda: self._read(subject), what=f"load snapshot of {key}")
+        message = self._conn.call(lambda: self._read(subject, key), what=f"load snapshot of {key}")
         snapshot = _decode(message)
         if snapshot is None or snapshot.key != key:
             return None
@@ -219,14 +232,20 @@ class JetStreamSnapshotStore:
             return None
         return None if data is None else msgspec.structs.replace(snapshot, data=data)
 
-    async def _read(self, subject: str) -> StoredMessage | None:
+    async def _read(self, subject: str, key: MemoryKey | None = None) -> StoredMessage | None:
         """The key's message, with the bytes of a split snapshot joined back (None if a part is missing
-        or a message fails its checksum)."""
+        or a message fails its checksum). With `key` (a load), a message the bucket counts and
+        cannot serve marks the key unsavable, and one served clears the mark."""
         head = await self._get(subject)
+        if head is None and key is not None:
+            await self._mark_if_unreadable(subject, subject, key)
+            return None
         if head is not None and _damaged(head) is not None:
             return None
         count = _part_count(head)
         if head is None or not count:
+            if key is not None:
+                self._unsavable.discard(subject)
             return head
         snapshot = _decode(head)
         if snapshot is None:
@@ -234,11 +253,34 @@ class JetStreamSnapshotStore:
         parts = []
         for i in range(count):
             part = await self._get(f"{subject}.part.{i}")
+            if part is None and key is not None:
+                await self._mark_if_unreadable(subject, f"{subject}.part.{i}", key)
             if part is None or _damaged(part) is not None:
                 return None
             parts.append(part.data)
+        if key is not None:
+            self._unsavable.discard(subject)
         whole = msgspec.structs.replace(snapshot, data=b"".join(parts))
         return StoredMessage(subject=head.subject, seq=head.seq, headers={}, data=_encoder.encode(whole))
+
+    async def _mark_if_unreadable(self, subject: str, name: str, key: MemoryKey) -> None:
+        """Mark `subject` (the key's) unsavable when the bucket counts a message on `name` (its own
+        subject or a part's) that the server just answered it does not have (damaged on disk); else
+        clear the mark. One ``STREAM.INFO`` of that one subject."""
+        if not (await self._subjects(name)).get(name):
+            self._unsavable.discard(subject)
+            return
+        if subject not in self._unsavable:
+            self._unsavable.add(subject)
+            what = "its snapshot" if name == subject else f"part {name.rsplit('.', 1)[-1]} of its snapshot"
+            _log.warning(
+                "session %s: %s is stored but nats-server cannot read it back (damaged on disk), and "
+                "it never acknowledges a write there: no snapshot of the session is saved until "
+                "`convmem repair %s` replaces it (its loads replay the log; nothing stored is lost)",
+                key,
+                what,
+                key.composite(),
+            )
 
     def _limit(self) -> int:
         if self._part_bytes is not None:
@@ -270,6 +312,8 @@ class JetStreamSnapshotStore:
         headers[SUM_HEADER] = seal("", subject, data)
 
         async def put() -> None:
+            if subject in self._unsavable:  # a write there would wait out the timeout, unanswered
+                return
             known = self._saved.pop(subject, None)
             if known is not None and known[1] < snapshot.seq and not parts:
                 written = await self._replace(subject, known[0], data, headers)
@@ -367,7 +411,9 @@ class JetStreamSnapshotStore:
                 refused = await self._compact(subject)
                 left = await self._unreadable(subject)
                 if left:
+                    self._unsavable.add(subject)  # still there: a write on it would go unanswered
                     raise SnapshotNotErased(key, self._stream, left, refused)
+            self._unsavable.discard(subject)
 
         self._conn.call(erase, what=f"delete snapshot of {key}")
 
@@ -410,6 +456,7 @@ class JetStreamSnapshotStore:
         except PermissionDenied as exc:  # credentials without the purge: nothing purged
             return f"these credentials may not purge the bucket: {exc}"
         self._saved.clear()  # every position this store knew is gone
+        self._unsavable.clear()  # and every message it could not read
         for message in kept:
             try:
                 await self._conn.js.publish(
