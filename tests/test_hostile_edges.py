@@ -541,3 +541,62 @@ def test_another_tenants_erasures_do_not_make_a_tenant_at_its_quota_counted_agai
             assert _received(system) - before < 10 * events
     finally:
         system.close()
+
+
+def _counting_full_counts(service: MemoryService) -> list[str]:
+    """The tenants of each full count the service's byte tallies make from now on (the count itself
+    runs as before, on the real log: only its calls are listed)."""
+    usage = service._usage
+    counted: list[str] = []
+    count = usage._counter
+
+    async def listed(tenant_id: str, after: int) -> tuple[int, int]:
+        counted.append(tenant_id)
+        return await count(tenant_id, after)
+
+    usage._counter = listed
+    return counted
+
+
+def test_a_tenant_erasing_and_writing_again_at_its_quota_is_not_counted_again(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """acme at its quota erases one of its sessions, writes a new one as large (admitted) and then a
+    write that is over (refused), 20 rounds: each erasure marked acme's bytes unknown, so each round
+    counted every event of acme again (20 full counts; here 20 rounds over about 310 events read
+    6,940 messages; about 10 s of the store's time a round for a tenant of 1 GiB). The erasure takes
+    the bytes it deleted off acme's tally instead (the sizes of the messages it read to erase them):
+    no count (about 750 messages read, the rounds' own), and the tally is still what the stream
+    holds for acme, byte for byte."""
+    system = convmem.connect(nats_server.url, config=CONFIG)
+    quotas = Quotas(default=TenantLimits(max_bytes=200_000))
+    try:
+        with (
+            MemoryService(system, nats_server.url, quotas=quotas) as service,
+            RemoteMemory(nats_server.url, timeout=WAIT) as memory,
+        ):
+            for n in range(20):
+                assert _stored(memory.session(MemoryKey("acme", "alice", f"old-{n:02}")))
+            big = memory.session(MemoryKey("acme", "alice", "big"))
+            while True:  # up to a refusal: the count it rests on is fresh then
+                try:
+                    big.add_turn(_turn("x" * 200))
+                except QuotaExceeded:
+                    break
+            counts = _counting_full_counts(service)
+            before, admitted = _received(system), 0
+            for n in range(20):
+                assert memory.session(MemoryKey("acme", "alice", f"old-{n:02}")).erase() == 2
+                admitted += _stored(memory.session(MemoryKey("acme", "alice", f"new-{n:02}")))
+                admitted += _stored(big)
+            read = _received(system) - before
+            assert 20 <= admitted <= 21  # the new sessions, and none past the quota but by a turn
+            assert counts == []
+            events = sum(1 for _ in system.log.read_all(tenant_id="acme"))
+            # the rounds' own requests (erasures, journal, writes) read about 750; a full count reads
+            # every event of acme (about 310): twenty of them made it about 6,900
+            assert events > 250
+            assert read < 1_000, read
+            assert service._usage.usage("acme") == system.log.stored_bytes("acme")[0]
+    finally:
+        system.close()

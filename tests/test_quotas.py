@@ -16,7 +16,7 @@ import pytest
 from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn
 
 import convmem
-from convmem.actors import MemorySystem
+from convmem.actors import ErasureNotice, MemorySystem
 from convmem.adapters import (
     AsyncRemoteSession,
     EmbeddedNatsServer,
@@ -472,6 +472,118 @@ def test_a_tenant_refused_on_its_tally_is_counted_in_full_after_an_erasure(
         asyncio.run(scenario())
     finally:
         system.close()
+
+
+def _erasing_usage(system: MemorySystem, now: list[float], counts: list[int]) -> TenantUsage:
+    """`_counting_usage` taking what `system`'s log erases off the tallies, as `usage_of` makes it
+    (`erased`, and the log's notices told which tenants it tallies)."""
+    log: Any = system.log
+    counting = _counting_usage(system, now, counts, bound=False)
+    usage = TenantUsage(
+        counting._counter,
+        tallies=counting._shared,
+        appended=appended_of(log),
+        erased=log.erased_bytes,
+        recount_every=5.0,
+        clock=lambda: now[0],
+    )
+    log.tally_erasures(usage.takes_erasures_of)
+    return usage
+
+
+def test_an_erasure_through_an_instance_is_taken_off_every_tally_without_a_count(
+    url: str, jetstream_names: Any
+) -> None:
+    """Two instances refuse a tenant at its quota (a full count each); one erases a session: it takes
+    the bytes it deleted off its tally at once and adds that to the shared tally, and its notices say
+    so (`tallied`), so the other reads the shared tally instead of counting in full. Both admit the
+    tenant again with no count, each tally what is stored. Another instance's add landing while an
+    erasure runs may be a count made after its deletes: the erased bytes are counted in full then."""
+    one, two = _system(url, jetstream_names), _system(url, jetstream_names)
+    notices: list[ErasureNotice] = []
+    unwatch = two.log.watch_erasures(lambda notice: notices.append(notice) if notice else None)  # type: ignore[attr-defined]
+    try:
+        for n in range(4):
+            one.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}" * 30))
+        quota = _stored(one, "acme")
+        now, counts = [0.0], []  # type: ignore[var-annotated]
+
+        async def told(count: int) -> list[ErasureNotice]:
+            while len(notices) < count:
+                await asyncio.sleep(0.01)
+            return notices[:count]
+
+        async def scenario() -> None:
+            first = _erasing_usage(one, now, counts)
+            second = _erasing_usage(two, now, counts)
+            for usage in (first, second):
+                with pytest.raises(QuotaExceeded):
+                    await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            assert counts == [0, 0]
+            await asyncio.wait_for(first.erasing("acme"), WAIT)  # as the service does: an add before,
+            await asyncio.to_thread(one.erase, MemoryKey("acme", "u", "s0"))
+            first.erased("acme")  # and one after, on the revision of just before
+            for notice in await asyncio.wait_for(told(2), WAIT):  # the log's, then the eraser's repeat
+                assert notice.tallied
+                assert notice.may_be_of("acme")
+                second.erased_everywhere(notice.may_be_of, tallied=notice.tallied)
+                first.erased_everywhere(notice.may_be_of, tallied=notice.tallied)
+            await asyncio.wait_for(first.check("acme", quota), WAIT)  # admitted: no count
+            await asyncio.wait_for(first.close(), WAIT)  # the add under way is done
+            await asyncio.wait_for(second.check("acme", quota), WAIT)  # the shared tally read: no count
+            assert counts == [0, 0]
+            assert first.usage("acme") == second.usage("acme") == _stored(one, "acme") < quota
+            # another instance's add lands while the erasure runs: it may be a count that read the
+            # stream after the deletes, so the erased bytes are not taken off it, but counted in full
+            await asyncio.wait_for(first.erasing("acme"), WAIT)
+            await asyncio.to_thread(lambda: two.session(MemoryKey("acme", "u", "s9")).add_turn(turn("late")))
+            now[0] = 6.0
+            await asyncio.wait_for(second.close(), WAIT)  # its add
+            await asyncio.to_thread(one.erase, MemoryKey("acme", "u", "s2"))
+            first.erased("acme")
+            await asyncio.wait_for(first.close(), WAIT)
+            assert counts == [0, 0, 0]
+            assert first.usage("acme") == _stored(one, "acme")
+
+        asyncio.run(scenario())
+    finally:
+        unwatch()
+        one.close()
+        two.close()
+
+
+def test_an_erasure_by_a_process_keeping_no_tally_makes_a_full_count(url: str, jetstream_names: Any) -> None:
+    """An erasure by a process that keeps no tally (the CLI, another convmem) takes no bytes off: its
+    notice says so (`tallied` False; the eraser's repeat says nothing of bytes), and an instance that
+    hears it counts the tenant in full before its next refusal."""
+    one, other = _system(url, jetstream_names), _system(url, jetstream_names)
+    notices: list[ErasureNotice] = []
+    unwatch = one.log.watch_erasures(lambda notice: notices.append(notice) if notice else None)  # type: ignore[attr-defined]
+    try:
+        for n in range(2):
+            one.session(MemoryKey("acme", "u", f"s{n}")).add_turn(turn(f"t{n}" * 30))
+        quota = _stored(one, "acme")
+        now, counts = [0.0], []  # type: ignore[var-annotated]
+
+        async def scenario() -> None:
+            usage = _erasing_usage(one, now, counts)
+            with pytest.raises(QuotaExceeded):
+                await asyncio.wait_for(usage.check("acme", quota), WAIT)
+            await asyncio.to_thread(other.erase, MemoryKey("acme", "u", "s1"))
+            while len(notices) < 2:
+                await asyncio.sleep(0.01)
+            assert [n.tallied for n in notices] == [False, True]  # the erasure's, the repeat
+            for notice in notices:
+                usage.erased_everywhere(notice.may_be_of, tallied=notice.tallied)
+            await asyncio.wait_for(usage.check("acme", quota), WAIT)  # counted in full: room again
+            assert counts == [0, 0]
+            assert usage.usage("acme") == _stored(one, "acme") < quota
+
+        asyncio.run(scenario())
+    finally:
+        unwatch()
+        one.close()
+        other.close()
 
 
 def test_bytes_written_while_a_full_count_runs_never_make_a_refusal(url: str, jetstream_names: Any) -> None:

@@ -98,6 +98,8 @@ class ErasureRun:
         self.events_purged = 0
         self.log_position: int | None = None
         """Where the log stood once the events step was done (`LogPositions`), for the receipt."""
+        self.events_told = False
+        """The events step ran in this run: the log told of what it erased (`ErasureWatch`)."""
         self._keys: list[MemoryKey] | None = None
 
     @property
@@ -147,6 +149,7 @@ def _events(run: ErasureRun) -> None:
         run.events_purged += log.erase(key, at=now)
     # Every erased event and every fence is at or below this; whatever is stored from now on is above.
     run.log_position = log_position(log)
+    run.events_told = True
 
 
 def _snapshots(run: ErasureRun) -> None:
@@ -160,10 +163,13 @@ def _announce(run: ErasureRun) -> None:
     request, log = run.request, run.eraser.log
     if isinstance(log, ErasureWatch):
         key = request.key
+        # The events step ran in this run: the log told of what it erased (its bytes tallied or not),
+        # so this repeat says nothing of bytes (else each erasure would cost each tenant a full count).
+        tallied = run.events_told
         notice = (
-            ErasureNotice.of_user(request.tenant_id, request.user_id)
+            ErasureNotice.of_user(request.tenant_id, request.user_id, tallied=tallied)
             if key is None
-            else ErasureNotice.of_sessions([key])
+            else ErasureNotice.of_sessions([key], tallied=tallied)
         )
         log.announce(notice)
     run.eraser.drop(request.covers)  # also when the log tells no one (a racing activation)

@@ -37,28 +37,37 @@ def _digest(salt: bytes, *parts: str) -> bytes:
 
 class ErasureNotice(msgspec.Struct, frozen=True, kw_only=True):
     """Which sessions were erased, as digests keyed with `salt`; `users`: every session of a user;
-    `tenants`: the tenants they belong to (empty in a notice of an earlier convmem: any tenant)."""
+    `tenants`: the tenants they belong to (empty in a notice of an earlier convmem: any tenant);
+    `tallied`: the eraser took the bytes it erased off the tenants' shared byte tallies itself, or
+    erased none (False, as in a notice of an earlier convmem: their byte counts are out of date)."""
 
     salt: bytes
     sessions: tuple[bytes, ...] = ()
     users: tuple[bytes, ...] = ()
     tenants: tuple[bytes, ...] = ()
+    tallied: bool = False
 
     @classmethod
-    def of_sessions(cls, keys: Iterable[MemoryKey]) -> ErasureNotice:
+    def of_sessions(cls, keys: Iterable[MemoryKey], *, tallied: bool = False) -> ErasureNotice:
         """A notice for these sessions, under a fresh random salt."""
         salt, keys = os.urandom(_SALT_BYTES), tuple(keys)
         return cls(
             salt=salt,
             sessions=tuple(_digest(salt, k.tenant_id, k.user_id, k.session_id) for k in keys),
             tenants=tuple({_digest(salt, k.tenant_id) for k in keys}),
+            tallied=tallied,
         )
 
     @classmethod
-    def of_user(cls, tenant_id: str, user_id: str) -> ErasureNotice:
+    def of_user(cls, tenant_id: str, user_id: str, *, tallied: bool = False) -> ErasureNotice:
         """A notice for every session of one user, under a fresh random salt."""
         salt = os.urandom(_SALT_BYTES)
-        return cls(salt=salt, users=(_digest(salt, tenant_id, user_id),), tenants=(_digest(salt, tenant_id),))
+        return cls(
+            salt=salt,
+            users=(_digest(salt, tenant_id, user_id),),
+            tenants=(_digest(salt, tenant_id),),
+            tallied=tallied,
+        )
 
     def may_be_of(self, tenant_id: str) -> bool:
         """Whether the erased sessions may belong to `tenant_id` (always, when the notice names none)."""

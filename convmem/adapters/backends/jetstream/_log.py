@@ -144,6 +144,7 @@ class JetStreamEventLog:
             message, self._keys.key(message.subject)
         )
         self._read_batch = read_batch
+        self._tallies_erasures: Callable[[str], bool] | None = None  # `tally_erasures`
         self._closed = False
         self._close_lock = threading.Lock()
         self._appending: dict[MemoryKey, tuple[str, str]] = {}
@@ -619,8 +620,23 @@ class JetStreamEventLog:
         """See `EventLog.erase`: the messages are erased on disk, then every watcher is told."""
         erased = self._erase(key, at)
         if erased is not None:
-            self._notify(ErasureNotice.of_sessions([key]))
+            self._notify(ErasureNotice.of_sessions([key], tallied=self._tallied(key.tenant_id)))
         return erased or 0
+
+    def erased_bytes(self, tenant_id: str) -> int:
+        """The bytes of `tenant_id`'s messages this log erased (or is erasing) since it opened, as the
+        stream stores them (`SessionWriter.erased`: each counted as its delete is sent, taken back
+        when another eraser had deleted it). Any thread."""
+        return self._writer.erased.get(tenant_id, 0)
+
+    def tally_erasures(self, tallied: Callable[[str], bool]) -> None:
+        """`tallied(tenant_id)` (any thread): whether a byte tally in this process takes what this log
+        erases of the tenant off the shared tally (a service instance's `TenantUsage`); the notices of
+        its erasures then say so (`ErasureNotice.tallied`), and no instance counts the tenant again."""
+        self._tallies_erasures = tallied
+
+    def _tallied(self, tenant_id: str) -> bool:
+        return self._tallies_erasures is not None and self._tallies_erasures(tenant_id)
 
     @property
     def keyring(self) -> Keyring | None:
@@ -640,7 +656,7 @@ class JetStreamEventLog:
         self.shred_user(tenant_id, user_id)
         erased = [self._erase(key, at) for key in self.keys(tenant_id=tenant_id, user_id=user_id)]
         if any(n is not None for n in erased):
-            self._notify(ErasureNotice.of_user(tenant_id, user_id))
+            self._notify(ErasureNotice.of_user(tenant_id, user_id, tallied=self._tallied(tenant_id)))
         return sum(n or 0 for n in erased)
 
     def drop_before(self, key: MemoryKey, *, seq: int) -> int:

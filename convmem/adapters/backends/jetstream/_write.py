@@ -65,7 +65,7 @@ from convmem.adapters.backends.jetstream._read import (
     session_seq,
     tail_start,
 )
-from convmem.adapters.backends.jetstream._usage import RECORD, header_size
+from convmem.adapters.backends.jetstream._usage import RECORD, header_size, stored_size
 from convmem.errors import (
     ConcurrencyConflict,
     EventDecodeError,
@@ -123,6 +123,10 @@ class SessionWriter:
         self._fast = FastAppends(conn, self)
         self.appended: dict[str, int] = {}
         """Bytes sent for each tenant (by id), as the stream stores them (`sent`; any thread may read)."""
+        self.erased: dict[str, int] = {}
+        """Bytes of each tenant's messages this writer erased or is erasing (`erase`, `drop_before`),
+        as the stream stores them: counted before each delete is sent and taken back for one found
+        gone (another eraser's) or not known to be deleted (any thread may read)."""
         self.opener: Opener = _plain
         """How a message's bytes are read when a walk must decode one (sealed ones opened)."""
 
@@ -480,11 +484,12 @@ class SessionWriter:
             else:
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
             fence_at = self._last[subject].stream_seq
-            below = [m for m in await fetch_subject(self._conn, self._stream, subject) if m.seq < fence_at]
+            held = await fetch_subject(self._conn, self._stream, subject)
+            below = [m for m in held if m.seq < fence_at]
             if any((session_seq(m.headers) or 0) >= fence.seq for m in below):  # a writer outran the lead
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
-            await self.erase_messages([m.seq for m in below])
-            await self.erase_messages([fence_at])
+            await self._erase_counted(key.tenant_id, below)
+            await self._erase_counted(key.tenant_id, [m for m in held if m.seq == fence_at] or [fence_at])
             self._recent.pop(subject)
             return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
 
@@ -507,8 +512,8 @@ class SessionWriter:
             )
             if at is None:
                 raise InvalidInput("seq", f"{key} has no stored compaction or erasure fence at seq {seq}")
-            below = [m.seq for m in messages if m.seq < at.seq]
-            await self.erase_messages(below)
+            below = [m for m in messages if m.seq < at.seq]
+            await self._erase_counted(key.tenant_id, below)
             return len(below)
 
     async def erase_messages(self, positions: list[int]) -> None:
@@ -524,12 +529,38 @@ class SessionWriter:
             window = newest_first[start : start + _ERASE_WINDOW]
             await asyncio.gather(*(self._erase_one(p) for p in window))
 
-    async def _erase_one(self, position: int) -> None:
+    async def _erase_counted(self, tenant_id: str, messages: list[StoredMessage] | list[int]) -> None:
+        """`erase_messages`, adding the bytes of those this writer deleted to the tenant's `erased`.
+
+        Counted before the deletes are sent, so a count of the tenant's bytes that ends while they
+        run knows them (it may have read them: on the safe side); a message found gone (another
+        eraser deleted it, and counts it) or a window that failed is taken back (some of it may be
+        deleted: on the safe side). A bare position (a message not read) is deleted uncounted."""
+        sizes = {m.seq: stored_size(m) for m in messages if isinstance(m, StoredMessage)}
+        positions = [m.seq if isinstance(m, StoredMessage) else m for m in messages]
+        self.erased[tenant_id] = self.erased.get(tenant_id, 0) + sum(sizes.values())
+        newest_first = sorted(positions, reverse=True)
+        for start in range(0, len(newest_first), _ERASE_WINDOW):
+            window = newest_first[start : start + _ERASE_WINDOW]
+            try:
+                deleted = await asyncio.gather(*(self._erase_one(p) for p in window))
+            except BaseException:
+                left = sum(sizes.get(p, 0) for p in newest_first[start:])
+                self.erased[tenant_id] = self.erased.get(tenant_id, 0) - left
+                raise
+            gone = sum(sizes.get(p, 0) for p, done in zip(window, deleted, strict=True) if not done)
+            if gone:
+                self.erased[tenant_id] = self.erased.get(tenant_id, 0) - gone
+
+    async def _erase_one(self, position: int) -> bool:
+        """Delete one message; False when it was gone already (erased meanwhile by another eraser)."""
         try:
             await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
         except nats.js.errors.APIError as exc:
-            if exc.err_code not in _GONE:  # erased meanwhile by another eraser
+            if exc.err_code not in _GONE:
                 raise
+            return False
+        return True
 
     def remember(self, subject: str, last: Last) -> None:
         """What the session's last message is now, unless an older read or ack tells it late."""

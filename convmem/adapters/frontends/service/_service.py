@@ -401,14 +401,19 @@ class MemoryService:
 
     def _watch_erasures(self, loop: asyncio.AbstractEventLoop) -> None:
         """Have any process's erasure make its tenant's next byte count a full one (a notice names its
-        tenant only as a digest: each tenant known here is checked; every tenant after missed notices).
-        Every tenant's, as before, made a tenant's erasures cost each tenant at its quota a full count."""
+        tenant only as a digest: each tenant known here is checked; every tenant after missed notices),
+        or, when its eraser took the bytes off the shared tally (`ErasureNotice.tallied`), a read of
+        that tally. Every tenant's, as before, made a tenant's erasures cost each tenant at its quota
+        a full count; every erasure, a tenant erasing and writing again a full count of itself."""
         watch = getattr(self.system.log, "watch_erasures", None)
         if watch is not None:
 
             def erased(notice: ErasureNotice | None) -> None:
                 may_be_of = None if notice is None else notice.may_be_of
-                loop.call_soon_threadsafe(self._usage.erased_everywhere, may_be_of)
+                tallied = notice is not None and notice.tallied  # its bytes taken off by its eraser
+                loop.call_soon_threadsafe(
+                    functools.partial(self._usage.erased_everywhere, may_be_of, tallied=tallied)
+                )
 
             self._unwatch = watch(erased)
 
@@ -527,6 +532,8 @@ class MemoryService:
             except ConvmemError as exc:
                 info = error_info(exc)
                 return Answer(op, info.type, encode_error(info, msgpack=wants_msgpack(msg.data)))
+        elif op == "erase" and allowed is not None:
+            await self._usage.erasing(tenant_id)  # its bytes then taken off the shared tally for sure
         return tenant_id, op
 
     def _admit_fork(self, tenant_id: str, size: Callable[[], int]) -> None:

@@ -23,15 +23,22 @@ Counting the log is exact and restart-safe, but reads the tenant's events
   first count is a full one, and while the stream's bytes in all
   (`bound_of`, one request) plus what this instance wrote stay under the
   quota, its writes are admitted while that count runs in the background;
+* **what this instance erased** (`erased`: the log adds up the stored size of
+  each message it deletes, `JetStreamEventLog.erased_bytes`) is taken off the
+  same way: off this instance's tally at once, off the shared value at an add
+  made right after the erasure; the log's erasure notices then say so
+  (`ErasureNotice.tallied`), and an instance that hears one reads the shared
+  value before refusing the tenant, instead of counting it again;
 * **a refusal rests on an exact count**: a write the tally would refuse
   first has the tally brought up to date (an add at most `recount_every`
   seconds old) and, when the last full count of the tenant by this instance
   is older than `full_every` seconds, or some of its events were erased
-  since (an erasure through this instance, or any process's erasure notice,
-  which names no tenant), counts every event of the tenant again and sets
-  the shared value from that count (plus what other instances added while it
-  ran). So deletions (erasure, retention's compaction, an operator's purge)
-  and writes made outside the service instances are seen before any refusal.
+  since by a process that took no bytes off (an erasure notice not
+  `tallied`: the CLI's, another convmem's; notices missed), counts every
+  event of the tenant again and sets the shared value from that count (plus
+  what other instances added while it ran). So deletions (erasure,
+  retention's compaction, an operator's purge) and writes made outside the
+  service instances are seen before any refusal.
 
 So a tenant can pass its quota by what the instances write between two adds
 (at most `recount_every` seconds of writes), plus what an instance that died
@@ -239,6 +246,11 @@ class _LogTallies:
             )
             self._local = LocalTallies()
 
+    @property
+    def shares(self) -> bool:
+        """Whether the tallies are the shared ones (not this instance's own, as when denied)."""
+        return self._local is None
+
     def _denied(self, exc: PermissionDenied) -> LocalTallies:
         _log.warning(
             "convmem service: the shared byte tallies may not be used with these credentials (%s): "
@@ -267,17 +279,32 @@ def appended_of(log: EventLog) -> Callable[[str], int] | None:
     return log.appended_bytes if isinstance(log, _CountsAppends) else None
 
 
+@runtime_checkable
+class _CountsErasures(Protocol):
+    def erased_bytes(self, tenant_id: str) -> int: ...
+
+    def tally_erasures(self, tallied: Callable[[str], bool]) -> None: ...
+
+
 def usage_of(
     log: EventLog, off_loop: Callable[[Callable[[], Any]], Awaitable[Any]], *, recount_every: float
 ) -> TenantUsage:
-    """The `TenantUsage` of a service instance serving `log` (blocking calls run by `off_loop`)."""
-    return TenantUsage(
+    """The `TenantUsage` of a service instance serving `log` (blocking calls run by `off_loop`); a log
+    that counts what it erases (`JetStreamEventLog.erased_bytes`) has it taken off the tallies, and
+    its erasure notices say so for the tenants tallied here (`tally_erasures`)."""
+    appended = appended_of(log)
+    erases = log if appended is not None and isinstance(log, _CountsErasures) else None
+    usage = TenantUsage(
         counter_of(log, off_loop),
         bound=bound_of(log, off_loop),
         tallies=tallies_of(log, off_loop),
-        appended=appended_of(log),
+        appended=appended,
+        erased=erases.erased_bytes if erases is not None else None,
         recount_every=recount_every,
     )
+    if erases is not None:
+        erases.tally_erasures(usage.takes_erasures_of)
+    return usage
 
 
 _TRIES = 16
@@ -289,22 +316,28 @@ class _Tally:
         "bound",
         "busy",
         "doubt",
+        "dropped",
+        "erased_mark",
         "first",
         "full_at",
         "mark",
         "own",
+        "reread",
         "revision",
         "shared",
         "stale",
         "synced_at",
     )
 
-    def __init__(self, mark: int) -> None:
+    def __init__(self, mark: int, erased_mark: int = 0) -> None:
         self.shared: int | None = None  # the shared tally as last read or written (None: none known)
         self.revision = 0
         self.synced_at: float | None = None  # when `shared` was last read or written (None: never)
         self.mark = mark  # the log's `appended` for the tenant when this instance last added to `shared`
         self.own = 0  # request bytes answered since (a log that does not count its appends)
+        self.erased_mark = erased_mark  # the log's `erased` for the tenant when last taken off `shared`
+        self.reread = False  # an erasure taken off the shared tally since it was read: read it first
+        self.dropped = False  # erased bytes left in the tally (`_read`): the add after an erasure counts
         self.full_at: float | None = None  # when this instance's last full count began (None: never)
         self.stale = False  # erased since the last full count: a refusal needs a full one first
         self.busy: asyncio.Future[None] | None = None  # the add or count under way
@@ -319,7 +352,9 @@ class TenantUsage:
     `counter` counts a tenant's bytes in the log (`counter_of`); `bound`, when given, says how many
     bytes the log holds in all (`bound_of`); `tallies` keeps each tenant's shared tally (default: this
     instance's own, `LocalTallies`); `appended` says how many bytes the log sent for a tenant (None:
-    `wrote`'s request sizes stand for them); `clock` is monotonic seconds.
+    `wrote`'s request sizes stand for them); `erased`, with `appended`, how many bytes of the tenant's
+    the log erased (taken off the tally as they are written: no count after them); `clock` is
+    monotonic seconds.
     """
 
     def __init__(
@@ -330,6 +365,7 @@ class TenantUsage:
         bound: ByteBound | None = None,
         tallies: Tallies | None = None,
         appended: Callable[[str], int] | None = None,
+        erased: Callable[[str], int] | None = None,
         full_every: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -337,6 +373,7 @@ class TenantUsage:
         self._bound = bound
         self._shared: Tallies = tallies if tallies is not None else LocalTallies()
         self._appended = appended
+        self._erased = erased if appended is not None else None
         self._every = recount_every
         self._full_every = max(full_every, recount_every)
         self._clock = clock
@@ -374,7 +411,7 @@ class TenantUsage:
                 or self._total(tenant_id, tally) - tally.doubt < allowed  # over only by what it doubts
             ):
                 await self._run(tenant_id, tally, full=True)
-            elif tally.synced_at is None or now - tally.synced_at >= self._every:
+            elif tally.reread or tally.synced_at is None or now - tally.synced_at >= self._every:
                 await self._run(tenant_id, tally, full=False)
         elif tally.synced_at is not None and now - tally.synced_at >= self._every:
             self._later(tenant_id, tally)
@@ -402,17 +439,53 @@ class TenantUsage:
                 tally.own += size
 
     def erased(self, tenant_id: str) -> None:
-        """Some of `tenant_id`'s events were erased: count it in full before refusing it a write."""
+        """Some of `tenant_id`'s events were erased through this instance: when the log counts what it
+        erases (`erased`), its tally is exact already, and the other instances read it at an add made
+        now; else count it in full before refusing it a write."""
         tally = self._tallies.get(tenant_id)
-        if tally is not None:
+        if tally is None:
+            return
+        if self._erased is None:
             tally.stale = True
+        else:
+            self._push(tenant_id, tally)
 
-    def erased_everywhere(self, may_be_of: Callable[[str], bool] | None = None) -> None:
-        """An erasure of a tenant unnamed (a notice names it only as a digest): as `erased`, for every
-        tenant it `may_be_of` (None: every tenant)."""
+    async def erasing(self, tenant_id: str) -> None:
+        """Before an erasure through this instance: bring the tenant's tally up to date (an add), so
+        that the add after it is made on the shared value of just before it (`_read`: a value put in
+        between may be a count that read the stream after the deletes). Never raises."""
+        tally = self._tallies.get(tenant_id)
+        if self._erased is None or tally is None or tally.synced_at is None:
+            return
+        with contextlib.suppress(ConvmemError):
+            await self._run(tenant_id, tally, full=False)
+
+    def erased_everywhere(
+        self, may_be_of: Callable[[str], bool] | None = None, *, tallied: bool = False
+    ) -> None:
+        """An erasure of a tenant unnamed (a notice names it only as a digest), for every tenant it
+        `may_be_of` (None: every tenant): `tallied` (its eraser took its bytes off the shared tally,
+        `ErasureNotice.tallied`) and the tallies here are shared: read the shared tally before
+        refusing a write (and add what this log erased of it now); else count it in full first."""
+        shares = getattr(self._shared, "shares", False)
         for tenant_id, tally in self._tallies.items():
             if may_be_of is None or may_be_of(tenant_id):
-                tally.stale = True
+                if not (tallied and shares):
+                    tally.stale = True
+                    continue
+                tally.reread = True
+                if self._erased is not None and self._erased(tenant_id) != tally.erased_mark:
+                    self._push(tenant_id, tally)
+
+    def takes_erasures_of(self, tenant_id: str) -> bool:
+        """Whether what the log erases of `tenant_id` from now on is taken off its shared tally (by
+        this instance's adds): the log counts it, the tenant is tallied here and the tally is shared.
+        Any thread (the log's notices ask it)."""
+        return (
+            self._erased is not None
+            and tenant_id in self._tallies
+            and bool(getattr(self._shared, "shares", False))
+        )
 
     async def close(self) -> None:
         """Wait for the adds and counts in the background (on stop): what this instance wrote is
@@ -421,7 +494,7 @@ class TenantUsage:
             with contextlib.suppress(Exception):
                 await future
         for tenant_id, tally in list(self._tallies.items()):
-            if tally.synced_at is not None and self._own(tenant_id, tally) > 0:
+            if tally.synced_at is not None and self._own(tenant_id, tally) != 0:
                 with contextlib.suppress(Exception):
                     await self._run(tenant_id, tally, full=False)
 
@@ -429,24 +502,34 @@ class TenantUsage:
         tally = self._tallies.get(tenant_id)
         if tally is None:
             mark = self._appended(tenant_id) if self._appended is not None else 0
-            tally = self._tallies[tenant_id] = _Tally(mark)
+            erased_mark = self._erased(tenant_id) if self._erased is not None else 0
+            tally = self._tallies[tenant_id] = _Tally(mark, erased_mark)
         return tally
 
     def _own(self, tenant_id: str, tally: _Tally) -> int:
-        """What this instance wrote for the tenant since it last added to the shared tally."""
+        """What this instance wrote for the tenant since it last added to the shared tally, less what
+        its log erased of the tenant since (negative when it erased more)."""
+        wrote, erased = self._parts(tenant_id, tally)
+        return wrote - erased
+
+    def _parts(self, tenant_id: str, tally: _Tally) -> tuple[int, int]:
+        """(bytes written, bytes erased) through this instance's log since its last add."""
         if self._appended is None:
-            return tally.own
-        return self._appended(tenant_id) - tally.mark
+            return tally.own, 0
+        erased = self._erased(tenant_id) - tally.erased_mark if self._erased is not None else 0
+        return self._appended(tenant_id) - tally.mark, erased
 
     def _total(self, tenant_id: str, tally: _Tally) -> int:
         return (tally.shared or 0) + self._own(tenant_id, tally)
 
-    def _took(self, tenant_id: str, tally: _Tally, own: int) -> None:
-        """`own` bytes of this instance's writes are in the shared tally now."""
+    def _took(self, tenant_id: str, tally: _Tally, own: int, erased: int = 0) -> None:
+        """`own` bytes of this instance's writes, and `erased` of its erasures, are in the shared
+        tally now."""
         if self._appended is None:
             tally.own = max(0, tally.own - own)
         else:
             tally.mark += own
+            tally.erased_mark += erased
 
     async def _cleared_by_bound(self, tenant_id: str, tally: _Tally, allowed: int) -> bool:
         """Before a tenant's first count: whether the log's bytes in all (asked once), plus what this
@@ -464,9 +547,28 @@ class TenantUsage:
     def _later(self, tenant_id: str, tally: _Tally, *, full: bool = False) -> None:
         if tally.busy is not None:
             return
-        future = asyncio.ensure_future(self._run(tenant_id, tally, full=full))
+        self._keep(asyncio.ensure_future(self._run(tenant_id, tally, full=full)))
+
+    def _keep(self, future: asyncio.Future[None]) -> None:
         self._background.add(future)
         future.add_done_callback(self._done_later)
+
+    def _push(self, tenant_id: str, tally: _Tally) -> None:
+        """Add to the shared tally now (after the add or count under way, which may predate what is to
+        be added): an erasure's bytes reach the other instances at once. Not before the shared tally
+        was first read here (that read would take back what this add moves into it)."""
+        if tally.synced_at is None:
+            return
+
+        async def push() -> None:
+            while tally.busy is not None:
+                await asyncio.shield(tally.busy)
+            await self._run(tenant_id, tally, full=False)
+            if tally.dropped:  # its bytes could not be taken off for sure: counted now instead
+                tally.dropped = False
+                await self._run(tenant_id, tally, full=True)
+
+        self._keep(asyncio.ensure_future(push()))
 
     def _done_later(self, future: asyncio.Future[None]) -> None:
         self._background.discard(future)
@@ -500,7 +602,7 @@ class TenantUsage:
         asked = self._clock()
         while tally.busy is not None:  # another runs: wait for it, then see if it did enough
             await asyncio.shield(tally.busy)
-            if not full or (
+            if (not full and not tally.reread) or (
                 tally.full_at is not None
                 and (any_full or tally.full_at >= asked - self._every)
                 and not tally.stale
@@ -516,25 +618,28 @@ class TenantUsage:
             tally.busy = None
 
     async def _add(self, tenant_id: str, tally: _Tally) -> None:
-        """Add what this instance wrote since its last add to the shared tally; read the others'."""
+        """Add what this instance wrote since its last add, less what its log erased, to the shared
+        tally; read the others'."""
         started = self._clock()
+        tally.reread = False  # an erasure taken off the shared tally from here on sets it again
         if tally.shared is None:
             if not await self._read(tenant_id, tally):
                 return  # none recorded: a full count makes it
-            if self._own(tenant_id, tally) <= 0:
+            if self._parts(tenant_id, tally) == (0, 0):
                 tally.synced_at = started
                 return
         for _ in range(_TRIES):
-            own = self._own(tenant_id, tally)
-            if own <= 0:  # nothing to add: read what the others added
+            wrote, erased = self._parts(tenant_id, tally)
+            if wrote == erased == 0:  # nothing to add: read what the others added
                 await self._read(tenant_id, tally)
                 tally.synced_at = started
                 return
             assert tally.shared is not None
-            revision = await self._put(tenant_id, tally.shared + own, tally.revision)
+            value = max(0, tally.shared + wrote - erased)
+            revision = await self._put(tenant_id, value, tally.revision)
             if revision is not None:
-                tally.shared, tally.revision = tally.shared + own, revision
-                self._took(tenant_id, tally, own)
+                tally.shared, tally.revision = value, revision
+                self._took(tenant_id, tally, wrote, erased)
                 tally.synced_at = started
                 return
             if not await self._read(tenant_id, tally):  # changed by another instance: again on its value
@@ -547,15 +652,18 @@ class TenantUsage:
         """Count every event of the tenant and make that the shared tally, plus what other instances
         added while the count ran (which it may have counted too: on the safe side)."""
         started = self._clock()
-        tally.stale = False  # an erasure from here on sets it again
+        tally.stale = tally.reread = False  # an erasure from here on sets them again
         tally.full_at = started
         try:
             before = await self._shared.get(tenant_id)
-            own = self._own(tenant_id, tally)  # sent before the count: the count reads them
+            own, _ = self._parts(tenant_id, tally)  # sent before the count: the count reads them
             counted, _ = await self._counter(tenant_id, 0)
         except ConvmemError:
             tally.stale = True
             raise
+        # Erased (or being erased: each is counted before its delete is sent) before the count ended:
+        # the count read them or not (on the safe side); those after are taken off the count.
+        erased_mark = self._erased(tenant_id) if self._erased is not None else tally.erased_mark
         took = self._clock() - started
         if took >= self._every:  # writes that cannot be admitted on the tally wait this long
             _log.warning(
@@ -573,8 +681,9 @@ class TenantUsage:
             if revision is not None:
                 tally.shared, tally.revision = value, revision
                 self._took(tenant_id, tally, own)
+                tally.erased_mark = erased_mark
                 others = max(0, now[0] - before[0]) if now is not None and before is not None else 0
-                tally.doubt = self._own(tenant_id, tally) + others  # written while it ran
+                tally.doubt = max(0, self._parts(tenant_id, tally)[0]) + others  # written while it ran
                 tally.synced_at = started
                 return
         raise LogUnavailable(
@@ -582,10 +691,20 @@ class TenantUsage:
         )
 
     async def _read(self, tenant_id: str, tally: _Tally) -> bool:
-        """The shared tally as it is now (False, nothing changed, when none is recorded)."""
+        """The shared tally as it is now (False, nothing changed, when none is recorded).
+
+        A value another instance put while this log had erased bytes not yet taken off may be a full
+        count that read the stream after those deletes: taking them off it again would count them
+        twice on the unsafe side, so they are left in it (on the safe side) and the tenant is counted
+        in full before a refusal."""
         held = await self._shared.get(tenant_id)
         if held is None:
             return False
+        if held[1] != tally.revision and self._erased is not None:
+            erased = self._erased(tenant_id)  # after the read: any delete it may reflect is counted
+            if erased != tally.erased_mark:
+                tally.erased_mark = erased
+                tally.stale = tally.dropped = True
         tally.shared, tally.revision = held
         return True
 
