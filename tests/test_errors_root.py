@@ -38,6 +38,7 @@ INTERNAL_SIGNALS = {
     ("adapters/backends/summarizers/_recommended.py", "KeyError"),  # `Mapping.__getitem__`'s own protocol
     ("adapters/frontends/service/_requests.py", "NotImplementedError"),  # the abstract `_call` of a mixin
     ("adapters/frontends/cli/_demo.py", "ConnectionError"),  # the demo's flaky summarizer, a user's callable
+    ("adapters/frontends/cli/_common.py", "ValueError"),  # `_once`, caught by `read_document` (CliError)
 }
 """(module, builtin) raises that never reach a caller of convmem, or are left to work under way."""
 
