@@ -75,8 +75,13 @@ def test_a_live_session_keeps_eight_tracked_objects() -> None:
 
 
 def test_a_cached_session_keeps_two_tracked_objects() -> None:
-    per_session, kinds = _kept_per_session(max_live_sessions=1)
-    assert per_session <= 2.3, kinds
+    """Two per cached session (the cache's entry and the state cell); the rest is made once (the one
+    session left live, the cache's own structures), whatever the count: 12 or 13 objects from run
+    to run, so a ratio of all of them against 2.3 a session failed now and then."""
+    _, kinds = _kept_per_session(max_live_sessions=1)
+    per_session = {kind: n for kind, n in kinds.items() if n >= SESSIONS // 2}
+    assert sum(per_session.values()) <= 2 * SESSIONS, kinds
+    assert sum(kinds.values()) - sum(per_session.values()) <= 16, kinds
 
 
 def test_the_stopped_flag_makes_its_lock_only_for_a_waiter() -> None:
