@@ -282,8 +282,8 @@ def test_a_receipt_written_before_positions_were_recorded_still_reads_and_is_wei
             memory.restore_lost(KEY)
         assert memory.snapshots is not None
         assert memory.snapshots.load(KEY) is None
-    time.sleep(0.01)  # the new turns are written after the receipt's end, by this clock
-    with convmem.connect(nats_server.url, config=CONFIG, snapshot_every=2) as memory:
+    later = ManualClock(time.time() + 1.0)  # the new turns are written after the receipt's end, by this clock
+    with convmem.connect(nats_server.url, config=CONFIG, snapshot_every=2, clock=later) as memory:
         write(memory, KEY)
     lose(nats_server.url, KEY)
     with convmem.connect(nats_server.url, config=CONFIG) as memory:

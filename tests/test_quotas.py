@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn
+from runtime_helpers import WAIT, PlannedSummarizer, summarizing_config, turn, wait_until
 
 import convmem
 from convmem.actors import ErasureNotice, MemorySystem
@@ -509,8 +509,7 @@ def test_an_erasure_through_an_instance_is_taken_off_every_tally_without_a_count
         now, counts = [0.0], []  # type: ignore[var-annotated]
 
         async def told(count: int) -> list[ErasureNotice]:
-            while len(notices) < count:
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(wait_until, lambda: len(notices) >= count, WAIT, f"{count} notices")
             return notices[:count]
 
         async def scenario() -> None:
@@ -570,8 +569,7 @@ def test_an_erasure_by_a_process_keeping_no_tally_makes_a_full_count(url: str, j
             with pytest.raises(QuotaExceeded):
                 await asyncio.wait_for(usage.check("acme", quota), WAIT)
             await asyncio.to_thread(other.erase, MemoryKey("acme", "u", "s1"))
-            while len(notices) < 2:
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(wait_until, lambda: len(notices) >= 2, WAIT, "2 notices")
             assert [n.tallied for n in notices] == [False, True]  # the erasure's, the repeat
             for notice in notices:
                 usage.erased_everywhere(notice.may_be_of, tallied=notice.tallied)
