@@ -50,7 +50,7 @@ from convmem.actors._journal import (
     readable_pending,
 )
 from convmem.actors._ports import Clock, EventLog, SnapshotStore
-from convmem.errors import ConvmemError, EncryptionKeyError
+from convmem.errors import ConvmemError, EncryptionKeyError, SessionDamaged
 from convmem.events import MemoryKey
 
 __all__ = ["ERASURE_STEPS", "Erased", "Eraser", "ErasureStep", "ExportLookup", "ExportRegistry"]
@@ -145,8 +145,14 @@ def _drop_live(run: ErasureRun) -> None:
 
 def _events(run: ErasureRun) -> None:
     log, now = run.eraser.log, run.eraser.clock.now()
+    left: list[SessionDamaged] = []
     for key in run.keys:
-        run.events_purged += log.erase(key, at=now)
+        try:
+            run.events_purged += log.erase(key, at=now)
+        except SessionDamaged as exc:  # messages it cannot erase stay: the others' are erased still
+            left.append(exc)
+    if left:  # not done: the erasure stays pending, naming the first
+        raise left[0]
     # Every erased event and every fence is at or below this; whatever is stored from now on is above.
     run.log_position = log_position(log)
     run.events_told = True

@@ -43,6 +43,7 @@ from convmem.adapters.backends.jetstream._connection import NatsConnection, Stor
 from convmem.adapters.backends.jetstream._read import list_subjects
 from convmem.adapters.backends.jetstream._setup import check_names, open_bucket
 from convmem.adapters.backends.jetstream._watch import publish_denied
+from convmem.adapters.backends.jetstream._write import erased_already
 from convmem.errors import InvalidConfig, SessionClosed
 
 __all__ = ["JetStreamErasureJournal", "erasure_bucket"]
@@ -52,7 +53,6 @@ T = TypeVar("T", ErasureRequest, ErasureReceipt)
 _EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 _OPERATION = "KV-Operation"
 _ALREADY_THERE = (10071, 10164)
-_GONE = (10057, 10043)  # "no message found", "sequence not found": erased already
 _request = msgspec.msgpack.Decoder(ErasureRequest)
 _receipt = msgspec.msgpack.Decoder(ErasureReceipt)
 _UNSERVED = "the bucket holds it, but the server cannot read it back (damaged on disk)"
@@ -282,7 +282,9 @@ class JetStreamErasureJournal:
         try:
             await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
         except nats.js.errors.APIError as exc:
-            if exc.err_code not in _GONE:  # erased meanwhile by another process finishing it
+            # Gone: erased meanwhile by another process finishing it. A message nats-server refuses
+            # to erase (damaged on disk: the same code) is not: it would be read again and again.
+            if not erased_already(exc):
                 raise
 
     async def _get(self, subject: str) -> StoredMessage | None:

@@ -43,6 +43,7 @@ __all__ = [
     "tail_start",
     "to_logged",
     "unreadable",
+    "unservable",
 ]
 
 MSG_ID = "Nats-Msg-Id"
@@ -138,14 +139,14 @@ async def fetch_subject_counted(
         batch = await fetch_batch(conn, stream, subject, start=start, batch=10_000)
         out.extend(batch.messages)
         if not batch.messages and (claimed or (whole and not out)):  # (or is every message unreadable?)
-            return out, await _unservable(conn, stream, subject)
+            return out, await unservable(conn, stream, subject)
         if batch.pending == 0 or not batch.messages:
             return out, 0
         claimed = batch.pending
         start = batch.messages[-1].seq + 1
 
 
-async def _unservable(conn: NatsConnection, stream: str, subject: str) -> int:
+async def unservable(conn: NatsConnection, stream: str, subject: str) -> int:
     """How many messages the server counts on `subject` beyond those it serves."""
     info = await conn.api(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subject})
     counted = int((info["state"].get("subjects") or {}).get(subject, 0))

@@ -64,10 +64,12 @@ from convmem.adapters.backends.jetstream._read import (
     fetch_subject_counted,
     session_seq,
     tail_start,
+    unservable,
 )
 from convmem.adapters.backends.jetstream._usage import RECORD, header_size, stored_size
 from convmem.errors import (
     ConcurrencyConflict,
+    ConvmemError,
     EventDecodeError,
     InvalidInput,
     LogUnavailable,
@@ -85,7 +87,7 @@ from convmem.events import (
 )
 from convmem.projections import SessionSequence
 
-__all__ = ["PendingAppend", "SessionWriter"]
+__all__ = ["EventsNotErased", "PendingAppend", "SessionWriter", "erased_already"]
 
 _READ_ATTEMPTS = 12  # about 1.5 s of back-off in all before a lagging read is an error
 _ATTEMPTS = 5
@@ -96,6 +98,9 @@ _FENCE_LEAD = 1 << 20
 each of its appends stays conditional on the one before."""
 _ERASE_WINDOW = 64  # message deletions in flight at once
 _GONE = (10057, 10043)  # "no message found", "sequence not found": erased already (a racing eraser)
+_CORRUPT = ("corrupt", "malformed")
+"""Words of a delete's 10057 that is no "no message found": nats-server refuses to erase a message
+whose stored bytes fail its own hash ("malformed or corrupt message in N.blk: invalid checksum")."""
 _log = logging.getLogger("convmem.jetstream")
 
 Opener = Callable[[StoredMessage], bytes]
@@ -104,6 +109,35 @@ Opener = Callable[[StoredMessage], bytes]
 
 def _plain(message: StoredMessage) -> bytes:
     return message.data
+
+
+def erased_already(exc: nats.js.errors.APIError) -> bool:
+    """Whether a refused ``STREAM.MSG.DELETE`` means the message is gone (another eraser's), not that
+    nats-server cannot erase it: it answers a message damaged on disk with the same code (10057)."""
+    description = (exc.description or "").lower()
+    return exc.err_code in _GONE and not any(word in description for word in _CORRUPT)
+
+
+class EventsNotErased(SessionDamaged):
+    """An erasure left messages of the session in the events stream that nats-server can neither read
+    back (damaged on disk) nor erase (its `SessionDamaged` fields: no seq, no position, `problem`
+    naming them); the erasure is not done: nothing says it was."""
+
+    def __init__(self, key: MemoryKey, stream: str, left: int) -> None:
+        self.key = key.composite()
+        self.seq = self.position = None
+        self.problem = (
+            f"{left} message(s) of the session stay in stream {stream}: nats-server can neither read "
+            "them back (damaged on disk) nor erase them (it refuses to delete a corrupt message, and a "
+            "purge filtered by the session's subject passes over it); every message it could read is erased"
+        )
+        ConvmemError.__init__(
+            self,
+            f"the events of session {self.key} were not erased: {self.problem}. Those bytes keep the "
+            "session's data (in clear on a store that does not encrypt). nats-server removes a corrupt "
+            f"message only with a purge of the whole stream {stream} (every session's events), which "
+            "convmem does not do by itself",
+        )
 
 
 class SessionWriter:
@@ -462,8 +496,15 @@ class SessionWriter:
         writers; their next conditional append conflicts on it as on any fence.
         """
         async with self._session(subject):
-            last = await self.load_last(subject)
+            last = await self._erasing_last(subject)
+            if last is None:  # the subject's last message is unreadable: no fence can be written on it
+                held = await fetch_subject(self._conn, self._stream, subject)
+                await self._erase_counted(key.tenant_id, held)  # what it can read, then say what stays
+                await self._check_erased(key, subject)
+                self._recent.pop(subject)
+                return None if not held else len(held)
             if last.stream_seq == 0:
+                await self._check_erased(key, subject)  # messages it counts and cannot serve stay
                 return None
             for attempt in range(_FENCE_ATTEMPTS + 1):
                 conditional = attempt < _FENCE_ATTEMPTS
@@ -480,7 +521,7 @@ class SessionWriter:
                     )
                     break
                 except Refused:
-                    last = await self.load_last(subject)
+                    last = await self._erasing_last(subject) or last
             else:
                 raise LogUnavailable(f"erase of {key} kept racing with writers; retry")
             fence_at = self._last[subject].stream_seq
@@ -491,7 +532,37 @@ class SessionWriter:
             await self._erase_counted(key.tenant_id, below)
             await self._erase_counted(key.tenant_id, [m for m in held if m.seq == fence_at] or [fence_at])
             self._recent.pop(subject)
+            await self._check_erased(key, subject)
             return sum(1 for m in below if not m.headers.get(MSG_ID, "").startswith("erased/"))
+
+    async def _erasing_last(self, subject: str) -> Last | None:
+        """`load_last` for an erasure: also for a damaged session (whose reads remember no last
+        message, so `load_last` answers `EMPTY`), the subject's last message and the highest session
+        seq read, so a fence goes on top of it. None when the server holds messages of the subject
+        but cannot read back its last one (damaged on disk)."""
+        last = await self.load_last(subject)
+        if last.stream_seq != 0:
+            return last
+        leader = await self._conn.get_message(self._stream, {"last_by_subj": subject})
+        messages = await fetch_subject(self._conn, self._stream, subject)
+        if leader is None or not messages:
+            return None if messages else EMPTY  # (no message read, none counted: `_check_erased` asks)
+        if messages[-1].seq != leader.seq:
+            return None
+        walked, _ = _scan(messages, 0, self.opener)
+        top = max([walked.seq, *((session_seq(m.headers) or 0) for m in messages)])
+        return Last(top, leader.seq, leader.headers.get(MSG_ID))
+
+    async def _check_erased(self, key: MemoryKey, subject: str) -> None:
+        """`EventsNotErased` when the stream still counts messages of `subject` that it cannot serve:
+        left by an erasure, since nats-server neither reads nor deletes them (a message written on
+        top of the fence meanwhile is served, and not counted here). One request on a healthy one."""
+        left = await unservable(self._conn, self._stream, subject)
+        if left:  # asked again: another process deleting its fence between the count and the read
+            left = min(left, await unservable(self._conn, self._stream, subject))
+        if left:
+            raise EventsNotErased(key, self._stream, left)
+        self._damaged.pop(subject, None)
 
     async def drop_before(self, key: MemoryKey, subject: str, seq: int) -> int:
         """Erase the session's messages before its `HistoryCompacted` (or fence) at session seq `seq`.
@@ -553,12 +624,16 @@ class SessionWriter:
                 self.erased[tenant_id] = self.erased.get(tenant_id, 0) - gone
 
     async def _erase_one(self, position: int) -> bool:
-        """Delete one message; False when it was gone already (erased meanwhile by another eraser)."""
+        """Delete one message; False when it was not deleted: gone already (erased meanwhile by
+        another eraser), or damaged on disk, which nats-server refuses to erase (it stays: an
+        erasure's `_check_erased` names it, never counts it as erased)."""
         try:
             await self._conn.api(f"$JS.API.STREAM.MSG.DELETE.{self._stream}", {"seq": position})
         except nats.js.errors.APIError as exc:
             if exc.err_code not in _GONE:
                 raise
+            if not erased_already(exc):
+                _log.warning("stream %s seq %d not erased: %s", self._stream, position, exc.description)
             return False
         return True
 
