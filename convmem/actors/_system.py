@@ -206,6 +206,9 @@ class MemorySystem:
             if journal is not None
             else None
         )
+        self.unfinished_erasures: ConvmemError | None = None
+        """Why the erasures left pending could not be finished as this system started (None: they
+        were, or there were none); they stay pending (`SessionDamaged`: a copy it could not remove)."""
         if self._eraser is not None:
             self._finish_on_start()
         self.retention = checked_retention
@@ -231,7 +234,8 @@ class MemorySystem:
     def _finish_logged(self) -> None:
         try:
             finished = self.finish_erasures()
-        except ConvmemError:
+        except ConvmemError as exc:
+            self.unfinished_erasures = exc
             _log.warning("pending erasures not finished at start (they stay pending)", exc_info=True)
             return
         if finished:

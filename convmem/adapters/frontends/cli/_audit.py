@@ -714,6 +714,12 @@ def cmd_erase(args: argparse.Namespace) -> int:
             exports=default_export_registry(),
         ) as system:
             still = len(_journal_state(journal)[0])
+            if still and isinstance(system.unfinished_erasures, SessionDamaged):
+                raise CliError(  # a copy nats-server can neither read nor erase: damage, named
+                    f"{still} pending erasure(s) not finished: {system.unfinished_erasures}; they stay "
+                    "pending: run `convmem erase --resume` once that is done",
+                    EXIT_DAMAGED,
+                )
             if still:
                 raise CliError(
                     f"{still} pending erasure(s) could not be finished (see the log above); "
