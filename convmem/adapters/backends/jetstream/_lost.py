@@ -37,6 +37,7 @@ from convmem.adapters.backends.jetstream._setup import (
     setup_request,
     setup_wait,
     stream_config_of,
+    stream_info_of,
     subject_pattern,
 )
 from convmem.adapters.backends.jetstream._snapshots import JetStreamSnapshotStore
@@ -390,10 +391,5 @@ def _metadata(config: dict[str, Any] | None) -> dict[str, str]:
 
 async def _messages(connection: NatsConnection, name: str) -> int | None:
     """The messages the stream `name` holds; None when it does not exist."""
-    try:
-        info = await setup_request(connection, f"$JS.API.STREAM.INFO.{name}")
-    except nats.js.errors.APIError as exc:
-        if exc.err_code == 10059:  # stream not found
-            return None
-        raise
-    return int(info.get("state", {}).get("messages", 0))
+    info = await stream_info_of(connection, name)
+    return None if info is None else int(info.get("state", {}).get("messages", 0))

@@ -31,6 +31,7 @@ __all__ = [
     "setup_request",
     "setup_wait",
     "stream_config_of",
+    "stream_info_of",
     "subject_pattern",
 ]
 
@@ -220,13 +221,21 @@ def open_bucket(
         raise StoreNotFound(f"the NATS server has no {missing} {bucket!r}", name=bucket)
 
 
-async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
+async def stream_info_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
+    """The stream `name`'s `STREAM.INFO` (its config and state); None when it does not exist."""
     try:
-        info = await setup_request(conn, f"$JS.API.STREAM.INFO.{name}")
+        info: dict[str, Any] = await setup_request(conn, f"$JS.API.STREAM.INFO.{name}")
     except nats.js.errors.APIError as exc:
         if exc.err_code == 10059:  # stream not found
             return None
         raise
+    return info
+
+
+async def stream_config_of(conn: NatsConnection, name: str) -> dict[str, Any] | None:
+    info = await stream_info_of(conn, name)
+    if info is None:
+        return None
     config: dict[str, Any] = info["config"]
     return config
 
